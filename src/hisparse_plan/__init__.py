@@ -1,0 +1,58 @@
+"""hisparse_plan: where every byte of a HiSparse sparse-attention KV cache lives."""
+
+from hisparse_plan.checking import check_plan
+from hisparse_plan.errors import (
+    CapacityError,
+    LayoutError,
+    PlanError,
+    PlanInvariantError,
+    PlanWarning,
+    UnsupportedRequestError,
+)
+from hisparse_plan.models import (
+    Capacity,
+    DevicePool,
+    FullAttentionSpec,
+    HisparseHotSpec,
+    HisparseResidentSpec,
+    HostPool,
+    KVCacheGroup,
+    KVCacheLayout,
+    KVCachePlan,
+    KVCacheTensor,
+    MLASpec,
+    PlanRequest,
+    SlidingWindowSpec,
+    UniformTypeSpec,
+    Workload,
+)
+from hisparse_plan.planning import plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Capacity",
+    "CapacityError",
+    "DevicePool",
+    "FullAttentionSpec",
+    "HisparseHotSpec",
+    "HisparseResidentSpec",
+    "HostPool",
+    "KVCacheGroup",
+    "KVCacheLayout",
+    "KVCachePlan",
+    "KVCacheTensor",
+    "LayoutError",
+    "MLASpec",
+    "PlanError",
+    "PlanInvariantError",
+    "PlanRequest",
+    "PlanWarning",
+    "SlidingWindowSpec",
+    "UniformTypeSpec",
+    "UnsupportedRequestError",
+    "Workload",
+    "__version__",
+    "check_plan",
+    "plan",
+]

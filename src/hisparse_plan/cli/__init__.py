@@ -1,0 +1,1 @@
+"""The command-line interface (presentation only: it calls the public API)."""

@@ -1,0 +1,65 @@
+"""What one block of a cache group holds (SPEC sections 5.1, 5.5 and 6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.derived import store_derived
+from hisparse_plan.models.layer_specs import (
+    FullAttentionSpec,
+    LayerSpec,
+    MLASpec,
+    SlidingWindowSpec,
+)
+
+
+class UniformTypeSpec(Model):
+    """Several layer specs of one kind and block size sharing one block table."""
+
+    kind: Literal["uniform_type"] = "uniform_type"
+    block_size: PositiveInt
+    page_size_bytes: ByteCount = Field(
+        default=0, description="Derived: the sum of the members' pages. Checked if given."
+    )
+    specs: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)]
+
+    def model_post_init(self, context: object, /) -> None:
+        for name, spec in self.specs.items():
+            if spec.block_size != self.block_size:
+                raise ValueError(
+                    f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
+                    f"got {spec.block_size}"
+                )
+        page = sum(spec.page_size_bytes for spec in self.specs.values())
+        store_derived(self, "page_size_bytes", page, "sum of the members' pages")
+
+
+class HisparseResidentSpec(Model):
+    """GPU pages that keep a request's most recent source rows until they reach host memory."""
+
+    kind: Literal["hisparse_resident"] = "hisparse_resident"
+    block_size: PositiveInt
+    page_size_bytes: PositiveInt
+
+
+class HisparseHotSpec(Model):
+    """A request's fixed GPU buffer for the top-k rows its indexer selected."""
+
+    kind: Literal["hisparse_hot"] = "hisparse_hot"
+    block_size: PositiveInt
+    page_size_bytes: PositiveInt
+    blocks_per_request: PositiveInt
+
+
+GroupSpec = Annotated[
+    MLASpec
+    | FullAttentionSpec
+    | SlidingWindowSpec
+    | UniformTypeSpec
+    | HisparseResidentSpec
+    | HisparseHotSpec,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,70 @@
+"""The plan request: what the model is, and what memory and scheduler it runs with (SPEC 4)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.layer_specs import LayerSpec
+from hisparse_plan.models.layout import KVCacheLayout
+
+RESIDENT_SUFFIX = ".hisparse_resident"
+HOT_SUFFIX = ".hisparse_hot"
+"""HiSparse names a source layer's resident and hot layers by these suffixes."""
+
+MAX_HOST_POOL_GIB = 2.0**33
+"""2**33 GiB is 2**63 bytes: the int64 limit of a byte offset."""
+
+
+class ModelConfig(Model):
+    max_model_len: PositiveInt
+    index_topk: PositiveInt
+
+
+class HisparseConfig(Model):
+    host_pool_gib: float = Field(
+        gt=0, lt=MAX_HOST_POOL_GIB, allow_inf_nan=False,
+        description="Host budget; int(host_pool_gib * 2**30) bytes.",
+    )
+    device_buffer_size: PositiveInt | None = Field(
+        default=None, description="Hot rows per request; null = (max_decode_query_len + 1) * top-k."
+    )
+    max_decode_query_len: PositiveInt = Field(default=1, description="1 + speculative tokens.")
+    shared_host_pool: bool = Field(
+        default=False, description="TP ranks on one host share one pool (page-aligned blocks)."
+    )
+
+
+class DeviceConfig(Model):
+    available_bytes: ByteCount
+    kv_cache_layout: Annotated[KVCacheLayout, Field(strict=False)] = KVCacheLayout.BLNHC
+    num_blocks_override: PositiveInt | None = None
+
+
+class SchedulerConfig(Model):
+    max_num_batched_tokens: PositiveInt = 8192
+    max_concurrent_batches: PositiveInt = 1
+
+
+class PlanRequest(Model):
+    """Layers in model order (the order is significant), then the budgets."""
+
+    layers: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)]
+    model: ModelConfig
+    hisparse: HisparseConfig | None = None
+    device: DeviceConfig
+    scheduler: SchedulerConfig = SchedulerConfig()
+
+    def model_post_init(self, context: object, /) -> None:
+        # Equal specs become one shared (frozen) object, so planning can group layers by
+        # identity instead of comparing every field of every layer.
+        shared: dict[tuple[object, ...], LayerSpec] = {}
+        for name, spec in self.layers.items():
+            if name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)):
+                raise ValueError(
+                    f"layers[{name!r}]: names ending in {RESIDENT_SUFFIX!r} or {HOT_SUFFIX!r} "
+                    "are reserved for the layers HiSparse derives; expected another name"
+                )
+            self.layers[name] = shared.setdefault(tuple(spec.__dict__.values()), spec)

@@ -1,0 +1,167 @@
+"""Layer views: where each layer's pages sit in its pool, derived from a finished plan.
+
+The plan gives each tensor's offset, layer stride and block stride; the layout gives the strides
+inside a page. A `LayerView` joins them into the shape and byte strides of one layer, which is
+what a backend needs to take a strided view, and what the checker needs to prove pages disjoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models import (
+    AttentionLayerSpec,
+    Axis,
+    DType,
+    GroupSpec,
+    KVCachePlan,
+    KVCacheTensor,
+    UniformTypeSpec,
+    dtype_size,
+)
+from hisparse_plan.planning.strides import axis_strides
+
+
+@dataclass(frozen=True, slots=True)
+class LayerView:
+    """One layer of one tensor: block `b`'s page holds the elements of `shape[1:]` at byte
+    `offset + b * strides[0] + sum(i * s for i, s in zip(index, strides[1:]))` of its pool."""
+
+    name: str
+    tensor: int
+    """Index into `plan.tensors`."""
+    group: int
+    """Index into `plan.groups`."""
+    host_resident: bool
+    dtype: DType
+    shape: tuple[int, ...]
+    """(num_blocks, heads, tokens, elements) for attention layers; (num_blocks, page bytes)
+    for resident and hot layers, which are byte buffers."""
+    strides: tuple[int, ...]
+    """Byte strides, one per axis of `shape`."""
+    offset: int
+    """Byte offset of block 0 in the pool."""
+    page_size_bytes: int
+
+    @property
+    def num_blocks(self) -> int:
+        return self.shape[0]
+
+    @property
+    def block_stride(self) -> int:
+        return self.strides[0]
+
+    @property
+    def itemsize(self) -> int:
+        return dtype_size(self.dtype)
+
+    def runs(self) -> tuple[int, list[int]]:
+        """The page as contiguous runs: (run bytes, byte start of each run within block 0's page).
+
+        Inner axes whose stride equals the bytes already covered merge into one run; any other
+        axis repeats the run (the heads axis of BHLNC or LHBNC, whose strides skip over other
+        layers or blocks).
+        """
+        axes = sorted(
+            (stride, extent)
+            for stride, extent in zip(self.strides[1:], self.shape[1:], strict=True)
+            if extent > 1
+        )
+        run = self.itemsize
+        starts = [0]
+        for stride, extent in axes:
+            if stride == run and starts == [0]:
+                run *= extent
+            else:
+                starts = [start + i * stride for i in range(extent) for start in starts]
+        return run, sorted(starts)
+
+
+def spec_of(plan: KVCachePlan) -> dict[str, tuple[int, GroupSpec]]:
+    """Every group layer's (group index, own spec): a uniform_type member's own spec."""
+    specs: dict[str, tuple[int, GroupSpec]] = {}
+    for index, group in enumerate(plan.groups):
+        if isinstance(group.spec, UniformTypeSpec):
+            for name in group.layer_names:
+                member = group.spec.specs.get(name)
+                specs[name] = (index, member if member is not None else group.spec)
+        else:
+            for name in group.layer_names:
+                specs[name] = (index, group.spec)
+    return specs
+
+
+def tensor_views(
+    plan: KVCachePlan,
+    index: int,
+    specs: dict[str, tuple[int, GroupSpec]] | None = None,
+) -> list[LayerView]:
+    """The views of every layer of `plan.tensors[index]`, in the tensor's layer order."""
+    tensor = plan.tensors[index]
+    specs = spec_of(plan) if specs is None else specs
+    return [
+        _layer_view(plan, index, tensor, position, name, specs)
+        for position, name in enumerate(tensor.layers)
+    ]
+
+
+def plan_views(plan: KVCachePlan) -> dict[str, LayerView]:
+    """Every placed layer's view, by layer name."""
+    specs = spec_of(plan)
+    return {
+        view.name: view
+        for index in range(len(plan.tensors))
+        for view in tensor_views(plan, index, specs)
+    }
+
+
+def _layer_view(
+    plan: KVCachePlan,
+    index: int,
+    tensor: KVCacheTensor,
+    position: int,
+    name: str,
+    specs: dict[str, tuple[int, GroupSpec]],
+) -> LayerView:
+    found = specs.get(name)
+    if found is None:
+        raise PlanInvariantError(
+            f"tensors[{index}] places layer {name!r}, which no group lists; expected every "
+            "placed layer to belong to a group",
+            tensor=index,
+            layer=name,
+        )
+    group, spec = found
+    if tensor.host_resident:
+        if plan.host_pool is None:
+            raise PlanInvariantError(
+                f"tensors[{index}] is host-resident but the plan has no host pool",
+                tensor=index,
+                layer=name,
+            )
+        num_blocks, layout = plan.host_pool.num_blocks, plan.host_pool.layout
+    else:
+        num_blocks, layout = plan.num_blocks, plan.device_pool.layout
+    offset = tensor.offset + position * tensor.layer_stride
+    if not isinstance(spec, AttentionLayerSpec):
+        return LayerView(
+            name, index, group, tensor.host_resident, "uint8",
+            (num_blocks, spec.page_size_bytes), (tensor.block_stride, 1),
+            offset, spec.page_size_bytes,
+        )
+    extents: dict[Axis, int] = {
+        "L": len(tensor.layers),
+        "B": num_blocks,
+        "H": spec.num_kv_heads,
+        "N": spec.block_size,
+        "C": spec.content_bytes,
+    }
+    strides = axis_strides(layout, extents, {"L": tensor.layer_stride, "B": tensor.block_stride})
+    itemsize = spec.dtype_size
+    return LayerView(
+        name, index, group, tensor.host_resident, spec.dtype,
+        (num_blocks, spec.num_kv_heads, spec.block_size, spec.content_bytes // itemsize),
+        (tensor.block_stride, strides["H"], strides["N"], itemsize),
+        offset, spec.page_size_bytes,
+    )

@@ -1,0 +1,155 @@
+"""Hypothesis strategies for plan requests, as JSON-shaped dicts.
+
+`hisparse_requests` covers the space SPEC 5 plans over: layer counts, leader patterns, indexer
+placement, row widths, dtypes, block sizes, top-k, decode width, hot buffer sizes, host pools
+near their minimum, shared pools, layouts, overrides and extra regular layers. Most requests
+plan; some are refused on purpose (a pool one block short, mixed block sizes), and the tests
+accept a `PlanError` for those.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+from hisparse_plan.models import DTYPE_SIZE, KVCacheLayout
+
+DTYPES = sorted(DTYPE_SIZE)
+LAYOUTS = [layout.value for layout in KVCacheLayout]
+GIB = 2**30
+
+
+@st.composite
+def mla_spec(
+    draw: st.DrawFn, *, role: str, block_size: int, small: bool, leader: bool = False
+) -> dict[str, Any]:
+    dtype = draw(st.sampled_from(DTYPES))
+    head_size = draw(st.integers(1, 64 if small else 1024))
+    spec: dict[str, Any] = {
+        "kind": "mla",
+        "block_size": block_size,
+        "head_size": head_size,
+        "dtype": dtype,
+        "cache_role": role,
+    }
+    if role == "sparse":
+        spec["is_index_group_leader"] = leader
+        if draw(st.booleans()):
+            rows = draw(st.integers(1, 96 if small else 1024))
+            spec["state_content_bytes"] = rows * DTYPE_SIZE[dtype]
+        if draw(st.integers(0, 9)) == 0:
+            spec["topk_buffer_width"] = draw(st.integers(1, 4096))
+    if draw(st.integers(0, 9)) == 0:
+        spec["num_kv_heads"] = draw(st.integers(1, 4))
+    return spec
+
+
+@st.composite
+def regular_specs(draw: st.DrawFn, *, small: bool) -> list[dict[str, Any]]:
+    """0-4 full-attention or sliding-window layers: one spec, a uniform_type mix, or hybrid."""
+    count = draw(st.integers(0, 4))
+    kind = draw(st.sampled_from(["full_attention", "sliding_window"]))
+    block_size = draw(st.sampled_from([1, 16, 64]))
+    specs = []
+    for _ in range(count):
+        spec: dict[str, Any] = {
+            "kind": kind,
+            "block_size": block_size,
+            "num_kv_heads": draw(st.integers(1, 4)),
+            "head_size": draw(st.integers(1, 32 if small else 256)),
+            "dtype": draw(st.sampled_from(DTYPES)),
+        }
+        if kind == "sliding_window":
+            spec["sliding_window"] = draw(st.integers(1, 8192))
+        specs.append(spec)
+    if specs and draw(st.integers(0, 5)) == 0:
+        specs[-1] = {**specs[-1], "block_size": block_size * 2}  # hybrid: refused for now
+    if len(specs) > 1 and draw(st.booleans()):
+        specs = [specs[0]] * len(specs)  # one shared spec
+    return specs
+
+
+def _leaders(draw: st.DrawFn, count: int) -> list[bool]:
+    pattern = draw(st.sampled_from(["all", "every", "random", "none"]))
+    if pattern == "all":
+        return [True] * count
+    if pattern == "none":
+        return [False] * count
+    if pattern == "every":
+        step = draw(st.integers(1, 8))
+        return [i % step == 0 for i in range(count)]
+    return draw(st.lists(st.booleans(), min_size=count, max_size=count))
+
+
+@st.composite
+def hisparse_requests(
+    draw: st.DrawFn, *, max_layers: int = 200, small: bool = False
+) -> dict[str, Any]:
+    """A HiSparse request. `small` keeps both pools to a few MiB, for real allocations."""
+    count = draw(st.integers(1, max_layers))
+    block_size = draw(st.sampled_from([1, 2, 16, 64] if small else [1, 16, 32, 64, 128]))
+    leaders = _leaders(draw, count)
+    indexers_on = draw(st.sampled_from(["every", "leaders"]))
+    uniform = draw(st.booleans())
+    source = draw(mla_spec(role="sparse", block_size=block_size, small=small))
+    indexer = draw(mla_spec(role="indexer", block_size=block_size, small=small))
+    layers: dict[str, Any] = {}
+    for i, leader in enumerate(leaders):
+        spec = source if uniform else draw(
+            mla_spec(role="sparse", block_size=block_size, small=small)
+        )
+        layers[f"model.layers.{i}.self_attn.attn"] = {**spec, "is_index_group_leader": leader}
+        if indexers_on == "every" or leader:
+            layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    if draw(st.integers(0, 19)) == 0:  # mixed MLA block sizes: refused
+        name = next(iter(layers))
+        layers[name] = {**layers[name], "block_size": block_size * 2}
+    for i, spec in enumerate(draw(regular_specs(small=small))):
+        layers[f"model.extra.{i}.attn"] = spec
+
+    max_model_len = draw(st.integers(1, 512 if small else 262144))
+    index_topk = draw(st.integers(1, 512 if small else 4096))
+    source_page = sum(
+        _page(spec) for spec in layers.values() if spec["kind"] == "mla"
+        and spec["cache_role"] == "sparse"
+    )
+    shared = draw(st.booleans())
+    stride = math.ceil(source_page / 4096) * 4096 if shared else source_page
+    needed = (math.ceil(max_model_len / block_size) + 2) * stride
+    # Near the minimum on both sides: a few blocks short up to a few blocks spare.
+    host_bytes = needed + draw(st.integers(-3, 40)) * stride + draw(st.integers(0, stride - 1))
+    host_pool_gib = max(host_bytes, 1) / GIB
+    device_buffer: int | None = None
+    if draw(st.booleans()):
+        device_buffer = draw(st.integers(1, 40000 if not small else 2048))
+    available = draw(st.integers(0, 2**22 if small else 2**40))
+    override = draw(st.one_of(st.none(), st.integers(1, 64 if small else 10**6)))
+    if small and override is None and available > 2**21:
+        override = draw(st.integers(1, 16))
+    return {
+        "layers": layers,
+        "model": {"max_model_len": max_model_len, "index_topk": index_topk},
+        "hisparse": {
+            "host_pool_gib": host_pool_gib,
+            "device_buffer_size": device_buffer,
+            "max_decode_query_len": draw(st.integers(1, 4)),
+            "shared_host_pool": shared,
+        },
+        "device": {
+            "available_bytes": available,
+            "kv_cache_layout": draw(st.sampled_from(LAYOUTS)),
+            "num_blocks_override": override,
+        },
+        "scheduler": {
+            "max_num_batched_tokens": draw(st.integers(1, 16384)),
+            "max_concurrent_batches": draw(st.integers(1, 4)),
+        },
+    }
+
+
+def _page(spec: dict[str, Any]) -> int:
+    size = DTYPE_SIZE[spec.get("dtype", "bfloat16")]
+    content = spec.get("state_content_bytes") or spec["head_size"] * size
+    return int(spec.get("num_kv_heads", 1) * spec["block_size"] * content)
