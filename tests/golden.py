@@ -38,7 +38,9 @@ def project(plan: dict[str, Any]) -> dict[str, Any]:
             }
             for group in plan["groups"]
         ],
-        "tensors": [{field: tensor[field] for field in TENSOR_FIELDS} for tensor in plan["tensors"]],
+        "tensors": [
+            {field: tensor[field] for field in TENSOR_FIELDS} for tensor in plan["tensors"]
+        ],
         "host_pool": None
         if host is None
         else {field: host[field] for field in ("num_blocks", "block_stride", "shared")},

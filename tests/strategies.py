@@ -17,8 +17,14 @@ from hypothesis import strategies as st
 from hisparse_plan.models import DTYPE_SIZE, KVCacheLayout
 
 DTYPES = sorted(DTYPE_SIZE)
+USUAL_LAYOUTS = ["BLNHC", "BLHNC"]
 LAYOUTS = [layout.value for layout in KVCacheLayout]
 GIB = 2**30
+
+
+def rarely(draw: st.DrawFn, one_in: int) -> bool:
+    """True about once in `one_in` draws (not at the edge hypothesis favours)."""
+    return draw(st.integers(0, one_in - 1)) == one_in // 2
 
 
 @st.composite
@@ -39,15 +45,15 @@ def mla_spec(
         if draw(st.booleans()):
             rows = draw(st.integers(1, 96 if small else 1024))
             spec["state_content_bytes"] = rows * DTYPE_SIZE[dtype]
-        if draw(st.integers(0, 9)) == 0:
+        if rarely(draw, 10):
             spec["topk_buffer_width"] = draw(st.integers(1, 4096))
-    if draw(st.integers(0, 9)) == 0:
+    if rarely(draw, 10):
         spec["num_kv_heads"] = draw(st.integers(1, 4))
     return spec
 
 
 @st.composite
-def regular_specs(draw: st.DrawFn, *, small: bool) -> list[dict[str, Any]]:
+def regular_specs(draw: st.DrawFn, *, small: bool, refusals: bool) -> list[dict[str, Any]]:
     """0-4 full-attention or sliding-window layers: one spec, a uniform_type mix, or hybrid."""
     count = draw(st.integers(0, 4))
     kind = draw(st.sampled_from(["full_attention", "sliding_window"]))
@@ -64,15 +70,16 @@ def regular_specs(draw: st.DrawFn, *, small: bool) -> list[dict[str, Any]]:
         if kind == "sliding_window":
             spec["sliding_window"] = draw(st.integers(1, 8192))
         specs.append(spec)
-    if specs and draw(st.integers(0, 5)) == 0:
+    if specs and refusals and rarely(draw, 6):
         specs[-1] = {**specs[-1], "block_size": block_size * 2}  # hybrid: refused for now
     if len(specs) > 1 and draw(st.booleans()):
         specs = [specs[0]] * len(specs)  # one shared spec
     return specs
 
 
-def _leaders(draw: st.DrawFn, count: int) -> list[bool]:
-    pattern = draw(st.sampled_from(["all", "every", "random", "none"]))
+def _leaders(draw: st.DrawFn, count: int, *, allow_none: bool) -> list[bool]:
+    patterns = ["all", "every", "random", "none"] if allow_none else ["all", "every", "random"]
+    pattern = draw(st.sampled_from(patterns))
     if pattern == "all":
         return [True] * count
     if pattern == "none":
@@ -85,28 +92,34 @@ def _leaders(draw: st.DrawFn, count: int) -> list[bool]:
 
 @st.composite
 def hisparse_requests(
-    draw: st.DrawFn, *, max_layers: int = 200, small: bool = False
+    draw: st.DrawFn, *, max_layers: int = 200, small: bool = False, refusals: bool = True
 ) -> dict[str, Any]:
-    """A HiSparse request. `small` keeps both pools to a few MiB, for real allocations."""
+    """A HiSparse request. `small` keeps both pools to a few MiB, for real allocations;
+    `refusals=False` leaves out what is refused on purpose, so nearly every request plans."""
     count = draw(st.integers(1, max_layers))
     block_size = draw(st.sampled_from([1, 2, 16, 64] if small else [1, 16, 32, 64, 128]))
-    leaders = _leaders(draw, count)
     indexers_on = draw(st.sampled_from(["every", "leaders"]))
-    uniform = draw(st.booleans())
+    leaders = _leaders(draw, count, allow_none=indexers_on == "every")
     source = draw(mla_spec(role="sparse", block_size=block_size, small=small))
     indexer = draw(mla_spec(role="indexer", block_size=block_size, small=small))
+    if rarely(draw, 4):  # indexer rows as wide as source rows: one page size everywhere
+        indexer = {**source, "cache_role": "indexer", "is_index_group_leader": False}
+    varieties = ["one spec", "same page", "any"] if refusals else ["one spec", "same page"]
+    variety = draw(st.sampled_from(varieties if rarely(draw, 2) else ["one spec"]))
     layers: dict[str, Any] = {}
     for i, leader in enumerate(leaders):
-        spec = source if uniform else draw(
-            mla_spec(role="sparse", block_size=block_size, small=small)
-        )
+        spec = source
+        if variety == "same page" and rarely(draw, 3):
+            spec = {**source, "cache_dtype": "variant"}
+        elif variety == "any" and rarely(draw, 3):
+            spec = draw(mla_spec(role="sparse", block_size=block_size, small=small))
         layers[f"model.layers.{i}.self_attn.attn"] = {**spec, "is_index_group_leader": leader}
         if indexers_on == "every" or leader:
             layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
-    if draw(st.integers(0, 19)) == 0:  # mixed MLA block sizes: refused
+    if refusals and rarely(draw, 20):  # mixed MLA block sizes: refused
         name = next(iter(layers))
         layers[name] = {**layers[name], "block_size": block_size * 2}
-    for i, spec in enumerate(draw(regular_specs(small=small))):
+    for i, spec in enumerate(draw(regular_specs(small=small, refusals=refusals))):
         layers[f"model.extra.{i}.attn"] = spec
 
     max_model_len = draw(st.integers(1, 512 if small else 262144))
@@ -119,14 +132,21 @@ def hisparse_requests(
     stride = math.ceil(source_page / 4096) * 4096 if shared else source_page
     needed = (math.ceil(max_model_len / block_size) + 2) * stride
     # Near the minimum on both sides: a few blocks short up to a few blocks spare.
-    host_bytes = needed + draw(st.integers(-3, 40)) * stride + draw(st.integers(0, stride - 1))
+    spare_blocks = draw(st.integers(-3 if refusals else 0, 40))
+    host_bytes = needed + spare_blocks * stride + draw(st.integers(0, stride - 1))
     host_pool_gib = max(host_bytes, 1) / GIB
+    queries = draw(st.integers(1, 4))
+    widths = [spec.get("topk_buffer_width") or index_topk for spec in layers.values()
+              if spec["kind"] == "mla" and spec["cache_role"] == "sparse"]
     device_buffer: int | None = None
-    if draw(st.booleans()):
-        device_buffer = draw(st.integers(1, 40000 if not small else 2048))
-    available = draw(st.integers(0, 2**22 if small else 2**40))
-    override = draw(st.one_of(st.none(), st.integers(1, 64 if small else 10**6)))
-    if small and override is None and available > 2**21:
+    if draw(st.booleans()):  # around the minimum, sometimes below it or past 32768
+        slack = draw(st.integers(-2 if refusals else 0, 300))
+        device_buffer = max(1, queries * max(widths) + slack)
+    available = draw(st.integers(0, 2**22)) if small else draw(
+        st.one_of(st.integers(0, 2**40), st.integers(2**36, 2**50))
+    )
+    override = draw(st.integers(1, 64 if small else 10**6)) if draw(st.booleans()) else None
+    if small and (override is None or not refusals) and (available > 2**21 or not refusals):
         override = draw(st.integers(1, 16))
     return {
         "layers": layers,
@@ -134,12 +154,13 @@ def hisparse_requests(
         "hisparse": {
             "host_pool_gib": host_pool_gib,
             "device_buffer_size": device_buffer,
-            "max_decode_query_len": draw(st.integers(1, 4)),
+            "max_decode_query_len": queries,
             "shared_host_pool": shared,
         },
         "device": {
             "available_bytes": available,
-            "kv_cache_layout": draw(st.sampled_from(LAYOUTS)),
+            "kv_cache_layout": draw(st.sampled_from(LAYOUTS if refusals and rarely(draw, 4)
+                                                     else USUAL_LAYOUTS)),
             "num_blocks_override": override,
         },
         "scheduler": {

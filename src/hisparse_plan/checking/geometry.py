@@ -172,40 +172,44 @@ def _check_classes_apart(pool: str, first: list[_Part], second: list[_Part], per
 
 
 def _check_lattices_apart(pool: str, lattices: list[list[Train]], num_blocks: int) -> None:
+    """Trains of different periods: every pair whose byte spans overlap is examined."""
     spans = sorted(
         ((train.start, train.start + (num_blocks - 1) * train.period + train.run, train)
          for lattice in lattices for train in lattice),
         key=lambda span: span[:2],
     )
-    reach: dict[int, tuple[int, Train]] = {}  # the furthest span end seen, per period
+    active: list[tuple[int, Train]] = []  # (span end, train) of spans that started earlier
     for start, end, train in spans:
-        for period, (other_end, other) in reach.items():
-            if period != train.period and other_end > start:
-                _clash_across_periods(pool, other, train, num_blocks)
-        best = reach.get(train.period)
-        if best is None or end > best[0]:
-            reach[train.period] = (end, train)
+        active = [(other_end, other) for other_end, other in active if other_end > start]
+        for _, other in active:
+            if other.period != train.period:
+                _check_across_periods(pool, other, train, num_blocks)
+        active.append((end, train))
 
 
-def _clash_across_periods(pool: str, a: Train, b: Train, num_blocks: int) -> None:
-    """Spans of different periods overlap: report a concrete clash if one is near an end."""
-    candidates = range(min(num_blocks, _WITNESS_SEARCH))
-    tail = range(max(num_blocks - _WITNESS_SEARCH, len(candidates)), num_blocks)
-    for block_a in (*candidates, *tail):
+def _check_across_periods(pool: str, a: Train, b: Train, num_blocks: int) -> None:
+    """Runs of a and b meet only where allowed; proved block by block when there are few.
+
+    For each block of `a`, the blocks of `b` that meet it form one range; only the same block
+    id of another group may be in it. Beyond `2 * _WITNESS_SEARCH` blocks the middle blocks go
+    unexamined, so an unproved pair is refused.
+    """
+    head = range(min(num_blocks, _WITNESS_SEARCH))
+    tail = range(max(num_blocks - _WITNESS_SEARCH, len(head)), num_blocks)
+    for block_a in (*head, *tail):
         low = a.start + block_a * a.period
         high = low + a.run
-        # Blocks of b whose run [s, s + run) meets [low, high).
         first = max(0, (low - b.start - b.run) // b.period + 1)
         last = min(num_blocks - 1, (high - 1 - b.start) // b.period)
-        for block_b in range(first, min(last, first + 2) + 1):
-            if a.view.group != b.view.group and block_a == block_b:
+        for block_b in range(first, min(last, first + 1) + 1):
+            if a.view.group != b.view.group and block_b == block_a:
                 continue
-            byte = max(low, b.start + block_b * b.period)
-            _clash(pool, a, block_a, b, block_b, byte)
-    raise PlanInvariantError(
-        f"tensors[{a.view.tensor}] layer {a.view.name!r} (block stride {a.period}) and "
-        f"tensors[{b.view.tensor}] layer {b.view.name!r} (block stride {b.period}) cover "
-        f"overlapping bytes of the {pool} pool with different block strides; expected layers "
-        "that share bytes to share a block stride, so their blocks line up",
-        tensor=a.view.tensor, layer=a.view.name,
-    )
+            _clash(pool, a, block_a, b, block_b, max(low, b.start + block_b * b.period))
+    if len(head) + len(tail) < num_blocks:
+        raise PlanInvariantError(
+            f"tensors[{a.view.tensor}] layer {a.view.name!r} (block stride {a.period}) and "
+            f"tensors[{b.view.tensor}] layer {b.view.name!r} (block stride {b.period}) cover "
+            f"overlapping bytes of the {pool} pool with different block strides, which cannot "
+            "be proved apart; expected layers that share bytes to share a block stride",
+            tensor=a.view.tensor, layer=a.view.name,
+        )

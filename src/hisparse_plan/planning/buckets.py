@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import NamedTuple
 
 from hisparse_plan.models import (
@@ -57,8 +59,9 @@ def add_layer(buckets: list[SpecBucket], name: str, spec: LayerSpec) -> None:
 
 def bucket_layers(layers: Sequence[tuple[str, LayerSpec]]) -> list[SpecBucket]:
     """Bucket layers by spec; usually every layer shares one spec object, which is one pass."""
-    if len({id(spec) for _, spec in layers}) == 1:
-        return [SpecBucket(layers[0][1], [name for name, _ in layers])]
+    first = layers[0][1]
+    if all(map(is_, map(itemgetter(1), layers), repeat(first))):  # C-speed identity scan
+        return [SpecBucket(first, [name for name, _ in layers])]
     buckets: list[SpecBucket] = []
     for name, spec in layers:
         add_layer(buckets, name, spec)

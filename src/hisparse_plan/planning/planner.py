@@ -17,6 +17,7 @@ from hisparse_plan.models import (
     KVCacheGroup,
     KVCacheLayout,
     KVCachePlan,
+    LayerSpec,
     MLASpec,
     PlanRequest,
     Workload,
@@ -117,9 +118,10 @@ def _plan_hisparse(
 
 
 def _uniform_group(layers: list[Layer], buckets: list[SpecBucket], role: GroupRole) -> PlacedGroup:
+    members: dict[str, LayerSpec] = dict(layers)
     group = KVCacheGroup.trusted(
-        layer_names=[name for name, _ in layers],
-        spec=uniform_spec(dict(layers), buckets),
+        layer_names=list(members),
+        spec=uniform_spec(members, buckets),
         role=role,
         host_resident=role == "hisparse_source",
         enable_kv_transfer=True,

@@ -1,0 +1,192 @@
+"""check_plan proves sound plans sound and refuses broken ones, naming the first violation."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import hisparse_plan as hp
+from golden import load
+from hisparse_plan.views import plan_views
+from oracle import total_bytes, violations
+from strategies import hisparse_requests
+
+Tamper = Callable[[dict[str, Any]], None]
+
+
+def _golden_plan(case: str) -> dict[str, Any]:
+    request, _ = load(case)
+    return hp.plan(request).model_dump(mode="json")
+
+
+def _check(plan: dict[str, Any]) -> None:
+    hp.check_plan(hp.KVCachePlan.model_validate(plan))
+
+
+def _tensor_of(plan: dict[str, Any], suffix: str) -> int:
+    return next(i for i, t in enumerate(plan["tensors"]) if t["layers"][0].endswith(suffix))
+
+
+def _shift_by_a_block(plan: dict[str, Any]) -> None:
+    index = _tensor_of(plan, ".hisparse_hot")
+    plan["tensors"][index]["offset"] += plan["device_pool"]["bytes_per_block"]
+
+
+def _stride_a_page_short(plan: dict[str, Any]) -> None:
+    index = _tensor_of(plan, ".hisparse_resident")
+    page = plan["groups"][2]["spec"]["page_size_bytes"]
+    plan["tensors"][index]["block_stride"] -= page
+
+
+def _layer_listed_twice(plan: dict[str, Any]) -> None:
+    index = _tensor_of(plan, ".hisparse_resident")
+    plan["tensors"][index]["layers"].append(plan["tensors"][index]["layers"][0])
+
+
+def _device_pool_one_block_short(plan: dict[str, Any]) -> None:
+    per_block = plan["device_pool"]["bytes_per_block"]
+    for tensor in plan["tensors"]:
+        if not tensor["host_resident"]:
+            tensor["size"] -= per_block
+    plan["device_pool"]["size"] -= per_block
+
+
+def _host_layer_shifted_one_byte(plan: dict[str, Any]) -> None:
+    plan["tensors"][0]["offset"] += 1
+
+
+def _layers_overlap_by_a_byte(plan: dict[str, Any]) -> None:
+    index = _tensor_of(plan, ".hisparse_resident")
+    plan["tensors"][index]["layer_stride"] -= 1
+
+
+def _capacity_inflated(plan: dict[str, Any]) -> None:
+    plan["capacity"]["max_concurrency"] *= 2
+
+
+def _group_lists_a_layer_twice(plan: dict[str, Any]) -> None:
+    plan["groups"][3]["layer_names"].append(plan["groups"][2]["layer_names"][0])
+
+
+def _layer_left_unplaced(plan: dict[str, Any]) -> None:
+    index = _tensor_of(plan, ".hisparse_hot")
+    plan["tensors"][index]["layers"].pop()
+
+
+def _source_in_device_pool(plan: dict[str, Any]) -> None:
+    plan["tensors"][0]["host_resident"] = False
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expect"),
+    [
+        (_shift_by_a_block, r"block \d+ ends at byte \d+, past the device pool"),
+        (_stride_a_page_short, "different block ids"),
+        (_layer_listed_twice, "placed by tensors"),
+        (_device_pool_one_block_short, "device pool's size"),
+        (_host_layer_shifted_one_byte, "of the host pool|past the host pool"),
+        (_layers_overlap_by_a_byte, "two layers of one group"),
+        (_capacity_inflated, "capacity.max_concurrency"),
+        (_group_lists_a_layer_twice, "listed by groups"),
+        (_layer_left_unplaced, "is in no tensor"),
+        (_source_in_device_pool, "device pool"),
+    ],
+)
+@pytest.mark.parametrize("case", ["deepseek_v32_fp8", "index_share_every_4", "glm5_fp8_blhnc"])
+def test_tampered_plans_are_refused(tamper: Tamper, expect: str, case: str) -> None:
+    plan = _golden_plan(case)
+    _check(plan)  # the untouched plan is sound
+    tamper(plan)
+    with pytest.raises(hp.PlanInvariantError, match=expect):
+        _check(plan)
+
+
+def test_first_violation_names_tensor_layer_and_block() -> None:
+    plan = _golden_plan("deepseek_v32_fp8")
+    index = _tensor_of(plan, ".hisparse_resident")
+    plan["tensors"][index]["block_stride"] -= plan["groups"][2]["spec"]["page_size_bytes"]
+    with pytest.raises(hp.PlanInvariantError) as refused:
+        _check(plan)
+    error = refused.value
+    assert error.tensor == index
+    assert error.layer is not None
+    assert error.layer.endswith(".hisparse_resident")
+    assert error.block is not None
+    # The reported byte really lies in the reported page.
+    view = plan_views(hp.KVCachePlan.model_validate(plan))[error.layer]
+    start = view.offset + error.block * view.block_stride
+    byte = int(str(error).split("share byte ")[1].split()[0])
+    assert start <= byte < start + view.page_size_bytes
+
+
+def test_host_shift_inside_a_multi_bucket_host_pool() -> None:
+    """Bucket 2 of the index-sharing source moved one byte back onto bucket 1."""
+    plan = _golden_plan("index_share_every_4")
+    plan["tensors"][1]["offset"] -= 1
+    with pytest.raises(hp.PlanInvariantError, match="two layers of one group"):
+        _check(plan)
+
+
+def test_cost_does_not_depend_on_num_blocks() -> None:
+    """A billion-block pool is proved by the same arithmetic as a small one."""
+    request, _ = load("deepseek_v32_fp8")
+    request["device"]["num_blocks_override"] = 10**9
+    hp.check_plan(hp.plan(request))
+
+
+def _small_plan(request: dict[str, Any]) -> hp.KVCachePlan | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hp.PlanWarning)
+            plan = hp.plan(request)
+    except hp.PlanError:
+        return None
+    return plan if total_bytes(plan) <= 3_000_000 else None
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.filter_too_much])
+@given(hisparse_requests(max_layers=6, small=True, refusals=False))
+def test_checker_agrees_with_enumeration_on_sound_plans(request: dict[str, Any]) -> None:
+    plan = _small_plan(request)
+    assume(plan is not None)
+    assert plan is not None
+    assert violations(plan) == []
+    hp.check_plan(plan)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    hisparse_requests(max_layers=6, small=True, refusals=False),
+    st.sampled_from(["offset", "layer_stride", "block_stride"]),
+    st.integers(min_value=-3, max_value=3),
+    st.sampled_from(["byte", "element", "page", "block"]),
+    st.data(),
+)
+def test_checker_agrees_with_enumeration_on_tampered_plans(
+    request: dict[str, Any], field: str, steps: int, unit: str, data: st.DataObject
+) -> None:
+    plan = _small_plan(request)
+    assume(plan is not None and steps != 0)
+    assert plan is not None
+    dumped = copy.deepcopy(plan.model_dump(mode="json"))
+    index = data.draw(st.integers(0, len(dumped["tensors"]) - 1))
+    tensor = dumped["tensors"][index]
+    view = plan_views(plan)[tensor["layers"][0]]
+    size = {"byte": 1, "element": view.itemsize, "page": view.page_size_bytes,
+            "block": view.block_stride}[unit]
+    tensor[field] += steps * size
+    assume(tensor[field] >= 0)
+    tampered = hp.KVCachePlan.model_validate(dumped)
+    truth = violations(tampered)
+    try:
+        hp.check_plan(tampered)
+        verdict: list[str] = []
+    except hp.PlanInvariantError as error:
+        verdict = [str(error)]
+    assert bool(verdict) == bool(truth), (verdict, truth)

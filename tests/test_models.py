@@ -1,0 +1,104 @@
+"""The pydantic models: strict, frozen, closed, and derived fields that round-trip."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+import hisparse_plan as hp
+from golden import load
+from hisparse_plan.models import KVCacheLayout
+
+
+def test_layer_page_sizes_follow_spec_5_1() -> None:
+    fp8 = hp.MLASpec(block_size=64, head_size=576, dtype="uint8", state_content_bytes=656)
+    assert fp8.page_size_bytes == 64 * 656
+    bf16 = hp.MLASpec(block_size=64, head_size=576)
+    assert bf16.page_size_bytes == 64 * 576 * 2
+    full = hp.FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, head_size_v=64)
+    assert full.page_size_bytes == 8 * 16 * (128 + 64) * 2
+    window = hp.SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64,
+                                  dtype="float32", sliding_window=128)
+    assert window.head_size_v == 64
+    assert window.page_size_bytes == 2 * 16 * 128 * 4
+
+
+def test_derived_fields_are_stored_and_checked() -> None:
+    spec = hp.MLASpec(block_size=64, head_size=128, dtype="uint8")
+    dumped = spec.model_dump(mode="json")
+    assert dumped["page_size_bytes"] == 8192
+    assert hp.MLASpec.model_validate(dumped) == spec
+    with pytest.raises(ValidationError, match="expected 8192"):
+        hp.MLASpec.model_validate({**dumped, "page_size_bytes": 8193})
+    uniform = hp.UniformTypeSpec(block_size=64, specs={"a": spec, "b": spec})
+    assert uniform.page_size_bytes == 16384
+    with pytest.raises(ValidationError, match="expected 16384"):
+        hp.UniformTypeSpec.model_validate({**uniform.model_dump(), "page_size_bytes": 1})
+    with pytest.raises(ValidationError, match="block_size"):
+        hp.UniformTypeSpec(block_size=32, specs={"a": spec})
+
+
+def test_numbers_are_strict() -> None:
+    with pytest.raises(ValidationError):
+        hp.MLASpec.model_validate({"kind": "mla", "block_size": True, "head_size": 64})
+    with pytest.raises(ValidationError):
+        hp.MLASpec.model_validate({"kind": "mla", "block_size": 64.0, "head_size": 64})
+    with pytest.raises(ValidationError):
+        hp.MLASpec.model_validate({"kind": "mla", "block_size": "64", "head_size": 64})
+    with pytest.raises(ValidationError):
+        hp.MLASpec.model_validate({"kind": "mla", "block_size": -64, "head_size": 64})
+
+
+def test_models_are_frozen_and_closed() -> None:
+    spec = hp.MLASpec(block_size=64, head_size=64)
+    with pytest.raises(ValidationError):
+        spec.block_size = 32  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        hp.MLASpec.model_validate({"kind": "mla", "block_size": 64, "head_size": 64, "x": 1})
+
+
+@pytest.mark.parametrize(
+    ("layout", "outermost", "compact", "layer_compact"),
+    [
+        ("LBNHC", False, True, True),
+        ("LBHNC", False, True, True),
+        ("LHBNC", False, False, True),
+        ("BLHNC", True, True, False),
+        ("BLNHC", True, True, False),
+        ("BHLNC", True, False, False),
+    ],
+)
+def test_layout_traits(layout: str, outermost: bool, compact: bool, layer_compact: bool) -> None:
+    member = KVCacheLayout(layout)
+    assert "".join(member.axes) == layout
+    assert (member.block_outermost, member.block_compact, member.layer_compact) == (
+        outermost, compact, layer_compact,
+    )
+
+
+def test_request_shares_equal_specs() -> None:
+    """Equal layer specs become one object: planning groups them by identity."""
+    request = hp.PlanRequest.model_validate(load("deepseek_v32_fp8")[0])
+    sources = [s for s in request.layers.values() if isinstance(s, hp.MLASpec)
+               and s.cache_role == "sparse"]
+    assert len(sources) == 61
+    assert all(spec is sources[0] for spec in sources)
+
+
+def test_plan_round_trips_through_json() -> None:
+    plan = hp.plan(load("glm5_fp8_blhnc")[0])
+    text = plan.model_dump_json()
+    again = hp.KVCachePlan.model_validate_json(text)
+    assert again == plan
+    assert again.model_dump_json() == text
+    assert plan.schema_version == 1
+
+
+def test_trusted_construction_equals_validation() -> None:
+    """The planner's unvalidated constructor builds the same objects validation would."""
+    plan = hp.plan(load("bf16_small_with_full_attention")[0])
+    for group in plan.groups:
+        assert hp.KVCacheGroup.model_validate(group.model_dump()) == group
+        assert group.model_fields_set == set(hp.KVCacheGroup.model_fields)
+    for tensor in plan.tensors:
+        assert hp.KVCacheTensor.model_validate(tensor.model_dump()) == tensor

@@ -1,0 +1,220 @@
+"""The planner's steps one by one: units and packs, hot buffer, pools, capacity, refusals."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+import hisparse_plan as hp
+from golden import load
+from hisparse_plan.models import MLASpec
+from hisparse_plan.planning.hot import hot_packs
+
+BASE = load("bf16_small_with_full_attention")[0]
+
+
+def _source(pages: list[int], leaders: list[bool]) -> list[tuple[str, MLASpec]]:
+    return [
+        (f"l{i}", MLASpec(block_size=1, head_size=page, dtype="uint8",
+                          is_index_group_leader=leader))
+        for i, (page, leader) in enumerate(zip(pages, leaders, strict=True))
+    ]
+
+
+def _names(packs: list[list[tuple[str, MLASpec]]]) -> list[list[str]]:
+    return [[name for name, _ in pack] for pack in packs]
+
+
+def test_units_follow_leaders_and_pack_greedily() -> None:
+    source = _source([10] * 6, [True, False, False, True, False, True])
+    # units: l0-l2 (30), l3-l4 (20), l5 (10); indexer block 50 holds the first two units
+    assert _names(hot_packs(source, 50, True)) == [["l0", "l1", "l2", "l3", "l4"], ["l5"]]
+    assert _names(hot_packs(source, 49, True)) == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
+
+
+def test_a_unit_bigger_than_an_indexer_block_gets_its_own_pack() -> None:
+    source = _source([10] * 4, [False, False, False, True])
+    assert _names(hot_packs(source, 5, True)) == [["l0", "l1", "l2"], ["l3"]]
+
+
+def test_a_pack_of_mixed_pages_is_refused_naming_them() -> None:
+    source = _source([10, 20], [True, True])
+    with pytest.raises(hp.PlanError, match=r"\[10, 20\]"):
+        hot_packs(source, 100, False)
+
+
+def _request(**changes: Any) -> dict[str, Any]:
+    request = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        section, field = path.split("__")
+        request[section][field] = value
+    return request
+
+
+def test_hot_buffer_default_and_warning() -> None:
+    plan = hp.plan(_request(hisparse__max_decode_query_len=3))
+    hot = [g.spec for g in plan.groups if isinstance(g.spec, hp.HisparseHotSpec)]
+    assert {spec.blocks_per_request for spec in hot} == {math.ceil(4 * 128 / 64)}
+    with pytest.warns(hp.PlanWarning, match="not a multiple of block_size 64"):
+        plan = hp.plan(_request(hisparse__device_buffer_size=130))
+    assert len(plan.warnings) == 1
+    assert "62 rows unused" in plan.warnings[0]
+
+
+def test_hot_buffer_limits() -> None:
+    with pytest.raises(hp.PlanError, match="at least 256 rows") as low:
+        hp.plan(_request(hisparse__device_buffer_size=255, hisparse__max_decode_query_len=2))
+    assert low.value.field == "hisparse.device_buffer_size"
+    with pytest.raises(hp.PlanError, match="at most 32768"):
+        hp.plan(_request(hisparse__device_buffer_size=32769))
+    request = _request()
+    request["model"]["index_topk"] = 20000
+    with pytest.raises(hp.PlanError, match="the default"):
+        hp.plan(request)
+
+
+def test_topk_buffer_width_overrides_index_topk() -> None:
+    request = _request()
+    request["layers"]["model.layers.2.self_attn.attn"]["topk_buffer_width"] = 640
+    plan = hp.plan(request)
+    hot = next(g for g in plan.groups if g.spec.kind == "hisparse_hot")
+    assert hot.spec.blocks_per_request == 2 * 640 // 64  # type: ignore[union-attr]
+
+
+def test_shared_host_pool_rounds_the_block_stride() -> None:
+    plan = hp.plan(_request(hisparse__shared_host_pool=True))
+    assert plan.host_pool is not None
+    assert plan.host_pool.block_stride == 294912  # already a multiple of 4096
+    request = _request(hisparse__shared_host_pool=True)
+    for layer in request["layers"].values():
+        if layer.get("cache_role") == "sparse":
+            layer["head_size"] = 575
+    plan = hp.plan(request)
+    assert plan.host_pool is not None
+    page = 4 * 64 * 575 * 2
+    assert plan.host_pool.block_stride == math.ceil(page / 4096) * 4096
+    assert plan.host_pool.bytes_per_block == page
+    assert plan.tensors[0].block_stride == 64 * 575 * 2
+
+
+def test_host_pool_too_small_names_the_fix() -> None:
+    with pytest.raises(hp.CapacityError, match="raise host_pool_gib to") as small:
+        hp.plan(_request(hisparse__host_pool_gib=0.01))
+    assert small.value.field == "hisparse.host_pool_gib"
+
+
+def test_device_pool_without_a_block() -> None:
+    with pytest.raises(hp.CapacityError, match="at least one device block"):
+        hp.plan(_request(device__available_bytes=1000, device__num_blocks_override=None))
+
+
+def test_capacity_when_the_gpu_cannot_admit_one_request() -> None:
+    plan = hp.plan(BASE)  # 7 blocks against 784 needed
+    assert plan.capacity.max_concurrency == pytest.approx(7 / 784)
+    assert plan.capacity.steady_state_concurrency == pytest.approx(7 / 784)
+
+
+def test_steady_state_counts_two_resident_pages() -> None:
+    plan = hp.plan(_request(device__num_blocks_override=2000))
+    admission = 128 + 4 * 128 + 4 * 4 + 128
+    steady = 128 + 4 * 2 + 4 * 4 + 128
+    host = plan.host_pool.num_blocks / 128  # type: ignore[union-attr]
+    assert plan.capacity.max_concurrency == pytest.approx(min(2000 / admission, host))
+    expected = min(1 + (2000 - admission) / steady, host)
+    assert plan.capacity.steady_state_concurrency == pytest.approx(expected)
+
+
+def test_sliding_window_groups_need_their_window() -> None:
+    request = _request(device__num_blocks_override=5000)
+    for name in ("model.extra.0.attn", "model.extra.1.attn", "model.extra.2.attn"):
+        request["layers"][name] = {**request["layers"][name], "kind": "sliding_window",
+                                   "sliding_window": 1000}
+    plan = hp.plan(request)
+    window_blocks = math.ceil(min(999 + 8192, 8192) / 64) + 1
+    admission = 128 + 4 * 128 + 4 * 4 + window_blocks
+    assert plan.capacity.max_concurrency == pytest.approx(5000 / admission)
+
+
+def test_regular_layers_of_one_kind_share_a_uniform_type_group() -> None:
+    request = copy.deepcopy(BASE)
+    request["layers"]["model.extra.1.attn"]["head_size"] = 128
+    plan = hp.plan(request)
+    regular = plan.groups[-1]
+    assert regular.spec.kind == "uniform_type"
+    assert regular.spec.page_size_bytes == 32768 * 2 + 65536
+    assert [t.layers for t in plan.tensors[-2:]] == [
+        ["model.extra.0.attn", "model.extra.2.attn"], ["model.extra.1.attn"],
+    ]
+    hp.check_plan(plan)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda r: r.update(hisparse=None), hp.UnsupportedRequestError, "regular planning"),
+        (lambda r: r["layers"]["model.extra.1.attn"].update(block_size=32),
+         hp.UnsupportedRequestError, "hybrid"),
+        (lambda r: r["layers"]["model.layers.1.self_attn.attn"].update(
+            model_version="deepseek_v4"), hp.UnsupportedRequestError, "deepseek_v4"),
+        (lambda r: r["layers"]["model.layers.2.self_attn.attn"].update(block_size=32),
+         hp.PlanError, r"layers\['model.layers.2.self_attn.attn'\].block_size"),
+        (lambda r: r["layers"]["model.layers.3.self_attn.attn"].update(
+            head_size=500, is_index_group_leader=False), hp.PlanError, "mixes page sizes"),
+        (lambda r: r["device"].update(kv_cache_layout="LHBNC"), hp.LayoutError,
+         "BLHNC and BLNHC"),
+    ],
+)
+def test_refusals(change: Any, error: type[Exception], match: str) -> None:
+    request = copy.deepcopy(BASE)
+    change(request)
+    with pytest.raises(error, match=match):
+        hp.plan(request)
+
+
+def test_only_regular_layers_is_unsupported_for_now() -> None:
+    request = copy.deepcopy(BASE)
+    request["layers"] = {n: s for n, s in request["layers"].items() if s["kind"] != "mla"}
+    with pytest.raises(hp.UnsupportedRequestError, match="no layer has kind 'mla'"):
+        hp.plan(request)
+
+
+def test_resident_groups_need_a_block_outermost_layout() -> None:
+    """With one page size everywhere the layout check passes; resident views still need B first."""
+    request = copy.deepcopy(BASE)
+    for layer in request["layers"].values():
+        if layer["kind"] == "mla":
+            layer["head_size"] = 128
+    request["layers"] = {n: s for n, s in request["layers"].items() if s["kind"] == "mla"}
+    request["device"]["kv_cache_layout"] = "LBNHC"
+    with pytest.raises(hp.LayoutError, match="block-outermost"):
+        hp.plan(request)
+    request["device"]["kv_cache_layout"] = "BHLNC"
+    hp.check_plan(hp.plan(request))
+
+
+def test_misaligned_views_are_refused() -> None:
+    """Five 2-byte bf16 indexer pages make 10-byte device blocks: no float32 view fits them."""
+    tiny = {"kind": "mla", "block_size": 1, "head_size": 1, "dtype": "bfloat16"}
+    layers: dict[str, Any] = {}
+    for i in range(5):
+        layers[f"s{i}"] = {**tiny, "is_index_group_leader": True}
+        layers[f"i{i}"] = {**tiny, "cache_role": "indexer"}
+    layers["regular"] = {"kind": "full_attention", "block_size": 1, "num_kv_heads": 1,
+                         "head_size": 1, "dtype": "float32"}
+    request = {
+        "layers": layers,
+        "model": {"max_model_len": 16, "index_topk": 2},
+        "hisparse": {"host_pool_gib": 1e-6},
+        "device": {"available_bytes": 1000},
+    }
+    with pytest.raises(hp.LayoutError, match=r"layers\['regular'\]: its block stride of 10"):
+        hp.plan(request)
+    layers["regular"]["dtype"] = "bfloat16"
+    hp.check_plan(hp.plan(request))
+
+
+def test_plan_accepts_a_validated_request_or_a_mapping() -> None:
+    assert hp.plan(hp.PlanRequest.model_validate(BASE)) == hp.plan(BASE)

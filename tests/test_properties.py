@@ -1,0 +1,58 @@
+"""Invariants over generated requests: plan() plans soundly or refuses clearly."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from hypothesis import given, settings
+
+import hisparse_plan as hp
+from strategies import hisparse_requests
+
+
+def _plan_or_refuse(request: dict[str, Any]) -> hp.KVCachePlan | None:
+    validated = hp.PlanRequest.model_validate(request)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hp.PlanWarning)
+            return hp.plan(validated)
+    except hp.PlanError:
+        return None
+
+
+@settings(max_examples=300)
+@given(hisparse_requests())
+def test_every_plan_is_sound_and_round_trips(request: dict[str, Any]) -> None:
+    plan = _plan_or_refuse(request)
+    if plan is None:
+        return
+    hp.check_plan(plan)
+    assert hp.KVCachePlan.model_validate_json(plan.model_dump_json()) == plan
+    assert hp.KVCachePlan.model_validate(plan.model_dump(mode="json")) == plan
+
+
+@settings(max_examples=100)
+@given(hisparse_requests(max_layers=40))
+def test_same_request_same_plan(request: dict[str, Any]) -> None:
+    first = _plan_or_refuse(request)
+    second = _plan_or_refuse(request)
+    assert first == second
+    if first is not None and second is not None:
+        assert first.model_dump_json() == second.model_dump_json()
+
+
+@settings(max_examples=100)
+@given(hisparse_requests(max_layers=40))
+def test_refusals_are_one_line_messages(request: dict[str, Any]) -> None:
+    validated = hp.PlanRequest.model_validate(request)
+    message = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hp.PlanWarning)
+            hp.plan(validated)
+    except hp.PlanError as error:
+        message = str(error)
+    if message is not None:
+        assert message
+        assert "\n" not in message
