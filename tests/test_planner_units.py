@@ -11,39 +11,50 @@ import pytest
 import hisparse_plan as hp
 from golden import load
 from hisparse_plan.models import MLASpec
-from hisparse_plan.planning.hot import hot_packs
+from hisparse_plan.planning.buckets import LayerRun
+from hisparse_plan.planning.hot import HotPack, hot_packs
 
 BASE = load("bf16_small_with_full_attention")[0]
 
 
-def _source(pages: list[int], leaders: list[bool]) -> list[tuple[str, MLASpec]]:
+def _source(pages: list[int], leaders: list[bool]) -> list[LayerRun]:
+    """One run per layer, as a request whose specs all differ would give."""
     return [
-        (f"l{i}", MLASpec(block_size=1, head_size=page, dtype="uint8",
-                          is_index_group_leader=leader))
+        LayerRun(MLASpec(block_size=1, head_size=page, dtype="uint8",
+                         is_index_group_leader=leader), [f"l{i}"])
         for i, (page, leader) in enumerate(zip(pages, leaders, strict=True))
     ]
 
 
-def _names(packs: list[list[tuple[str, MLASpec]]]) -> list[list[str]]:
-    return [[name for name, _ in pack] for pack in packs]
+def _names(packs: list[HotPack]) -> list[list[str]]:
+    return [pack.names for pack in packs]
 
 
 def test_units_follow_leaders_and_pack_greedily() -> None:
     source = _source([10] * 6, [True, False, False, True, False, True])
     # units: l0-l2 (30), l3-l4 (20), l5 (10); indexer block 50 holds the first two units
-    assert _names(hot_packs(source, 50, True)) == [["l0", "l1", "l2", "l3", "l4"], ["l5"]]
-    assert _names(hot_packs(source, 49, True)) == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
+    assert _names(hot_packs(source, 50)) == [["l0", "l1", "l2", "l3", "l4"], ["l5"]]
+    assert _names(hot_packs(source, 49)) == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
+
+
+def test_runs_of_one_spec_pack_like_single_layers() -> None:
+    leader = MLASpec(block_size=1, head_size=10, dtype="uint8", is_index_group_leader=True)
+    follower = MLASpec(block_size=1, head_size=10, dtype="uint8")
+    runs = [LayerRun(leader, ["a", "b"]), LayerRun(follower, ["c"]), LayerRun(leader, ["d"])]
+    # units: a (10), b-c (20), d (10)
+    assert _names(hot_packs(runs, 30)) == [["a", "b", "c"], ["d"]]
+    assert [pack.page for pack in hot_packs(runs, 30)] == [10, 10]
 
 
 def test_a_unit_bigger_than_an_indexer_block_gets_its_own_pack() -> None:
     source = _source([10] * 4, [False, False, False, True])
-    assert _names(hot_packs(source, 5, True)) == [["l0", "l1", "l2"], ["l3"]]
+    assert _names(hot_packs(source, 5)) == [["l0", "l1", "l2"], ["l3"]]
 
 
 def test_a_pack_of_mixed_pages_is_refused_naming_them() -> None:
     source = _source([10, 20], [True, True])
     with pytest.raises(hp.PlanError, match=r"\[10, 20\]"):
-        hot_packs(source, 100, False)
+        hot_packs(source, 100)
 
 
 def _request(**changes: Any) -> dict[str, Any]:

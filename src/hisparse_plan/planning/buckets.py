@@ -1,10 +1,7 @@
-"""Groups, and their layers bucketed by spec: each bucket becomes one tensor (SPEC 5.9)."""
+"""Layers by spec: runs in model order, and the buckets that become tensors (SPEC 5.9)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import repeat
-from operator import is_, itemgetter
 from typing import NamedTuple
 
 from hisparse_plan.models import (
@@ -19,8 +16,15 @@ BucketSpec = LayerSpec | HisparseResidentSpec | HisparseHotSpec
 """A tensor's spec: one layer's own, never a uniform_type bundle."""
 
 
+class LayerRun(NamedTuple):
+    """Consecutive layers of one role that share one spec object, in model order."""
+
+    spec: LayerSpec
+    names: list[str]
+
+
 class SpecBucket(NamedTuple):
-    """Layers of one group with the same spec, in model order."""
+    """Layers with the same spec (consecutive ones, or all of a group's), in model order."""
 
     spec: BucketSpec
     names: list[str]
@@ -42,43 +46,44 @@ class PlacedGroup(NamedTuple):
         return sum(bucket.block_bytes for bucket in self.buckets)
 
 
-def add_layer(buckets: list[SpecBucket], name: str, spec: LayerSpec) -> None:
-    """Put a layer in the bucket of its spec, or open one: buckets keep first-appearance order."""
-    # A validated request shares one object per distinct spec, so identity decides at once;
-    # otherwise "the same spec" means every field equal.
-    for bucket in reversed(buckets):
-        if bucket.spec is spec:
-            bucket.names.append(name)
-            return
-    for bucket in buckets:
-        if bucket.spec.__dict__ == spec.__dict__:
-            bucket.names.append(name)
-            return
-    buckets.append(SpecBucket(spec, [name]))
+def merge_runs(runs: list[LayerRun]) -> list[SpecBucket]:
+    """Buckets from runs: runs of the same spec join, in order of first appearance.
 
-
-def bucket_layers(layers: Sequence[tuple[str, LayerSpec]]) -> list[SpecBucket]:
-    """Bucket layers by spec; usually every layer shares one spec object, which is one pass."""
-    first = layers[0][1]
-    if all(map(is_, map(itemgetter(1), layers), repeat(first))):  # C-speed identity scan
-        return [SpecBucket(first, [name for name, _ in layers])]
+    A validated request shares one object per distinct spec, so identity usually decides;
+    otherwise "the same spec" means every field equal.
+    """
     buckets: list[SpecBucket] = []
-    for name, spec in layers:
-        add_layer(buckets, name, spec)
+    for spec, names in runs:
+        bucket = next((b for b in buckets if b.spec is spec), None) or next(
+            (b for b in buckets if b.spec.__dict__ == spec.__dict__), None
+        )
+        if bucket is None:
+            buckets.append(SpecBucket(spec, list(names)))
+        else:
+            bucket.names.extend(names)
     return buckets
 
 
 def place(group: KVCacheGroup) -> PlacedGroup:
     if not isinstance(group.spec, UniformTypeSpec):
         return PlacedGroup(group, [SpecBucket(group.spec, list(group.layer_names))])
-    return PlacedGroup(group, bucket_layers(list(group.spec.specs.items())))
+    runs = [LayerRun(spec, [name]) for name, spec in group.spec.specs.items()]
+    return PlacedGroup(group, merge_runs(runs))
+
+
+def members(runs: list[LayerRun]) -> dict[str, LayerSpec]:
+    """Layer name -> spec, in model order."""
+    specs: dict[str, LayerSpec] = {}
+    for spec, names in runs:
+        specs.update(dict.fromkeys(names, spec))
+    return specs
 
 
 def uniform_spec(layers: dict[str, LayerSpec], buckets: list[SpecBucket]) -> UniformTypeSpec:
     """A uniform_type spec over validated members of one block size, without re-validating them."""
-    return UniformTypeSpec.trusted(
-        kind="uniform_type",
-        block_size=buckets[0].spec.block_size,
-        page_size_bytes=sum(bucket.block_bytes for bucket in buckets),
-        specs=layers,
-    )
+    return UniformTypeSpec.trusted({
+        "kind": "uniform_type",
+        "block_size": buckets[0].spec.block_size,
+        "page_size_bytes": sum(bucket.block_bytes for bucket in buckets),
+        "specs": layers,
+    })

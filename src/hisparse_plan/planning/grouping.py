@@ -3,46 +3,47 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import (
-    FullAttentionSpec,
     KVCacheGroup,
     LayerSpec,
     MLASpec,
     PlanRequest,
-    SlidingWindowSpec,
 )
-from hisparse_plan.planning.buckets import PlacedGroup, SpecBucket, bucket_layers, uniform_spec
+from hisparse_plan.planning.buckets import (
+    LayerRun,
+    PlacedGroup,
+    SpecBucket,
+    members,
+    merge_runs,
+    uniform_spec,
+)
 
-Layer = tuple[str, MLASpec]
-RegularSpec = FullAttentionSpec | SlidingWindowSpec
+Role = Literal["sparse", "indexer", "regular"]
 
 
 @dataclass(frozen=True, slots=True)
 class HisparseLayers:
-    """The request's layers, split the way HiSparse places them."""
+    """The request's layers, split the way HiSparse places them.
 
-    source: list[Layer]
+    Runs are consecutive layers of one role that share one spec object, in model order: a
+    validated request shares equal specs, so a model whose layers repeat one spec is a run or
+    two, and per-layer work shrinks to handling names.
+    """
+
+    source_runs: list[LayerRun]
     source_buckets: list[SpecBucket]
-    indexer: list[Layer]
+    indexer_runs: list[LayerRun]
     indexer_buckets: list[SpecBucket]
     regular: PlacedGroup | None
     block_size: int
 
 
 def split_layers(request: PlanRequest) -> HisparseLayers:
-    source: list[Layer] = []
-    indexer: list[Layer] = []
-    regular: list[tuple[str, RegularSpec]] = []
-    for layer in request.layers.items():
-        spec = layer[1]
-        if not isinstance(spec, MLASpec):
-            regular.append((layer[0], spec))
-        elif spec.cache_role == "sparse":
-            source.append((layer[0], spec))
-        else:
-            indexer.append((layer[0], spec))
+    runs = layer_runs(request)
+    source, indexer = runs["sparse"], runs["indexer"]
     if request.hisparse is None or not (source or indexer):
         why = "hisparse is null" if request.hisparse is None else "no layer has kind 'mla'"
         raise UnsupportedRequestError(
@@ -50,28 +51,50 @@ def split_layers(request: PlanRequest) -> HisparseLayers:
             f"supported yet): expected hisparse settings and MLA layers, but {why}",
             field="hisparse" if request.hisparse is None else "layers",
         )
-    source_buckets = bucket_layers(source) if source else []
-    indexer_buckets = bucket_layers(indexer) if indexer else []
-    block_size = _one_block_size(request, source_buckets + indexer_buckets)
-    regular_group = _regular_group(regular)
-    _refuse_model_version(request, source_buckets + indexer_buckets)
+    block_size = _one_block_size(request, source + indexer)
+    regular_group = _regular_group(runs["regular"])
+    _refuse_model_version(request, source + indexer)
     if not source or not indexer:
+        counts = [sum(len(run.names) for run in role) for role in (source, indexer)]
         raise PlanError(
             "HiSparse needs both sparse (source) layers and indexer layers; got "
-            f"{len(source)} with cache_role 'sparse' and {len(indexer)} with 'indexer'",
+            f"{counts[0]} with cache_role 'sparse' and {counts[1]} with 'indexer'",
             field="layers",
         )
     return HisparseLayers(
-        source, source_buckets, indexer, indexer_buckets, regular_group, block_size
+        source, merge_runs(source), indexer, merge_runs(indexer), regular_group, block_size
     )
 
 
-def _mla_layers(request: PlanRequest) -> list[Layer]:
+def layer_runs(request: PlanRequest) -> dict[Role, list[LayerRun]]:
+    """Each role's layers as runs of one spec object, in model order.
+
+    A validated request shares one object per distinct spec, so a model that repeats its
+    layer specs becomes a run or two per role, and later steps work per run, not per layer.
+    """
+    runs: dict[Role, list[LayerRun]] = {"sparse": [], "indexer": [], "regular": []}
+    role_of: dict[int, list[LayerRun]] = {}  # by spec identity: the runs of its role
+    for name, spec in request.layers.items():
+        role_runs = role_of.get(id(spec))
+        if role_runs is None:
+            role_runs = role_of[id(spec)] = runs[_role(spec)]
+        if role_runs and role_runs[-1].spec is spec:
+            role_runs[-1].names.append(name)
+        else:
+            role_runs.append(LayerRun(spec, [name]))
+    return runs
+
+
+def _role(spec: LayerSpec) -> Role:
+    return spec.cache_role if isinstance(spec, MLASpec) else "regular"
+
+
+def _mla_layers(request: PlanRequest) -> list[tuple[str, MLASpec]]:
     return [(name, spec) for name, spec in request.layers.items() if isinstance(spec, MLASpec)]
 
 
-def _one_block_size(request: PlanRequest, buckets: list[SpecBucket]) -> int:
-    sizes = {bucket.spec.block_size for bucket in buckets}
+def _one_block_size(request: PlanRequest, runs: list[LayerRun]) -> int:
+    sizes = {run.spec.block_size for run in runs}
     if len(sizes) == 1:
         return sizes.pop()
     (first_name, first), *rest = _mla_layers(request)
@@ -83,8 +106,8 @@ def _one_block_size(request: PlanRequest, buckets: list[SpecBucket]) -> int:
     )
 
 
-def _refuse_model_version(request: PlanRequest, buckets: list[SpecBucket]) -> None:
-    if all(getattr(bucket.spec, "model_version", None) != "deepseek_v4" for bucket in buckets):
+def _refuse_model_version(request: PlanRequest, runs: list[LayerRun]) -> None:
+    if all(getattr(run.spec, "model_version", None) != "deepseek_v4" for run in runs):
         return
     name = next(n for n, spec in _mla_layers(request) if spec.model_version == "deepseek_v4")
     raise UnsupportedRequestError(
@@ -93,25 +116,25 @@ def _refuse_model_version(request: PlanRequest, buckets: list[SpecBucket]) -> No
     )
 
 
-def _regular_group(layers: list[tuple[str, RegularSpec]]) -> PlacedGroup | None:
-    if not layers:
+def _regular_group(runs: list[LayerRun]) -> PlacedGroup | None:
+    if not runs:
         return None
-    first_name, first = layers[0]
-    for name, spec in layers:
+    first = runs[0].spec
+    for spec, names in runs:
         if spec.kind != first.kind or spec.block_size != first.block_size:
             raise UnsupportedRequestError(
-                f"layers[{name!r}]: hybrid models are not supported yet (SPEC 7): every "
-                f"non-MLA layer must have the kind and block size of {first_name!r} "
+                f"layers[{names[0]!r}]: hybrid models are not supported yet (SPEC 7): every "
+                f"non-MLA layer must have the kind and block size of {runs[0].names[0]!r} "
                 f"({first.kind}, {first.block_size}), got {spec.kind}, {spec.block_size}",
-                field=f"layers[{name!r}]",
+                field=f"layers[{names[0]!r}]",
             )
-    members: list[tuple[str, LayerSpec]] = list(layers)
-    buckets = bucket_layers(members)
-    group = KVCacheGroup.trusted(
-        layer_names=[name for name, _ in layers],
-        spec=first if len(buckets) == 1 else uniform_spec(dict(members), buckets),
-        role="default",
-        host_resident=False,
-        enable_kv_transfer=True,
-    )
+    buckets = merge_runs(runs)
+    specs = members(runs)
+    group = KVCacheGroup.trusted({
+        "layer_names": list(specs),
+        "spec": first if len(buckets) == 1 else uniform_spec(specs, buckets),
+        "role": "default",
+        "host_resident": False,
+        "enable_kv_transfer": True,
+    })
     return PlacedGroup(group, buckets)

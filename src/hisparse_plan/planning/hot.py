@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import NamedTuple
+
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import HisparseConfig, MLASpec, ModelConfig
+from hisparse_plan.planning.buckets import LayerRun
 
 MAX_HOT_ROWS = 32768
 """Hot slot indices are int16."""
-
-Layer = tuple[str, MLASpec]
 
 
 def hot_buffer_rows(
@@ -52,42 +54,61 @@ def hot_buffer_rows(
     return rows, warnings
 
 
-def hot_packs(source: list[Layer], indexer_page: int, one_page: bool) -> list[list[Layer]]:
+class HotPack(NamedTuple):
+    """Source layers whose resident and hot pages share one group: one page size, in order."""
+
+    names: list[str]
+    page: int
+
+
+def hot_packs(runs: list[LayerRun], indexer_page: int) -> list[HotPack]:
     """Resident/hot packs: index-sharing units packed greedily, in order, into indexer blocks.
 
     A unit is a leader and the non-leaders after it (they share one indexer's top-k); a pack
     grows while its pages fit one block of the indexer group. Units are never split, so a unit
-    larger than an indexer block gets a pack of its own. `one_page` says all source pages are
-    equal, which spares the check that each pack has a single page size.
+    larger than an indexer block gets a pack of its own.
     """
-    packs: list[list[Layer]] = []
-    pack: list[Layer] = []
-    pack_bytes = 0
-    unit: list[Layer] = []
-    unit_bytes = 0
-    for layer in source:
-        if unit and layer[1].is_index_group_leader:
-            if pack and pack_bytes + unit_bytes > indexer_page:
-                packs.append(pack)
-                pack, pack_bytes = [], 0
-            pack += unit
-            pack_bytes += unit_bytes
-            unit, unit_bytes = [], 0
-        unit.append(layer)
-        unit_bytes += layer[1].page_size_bytes
-    if pack and pack_bytes + unit_bytes > indexer_page:
-        packs.append(pack)
-        pack = []
-    packs.append(pack + unit)
-    if one_page:  # every source layer has the same page: no pack can mix
-        return packs
-    for pack in packs:
-        page = pack[0][1].page_size_bytes
-        if any(spec.page_size_bytes != page for _, spec in pack):
-            pages = sorted({spec.page_size_bytes for _, spec in pack})
-            raise PlanError(
-                f"layers: the hot pack {pack[0][0]!r} .. {pack[-1][0]!r} mixes page sizes "
-                f"{pages}; expected one page size per resident/hot group",
-                field="layers",
-            )
-    return packs
+    unit_starts: list[int] = []  # each unit's first layer, in source order
+    unit_bytes: list[int] = []
+    position = 0
+    for spec, names in runs:
+        page, count = spec.page_size_bytes, len(names)
+        if isinstance(spec, MLASpec) and spec.is_index_group_leader:
+            unit_starts.extend(range(position, position + count))
+            unit_bytes.extend([page] * count)
+        elif unit_bytes:  # non-leaders share the current unit's top-k
+            unit_bytes[-1] += page * count
+        else:  # no leader yet: the first layers form a unit of their own
+            unit_starts.append(position)
+            unit_bytes.append(page * count)
+        position += count
+    pack_starts = [0]  # in units
+    filled = 0
+    for unit, size in enumerate(unit_bytes):
+        if unit > pack_starts[-1] and filled + size > indexer_page:
+            pack_starts.append(unit)
+            filled = 0
+        filled += size
+    layer_starts = [unit_starts[unit] for unit in pack_starts] + [position]
+    names = [name for run in runs for name in run.names]
+    return [
+        _pack(runs, names, start, stop)
+        for start, stop in pairwise(layer_starts)
+    ]
+
+
+def _pack(runs: list[LayerRun], names: list[str], start: int, stop: int) -> HotPack:
+    """Source layers [start, stop), which must share one page size."""
+    pages = []
+    position = 0
+    for spec, run_names in runs:
+        if position < stop and position + len(run_names) > start:
+            pages.append(spec.page_size_bytes)
+        position += len(run_names)
+    if len(set(pages)) > 1:
+        raise PlanError(
+            f"layers: the hot pack {names[start]!r} .. {names[stop - 1]!r} mixes page sizes "
+            f"{sorted(set(pages))}; expected one page size per resident/hot group",
+            field="layers",
+        )
+    return HotPack(names[start:stop], pages[0])

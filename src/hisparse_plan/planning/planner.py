@@ -17,16 +17,21 @@ from hisparse_plan.models import (
     KVCacheGroup,
     KVCacheLayout,
     KVCachePlan,
-    LayerSpec,
     MLASpec,
     PlanRequest,
     Workload,
 )
 from hisparse_plan.planning.arith import ceil_div, require_int64
-from hisparse_plan.planning.buckets import PlacedGroup, SpecBucket, uniform_spec
+from hisparse_plan.planning.buckets import (
+    LayerRun,
+    PlacedGroup,
+    SpecBucket,
+    members,
+    uniform_spec,
+)
 from hisparse_plan.planning.capacity import hisparse_capacity
-from hisparse_plan.planning.grouping import HisparseLayers, Layer, split_layers
-from hisparse_plan.planning.hot import hot_buffer_rows, hot_packs
+from hisparse_plan.planning.grouping import HisparseLayers, split_layers
+from hisparse_plan.planning.hot import HotPack, hot_buffer_rows, hot_packs
 from hisparse_plan.planning.pools import (
     device_bytes_per_block,
     device_num_blocks,
@@ -56,16 +61,15 @@ def _plan_hisparse(
     source_specs = [b.spec for b in layers.source_buckets if isinstance(b.spec, MLASpec)]
     rows, notes = hot_buffer_rows(source_specs, request.model, hisparse, block_size)
     indexer_page = sum(bucket.block_bytes for bucket in layers.indexer_buckets)
-    one_page = len({spec.page_size_bytes for spec in source_specs}) == 1
-    packs = hot_packs(layers.source, indexer_page, one_page)
+    packs = hot_packs(layers.source_runs, indexer_page)
 
-    source = _uniform_group(layers.source, layers.source_buckets, "hisparse_source")
-    indexer = _uniform_group(layers.indexer, layers.indexer_buckets, "hisparse_indexer")
+    source = _uniform_group(layers.source_runs, layers.source_buckets, "hisparse_source")
+    indexer = _uniform_group(layers.indexer_runs, layers.indexer_buckets, "hisparse_indexer")
     resident_specs, hot_specs = _derived_specs(packs, block_size, ceil_div(rows, block_size))
     device_groups = [
         indexer,
-        *(_derived_group(pack, RESIDENT_SUFFIX, resident_specs[_page(pack)]) for pack in packs),
-        *(_derived_group(pack, HOT_SUFFIX, hot_specs[_page(pack)]) for pack in packs),
+        *(_derived_group(pack, RESIDENT_SUFFIX, resident_specs[pack.page]) for pack in packs),
+        *(_derived_group(pack, HOT_SUFFIX, hot_specs[pack.page]) for pack in packs),
     ]
     if layers.regular is not None:
         device_groups.append(layers.regular)
@@ -117,27 +121,25 @@ def _plan_hisparse(
     )
 
 
-def _uniform_group(layers: list[Layer], buckets: list[SpecBucket], role: GroupRole) -> PlacedGroup:
-    members: dict[str, LayerSpec] = dict(layers)
-    group = KVCacheGroup.trusted(
-        layer_names=list(members),
-        spec=uniform_spec(members, buckets),
-        role=role,
-        host_resident=role == "hisparse_source",
-        enable_kv_transfer=True,
-    )
+def _uniform_group(
+    runs: list[LayerRun], buckets: list[SpecBucket], role: GroupRole
+) -> PlacedGroup:
+    specs = members(runs)
+    group = KVCacheGroup.trusted({
+        "layer_names": list(specs),
+        "spec": uniform_spec(specs, buckets),
+        "role": role,
+        "host_resident": role == "hisparse_source",
+        "enable_kv_transfer": True,
+    })
     return PlacedGroup(group, buckets)
 
 
-def _page(pack: list[Layer]) -> int:
-    return pack[0][1].page_size_bytes
-
-
 def _derived_specs(
-    packs: list[list[Layer]], block_size: int, hot_blocks: int
+    packs: list[HotPack], block_size: int, hot_blocks: int
 ) -> tuple[dict[int, HisparseResidentSpec], dict[int, HisparseHotSpec]]:
     """One resident and one hot spec per page size, shared by every pack of that size."""
-    pages = {_page(pack) for pack in packs}
+    pages = {pack.page for pack in packs}
     resident = {
         page: HisparseResidentSpec(block_size=block_size, page_size_bytes=page) for page in pages
     }
@@ -151,11 +153,14 @@ def _derived_specs(
 
 
 def _derived_group(
-    pack: list[Layer], suffix: str, spec: HisparseResidentSpec | HisparseHotSpec
+    pack: HotPack, suffix: str, spec: HisparseResidentSpec | HisparseHotSpec
 ) -> PlacedGroup:
-    names = [name + suffix for name, _ in pack]
-    group = KVCacheGroup.trusted(
-        layer_names=names, spec=spec, role="default", host_resident=False,
-        enable_kv_transfer=False,
-    )
+    names = [name + suffix for name in pack.names]
+    group = KVCacheGroup.trusted({
+        "layer_names": names,
+        "spec": spec,
+        "role": "default",
+        "host_resident": False,
+        "enable_kv_transfer": False,
+    })
     return PlacedGroup(group, [SpecBucket(spec, names)])
