@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import json
 import warnings
 
 import pytest
@@ -57,3 +58,9 @@ def test_worked_example_numbers() -> None:
     assert (host_tensor.layer_stride, host_tensor.block_stride) == (1126514688, 41984)
     assert plan.capacity.max_concurrency == pytest.approx(10.48125)
     assert plan.capacity.steady_state_concurrency == pytest.approx(10.48125)
+
+
+def test_packaged_example_is_the_deepseek_golden_request() -> None:
+    example = (VENDORED.parent.parent / "src" / "hisparse_plan" / "data"
+               / "deepseek_v32_fp8.request.json")
+    assert json.loads(example.read_text()) == load("deepseek_v32_fp8")[0]

@@ -52,3 +52,21 @@ def test_no_assert_validates_input_in_the_library() -> None:
 
 def test_package_is_typed() -> None:
     assert (SRC / "py.typed").is_file()
+
+
+def test_readme_library_example_shows_real_output() -> None:
+    """Each expression line followed by a `# result` line in the first python block evaluates
+    to exactly that result."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
+    namespace: dict[str, object] = {}
+    checked = 0
+    for line, following in zip(block, [*block[1:], ""], strict=True):
+        if not line or line.startswith("#"):
+            continue
+        if following.startswith("# "):
+            assert repr(eval(line, namespace)) == following[2:], line
+            checked += 1
+        else:
+            exec(line, namespace)
+    assert checked == 2

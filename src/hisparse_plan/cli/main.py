@@ -1,4 +1,8 @@
-"""The `hisparse-plan` command."""
+"""The `hisparse-plan` command: argument parsing and the one place refusals become exit codes.
+
+Exit codes: 0 done; 1 verify found a fault (or an internal error); 2 a refusal (bad
+arguments, a request the planner rejects, a missing extra), always as one `error: ...` line.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,30 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
+import warnings
+from collections.abc import Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
 
-from hisparse_plan.cli.errors import one_line
-from hisparse_plan.errors import PlanError
-from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.planning import plan
+from hisparse_plan import __version__
+from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.commands import capacity, explain, models, plan, schema, tune, verify
+from hisparse_plan.cli.errors import CheckFailed, CommandError, one_line
+from hisparse_plan.cli.sizes import SIZE_HELP
+from hisparse_plan.errors import PlanError, PlanWarning
 
-Command = Callable[[argparse.Namespace], int]
+COMMANDS: tuple[Command, ...] = (
+    plan.COMMAND,
+    capacity.COMMAND,
+    tune.COMMAND,
+    explain.COMMAND,
+    schema.COMMAND,
+    verify.COMMAND,
+    models.COMMAND,
+)
+DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
+"""Set to 1 to let an internal error's traceback through."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,55 +42,71 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _load_request(path: str) -> PlanRequest:
-    return PlanRequest.model_validate_json(Path(path).read_bytes())
-
-
-def _print_summary(result: KVCachePlan) -> None:
-    host = result.host_pool
-    print(f"groups: {len(result.groups)}  tensors: {len(result.tensors)}")
-    print(
-        f"device pool: {result.num_blocks} blocks x {result.device_pool.bytes_per_block} bytes "
-        f"= {result.device_pool.size} bytes ({result.device_pool.layout.value})"
-    )
-    if host is not None:
-        print(f"host pool: {host.num_blocks} blocks x {host.bytes_per_block} bytes = {host.size} bytes")
-    print(f"max concurrency: {result.capacity.max_concurrency:.4f}")
-    for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-
-
-def _run_plan(args: argparse.Namespace) -> int:
-    result = plan(_load_request(args.request))
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    else:
-        _print_summary(result)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hisparse-plan", description="Plan a HiSparse KV cache.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    plan_cmd = commands.add_parser("plan", help="plan a request")
-    plan_cmd.add_argument("--request", required=True, help="plan request JSON file")
-    plan_cmd.add_argument("--json", action="store_true", help="print the whole plan as JSON")
-    plan_cmd.set_defaults(run=_run_plan)
+    parser = _Parser(
+        prog="hisparse-plan",
+        description="Plan a HiSparse sparse-MLA KV cache, and see what it buys.",
+        epilog=SIZE_HELP + ".",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
+    for command in COMMANDS:
+        sub = commands.add_parser(
+            command.name, help=command.help, description=command.description,
+            epilog=SIZE_HELP + ".",
+        )
+        command.configure(sub)
+        sub.set_defaults(run=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Command = args.run
     try:
-        return run(args)
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, --version, or a usage error already printed
+        return stop.code if isinstance(stop.code, int) else 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlanWarning)
+        status = _run(args)
+    shown: set[str] = set()
+    for warning in caught:
+        if not issubclass(warning.category, PlanWarning):
+            continue  # a dependency's deprecation notice is not the operator's business
+        message = " ".join(str(warning.message).split())
+        if message not in shown:
+            shown.add(message)
+            print(f"warning: {message}", file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        status: int = args.run(args)
+        return status
     except BrokenPipeError:
         # The reader went away (`| head`): not an error; silence the flush at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (PlanError, ValidationError, OSError, json.JSONDecodeError) as error:
+    except (PlanError, ValidationError, CommandError, OSError, json.JSONDecodeError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
+    except CheckFailed as error:
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        print(
+            f"error: internal error, please report it: {type(error).__name__}: "
+            f"{one_line(error)} (set {DEBUG_ENV}=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

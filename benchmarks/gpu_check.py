@@ -1,0 +1,246 @@
+"""The torch backend's CUDA paths on a real GPU: one short script, well under 5 minutes.
+
+    python benchmarks/gpu_check.py [--host-gib 8] [--device-gib 8] [--device cuda:0]
+
+Prints one line per check and exits 1 at the first failure (2 without CUDA):
+
+1. allocate(pin=True) with 1 GiB registration chunks: several chunks, every edge OS-page
+   aligned and inside no page, the pool reports is_pinned(), and registering any chunk again
+   fails as already registered.
+2. Pinned copies: a layer's pages, across chunk edges, to the device pool and back, intact; the
+   pinned host-to-device rate next to a pageable one.
+3. verify, every block and a sample, with the device groups on the GPU.
+4. release(): every chunk unregistered (a view kept past it reports is_pinned() False).
+5. Rollback on real CUDA: with one chunk registered beforehand, register_chunks fails on it and
+   leaves none of the others registered, sequentially and threaded.
+6. Refusals: a device pool above free memory; a registration chunk of 512 GiB.
+7. Timing: allocate + prefault + pin against torch.empty(pin_memory=True) of the same bytes
+   (with torch's host allocator stats, which show its power-of-two rounding).
+8. The DeepSeek-V3.2 golden plan on the meta device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import hisparse_plan as hp
+from hisparse_plan.torch import (
+    BackendError,
+    CudaRegistrar,
+    RegistrationError,
+    allocate,
+    host_trains,
+    meta_check,
+    verify,
+)
+from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk
+from hisparse_plan.torch.host import OS_PAGE, HostBuffer
+from hisparse_plan.torch.registration import register_chunks
+from hisparse_plan.views import plan_views
+
+DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
+GIB = 2**30
+ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(name: str, ok: bool, detail: str = "") -> None:
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+    if not ok:
+        raise CheckFailed(name)
+
+
+def deepseek(host_gib: float, device_bytes: int) -> hp.KVCachePlan:
+    request: dict[str, Any] = copy.deepcopy(
+        json.loads((DATA / "deepseek_v32_fp8.request.json").read_text()))
+    request["model"]["max_model_len"] = 4096
+    request["hisparse"]["host_pool_gib"] = host_gib
+    request["device"]["available_bytes"] = device_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hp.PlanWarning)
+        return hp.plan(hp.PlanRequest.model_validate(request))
+
+
+def seconds(action: Callable[[], object]) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    action()
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def pinned_pools(plan: hp.KVCachePlan, device: str) -> None:
+    assert plan.host_pool is not None
+    size = plan.host_pool.size
+    started = time.perf_counter()
+    pools = allocate(plan, device=device, pin=True, register_chunk_bytes=GIB)
+    took = time.perf_counter() - started
+    host = pools.host
+    assert host is not None
+    chunks = pools.chunks
+    print(f"     allocate(pin=True): {size / GIB:.2f} GiB host pool in {len(chunks)} chunks, "
+          f"{took:.2f} s ({size / GIB / took:.2f} GiB/s with prefault and pinning)")
+    check("several chunks cover the pool",
+          len(chunks) > 1 and chunks[0].start == 0 and chunks[-1].end == size
+          and all(a.end == b.start for a, b in itertools.pairwise(chunks)))
+    trains = host_trains(plan)
+    check("chunk edges are OS-page aligned and inside no page",
+          all(c.end % OS_PAGE == 0 and all(t.lowest_crossing(c.end) is None for t in trains)
+              for c in chunks[:-1]))
+    check("the host pool is pinned", bool(host.is_pinned()))
+    registrar = CudaRegistrar(pools.device.device.index or 0)
+    codes = [registrar.register(host.data_ptr() + c.start, c.nbytes) for c in chunks]
+    check("each chunk is registered already", all(code == ALREADY_REGISTERED for code in codes),
+          f"cudaHostRegister again returned {sorted(set(codes))}")
+
+    copies(plan, pools.views(), chunks, pools.device.device)
+
+    report = verify(plan, pools)
+    check("verify, every block", not report.sampled,
+          f"{report.pages} pages, {report.bytes / 1e9:.2f} GB in {report.seconds:.2f} s "
+          f"({report.gb_per_s:.2f} GB/s)")
+    sampled = verify(plan, pools, blocks=64)
+    check("verify, 64 blocks a pool", sampled.sampled, f"{sampled.seconds:.2f} s")
+
+    kept = host[: chunks[0].nbytes]
+    pools.release()
+    check("release unpins every chunk", not kept.is_pinned() and pools.chunks == ())
+    retry = [registrar.register(kept.data_ptr() + c.start, c.nbytes) for c in chunks[:1]]
+    check("a released chunk can be registered afresh", retry == [0])
+    registrar.unregister(kept.data_ptr())
+
+
+def copies(
+    plan: hp.KVCachePlan, views: dict[str, torch.Tensor], chunks: tuple[Chunk, ...],
+    device: torch.device,
+) -> None:
+    name = "model.layers.30.self_attn.attn"  # a host layer whose slab crosses chunk edges
+    layer = plan_views(plan)[name]
+    source = views[name]
+    span = (layer.offset, layer.offset + layer.num_blocks * layer.block_stride)
+    crossed = sum(span[0] < c.end < span[1] for c in chunks)
+    raw = source.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8))
+    staging = torch.empty(source.shape, dtype=source.dtype, device=device)
+    back = torch.empty_like(source, device="cpu").pin_memory()
+    nbytes = raw.numel()
+    pinned_s = seconds(lambda: staging.copy_(source, non_blocking=True))
+    seconds(lambda: back.copy_(staging, non_blocking=True))
+    check("a layer's pages go to the GPU and back intact",
+          torch.equal(back.view(torch.uint8), raw),
+          f"{nbytes / GIB:.2f} GiB across {crossed} chunk edges")
+    pageable = source.clone()
+    pageable_s = seconds(lambda: staging.copy_(pageable, non_blocking=True))
+    print(f"     host -> device: pinned {nbytes / pinned_s / 1e9:.1f} GB/s, pageable "
+          f"{nbytes / pageable_s / 1e9:.1f} GB/s")
+
+
+def rollback(device_index: int) -> None:
+    chunk_bytes = 64 * 2**20
+    for threads in (1, 4):
+        buffer = HostBuffer(6 * chunk_bytes)
+        buffer.prefault(4)
+        pieces = [Chunk(i, i * chunk_bytes, (i + 1) * chunk_bytes) for i in range(6)]
+        registrar = CudaRegistrar(device_index)
+        blocker = buffer.address + 3 * chunk_bytes
+        check(f"pre-register chunk 3 (threads={threads})",
+              registrar.register(blocker, chunk_bytes) == 0)
+        try:
+            register_chunks(buffer.address, pieces, registrar, threads=threads)
+        except RegistrationError as error:
+            failed = error.chunk
+        else:
+            failed = None
+        tensor = buffer.tensor
+        assert tensor is not None
+        others = [tensor[c.start:c.end].is_pinned() for c in pieces if c.index != 3]
+        check(f"rollback leaves nothing registered (threads={threads})",
+              failed == 3 and not any(others), f"failed chunk {failed}, pinned {others}")
+        check("the pre-registered chunk is untouched",
+              bool(tensor[3 * chunk_bytes:4 * chunk_bytes].is_pinned()))
+        registrar.unregister(blocker)
+        buffer.release()
+
+
+def refusals(device: str) -> None:
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    plan = deepseek(0.5, free + 64 * GIB)
+    try:
+        allocate(plan, device=device, pin=False)
+    except BackendError as error:
+        check("a device pool above free memory is refused", "free of" in str(error), str(error))
+    else:
+        check("a device pool above free memory is refused", False)
+    try:
+        allocate(deepseek(0.5, GIB), device=device, register_chunk_bytes=MAX_REGISTRATION_BYTES)
+    except BackendError as error:
+        check("a 512 GiB registration chunk is refused", "512.00 GiB" in str(error))
+    else:
+        check("a 512 GiB registration chunk is refused", False)
+
+
+def versus_torch_pinned(size: int, device: str) -> None:
+    plan = deepseek(size / GIB, GIB)
+    assert plan.host_pool is not None
+    nbytes = plan.host_pool.size
+    started = time.perf_counter()
+    allocate(plan, device=device).release()
+    ours = time.perf_counter() - started
+    started = time.perf_counter()
+    pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    pinned.fill_(0)
+    theirs = time.perf_counter() - started
+    stats: dict[str, Any] = {}
+    host_stats = getattr(torch.cuda, "host_memory_stats", None)
+    if callable(host_stats):
+        stats = {k: v for k, v in host_stats().items() if "reserved" in k or "allocated" in k}
+    del pinned
+    print(f"     {nbytes / GIB:.2f} GiB pinned: allocate {nbytes / GIB / ours:.2f} GiB/s, "
+          f"torch.empty(pin_memory=True)+fill_ {nbytes / GIB / theirs:.2f} GiB/s; torch host "
+          f"allocator stats {stats}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host-gib", type=float, default=8.0)
+    parser.add_argument("--device-gib", type=float, default=8.0)
+    parser.add_argument("--device", default="cuda:0")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_check needs a CUDA device; none here", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{torch.cuda.get_device_name(torch.device(args.device))}", flush=True)
+    try:
+        pinned_pools(deepseek(args.host_gib, int(args.device_gib * GIB)), args.device)
+        rollback(torch.device(args.device).index or 0)
+        refusals(args.device)
+        versus_torch_pinned(int(args.host_gib * GIB), args.device)
+        report = meta_check(hp.plan(hp.PlanRequest.model_validate_json(
+            (DATA / "deepseek_v32_fp8.request.json").read_text())))
+        check("DeepSeek-V3.2 golden plan on meta", report.layers == 244,
+              f"{report.host_bytes / GIB:.2f} GiB host, {report.device_bytes / GIB:.2f} GiB "
+              "device")
+    except CheckFailed:
+        return 1
+    print(f"all checks passed in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m hisparse_plan.cli`, the same as the `hisparse-plan` command."""
+
+import sys
+
+from hisparse_plan.cli.main import main
+
+sys.exit(main())

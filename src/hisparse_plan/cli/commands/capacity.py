@@ -1,0 +1,167 @@
+"""`hisparse-plan capacity`: HiSparse against the all-GPU baseline, at one point or a sweep."""
+
+from __future__ import annotations
+
+import argparse
+
+from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
+from hisparse_plan.cli.source import (
+    Source,
+    add_output_arguments,
+    add_settings_arguments,
+    add_source_arguments,
+    resolve_source,
+)
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.operator import (
+    SWEEP_AXES,
+    CapacityComparison,
+    Sweep,
+    SweepAxis,
+    compare,
+    default_points,
+    sweep,
+)
+from hisparse_plan.planning.pools import host_budget_bytes
+
+BINDS = {"host": "host pool", "device": "GPU", "both": "both"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--sweep", choices=SWEEP_AXES,
+                       help="compare along context length or host pool size")
+    group.add_argument("--points", metavar="LIST",
+                       help="comma-separated sweep points: token counts (8k,32k,131072) for "
+                            "max-model-len, sizes (64GiB,256GiB) for host-pool; default: "
+                            "doubling from 4096 tokens up to --max-model-len, or 16GiB to 1TiB")
+    group.add_argument("--plot", metavar="FILE.png",
+                       help="draw the sweep as a PNG (needs the plot extra: matplotlib)")
+    add_output_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sweep is None and (args.plot is not None or args.points is not None):
+        flag = "--plot" if args.plot is not None else "--points"
+        raise CommandError(f"{flag} needs --sweep max-model-len or --sweep host-pool")
+    source = resolve_source(args)
+    out = Renderer(plain=args.plain)
+    if args.sweep is None:
+        comparison = compare(source.request)
+        if args.json:
+            print(comparison.model_dump_json(indent=2))
+        else:
+            render_comparison(out, source, comparison)
+        return 0
+    axis: SweepAxis = args.sweep
+    longest = args.max_model_len or (
+        source.architecture.max_position_embeddings if source.architecture else None
+    )
+    values = (
+        _points(axis, args.points)
+        if args.points is not None
+        else default_points(axis, source.request, longest)
+    )
+    result = sweep(source.request, axis, values)
+    if args.plot is not None:
+        from hisparse_plan.cli.plot import plot_sweep
+
+        plot_sweep(result, args.plot, title=_setting(source.request, axis, source.title))
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_sweep(out, source, result)
+        if args.plot is not None:
+            out.line(f"plot: {args.plot}")
+    return 0
+
+
+def _points(axis: SweepAxis, text: str) -> list[int]:
+    parse = parse_tokens if axis == "max-model-len" else parse_size
+    try:
+        values = [parse(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise CommandError(f"--points: {error}") from None
+    if not values or min(values) <= 0:
+        raise CommandError(f"--points: expected values above 0, got {text!r}")
+    return values
+
+
+def _setting(request: PlanRequest, axis: SweepAxis | None, title: str) -> str:
+    """The title and the fixed inputs: the swept one is left out."""
+    parts = [f"{format_size(request.device.available_bytes)} GPU"]
+    if axis != "host-pool" and request.hisparse is not None:
+        budget = host_budget_bytes(request.hisparse.host_pool_gib)
+        parts.append(f"{format_size(budget)} host pool")
+    if axis != "max-model-len":
+        parts.append(f"max_model_len {request.model.max_model_len}")
+    return f"{title}: " + ", ".join(parts)
+
+
+def render_comparison(out: Renderer, source: Source, comparison: CapacityComparison) -> None:
+    out.heading(_setting(source.request, None, source.title))
+    hisparse = comparison.hisparse
+    baseline = comparison.baseline
+    out.table(
+        [Column(""), Column("max concurrency", "right"), Column("steady state", "right")],
+        [
+            ["HiSparse", concurrency(hisparse.max_concurrency),
+             concurrency(hisparse.steady_state_concurrency)],
+            ["all-GPU baseline", concurrency(baseline.max_concurrency), "-"],
+        ],
+    )
+    out.line(f"ratio (HiSparse / baseline): {_ratio(comparison.ratio)}")
+    out.line(f"HiSparse binds on: {BINDS[comparison.binding]}")
+    out.line(
+        f"baseline: {baseline.num_blocks} blocks of {baseline.bytes_per_block} bytes "
+        f"(source + indexer pages), {baseline.blocks_per_request} blocks per request"
+    )
+
+
+def _ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def render_sweep(out: Renderer, source: Source, result: Sweep) -> None:
+    out.heading(_setting(source.request, result.axis, source.title))
+    head = "max_model_len" if result.axis == "max-model-len" else "host pool"
+    rows = []
+    notes = []
+    for point in result.points:
+        value = str(point.value) if result.axis == "max-model-len" else format_size(point.value)
+        found = point.comparison
+        if found is None:
+            rows.append([value, "-", "-", "-", "-", "refused"])
+            notes.append(f"{value}: {point.error}")
+            continue
+        rows.append([
+            value,
+            concurrency(found.hisparse.max_concurrency),
+            concurrency(found.hisparse.steady_state_concurrency),
+            concurrency(found.baseline.max_concurrency),
+            _ratio(found.ratio),
+            BINDS[found.binding],
+        ])
+    out.table(
+        [Column(head, "right"), Column("HiSparse max", "right"), Column("steady", "right"),
+         Column("baseline", "right"), Column("ratio", "right"), Column("binds")],
+        rows,
+    )
+    for note in notes:
+        out.line(f"refused at {note}")
+
+
+COMMAND = Command(
+    name="capacity",
+    help="HiSparse against the all-GPU baseline on the same GPU memory",
+    description="Concurrent max_model_len requests with HiSparse and with every MLA layer "
+    "(source and indexer) on the GPU, side by side, and their ratio. The baseline: "
+    "(gpu bytes // (source_page + indexer_page)) / ceil(max_model_len / block_size).",
+    configure=configure,
+    run=run,
+)

@@ -1,0 +1,158 @@
+"""`hisparse-plan plan`: a readable summary of a plan, or the whole plan as JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.sizes import format_size
+from hisparse_plan.cli.source import (
+    Source,
+    add_output_arguments,
+    add_settings_arguments,
+    add_source_arguments,
+    resolve_source,
+)
+from hisparse_plan.models import KVCacheGroup, KVCachePlan, MLASpec
+from hisparse_plan.operator import PoolBounds, pool_bounds
+from hisparse_plan.planning import plan as make_plan
+
+LABELS = {
+    "hisparse_resident": "resident",
+    "hisparse_hot": "hot",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    add_output_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    source = resolve_source(args)
+    result = make_plan(source.request)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return 0
+    render_plan(Renderer(plain=args.plain), source, result)
+    return 0
+
+
+def describe(source: Source, plan: KVCachePlan) -> str:
+    """One line: the model, its cache dtype, block size, context and pools' sharing."""
+    request = source.request
+    spec = next(
+        (s for s in request.layers.values() if isinstance(s, MLASpec) and s.cache_role == "sparse"),
+        None,
+    )
+    dtype = source.kv_dtype or (spec.cache_dtype or spec.dtype if spec is not None else "?")
+    parts = [
+        f"{dtype}",
+        f"block {plan.groups[0].spec.block_size}",
+        f"max_model_len {plan.workload.max_model_len}",
+        f"{plan.device_pool.layout.value}",
+    ]
+    if plan.host_pool is not None and plan.host_pool.shared:
+        parts.append("host pool shared by the node's TP ranks")
+    return f"{source.title}: " + ", ".join(parts)
+
+
+def _label(group: KVCacheGroup) -> str:
+    if group.role == "hisparse_source":
+        return "source (host)"
+    if group.role == "hisparse_indexer":
+        return "indexer"
+    return LABELS.get(group.spec.kind, f"regular ({group.spec.kind})")
+
+
+def group_rows(plan: KVCachePlan, bounds: PoolBounds) -> list[list[str]]:
+    """Runs of alike groups (same label, page and blocks per request) on one row each."""
+    blocks = {demand.group: demand.blocks for demand in bounds.demands}
+    runs: list[tuple[tuple[str, int, int], list[int]]] = []
+    for index, group in enumerate(plan.groups):
+        need = blocks.get(index, bounds.host_required)
+        key = (_label(group), group.spec.page_size_bytes, need)
+        if runs and runs[-1][0] == key:
+            runs[-1][1].append(index)
+        else:
+            runs.append((key, [index]))
+    rows = []
+    for (label, page, need), members in runs:
+        counts = [len(plan.groups[i].layer_names) for i in members]
+        span = str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        rows.append([
+            span,
+            label if len(members) == 1 else f"{label} x{len(members)}",
+            str(counts[0]) if len(counts) == 1 else "+".join(map(str, counts)),
+            format_size(page),
+            str(need),
+        ])
+    return rows
+
+
+def render_plan(out: Renderer, source: Source, plan: KVCachePlan) -> None:
+    bounds = pool_bounds(plan)
+    host = plan.host_pool
+    device = plan.device_pool
+    out.heading(describe(source, plan))
+    out.table(
+        [Column("#", "right"), Column("group"), Column("layers", "right"),
+         Column("page", "right"), Column("blocks/request", "right")],
+        group_rows(plan, bounds),
+        title="groups",
+    )
+    pools = []
+    if host is not None:
+        pools.append(["host", str(host.num_blocks), str(host.block_stride),
+                      format_size(host.size), f"{format_size(host.budget_bytes)} budget"])
+    pools.append(["device", str(plan.num_blocks), str(device.bytes_per_block),
+                  format_size(device.size), f"{format_size(device.available_bytes)} available"])
+    out.table(
+        [Column("pool"), Column("blocks", "right"), Column("bytes/block", "right"),
+         Column("size", "right"), Column("of")],
+        pools,
+        title="pools",
+    )
+    out.table(
+        [Column("pool"), Column("blocks", "right"), Column("bytes", "right")],
+        [
+            ["host", str(bounds.host_required), format_size(bounds.host_bytes)],
+            ["device, admitted", str(bounds.admission), format_size(bounds.admission_bytes)],
+            ["device, steady", str(bounds.steady), format_size(bounds.steady_bytes)],
+        ],
+        title=f"per request ({plan.workload.max_model_len} tokens)",
+    )
+    capacity = plan.capacity
+    out.table(
+        [Column(""), Column("max", "right"), Column("steady state", "right")],
+        [
+            ["host pool bound", concurrency(float(bounds.host_bound)),
+             concurrency(float(bounds.host_bound))],
+            ["device pool bound", concurrency(float(bounds.device_bound("max"))),
+             concurrency(float(bounds.device_bound("steady")))],
+            ["concurrency", concurrency(capacity.max_concurrency),
+             concurrency(capacity.steady_state_concurrency)],
+        ],
+        title="capacity (concurrent max_model_len requests)",
+    )
+    out.line(f"binds: {binding_words(bounds.binding('max'))}")
+
+
+def binding_words(binding: str) -> str:
+    return {
+        "host": "the host pool (more DRAM would help)",
+        "device": "the GPU (more host pool would not help)",
+        "both": "both pools, exactly",
+    }[binding]
+
+
+COMMAND = Command(
+    name="plan",
+    help="plan a model preset, a config.json or a request file",
+    description="Plan where every byte of the KV cache lives, and print a summary (groups, "
+    "pools, one request's footprint, capacity) or, with --json, the whole plan.",
+    configure=configure,
+    run=run,
+)

@@ -1,0 +1,32 @@
+"""`hisparse-plan schema`: the JSON Schemas of the request and plan contracts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hisparse_plan.cli.command import Command
+from hisparse_plan.operator import json_schemas
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("which", nargs="?", choices=("request", "plan", "all"), default="all",
+                        help="one schema, or both as {\"request\": ..., \"plan\": ...} (default)")
+    parser.add_argument("--json", action="store_true",
+                        help="accepted for symmetry: a schema is always JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    schemas = json_schemas()
+    chosen = schemas if args.which == "all" else schemas[args.which]
+    print(json.dumps(chosen, indent=2))
+    return 0
+
+
+COMMAND = Command(
+    name="schema",
+    help="JSON Schema of the plan request and of the plan",
+    description="Print the JSON Schema (draft 2020-12) of a plan request and of a plan.",
+    configure=configure,
+    run=run,
+)

@@ -1,0 +1,182 @@
+"""`hisparse-plan verify`: allocate a plan's pools with torch and check every layer's pages.
+
+The torch backend (`hisparse_plan.torch`, behind the `torch` extra) is imported only here, so
+every other subcommand works without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from hisparse_plan.cli.arg_types import positive_int
+from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.errors import CheckFailed, CommandError
+from hisparse_plan.cli.render import Renderer, rich_available
+from hisparse_plan.cli.sizes import format_size
+from hisparse_plan.cli.source import (
+    add_output_arguments,
+    add_settings_arguments,
+    add_source_arguments,
+    resolve_source,
+)
+from hisparse_plan.models import KVCachePlan
+from hisparse_plan.planning import plan as make_plan
+
+BACKEND = "hisparse_plan.torch"
+Progress = Callable[[int, int], None]
+
+
+def _device(text: str) -> str:
+    if re.fullmatch(r"cpu|meta|cuda(:\d+)?", text) is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid device {text!r}: expected cpu, cuda, cuda:N or meta"
+        )
+    return text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    group = parser.add_argument_group("backend")
+    group.add_argument("--device", type=_device,
+                       help="where the device pool lives: cuda, cuda:N or cpu (default: cuda "
+                            "when torch sees a GPU, else cpu); meta allocates nothing and "
+                            "checks every full-size view against the plan instead")
+    group.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                       help="pin the host pool (default: pinned with a CUDA device, not on cpu)")
+    group.add_argument("--blocks", type=positive_int, metavar="N",
+                       help="check a sample of about N block ids per pool, always the first and "
+                            "last two (default: every block)")
+    add_output_arguments(parser)
+
+
+def _backend() -> ModuleType:
+    try:
+        return import_module(BACKEND)
+    except ImportError as error:
+        missing = _missing_module(error)
+        if missing == "torch" or missing.startswith("torch."):
+            raise CommandError(
+                "verify needs torch: pip install 'hisparse-plan[torch]'"
+            ) from None
+        if missing == BACKEND:
+            raise CommandError(
+                f"verify needs the torch backend ({BACKEND}), which this installation lacks"
+            ) from None
+        raise CommandError(f"the torch backend ({BACKEND}) failed to import: {error}") from None
+
+
+def _missing_module(error: BaseException | None) -> str:
+    """The module whose absence caused `error`, following `raise ... from` causes."""
+    while error is not None:
+        if isinstance(error, ModuleNotFoundError) and error.name:
+            return error.name
+        error = error.__cause__
+    return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    backend = _backend()
+    source = resolve_source(args)
+    plan = make_plan(source.request)
+    device = args.device or backend.default_device()
+    if device == "meta":
+        return _meta_check(backend, plan, source.title, args)
+    pin = args.pin if args.pin is not None else device.startswith("cuda")
+    host = plan.host_pool.size if plan.host_pool is not None else 0
+    print(
+        f"verify: {format_size(host)} host pool ({'pinned' if pin else 'pageable'}), "
+        f"{format_size(plan.device_pool.size)} device pool on {device}",
+        file=sys.stderr,
+    )
+    try:
+        with _progress(show=not args.json) as progress, backend.allocate(
+            plan, device=device, pin=pin
+        ) as pools:
+            report = backend.verify(plan, pools, blocks=args.blocks, progress=progress)
+    except backend.VerifyError as error:
+        raise CheckFailed(f"verify failed: {error}") from error
+    fields = {**dataclasses.asdict(report), "gb_per_s": report.gb_per_s}
+    _show(fields, f"{source.title}: verified on {device}", args)
+    return 0
+
+
+def _meta_check(backend: ModuleType, plan: KVCachePlan, title: str,
+                args: argparse.Namespace) -> int:
+    """On the meta device nothing is allocated: every view is bound at full size and checked
+    against the plan's numbers instead (no bytes to write)."""
+    report = backend.meta_check(plan)
+    fields = {"layers": report.layers, "host_bytes": report.host_bytes,
+              "device_bytes": report.device_bytes}
+    _show(fields, f"{title}: every view bound on the meta device", args)
+    return 0
+
+
+def _show(fields: dict[str, Any], heading: str, args: argparse.Namespace) -> None:
+    # Non-finite floats (a rate over zero seconds) become null so that the JSON stays JSON.
+    shown = {name: None if isinstance(value, float) and not math.isfinite(value) else value
+             for name, value in fields.items()}
+    if args.json:
+        print(json.dumps(shown, indent=2))
+        return
+    out = Renderer(plain=args.plain)
+    out.heading(heading)
+    out.pairs([(key, _text(value)) for key, value in shown.items()])
+
+
+def _text(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+@contextmanager
+def _progress(*, show: bool) -> Iterator[Progress]:
+    """A progress callback: a rich bar on stderr, a counting line on a plain terminal, or
+    nothing when stderr is not a terminal (logs stay clean)."""
+    if not show or not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    if rich_available():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(
+            "verify", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=Console(file=sys.stderr), transient=True,
+        ) as bar:
+            task = bar.add_task("verify", total=None)
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield advance
+        return
+
+    def count(done: int, total: int) -> None:
+        sys.stderr.write(f"\rverify: {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    yield count
+
+
+COMMAND = Command(
+    name="verify",
+    help="allocate the plan's pools with torch and verify every page",
+    description="Allocate the host and device pools the plan describes (torch backend, the "
+    "torch extra), write and read back every layer's pages, and report what was checked. "
+    "Mind the sizes: the pools are allocated for real (use --gpu-mem/--host-pool to shrink "
+    "them, --device cpu --no-pin without a GPU). Exit 1 when verification finds a fault.",
+    configure=configure,
+    run=run,
+)

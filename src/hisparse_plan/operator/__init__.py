@@ -1,0 +1,52 @@
+"""Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, and plans
+explained number by number. Pure functions returning models; nothing here prints."""
+
+from hisparse_plan.operator.baseline import BaselineCapacity, baseline_capacity
+from hisparse_plan.operator.bounds import Binding, GroupDemand, Metric, PoolBounds, pool_bounds
+from hisparse_plan.operator.compare import CapacityComparison, compare, compare_plan
+from hisparse_plan.operator.explain import Explanation, Section, Step, explain
+from hisparse_plan.operator.schema import json_schemas
+from hisparse_plan.operator.sweep import (
+    SWEEP_AXES,
+    Sweep,
+    SweepAxis,
+    SweepPoint,
+    default_points,
+    sweep,
+)
+from hisparse_plan.operator.tune import (
+    BestTune,
+    HostPoolTune,
+    TuneResult,
+    best_concurrency,
+    smallest_host_pool,
+)
+
+__all__ = [
+    "SWEEP_AXES",
+    "BaselineCapacity",
+    "BestTune",
+    "Binding",
+    "CapacityComparison",
+    "Explanation",
+    "GroupDemand",
+    "HostPoolTune",
+    "Metric",
+    "PoolBounds",
+    "Section",
+    "Step",
+    "Sweep",
+    "SweepAxis",
+    "SweepPoint",
+    "TuneResult",
+    "baseline_capacity",
+    "best_concurrency",
+    "compare",
+    "compare_plan",
+    "default_points",
+    "explain",
+    "json_schemas",
+    "pool_bounds",
+    "smallest_host_pool",
+    "sweep",
+]

@@ -1,0 +1,66 @@
+"""Capacity against the baseline along one axis: context length or host pool size."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, Literal
+
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.base import Model, PositiveInt
+from hisparse_plan.operator.compare import CapacityComparison, compare
+from hisparse_plan.presets import Settings, override_request
+
+SweepAxis = Literal["max-model-len", "host-pool"]
+SWEEP_AXES: Final[tuple[SweepAxis, ...]] = ("max-model-len", "host-pool")
+
+GIB: Final = 2**30
+SHORTEST_CONTEXT: Final = 4096
+HOST_POOL_POINTS: Final = tuple(2**k * GIB for k in range(4, 11))
+"""16 GiB to 1 TiB, doubling: a node's DRAM choices."""
+
+
+class SweepPoint(Model):
+    value: PositiveInt
+    """Tokens (max-model-len) or bytes (host-pool)."""
+    comparison: CapacityComparison | None
+    error: str | None
+    """Why the planner refused this point (e.g. a host pool too small for one request)."""
+
+
+class Sweep(Model):
+    axis: SweepAxis
+    points: list[SweepPoint]
+
+
+def default_points(axis: SweepAxis, request: PlanRequest, longest: int | None = None) -> list[int]:
+    """Doubling context lengths from 4096 up to `longest` (default: the request's), which is
+    always the last point; or doubling host pools from 16 GiB to 1 TiB."""
+    if axis == "host-pool":
+        return list(HOST_POOL_POINTS)
+    top = longest or request.model.max_model_len
+    points = []
+    length = SHORTEST_CONTEXT
+    while length < top:
+        points.append(length)
+        length *= 2
+    return [*points, top]
+
+
+def sweep(request: PlanRequest, axis: SweepAxis, values: Iterable[int]) -> Sweep:
+    """Compare at each value of `axis`, the rest of `request` unchanged."""
+    points = []
+    for value in values:
+        settings = (
+            Settings(max_model_len=value)
+            if axis == "max-model-len"
+            else Settings(host_pool_bytes=value)
+        )
+        try:
+            comparison = compare(override_request(request, settings))
+        except PlanError as error:
+            reason = " ".join(str(error).split())
+            points.append(SweepPoint(value=value, comparison=None, error=reason))
+            continue
+        points.append(SweepPoint(value=value, comparison=comparison, error=None))
+    return Sweep(axis=axis, points=points)

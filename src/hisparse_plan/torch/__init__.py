@@ -1,0 +1,54 @@
+"""The torch backend: allocate a plan's pools, bind its layer views, verify them on real bytes.
+
+This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra).
+"""
+
+from __future__ import annotations
+
+try:
+    import torch as _torch  # noqa: F401 - fail here, with the fix, rather than deep inside
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "hisparse_plan.torch needs PyTorch; install the extra: pip install 'hisparse-plan[torch]'"
+    ) from error
+
+from hisparse_plan.torch.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
+from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
+from hisparse_plan.torch.devices import default_device
+from hisparse_plan.torch.errors import (
+    BackendError,
+    HostMemoryError,
+    RegistrationError,
+    VerifyError,
+)
+from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
+from hisparse_plan.torch.meta import MetaReport, meta_check
+from hisparse_plan.torch.pools import Pools, allocate
+from hisparse_plan.torch.registration import CudaRegistrar, Registrar
+from hisparse_plan.torch.verification import VerifyReport, verify
+
+__all__ = [
+    "CHUNK_BYTES",
+    "TORCH_DTYPES",
+    "BackendError",
+    "Chunk",
+    "CudaRegistrar",
+    "HostMemory",
+    "HostMemoryError",
+    "MetaReport",
+    "Pools",
+    "Registrar",
+    "RegistrationError",
+    "VerifyError",
+    "VerifyReport",
+    "allocate",
+    "available_host_memory",
+    "bind_view",
+    "bind_views",
+    "check_bound",
+    "default_device",
+    "host_trains",
+    "meta_check",
+    "plan_chunks",
+    "verify",
+]

@@ -1,0 +1,50 @@
+"""What the torch backend raises: every refusal is a `PlanError`, so one `except` catches all."""
+
+from __future__ import annotations
+
+from hisparse_plan.errors import PlanError
+
+
+class BackendError(PlanError):
+    """Pools cannot be allocated, bound or released as the plan asks."""
+
+
+class HostMemoryError(BackendError):
+    """The host pool would take more RAM than the machine (or its cgroup) can give."""
+
+    def __init__(self, message: str, *, requested: int, available: int) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.available = available
+
+
+class RegistrationError(BackendError):
+    """Registering (pinning) the host pool with CUDA failed; nothing stays registered."""
+
+    def __init__(self, message: str, *, chunk: int | None = None, code: int | None = None) -> None:
+        super().__init__(message)
+        self.chunk = chunk
+        self.code = code
+
+
+class VerifyError(BackendError):
+    """A byte a layer view addresses is not the byte the plan's arithmetic names.
+
+    `tensor` indexes `plan.tensors`, `layer` names the layer, `block` is the block id and
+    `byte_offset` the byte of the pool (host pool for host-resident layers) that disagreed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tensor: int,
+        layer: str,
+        block: int,
+        byte_offset: int,
+    ) -> None:
+        super().__init__(message)
+        self.tensor = tensor
+        self.layer = layer
+        self.block = block
+        self.byte_offset = byte_offset

@@ -1,0 +1,169 @@
+"""The host pool's memory: one anonymous mapping of exactly the planned bytes, prefaulted.
+
+Why not `torch.empty(..., pin_memory=True)`: torch's pinned allocator rounds every request up to
+a power of two, so a 300 GiB pool reserves 512 GiB. Why not plain `torch.empty`: the CPU
+allocator aligns to 64 bytes, not to an OS page, and CUDA registration and huge pages both want
+page-aligned memory. An anonymous private mapping is page-aligned, sized to the byte (the kernel
+rounds only to the next OS page), and can be asked for transparent huge pages.
+
+Prefaulting commits every page now, so a pool the machine cannot back fails at start-up rather
+than in the OOM killer hours later, and so that pinning finds the pages already present. It runs
+on several threads through madvise(MADV_POPULATE_WRITE) (Linux 5.14+), which faults pages
+in-kernel; where that is missing it writes one byte per OS page.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from hisparse_plan.torch.errors import BackendError, HostMemoryError
+from hisparse_plan.torch.hostmem import gib
+
+OS_PAGE = mmap.PAGESIZE
+HOST_ALIGNMENT = 4096
+"""Engines and CUDA registration expect the pool to start on a 4 KiB boundary at least."""
+
+PREFAULT_TASK_PAGES = 16384
+"""OS pages per prefault task. Small enough that tasks spread over threads and one failure
+names a narrow range; below torch's parallel grain, so a fallback fill stays on its thread."""
+
+_MADV_POPULATE_WRITE = 23
+"""Linux's value; not exported by Python's mmap module before 3.13."""
+
+
+def default_prefault_threads() -> int:
+    """Up to 8 threads: page faulting stops scaling well before that on most hosts."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+class HostBuffer:
+    """An anonymous private mapping of `nbytes`, exposed as a flat uint8 tensor.
+
+    The tensor holds a reference to the mapping, so the memory stays mapped while any view of
+    it lives, and is unmapped when the last one goes. `release` returns the physical pages at
+    once even if stray views remain (they would read zeros, never freed memory).
+    """
+
+    def __init__(self, nbytes: int, *, huge_pages: bool = True) -> None:
+        if nbytes < 1:
+            raise BackendError(f"the host pool must have at least 1 byte; got {nbytes}")
+        try:
+            self._map: mmap.mmap | None = mmap.mmap(
+                -1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+        except OSError as error:
+            raise HostMemoryError(
+                f"mapping the host pool of {gib(nbytes)} failed: {error}",
+                requested=nbytes, available=0,
+            ) from error
+        if huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
+            # Huge pages make prefaulting several times faster and spare the TLB; a kernel
+            # with them disabled ignores the advice.
+            self._map.madvise(mmap.MADV_HUGEPAGE)
+        self.nbytes = nbytes
+        self.tensor: torch.Tensor | None = torch.frombuffer(
+            self._map, dtype=torch.uint8, count=nbytes
+        )
+        address = self.tensor.data_ptr()
+        if address % HOST_ALIGNMENT:
+            self.release()
+            raise BackendError(
+                f"the host pool landed at address {address:#x}; expected a multiple of "
+                f"{HOST_ALIGNMENT}"
+            )
+        self.address = address
+
+    def prefault(self, threads: int) -> None:
+        """Commit every page, `threads` at a time; 0 leaves pages to fault on first use."""
+        if threads <= 0 or self.tensor is None:
+            return
+        span = PREFAULT_TASK_PAGES * OS_PAGE
+        starts = range(0, self.nbytes, span)
+        touch = _populate if _populate_supported(self.address) else self._touch
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hisparse-fault") as pool:
+            list(pool.map(lambda start: touch(self, start, min(start + span, self.nbytes)),
+                          starts))
+
+    @staticmethod
+    def _touch(buffer: HostBuffer, start: int, end: int) -> None:
+        if buffer.tensor is not None:
+            buffer.tensor[start:end:OS_PAGE].fill_(0)
+
+    def release(self) -> None:
+        """Hand the physical pages back and drop this buffer's references to the mapping."""
+        if self._map is None:
+            return
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+        self.tensor = None
+        # Not close(): torch.frombuffer does not pin the mapping's buffer export, so closing
+        # would unmap memory under views that still exist. Dropping the reference unmaps it
+        # once the last view is gone.
+        self._map = None
+
+
+class MetaHostBuffer:
+    """A host pool on the meta device: its size and views, no memory."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.tensor: torch.Tensor | None = torch.empty(nbytes, dtype=torch.uint8, device="meta")
+
+    def release(self) -> None:
+        self.tensor = None
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    function = libc.madvise
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+
+    def call(address: int, length: int, advice: int) -> int:
+        # ctypes drops the GIL for the call, so several threads fault in parallel.
+        return 0 if function(address, length, advice) == 0 else ctypes.get_errno()
+
+    return call
+
+
+_MADVISE = _libc_madvise()
+
+
+def _populate_supported(address: int) -> bool:
+    """Probe MADV_POPULATE_WRITE on the first OS page (older kernels answer EINVAL)."""
+    return _MADVISE is not None and _MADVISE(address, OS_PAGE, _MADV_POPULATE_WRITE) == 0
+
+
+def _populate(buffer: HostBuffer, start: int, end: int) -> None:
+    if _MADVISE is None:
+        HostBuffer._touch(buffer, start, end)
+        return
+    code = _MADVISE(buffer.address + start, end - start, _MADV_POPULATE_WRITE)
+    if code == 0:
+        return
+    if code in (errno.ENOMEM, errno.EFAULT):
+        raise HostMemoryError(
+            f"prefaulting host pool bytes {start}..{end} failed ({os.strerror(code)}): the "
+            f"machine could not back the {gib(buffer.nbytes)} pool",
+            requested=buffer.nbytes, available=0,
+        )
+    raise BackendError(f"madvise(MADV_POPULATE_WRITE) on host pool bytes {start}..{end} "
+                       f"failed: {os.strerror(code)}")

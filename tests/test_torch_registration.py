@@ -1,0 +1,179 @@
+"""Pinning all or nothing: chunk registration, rollback and release, with a fake registrar;
+the real CUDA path where a GPU is present."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+pytest.importorskip("torch")  # the backend is an extra: skip without it
+
+from hisparse_plan.torch import Chunk, Pools, RegistrationError, allocate, host_trains
+from hisparse_plan.torch.host import HostBuffer
+from hisparse_plan.torch.registration import register_chunks
+from torch_support import small_plan, torch
+
+PAGE = 4096
+BASE = 1 << 40
+
+
+class FakeRegistrar:
+    """Keeps the registered ranges; fails (or raises) on chosen addresses."""
+
+    def __init__(
+        self, *, fail: set[int] | None = None, raise_on: set[int] | None = None,
+        fail_unregister: set[int] | None = None, fail_after: int | None = None,
+    ) -> None:
+        self.fail_after = fail_after
+        self.fail = fail or set()
+        self.raise_on = raise_on or set()
+        self.fail_unregister = fail_unregister or set()
+        self.registered: dict[int, int] = {}
+        self.calls: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def register(self, address: int, nbytes: int) -> int:
+        with self._lock:
+            self.calls.append(("register", address))
+            if address in self.raise_on:
+                raise RuntimeError("driver went away")
+            if address in self.fail or len(self.registered) == self.fail_after:
+                return 2
+            if any(start < address + nbytes and address < start + size
+                   for start, size in self.registered.items()):
+                return 712  # cudaErrorHostMemoryAlreadyRegistered
+            self.registered[address] = nbytes
+            return 0
+
+    def unregister(self, address: int) -> int:
+        with self._lock:
+            self.calls.append(("unregister", address))
+            if address in self.fail_unregister or address not in self.registered:
+                return 713
+            del self.registered[address]
+            return 0
+
+    def describe(self, code: int) -> str:
+        return {2: "out of memory", 712: "already registered", 713: "not registered"}[code]
+
+
+def chunks(count: int, size: int = 4 * PAGE) -> list[Chunk]:
+    return [Chunk(i, i * size, (i + 1) * size) for i in range(count)]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_every_chunk_registers_and_unregisters(threads: int) -> None:
+    registrar = FakeRegistrar()
+    registration = register_chunks(BASE, chunks(5), registrar, threads=threads)
+    assert registrar.registered == {BASE + i * 4 * PAGE: 4 * PAGE for i in range(5)}
+    registration.unregister()
+    assert registrar.registered == {}
+    assert registration.chunks == []
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_failed_chunk_rolls_back_the_others(threads: int) -> None:
+    registrar = FakeRegistrar(fail={BASE + 2 * 4 * PAGE})
+    with pytest.raises(RegistrationError) as caught:
+        register_chunks(BASE, chunks(5), registrar, threads=threads)
+    assert registrar.registered == {}
+    error = caught.value
+    assert (error.chunk, error.code) == (2, 2)
+    assert "chunk 2 (bytes 32768..49152" in str(error)
+    assert "out of memory" in str(error)
+    assert "rolled back the" in str(error)
+    if threads == 1:  # sequential: stops at the failure, undoes chunks 1 then 0
+        assert registrar.calls[-2:] == [("unregister", BASE + 4 * PAGE), ("unregister", BASE)]
+
+
+def test_a_raising_registrar_still_rolls_back() -> None:
+    registrar = FakeRegistrar(raise_on={BASE + 4 * PAGE})
+    with pytest.raises(RegistrationError, match="RuntimeError: driver went away"):
+        register_chunks(BASE, chunks(3), registrar, threads=3)
+    assert registrar.registered == {}
+
+
+def test_a_failed_rollback_is_reported() -> None:
+    registrar = FakeRegistrar(fail={BASE + 4 * PAGE}, fail_unregister={BASE})
+    with pytest.raises(RegistrationError, match=r"rolling back the 1 registered chunk.* failed"):
+        register_chunks(BASE, chunks(2), registrar)
+
+
+def test_overlapping_chunks_are_refused_like_cuda_does() -> None:
+    overlapping = [Chunk(0, 0, 2 * PAGE), Chunk(1, PAGE, 3 * PAGE)]
+    with pytest.raises(RegistrationError, match="already registered"):
+        register_chunks(BASE, overlapping, FakeRegistrar())
+
+
+def test_allocate_pins_in_chunks_and_release_unpins() -> None:
+    plan = small_plan()
+    registrar = FakeRegistrar()
+    with allocate(plan, device="cpu", pin=True, register_chunk_bytes=4 * 2**20,
+                  registrar=registrar, prefault_threads=2) as pools:
+        assert pools.pinned
+        assert pools.host is not None
+        base = pools.host.data_ptr()
+        assert len(pools.chunks) == len(registrar.registered) > 1
+        assert sorted(registrar.registered) == [base + chunk.start for chunk in pools.chunks]
+        assert sum(registrar.registered.values()) == pools.host.numel()
+        trains = host_trains(plan)
+        for chunk in pools.chunks[:-1]:
+            assert chunk.end % PAGE == 0
+            assert all(train.lowest_crossing(chunk.end) is None for train in trains)
+    assert registrar.registered == {}
+    assert not pools.pinned
+    assert pools.chunks == ()
+
+
+def test_failed_pinning_frees_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[int] = []
+    release = HostBuffer.release
+
+    def record(buffer: HostBuffer) -> None:
+        released.append(buffer.nbytes)
+        release(buffer)
+
+    monkeypatch.setattr(HostBuffer, "release", record)
+    plan = small_plan()
+    registrar = FakeRegistrar(fail_after=3)
+    with pytest.raises(RegistrationError, match="chunk 3"):
+        allocate(plan, device="cpu", pin=True, register_chunk_bytes=4 * 2**20,
+                 registrar=registrar, prefault_threads=1)
+    assert registrar.registered == {}
+    assert plan.host_pool is not None
+    assert released == [plan.host_pool.size]
+
+
+def test_a_forgotten_pools_object_unpins_when_collected() -> None:
+    registrar = FakeRegistrar()
+    pools: Pools | None = allocate(small_plan(), device="cpu", pin=True, registrar=registrar,
+                                   prefault_threads=0)
+    assert registrar.registered
+    del pools
+    gc.collect()
+    assert registrar.registered == {}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_pinning_for_real() -> None:
+    with allocate(small_plan(), device="cuda", pin=True, register_chunk_bytes=8 * 2**20) as pools:
+        assert pools.host is not None
+        assert pools.host.is_pinned()
+        assert len(pools.chunks) > 1
+
+
+def test_a_failed_unpin_keeps_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[int] = []
+    monkeypatch.setattr(HostBuffer, "release", lambda buffer: released.append(buffer.nbytes))
+    registrar = FakeRegistrar()
+    pools = allocate(small_plan(), device="cpu", pin=True, registrar=registrar,
+                     prefault_threads=0)
+    registrar.fail_unregister = set(registrar.registered)
+    with pytest.raises(RegistrationError, match="cudaHostUnregister failed for 1 host pool"):
+        pools.release()
+    # Pages the GPU may still reach are not handed back; the pools are released all the same.
+    assert released == []
+    assert pools.released

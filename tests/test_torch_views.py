@@ -1,0 +1,128 @@
+"""Layer views on real and meta pools: the plan's strides and offsets, to the byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")  # the backend is an extra: skip without it
+
+from golden import CASES, load
+from hisparse_plan.torch import TORCH_DTYPES, BackendError, allocate, check_bound, meta_check
+from hisparse_plan.views import plan_views
+from torch_support import golden_plan, plan_or_none, small_plan, tampered, tensor_index, torch
+
+PLANNED = [case for case in CASES if not case.startswith("reject_")]
+
+
+def test_every_view_has_the_plans_numbers() -> None:
+    plan = small_plan()
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools:
+        bound = pools.views()
+        expected = plan_views(plan)
+        assert list(bound) == list(expected)
+        for name, view in expected.items():
+            tensor = bound[name]
+            pool = pools.host if view.host_resident else pools.device
+            assert pool is not None
+            check_bound(view, tensor, pool)
+            itemsize = tensor.element_size()
+            assert tensor.dtype == TORCH_DTYPES[view.dtype]
+            assert tensor.storage_offset() * itemsize == view.offset
+            assert tuple(s * itemsize for s in tensor.stride()) == view.strides
+            assert tensor.untyped_storage().data_ptr() == pool.data_ptr()
+
+
+def test_view_shapes_by_kind() -> None:
+    plan = small_plan()
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools:
+        views = pools.views()
+    sparse = views["model.layers.1.self_attn.attn"]
+    assert (tuple(sparse.shape), sparse.dtype) == ((130, 1, 64, 576), torch.bfloat16)
+    full = views["model.extra.2.attn"]
+    assert (tuple(full.shape), full.dtype) == ((7, 2, 64, 128), torch.bfloat16)
+    hot = views["model.layers.3.self_attn.attn.hisparse_hot"]
+    assert (tuple(hot.shape), hot.dtype) == ((7, 73728), torch.uint8)
+
+
+def test_a_write_lands_where_the_plan_says() -> None:
+    plan = small_plan()
+    index = tensor_index(plan, "model.extra.0.attn")
+    tensor = plan.tensors[index]
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools:
+        pools.device.zero_()
+        view = pools.views()["model.extra.2.attn"]
+        # Layer 2 of the tensor, block 5, head 1, token 3, element 7 (BLNHC: N before H).
+        view[5, 1, 3, 7] = torch.tensor(1.0, dtype=torch.bfloat16)
+        heads, row = 2, 128 * 2
+        address = (tensor.offset + 2 * tensor.layer_stride + 5 * tensor.block_stride
+                   + 3 * heads * row + 1 * row + 7 * 2)
+        nonzero = torch.nonzero(pools.device).flatten().tolist()
+        # bfloat16 1.0 is 0x3F80, little-endian: exactly the element's two bytes change.
+        assert nonzero == [address, address + 1]
+        assert pools.device[address:address + 2].tolist() == [0x80, 0x3F]
+
+
+def test_a_view_past_the_pool_is_a_backend_error() -> None:
+    plan = small_plan()
+    index = tensor_index(plan, "model.layers.0.self_attn.indexer.k_cache")
+
+    def stretch(dumped: dict[str, Any]) -> None:
+        dumped["tensors"][index]["block_stride"] += 16384
+
+    bad = tampered(plan, stretch)
+    with allocate(bad, device="cpu", pin=False, prefault_threads=0) as pools, \
+            pytest.raises(BackendError) as caught:
+        pools.views()
+    assert str(caught.value) == (
+        f"tensors[{index}] layer 'model.layers.3.self_attn.indexer.k_cache': block 6's page "
+        "ends at byte 1048576, past the device pool's 1032192 bytes; expected all 7 blocks "
+        "inside the pool (offset 49152, block stride 163840)")
+
+
+def test_a_misaligned_view_is_a_backend_error() -> None:
+    plan = small_plan()
+    index = tensor_index(plan, "model.extra.0.attn")
+
+    def shift(dumped: dict[str, Any]) -> None:
+        dumped["tensors"][index]["offset"] += 1
+
+    with allocate(tampered(plan, shift), device="cpu", pin=False, prefault_threads=0) as pools, \
+            pytest.raises(BackendError, match="offset 1 is not a multiple of the bfloat16 size 2"):
+        pools.views()
+
+
+def test_meta_check_of_deepseek_v32() -> None:
+    plan = golden_plan("deepseek_v32_fp8")
+    report = meta_check(plan)
+    assert (report.host_bytes, report.device_bytes) == (68717395968, 64424196096)
+    assert report.layers == 61 * 4
+    indexer = report.views["model.layers.60.self_attn.indexer.k_cache"]
+    assert (tuple(indexer.shape), indexer.stride(), indexer.storage_offset()) == (
+        (118038, 1, 64, 132), (545792, 132, 132, 1), 60 * 8448)
+    source = report.views["model.layers.60.self_attn.attn"]
+    assert (tuple(source.shape), source.stride(), source.storage_offset()) == (
+        (26832, 1, 64, 656), (41984, 656, 656, 1), 60 * 1126514688)
+    hot = report.views["model.layers.60.self_attn.attn.hisparse_hot"]
+    assert (tuple(hot.shape), hot.stride(), hot.device.type) == (
+        (118038, 41984), (545792, 1), "meta")
+
+
+@pytest.mark.parametrize("case", PLANNED)
+def test_meta_check_of_every_golden_plan(case: str) -> None:
+    plan = plan_or_none(load(case)[0])
+    assert plan is not None
+    report = meta_check(plan)
+    assert report.layers == len(plan_views(plan))
+
+
+def test_meta_check_refuses_a_view_past_the_pool() -> None:
+    plan = golden_plan("deepseek_v32_fp8")
+
+    def shift(dumped: dict[str, Any]) -> None:
+        dumped["tensors"][0]["offset"] += 41984
+
+    with pytest.raises(BackendError, match=r"tensors\[0\] layer 'model.layers.60.self_attn.attn'"
+                                           r": block 26831's page ends at byte 68717437952"):
+        meta_check(tampered(plan, shift))
