@@ -44,7 +44,7 @@ from hisparse_plan.torch import (
     meta_check,
     verify,
 )
-from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk
+from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_crossing
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
 from hisparse_plan.torch.registration import register_chunks
 from hisparse_plan.views import plan_views
@@ -99,7 +99,7 @@ def pinned_pools(plan: hp.KVCachePlan, device: str) -> None:
           and all(a.end == b.start for a, b in itertools.pairwise(chunks)))
     trains = host_trains(plan)
     check("chunk edges are OS-page aligned and inside no page",
-          all(c.end % OS_PAGE == 0 and all(t.lowest_crossing(c.end) is None for t in trains)
+          all(c.end % OS_PAGE == 0 and all(lowest_crossing(t, c.end) is None for t in trains)
               for c in chunks[:-1]))
     check("the host pool is pinned", bool(host.is_pinned()))
     registrar = CudaRegistrar(pools.device.device.index or 0)

@@ -7,13 +7,13 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
 
 import hisparse_plan as hp
+from cli_support import Run
 from golden import GOLDEN, load, project
 from hisparse_plan.cli import main as cli_main
 from hisparse_plan.cli import render
@@ -27,19 +27,8 @@ from hisparse_plan.operator import (
     TuneResult,
 )
 
-Run = Callable[..., tuple[int, str, str]]
 GIB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Run:
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture(params=["rich", "plain"])

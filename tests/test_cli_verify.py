@@ -15,24 +15,13 @@ from typing import Any
 import pytest
 
 import hisparse_plan as hp
+from cli_support import Run
 from hisparse_plan.cli.commands import verify as verify_command
-from hisparse_plan.cli.main import main
 
-Run = Callable[..., tuple[int, str, str]]
 TINY_SPARSE = {"kind": "mla", "block_size": 16, "head_size": 64, "dtype": "bfloat16",
                "cache_role": "sparse", "is_index_group_leader": True}
 TINY_INDEXER = {"kind": "mla", "block_size": 16, "head_size": 32, "dtype": "bfloat16",
                 "cache_role": "indexer"}
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Run:
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, Chunk, host_trains, plan_chunks
-from hisparse_plan.torch.chunks import CHUNK_BYTES, MAX_REGISTRATION_BYTES, Train
+from hisparse_plan.torch.chunks import CHUNK_BYTES, MAX_REGISTRATION_BYTES, lowest_crossing
+from hisparse_plan.views import Train
 from torch_support import golden_plan, small_plan
 
 GIB = 2**30
@@ -82,7 +83,7 @@ def test_shared_pool_of_half_a_tib_in_default_chunks() -> None:
     trains = host_trains(plan)
     for chunk in chunks[:-1]:
         assert chunk.end % PAGE == 0
-        assert all(train.lowest_crossing(chunk.end) is None for train in trains)
+        assert all(lowest_crossing(train, chunk.end) is None for train in trains)
 
 
 def test_chunk_size_is_bounded() -> None:
@@ -94,7 +95,8 @@ def test_chunk_size_is_bounded() -> None:
 
 def test_no_edge_inside_a_chunk_is_an_error_naming_the_layer() -> None:
     # 3-page pages every 3 pages + 1 byte: no page boundary within two pages of the start.
-    train = Train(start=0, run=3 * PAGE + 1, period=3 * PAGE + 1, count=8, tensor=0, layer="x")
+    train = Train(start=0, run=3 * PAGE + 1, period=3 * PAGE + 1, count=8, tensor=0, layer="x",
+                  group=0)
     with pytest.raises(BackendError, match=r"no OS-page boundary .* layer 'x'") as caught:
         plan_chunks(train.period * 8, [train], chunk_bytes=2 * PAGE, os_page=PAGE)
     assert "raise register_chunk_bytes above 8192" in str(caught.value)
@@ -102,7 +104,7 @@ def test_no_edge_inside_a_chunk_is_an_error_naming_the_layer() -> None:
 
 def test_gaps_between_pages_are_edges() -> None:
     # 100-byte pages every 8192 bytes: every page boundary inside a gap is fine.
-    train = Train(start=0, run=100, period=2 * PAGE, count=16, tensor=0, layer="x")
+    train = Train(start=0, run=100, period=2 * PAGE, count=16, tensor=0, layer="x", group=0)
     chunks = plan_chunks(16 * 2 * PAGE, [train], chunk_bytes=3 * PAGE, os_page=PAGE)
     assert [chunk.end for chunk in chunks] == [3 * PAGE * k for k in range(1, 11)] + [32 * PAGE]
 
@@ -116,7 +118,7 @@ def layouts(draw: st.DrawFn) -> tuple[list[Train], int]:
         run = draw(st.integers(1, 3 * PAGE))
         period = run + draw(st.sampled_from([0, 0, 1, 7, PAGE]))
         count = draw(st.integers(1, 40))
-        trains.append(Train(position, run, period, count, 0, f"layer{layer}"))
+        trains.append(Train(position, run, period, count, 0, f"layer{layer}", 0))
         position += period * count
     return trains, position
 
@@ -147,7 +149,7 @@ def test_generated_layouts(layout: tuple[list[Train], int], pages: int) -> None:
 def test_lowest_crossing_matches_enumeration(
     start: int, run: int, period: int, count: int, edge: int
 ) -> None:
-    train = Train(start, run, period, count, 0, "x")
+    train = Train(start, run, period, count, 0, "x", 0)
     crossing = [start + b * period for b in range(count if period else 1)
                 if start + b * period < edge < start + b * period + run]
-    assert train.lowest_crossing(edge) == (min(crossing) if crossing else None)
+    assert lowest_crossing(train, edge) == (min(crossing) if crossing else None)

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import Chunk, Pools, RegistrationError, allocate, host_trains
+from hisparse_plan.torch.chunks import lowest_crossing
 from hisparse_plan.torch.host import HostBuffer
 from hisparse_plan.torch.registration import register_chunks
 from torch_support import small_plan, torch
@@ -121,7 +122,7 @@ def test_allocate_pins_in_chunks_and_release_unpins() -> None:
         trains = host_trains(plan)
         for chunk in pools.chunks[:-1]:
             assert chunk.end % PAGE == 0
-            assert all(train.lowest_crossing(chunk.end) is None for train in trains)
+            assert all(lowest_crossing(train, chunk.end) is None for train in trains)
     assert registrar.registered == {}
     assert not pools.pinned
     assert pools.chunks == ()

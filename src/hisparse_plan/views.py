@@ -24,6 +24,20 @@ from hisparse_plan.planning.strides import axis_strides
 
 
 @dataclass(frozen=True, slots=True)
+class Train:
+    """One contiguous run of a layer's page, repeated once per block, `period` bytes apart:
+    `count` runs in all, the first at byte `start` of the pool."""
+
+    start: int
+    run: int
+    period: int
+    count: int
+    tensor: int
+    layer: str
+    group: int
+
+
+@dataclass(frozen=True, slots=True)
 class LayerView:
     """One layer of one tensor: block `b`'s page holds the elements of `shape[1:]` at byte
     `offset + b * strides[0] + sum(i * s for i, s in zip(index, strides[1:]))` of its pool."""
@@ -76,6 +90,16 @@ class LayerView:
             else:
                 starts = [start + i * stride for i in range(extent) for start in starts]
         return run, sorted(starts)
+
+    def trains(self) -> list[Train]:
+        """The layer's pages as trains: one per run of a page (one per head where heads are
+        apart), each repeated for every block."""
+        run, starts = self.runs()
+        return [
+            Train(self.offset + start, run, self.block_stride, self.num_blocks, self.tensor,
+                  self.name, self.group)
+            for start in starts
+        ]
 
 
 def spec_of(plan: KVCachePlan) -> dict[str, tuple[int, GroupSpec]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hisparse_plan.checking.geometry import check_alignment, prove_disjoint, trains_of
+from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.models import KVCachePlan
@@ -30,6 +30,6 @@ def check_plan(plan: KVCachePlan) -> None:
             train
             for view in views.values()
             if view.host_resident == host_resident
-            for train in trains_of(view)
+            for train in view.trains()
         ]
         prove_disjoint(pool, trains, num_blocks, size)

@@ -22,20 +22,10 @@ from dataclasses import dataclass
 from itertools import groupby, pairwise
 
 from hisparse_plan.errors import PlanInvariantError
-from hisparse_plan.views import LayerView
+from hisparse_plan.views import LayerView, Train
 
 _WITNESS_SEARCH = 2048
 """Blocks tried from each end when looking for a concrete clash between different periods."""
-
-
-@dataclass(frozen=True, slots=True)
-class Train:
-    """One run of a layer's page, repeated for every block."""
-
-    start: int
-    run: int
-    period: int
-    view: LayerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +50,6 @@ def check_alignment(view: LayerView) -> None:
             )
 
 
-def trains_of(view: LayerView) -> list[Train]:
-    run, starts = view.runs()
-    return [Train(view.offset + start, run, view.block_stride, view) for start in starts]
-
-
 def prove_disjoint(pool: str, trains: list[Train], num_blocks: int, size: int) -> None:
     """Raise on the first pair of runs that may not share a byte, or a run outside the pool."""
     for train in trains:
@@ -82,37 +67,35 @@ def prove_disjoint(pool: str, trains: list[Train], num_blocks: int, size: int) -
 
 
 def _describe(train: Train, block: int) -> str:
-    view = train.view
-    return f"tensors[{view.tensor}] layer {view.name!r} block {block}"
+    return f"tensors[{train.tensor}] layer {train.layer!r} block {block}"
 
 
 def _check_bounds(pool: str, train: Train, num_blocks: int, size: int) -> None:
-    view = train.view
     end = train.start + (num_blocks - 1) * train.period + train.run
     if end > size:
         block = num_blocks - 1 if train.start + train.run <= size else 0
         raise PlanInvariantError(
             f"{_describe(train, block)} ends at byte {end if block else train.start + train.run}"
             f", past the {pool} pool's {size} bytes",
-            tensor=view.tensor, layer=view.name, block=block,
+            tensor=train.tensor, layer=train.layer, block=block,
         )
     if num_blocks > 1 and train.run > train.period:
         raise PlanInvariantError(
             f"{_describe(train, 0)} runs {train.run} bytes but blocks are {train.period} bytes "
             "apart, so it overlaps block 1 of the same layer",
-            tensor=view.tensor, layer=view.name, block=0,
+            tensor=train.tensor, layer=train.layer, block=0,
         )
 
 
 def _clash(pool: str, a: Train, block_a: int, b: Train, block_b: int, byte: int) -> None:
-    same_group = a.view.group == b.view.group
+    same_group = a.group == b.group
     why = "two layers of one group" if same_group else "different block ids"
-    if a.view is b.view:
+    if (a.tensor, a.layer) == (b.tensor, b.layer):
         why = "one layer's page with itself"
     raise PlanInvariantError(
         f"{_describe(a, block_a)} and {_describe(b, block_b)} share byte {byte} of the {pool} "
         f"pool ({why}); expected only different groups to share a block",
-        tensor=a.view.tensor, layer=a.view.name, block=block_a,
+        tensor=a.tensor, layer=a.layer, block=block_a,
     )
 
 
@@ -147,9 +130,9 @@ def _check_class(pool: str, members: list[_Part], period: int) -> None:
 
     Sorted by start, a set of runs overlaps somewhere exactly when two neighbours overlap.
     """
-    by_group = sorted(members, key=lambda part: (part.train.view.group, part.r))
+    by_group = sorted(members, key=lambda part: (part.train.group, part.r))
     for previous, part in pairwise(by_group):
-        if previous.train.view.group == part.train.view.group and part.r < previous.end:
+        if previous.train.group == part.train.group and part.r < previous.end:
             _clash(pool, previous.train, 0, part.train, 0, part.q * period + part.r)
 
 
@@ -202,14 +185,14 @@ def _check_across_periods(pool: str, a: Train, b: Train, num_blocks: int) -> Non
         first = max(0, (low - b.start - b.run) // b.period + 1)
         last = min(num_blocks - 1, (high - 1 - b.start) // b.period)
         for block_b in range(first, min(last, first + 1) + 1):
-            if a.view.group != b.view.group and block_b == block_a:
+            if a.group != b.group and block_b == block_a:
                 continue
             _clash(pool, a, block_a, b, block_b, max(low, b.start + block_b * b.period))
     if len(head) + len(tail) < num_blocks:
         raise PlanInvariantError(
-            f"tensors[{a.view.tensor}] layer {a.view.name!r} (block stride {a.period}) and "
-            f"tensors[{b.view.tensor}] layer {b.view.name!r} (block stride {b.period}) cover "
+            f"tensors[{a.tensor}] layer {a.layer!r} (block stride {a.period}) and "
+            f"tensors[{b.tensor}] layer {b.layer!r} (block stride {b.period}) cover "
             f"overlapping bytes of the {pool} pool with different block strides, which cannot "
             "be proved apart; expected layers that share bytes to share a block stride",
-            tensor=a.view.tensor, layer=a.view.name,
+            tensor=a.tensor, layer=a.layer,
         )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.errors import BackendError
 from hisparse_plan.torch.hostmem import gib
-from hisparse_plan.views import plan_views
+from hisparse_plan.views import Train, plan_views
 
 CHUNK_BYTES = 64 * 2**30
 """Default largest registration: well under the 512 GiB a single call can take."""
@@ -30,27 +30,16 @@ _MAX_STEPS = 100_000
 """Bound on the edge search; only a pathological page size gets near it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Train:
-    """`count` runs of `run` bytes, the first at `start`, each `period` bytes after the last."""
-
-    start: int
-    run: int
-    period: int
-    count: int
-    tensor: int
-    layer: str
-
-    def lowest_crossing(self, edge: int) -> int | None:
-        """The start of the lowest run with start < edge < start + run, or None."""
-        if self.run <= 1:
-            return None
-        if self.period == 0 or self.count == 1:
-            return self.start if self.start < edge < self.start + self.run else None
-        # Runs crossing `edge` start in (edge - run, edge): blocks first..last.
-        first = max(0, _ceil_div(edge - self.run + 1 - self.start, self.period))
-        last = min(self.count - 1, (edge - 1 - self.start) // self.period)
-        return self.start + first * self.period if first <= last else None
+def lowest_crossing(train: Train, edge: int) -> int | None:
+    """The start of the train's lowest run with start < edge < start + run, or None."""
+    if train.run <= 1:
+        return None
+    if train.period == 0 or train.count == 1:
+        return train.start if train.start < edge < train.start + train.run else None
+    # Runs crossing `edge` start in (edge - run, edge): blocks first..last.
+    first = max(0, _ceil_div(edge - train.run + 1 - train.start, train.period))
+    last = min(train.count - 1, (edge - 1 - train.start) // train.period)
+    return train.start + first * train.period if first <= last else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +57,12 @@ class Chunk:
 
 def host_trains(plan: KVCachePlan) -> list[Train]:
     """Every run of every host layer, as trains over the host pool's blocks."""
-    trains: list[Train] = []
-    for view in plan_views(plan).values():
-        if not view.host_resident:
-            continue
-        run, starts = view.runs()
-        trains.extend(
-            Train(view.offset + start, run, view.block_stride, view.num_blocks,
-                  view.tensor, view.name)
-            for start in starts
-        )
-    return trains
+    return [
+        train
+        for view in plan_views(plan).values()
+        if view.host_resident
+        for train in view.trains()
+    ]
 
 
 def validate_chunk_bytes(chunk_bytes: int, os_page: int) -> None:
@@ -115,7 +99,7 @@ def _next_edge(start: int, size: int, trains: list[Train], chunk_bytes: int, os_
             break
         lowest: tuple[int, Train] | None = None
         for train in trains:
-            low = train.lowest_crossing(edge)
+            low = lowest_crossing(train, edge)
             if low is not None and (lowest is None or low < lowest[0]):
                 lowest = (low, train)
         if lowest is None:
