@@ -91,6 +91,15 @@ class LayerView:
                 starts = [start + i * stride for i in range(extent) for start in starts]
         return run, sorted(starts)
 
+    def misaligned(self) -> tuple[str, int] | None:
+        """The first of offset and strides that is not whole elements of the dtype, as
+        (what, bytes); None when the layer can be viewed in its dtype."""
+        names = ("offset", "block stride", "head stride", "token stride")
+        for what, value in zip(names, (self.offset, *self.strides), strict=False):
+            if value % self.itemsize:
+                return what, value
+        return None
+
     def trains(self) -> list[Train]:
         """The layer's pages as trains: one per run of a page (one per head where heads are
         apart), each repeated for every block."""

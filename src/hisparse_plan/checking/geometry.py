@@ -40,14 +40,14 @@ class _Part:
 
 def check_alignment(view: LayerView) -> None:
     """The view is taken in its dtype, so its offset and strides must be whole elements."""
-    names = ("offset", "block stride", "head stride", "token stride")
-    for what, value in zip(names, (view.offset, *view.strides), strict=False):
-        if value % view.itemsize:
-            raise PlanInvariantError(
-                f"tensors[{view.tensor}] layer {view.name!r}: {what} {value} is not a multiple "
-                f"of the {view.dtype} size {view.itemsize}",
-                tensor=view.tensor, layer=view.name,
-            )
+    found = view.misaligned()
+    if found is not None:
+        what, value = found
+        raise PlanInvariantError(
+            f"tensors[{view.tensor}] layer {view.name!r}: {what} {value} is not a multiple "
+            f"of the {view.dtype} size {view.itemsize}",
+            tensor=view.tensor, layer=view.name,
+        )
 
 
 def prove_disjoint(pool: str, trains: list[Train], num_blocks: int, size: int) -> None:

@@ -12,8 +12,8 @@ from fractions import Fraction
 from typing import Literal
 
 from hisparse_plan.errors import UnsupportedRequestError
-from hisparse_plan.models import HisparseResidentSpec, KVCachePlan
-from hisparse_plan.planning.capacity import ACTIVE_TAIL_PAGES, required_blocks
+from hisparse_plan.models import KVCachePlan
+from hisparse_plan.planning.capacity import required_blocks, steady_blocks
 
 Binding = Literal["host", "device", "both"]
 """Which pool caps concurrency: "both" when their bounds are exactly equal."""
@@ -31,7 +31,7 @@ class GroupDemand:
     blocks: int
     """At admission: `required_blocks` of the group's spec."""
     steady_blocks: int
-    """Once reading from host: resident groups keep only ACTIVE_TAIL_PAGES."""
+    """Once reading from host: `steady_blocks` (resident groups keep only their tail)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +103,7 @@ def pool_bounds(plan: KVCachePlan) -> PoolBounds:
         if group.role == "hisparse_source":
             continue
         blocks = required_blocks(group.spec, plan.workload)
-        resident = isinstance(group.spec, HisparseResidentSpec)
-        demands.append(
-            GroupDemand(index, blocks, min(blocks, ACTIVE_TAIL_PAGES) if resident else blocks)
-        )
+        demands.append(GroupDemand(index, blocks, steady_blocks(group.spec, blocks)))
     return PoolBounds(
         host_blocks=plan.host_pool.num_blocks,
         host_block_stride=plan.host_pool.block_stride,

@@ -37,6 +37,11 @@ def required_blocks(spec: GroupSpec, workload: Workload) -> int:
     return spec.blocks_per_request
 
 
+def steady_blocks(spec: GroupSpec, blocks: int) -> int:
+    """Of a group's `blocks` per request, those a request keeps once it reads from host."""
+    return min(blocks, ACTIVE_TAIL_PAGES) if isinstance(spec, HisparseResidentSpec) else blocks
+
+
 def hisparse_capacity(
     device_groups: list[PlacedGroup],
     source_group: PlacedGroup,
@@ -60,8 +65,7 @@ def hisparse_capacity(
     for group in device_groups:
         blocks = group_blocks(group)
         admission += blocks
-        is_resident = isinstance(group.group.spec, HisparseResidentSpec)
-        steady += min(blocks, ACTIVE_TAIL_PAGES) if is_resident else blocks
+        steady += steady_blocks(group.group.spec, blocks)
     host_bound = host_blocks / group_blocks(source_group)
     if num_blocks < admission:
         gpu_bound = num_blocks / admission

@@ -40,13 +40,13 @@ def byte_extent(view: LayerView) -> int:
 
 def check_fits(view: LayerView, pool_bytes: int) -> None:
     """Every page of the view inside [0, pool_bytes), every number whole elements."""
-    names = ("offset", "block stride", "head stride", "token stride")
-    for what, value in zip(names, (view.offset, *view.strides), strict=False):
-        if value % view.itemsize:
-            raise BackendError(
-                f"{describe(view)}: {what} {value} is not a multiple of the {view.dtype} size "
-                f"{view.itemsize}, so the layer cannot be viewed as {view.dtype}"
-            )
+    found = view.misaligned()
+    if found is not None:
+        what, value = found
+        raise BackendError(
+            f"{describe(view)}: {what} {value} is not a multiple of the {view.dtype} size "
+            f"{view.itemsize}, so the layer cannot be viewed as {view.dtype}"
+        )
     page_end = view.offset + byte_extent(view)
     end = page_end + (view.num_blocks - 1) * view.block_stride
     if end <= pool_bytes:
