@@ -4,9 +4,7 @@ shape it. Shared by every subcommand that plans."""
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from hisparse_plan.cli.arg_types import (
@@ -17,8 +15,10 @@ from hisparse_plan.cli.arg_types import (
     size_arg,
 )
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.models import KVCacheLayout, PlanRequest
+from hisparse_plan.models.json_input import load_request_json
 from hisparse_plan.presets import (
     DEFAULTS,
     KV_DTYPES,
@@ -137,9 +137,11 @@ def resolve_source(args: argparse.Namespace) -> Source:
         request = build_request(preset.architecture, settings)
         return Source(request, preset.title, preset.architecture, kv_dtype)
     if args.hf_config is not None:
+        check_regular_file(args.hf_config, "--hf-config")
         arch = load_config_file(args.hf_config)
         title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
         return Source(build_request(arch, settings), title, arch, kv_dtype)
-    raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    raw = read_input(args.request, "--request")
+    load_request_json(raw)  # duplicate keys, and errors that quote only an excerpt
     request = override_request(PlanRequest.model_validate_json(raw), settings)
     return Source(request, f"request {args.request}", None, None)

@@ -16,6 +16,7 @@ from hisparse_plan.cli.source import (
     add_source_arguments,
     resolve_source,
 )
+from hisparse_plan.models import INT64_MAX
 from hisparse_plan.operator import BestTune, HostPoolTune, best_concurrency, smallest_host_pool
 
 BINDS = {"host": "the host pool", "device": "the GPU", "both": "both pools"}
@@ -30,6 +31,12 @@ def _target(text: str) -> float:
         ) from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a target above 0, got {text!r}")
+    if value > INT64_MAX:
+        # Every request holds at least one block of a pool that int64 offsets address.
+        raise argparse.ArgumentTypeError(
+            f"expected a target of at most {INT64_MAX} (no pool an int64 offset addresses "
+            f"holds more requests), got {text!r}"
+        )
     return value
 
 
