@@ -18,7 +18,17 @@ from pydantic import ValidationError
 
 from hisparse_plan import __version__
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.commands import capacity, explain, models, plan, schema, tune, verify
+from hisparse_plan.cli.commands import (
+    capacity,
+    diff,
+    explain,
+    manifest,
+    models,
+    plan,
+    schema,
+    tune,
+    verify,
+)
 from hisparse_plan.cli.errors import CheckFailed, CommandError, one_line
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.errors import PlanError, PlanWarning
@@ -31,6 +41,8 @@ COMMANDS: tuple[Command, ...] = (
     explain.COMMAND,
     schema.COMMAND,
     verify.COMMAND,
+    manifest.COMMAND,
+    diff.COMMAND,
     models.COMMAND,
 )
 DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
