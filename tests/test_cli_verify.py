@@ -176,6 +176,10 @@ def test_verify_progress_on_a_terminal(
         expected = ("\rprefault: 0/2\rprefault: 2/2\n" + verify_lines
                     if stub["kind"] == "steps" else verify_lines)
         assert err == expected
+    else:  # a transient rich bar per step
+        assert "verify" in err
+        assert "2/2" in err
+        assert ("prefault" in err) == (stub["kind"] == "steps")
     code, _, err = cli("verify", "--request", tiny, "--device", "cpu", "--quiet")
     assert (code, err) == (0, "")
     assert stub["verify_progress"] is None
@@ -281,3 +285,38 @@ def test_verify_for_real(cli: Run, tiny: str) -> None:
     report = json.loads(out)
     assert report["pages"] > 0
     assert report["bytes"] > 0
+
+
+def test_a_refused_verify_prints_one_line_and_nothing_before(
+    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub["refuse"] = True
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress on: still one line
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
+    assert (code, out) == (2, "")
+    assert err == "error: the host pool needs 9 GiB; 1 GiB is available\n"
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--device", "meta", "--pin"], "--pin cannot combine with --device meta"),
+    (["--device", "meta", "--blocks", "4"], "--blocks cannot combine with --device meta"),
+])
+def test_flags_that_cannot_combine(
+    cli: Run, stub: dict[str, Any], tiny: str, flags: list[str], fragment: str
+) -> None:
+    code, out, err = cli("verify", "--request", tiny, *flags)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {fragment}")
+    assert len(err.splitlines()) == 1
+    assert "plan" not in stub  # refused before anything was allocated
+
+
+def test_ctrl_c_while_allocating_exits_130(
+    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["hisparse_plan.torch"], "allocate", interrupted)
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
+    assert (code, out, err) == (130, "", "error: interrupted\n")

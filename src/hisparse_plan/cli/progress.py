@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from hisparse_plan.cli.render import rich_available
 
@@ -66,31 +66,39 @@ class LineDisplay:
         sys.stderr.flush()
 
 
-@contextmanager
-def _rich_display() -> Iterator[Display]:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+class RichDisplay:
+    """A rich bar per step on stderr, started at the first step worth drawing: a run whose
+    steps are all quick (or refused at once) writes not a single byte, not even a cursor
+    code."""
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
 
-        class RichDisplay:
-            def update(self, step: str, done: int, total: int) -> None:
-                if step not in tasks:
-                    tasks[step] = bar.add_task(step, total=total)
-                bar.update(tasks[step], completed=done, total=total)
+    def update(self, step: str, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
-        yield RichDisplay()
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True,
+            )
+            self._bar.start()
+        if step not in self._tasks:
+            self._tasks[step] = self._bar.add_task(step, total=total)
+        self._bar.update(self._tasks[step], completed=done, total=total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 @contextmanager
@@ -100,8 +108,11 @@ def progress_reporter(*, quiet: bool) -> Iterator[Progress | None]:
         yield None
         return
     if rich_available():
-        with _rich_display() as display:
+        display = RichDisplay()
+        try:
             yield StepProgress(display)
+        finally:
+            display.close()
         return
     yield StepProgress(LineDisplay())
 
