@@ -63,7 +63,7 @@ def test_diff_of_two_plans_of_one_request(cli: Run, tmp_path: Path) -> None:
     code, out, err = cli("diff", a, b)
     assert (code, err) == (0, "")
     assert "transfer-compatible" in out
-    assert "the same fingerprint" in out
+    assert "(same fingerprint)" in out
 
 
 def test_diff_of_different_pool_sizes(cli: Run, tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
 """Set to 1 to let an internal error's traceback through."""
 EXIT_DONE, EXIT_FAULT, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_CODES = (
-    f"exit codes: {EXIT_DONE} done; {EXIT_FAULT} a check ran and found a fault (verify; diff: "
+    f"Exit codes: {EXIT_DONE} done; {EXIT_FAULT} a check ran and found a fault (verify; diff: "
     f"the plans are not transfer-compatible); {EXIT_REFUSED} a refusal (bad arguments or "
     "input, a request the planner rejects, a missing extra, an internal error), always one "
     f"'error: ...' line on stderr; {EXIT_INTERRUPTED} interrupted (Ctrl-C)"

@@ -100,6 +100,14 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain text tables, even when rich is installed")
 
 
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to plan, the hardware and serving flags, and the output flags: a subcommand that
+    plans one request and prints it needs nothing else."""
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    add_output_arguments(parser)
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(
         kv_dtype=args.kv_dtype,

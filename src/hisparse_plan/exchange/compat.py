@@ -93,13 +93,9 @@ def diff(
     missing = next((name for name in theirs if name not in ours), None)
     if missing is not None:
         return differs(missing, "present", False, True)
-    how = (
-        "the same fingerprint: identical layouts" if same
-        else "block counts or pool sizes differ (each side's manifest addresses its own pages)"
-    )
+    how = "same fingerprint" if same else "block counts or pool sizes differ"
     return TransferCompatibility(
         compatible=True, same_fingerprint=same, layers_compared=len(ours),
-        message=f"transfer-compatible: the {len(ours)} transferred layers have the same page "
-        f"layout (dtype, page bytes, tokens per block, per-block shape and strides, place in "
-        f"the block); {how}",
+        message=f"transfer-compatible: {len(ours)} transferred layers with the same page "
+        f"layout ({how})",
     )

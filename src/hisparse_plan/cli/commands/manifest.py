@@ -7,20 +7,9 @@ import argparse
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import (
-    add_output_arguments,
-    add_settings_arguments,
-    add_source_arguments,
-    resolve_source,
-)
+from hisparse_plan.cli.source import add_plan_arguments, resolve_source
 from hisparse_plan.exchange import LayerEntry, TransferManifest, manifest
 from hisparse_plan.planning import plan as make_plan
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_source_arguments(parser)
-    add_settings_arguments(parser)
-    add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +86,6 @@ COMMAND = Command(
     "to register the pools and move pages between instances: every pool as a region (size, "
     "alignment, blocks), every layer's offset, strides, page bytes, dtype and per-block view, "
     "and the layout fingerprint. --json prints the whole manifest.",
-    configure=configure,
+    configure=add_plan_arguments,
     run=run,
 )

@@ -59,21 +59,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
-    out = Renderer(plain=args.plain)
+    answer: HostPoolTune | BestTune
     if args.target is not None:
         answer = smallest_host_pool(source.request, args.target, args.metric)
-        if args.json:
-            print(answer.model_dump_json(indent=2))
-        else:
-            render_host_pool(out, source.title, answer)
-        return 0
-    if args.dram is None:  # argparse requires one of the two
+    elif args.dram is not None:
+        answer = best_concurrency(source.request, args.dram, args.metric)
+    else:  # argparse requires one of the two
         raise CommandError("expected --target N or --dram SIZE")
-    best = best_concurrency(source.request, args.dram, args.metric)
+    out = Renderer(plain=args.plain)
     if args.json:
-        print(best.model_dump_json(indent=2))
+        print(answer.model_dump_json(indent=2))
+    elif isinstance(answer, HostPoolTune):
+        render_host_pool(out, source.title, answer)
     else:
-        render_best(out, source.title, best)
+        render_best(out, source.title, answer)
     return 0
 
 
