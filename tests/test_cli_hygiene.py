@@ -20,6 +20,7 @@ from cli_support import Run
 from golden import GOLDEN
 from hisparse_plan.cli import input_files
 from hisparse_plan.cli import main as cli_main
+from hisparse_plan.cli.errors import one_line
 from hisparse_plan.cli.main import main
 
 REQUEST = GOLDEN / "deepseek_v32_fp8.request.json"
@@ -83,6 +84,16 @@ def test_errors_quote_a_short_excerpt(cli: Run, tmp_path: Path, case: str) -> No
     line = one_error(*cli("plan", "--request", write(tmp_path, _big_requests()[case])))
     assert "characters cut" in line or case == "broken at the end"
     assert "x" * 300 not in line
+
+
+def test_messages_we_did_not_write_are_cut_too(cli: Run, tmp_path: Path) -> None:
+    config = write(tmp_path, json.dumps({"num_hidden_layers": "9" * 100_000}), "config.json")
+    line = one_error(*cli("plan", "--hf-config", config))
+    assert "num_hidden_layers" in line
+    assert "9" * 300 not in line
+    spaced = one_line(ValueError("word " * 3_000_000))
+    assert len(spaced) <= MAX_LINE
+    assert "characters cut" in spaced
 
 
 # -- files that cannot be requests ---------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from pydantic import ValidationError
@@ -10,6 +11,7 @@ from hisparse_plan.models.json_input import EXCERPT_CHARS, cut, excerpt, path_st
 
 LINE_CHARS: Final = 1000
 """The longest error line: a safety net for messages that quote a value we did not cut."""
+_LONG_RUN: Final = re.compile(rf"\S{{{EXCERPT_CHARS + 1},}}")
 
 
 class CommandError(Exception):
@@ -42,5 +44,7 @@ def one_line(error: BaseException) -> str:
         text = f"{error.filename}: {error.strerror}"
     else:
         text = str(error)
+    # A value quoted whole by a message we did not write is one long run without spaces.
+    text = _LONG_RUN.sub(lambda run: cut(run.group(), EXCERPT_CHARS), text)
     text = " ".join(cut(text, LINE_CHARS).split())
     return text or type(error).__name__
