@@ -11,17 +11,15 @@ import pytest
 import hisparse_plan as hp
 from golden import load
 from hisparse_plan.models import MLASpec
-from hisparse_plan.planning.buckets import LayerRun
-from hisparse_plan.planning.hot import HotPack, hot_packs
+from hisparse_plan.rules.hot import HotPack, hot_packs
 
 BASE = load("bf16_small_with_full_attention")[0]
 
 
-def _source(pages: list[int], leaders: list[bool]) -> list[LayerRun]:
-    """One run per layer, as a request whose specs all differ would give."""
+def _source(pages: list[int], leaders: list[bool]) -> list[tuple[str, MLASpec]]:
     return [
-        LayerRun(MLASpec(block_size=1, head_size=page, dtype="uint8",
-                         is_index_group_leader=leader), [f"l{i}"])
+        (f"l{i}", MLASpec(block_size=1, head_size=page, dtype="uint8",
+                          is_index_group_leader=leader))
         for i, (page, leader) in enumerate(zip(pages, leaders, strict=True))
     ]
 
@@ -37,13 +35,13 @@ def test_units_follow_leaders_and_pack_greedily() -> None:
     assert _names(hot_packs(source, 49)) == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
 
 
-def test_runs_of_one_spec_pack_like_single_layers() -> None:
+def test_shared_specs_pack_like_single_layers() -> None:
     leader = MLASpec(block_size=1, head_size=10, dtype="uint8", is_index_group_leader=True)
     follower = MLASpec(block_size=1, head_size=10, dtype="uint8")
-    runs = [LayerRun(leader, ["a", "b"]), LayerRun(follower, ["c"]), LayerRun(leader, ["d"])]
+    source = [("a", leader), ("b", leader), ("c", follower), ("d", leader)]
     # units: a (10), b-c (20), d (10)
-    assert _names(hot_packs(runs, 30)) == [["a", "b", "c"], ["d"]]
-    assert [pack.page for pack in hot_packs(runs, 30)] == [10, 10]
+    assert _names(hot_packs(source, 30)) == [["a", "b", "c"], ["d"]]
+    assert [pack.page for pack in hot_packs(source, 30)] == [10, 10]
 
 
 def test_a_unit_bigger_than_an_indexer_block_gets_its_own_pack() -> None:

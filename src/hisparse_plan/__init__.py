@@ -11,6 +11,10 @@ from hisparse_plan.errors import (
 )
 from hisparse_plan.models import (
     Capacity,
+    ChunkedLocalAttentionSpec,
+    MambaSpec,
+    PipelineStage,
+    SlidingWindowMLASpec,
     DevicePool,
     FullAttentionSpec,
     HisparseHotSpec,
@@ -32,6 +36,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Capacity",
+    "ChunkedLocalAttentionSpec",
+    "MambaSpec",
+    "PipelineStage",
+    "SlidingWindowMLASpec",
     "CapacityError",
     "DevicePool",
     "FullAttentionSpec",

@@ -3,6 +3,7 @@
 from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 from hisparse_plan.models.group_specs import (
+    DerivedLayerSpec,
     GroupSpec,
     HisparseHotSpec,
     HisparseResidentSpec,
@@ -10,10 +11,17 @@ from hisparse_plan.models.group_specs import (
 )
 from hisparse_plan.models.layer_specs import (
     AttentionLayerSpec,
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
+    KVLayerSpec,
+    LatentLayerSpec,
     LayerSpec,
+    LayerSpecBase,
+    MambaSpec,
     MLASpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
+    WindowedSpec,
 )
 from hisparse_plan.models.layout import Axis, KVCacheLayout
 from hisparse_plan.models.plan import (
@@ -32,11 +40,23 @@ from hisparse_plan.models.request import (
     DeviceConfig,
     HisparseConfig,
     ModelConfig,
+    PipelineStage,
     PlanRequest,
     SchedulerConfig,
+    spec_key,
 )
 
 __all__ = [
+    "ChunkedLocalAttentionSpec",
+    "DerivedLayerSpec",
+    "KVLayerSpec",
+    "LatentLayerSpec",
+    "LayerSpecBase",
+    "MambaSpec",
+    "PipelineStage",
+    "SlidingWindowMLASpec",
+    "WindowedSpec",
+    "spec_key",
     "DTYPE_SIZE",
     "HOT_SUFFIX",
     "INT64_MAX",
