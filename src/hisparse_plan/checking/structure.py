@@ -11,7 +11,7 @@ from hisparse_plan.models import (
     KVCachePlan,
     UniformTypeSpec,
 )
-from hisparse_plan.views import spec_of, stage_of, tensor_stage
+from hisparse_plan.views import pool_name, spec_of, stage_of, tensor_stage
 
 
 def check_structure(plan: KVCachePlan) -> None:
@@ -151,13 +151,19 @@ def _check_pool_sizes(plan: KVCachePlan) -> None:
                 f"the host pool's size is {host.size}; expected bytes_per_block "
                 f"{host.bytes_per_block} * num_blocks {host.num_blocks}"
             )
+    for stage, device in enumerate(plan.device_pools):
+        if device.size != device.bytes_per_block * plan.num_blocks:
+            raise PlanInvariantError(
+                f"the {pool_name(plan, stage)} pool's size is {device.size}; expected "
+                f"bytes_per_block {device.bytes_per_block} * num_blocks {plan.num_blocks}"
+            )
     stages = stage_of(plan)
     for index, tensor in enumerate(plan.tensors):
         if tensor.host_resident:
             size, pool = (plan.host_pool.size if plan.host_pool else 0), "host"
         else:
             stage = tensor_stage(plan, index, stages)
-            size, pool = plan.device_pools[stage].size, f"device_pools[{stage}]"
+            size, pool = plan.device_pools[stage].size, pool_name(plan, stage)
             strays = [n for n in tensor.layers if stages and stages.get(n) != stage]
             if strays:
                 raise PlanInvariantError(

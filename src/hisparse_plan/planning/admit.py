@@ -71,8 +71,8 @@ def admit(
         for index, group in enumerate(groups):
             trace.add("admit", "5.10 / 7.7", f"required blocks of device group {index}",
                       group_required(group, length, workload),
-                      lambda g=group: f"{g.group.spec.kind} group of "
-                      f"{len(g.group.layer_names)} layer(s) at L = {length}")
+                      f"{group.group.spec.kind} group of {len(group.group.layer_names)} "
+                      f"layer(s) at L = {length}")
     for stage in stages:
         _admit_stage(stage, needed_blocks, length, blocks, longest_for_host)
     trace.add("admit", "5.12 / 7.7", "blocks per request", needed_blocks,

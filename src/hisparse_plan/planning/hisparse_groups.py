@@ -1,7 +1,9 @@
-"""HiSparse on top of the regular grouping: source, indexer, resident and hot groups (SPEC 5.2-5.6)."""
+"""HiSparse on top of the regular grouping: source, indexer, resident and hot groups
+(SPEC 5.2-5.6)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
@@ -112,7 +114,7 @@ def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
                 )
 
 
-def _one_block_size(mla: list[Layer]) -> int:
+def _one_block_size(mla: Sequence[Layer]) -> int:
     if not mla:
         raise UnsupportedRequestError(
             "layers: HiSparse settings are given but no layer has kind 'mla'; expected sparse "
