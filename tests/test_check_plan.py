@@ -35,7 +35,7 @@ def _tensor_of(plan: dict[str, Any], suffix: str) -> int:
 
 def _shift_by_a_block(plan: dict[str, Any]) -> None:
     index = _tensor_of(plan, ".hisparse_hot")
-    plan["tensors"][index]["offset"] += plan["device_pool"]["bytes_per_block"]
+    plan["tensors"][index]["offset"] += plan["device_pools"][0]["bytes_per_block"]
 
 
 def _stride_a_page_short(plan: dict[str, Any]) -> None:
@@ -50,11 +50,11 @@ def _layer_listed_twice(plan: dict[str, Any]) -> None:
 
 
 def _device_pool_one_block_short(plan: dict[str, Any]) -> None:
-    per_block = plan["device_pool"]["bytes_per_block"]
+    per_block = plan["device_pools"][0]["bytes_per_block"]
     for tensor in plan["tensors"]:
         if not tensor["host_resident"]:
             tensor["size"] -= per_block
-    plan["device_pool"]["size"] -= per_block
+    plan["device_pools"][0]["size"] -= per_block
 
 
 def _host_layer_shifted_one_byte(plan: dict[str, Any]) -> None:

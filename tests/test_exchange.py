@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 import hisparse_plan as hp
+from golden import CASES as GOLDEN_CASES
 from golden import load
 from hisparse_plan.exchange import (
     LAYOUT_FIELDS,
@@ -15,12 +17,25 @@ from hisparse_plan.exchange import (
     fingerprint,
     manifest,
 )
-from hisparse_plan.models import Capacity, KVCacheLayout, KVCachePlan
-from hisparse_plan.views import plan_views
+from hisparse_plan.models import Capacity, KVCacheLayout, KVCachePlan, dtype_size
+from hisparse_plan.views import plan_views, pool_name
 
-CASES = ["deepseek_v32_fp8", "glm5_fp8_blhnc", "index_share_every_4",
-         "deepseek_v32_fp8_mtp3_shared_pool"]
-DEEPSEEK_FINGERPRINT = "e080c9a47647eb53216c536e36dde82aa15d82dcc8848c572ab4ff020271515e"
+
+def _plannable() -> list[str]:
+    """The golden cases that plan (the others are refusals)."""
+    found = []
+    for case in GOLDEN_CASES:
+        try:
+            hp.plan(hp.PlanRequest.model_validate(load(case)[0]))
+        except (hp.PlanError, ValidationError):
+            continue
+        found.append(case)
+    return found
+
+
+CASES = _plannable()
+PIPELINE = "regular_llama3_70b_pp4_autofit"
+DEEPSEEK_FINGERPRINT = "6d225d16897e9374a535fed1c486b582e7b6ed68c989520598b6f8c4faeaf657"
 """The golden DeepSeek-V3.2 plan's: a change here means every published fingerprint changes
 (bump FINGERPRINT_VERSION if that is meant)."""
 
@@ -38,7 +53,7 @@ def planned(case: str, **changes: Any) -> KVCachePlan:
 
 def changed(plan: KVCachePlan, where: str, index: int | None = None, **fields: Any) -> KVCachePlan:
     """A copy of `plan` with fields of one part replaced (`where` = "tensors", "host_pool",
-    "device_pool", "groups", or "" for the plan itself)."""
+    "device_pools", "groups", or "" for the plan itself)."""
     if not where:
         return plan.model_copy(update=fields)
     part = getattr(plan, where)
@@ -75,7 +90,7 @@ def test_metadata_does_not_change_the_fingerprint() -> None:
                 warnings=["something"]),
         changed(plan, "", workload=plan.workload.model_copy(update={"max_model_len": 4096})),
         changed(plan, "host_pool", budget_bytes=plan.host_pool.budget_bytes + 12345),
-        changed(plan, "device_pool", available_bytes=1, num_blocks_override=7),
+        changed(plan, "device_pools", 0, available_bytes=1, num_blocks_override=7),
         changed(plan, "groups", 0, enable_kv_transfer=True, role="default"),
     ]
     for variant in variants:
@@ -94,7 +109,7 @@ def test_every_tensor_number_changes_the_fingerprint(field: str) -> None:
 
 def test_every_pool_and_group_number_changes_the_fingerprint() -> None:
     plan = planned("deepseek_v32_fp8")
-    host, device = plan.host_pool, plan.device_pool
+    host, device = plan.host_pool, plan.device_pools[0]
     assert host is not None
     group = plan.groups[2]
     variants = [
@@ -104,9 +119,10 @@ def test_every_pool_and_group_number_changes_the_fingerprint() -> None:
         changed(plan, "host_pool", bytes_per_block=host.bytes_per_block + 1),
         changed(plan, "host_pool", shared=True),
         changed(plan, "host_pool", layout=KVCacheLayout.LBHNC),
-        changed(plan, "device_pool", layout=KVCacheLayout.BLHNC),
-        changed(plan, "device_pool", bytes_per_block=device.bytes_per_block + 1),
-        changed(plan, "device_pool", size=device.size + 1),
+        changed(plan, "device_pools", 0, layout=KVCacheLayout.BLHNC),
+        changed(plan, "device_pools", 0, bytes_per_block=device.bytes_per_block + 1),
+        changed(plan, "device_pools", 0, size=device.size + 1),
+        changed(plan, "device_pools", 0, layers=list(plan.tensors[1].layers)),
         changed(plan, "groups", 2, layer_names=list(reversed(group.layer_names))),
         changed(plan, "groups", 2, spec=group.spec.model_copy(
             update={"page_size_bytes": group.spec.page_size_bytes + 1})),
@@ -135,12 +151,13 @@ def test_manifest_is_the_plans_views(case: str) -> None:
     plan = planned(case)
     result = manifest(plan)
     views = plan_views(plan)
+    regions = {region.name: region for region in result.regions}
     assert [entry.name for entry in result.layers] == list(views)
     for entry in result.layers:
         view = views[entry.name]
         tensor = plan.tensors[entry.tensor]
         assert entry.name in tensor.layers
-        assert entry.region == ("host" if tensor.host_resident else "device")
+        assert entry.region == pool_name(plan, view.stage, view.host_resident)
         assert (entry.offset, entry.block_stride, entry.layer_stride) == (
             view.offset, tensor.block_stride, tensor.layer_stride)
         assert entry.block_offset == view.offset % view.block_stride
@@ -149,19 +166,35 @@ def test_manifest_is_the_plans_views(case: str) -> None:
         assert (entry.page_bytes, entry.dtype, entry.num_blocks) == (
             view.page_size_bytes, view.dtype, view.num_blocks)
         assert entry.derived == entry.name.endswith((".hisparse_resident", ".hisparse_hot"))
-        assert entry.run_bytes * len(entry.run_starts) == entry.page_bytes
+        assert entry.run_bytes * len(entry.run_starts) <= entry.page_bytes
         # The last byte of the last block's page lies inside the region.
-        region = next(r for r in result.regions if r.name == entry.region)
+        region = regions[entry.region]
         last = entry.offset + (entry.num_blocks - 1) * entry.block_stride
         assert last + max(entry.run_starts) + entry.run_bytes <= region.size
+        assert region.alignment % dtype_size(entry.dtype) == 0
+    assert len(regions) == len(result.regions)
+    for stage, device in enumerate(plan.device_pools):
+        region = regions[pool_name(plan, stage)]
+        assert (region.size, region.stage, region.layout) == (device.size, stage, device.layout)
+        assert region.num_blocks == plan.num_blocks
     host = plan.host_pool
-    by_name = {region.name: region for region in result.regions}
-    assert by_name["device"].size == plan.device_pool.size
-    assert by_name["device"].num_blocks == plan.num_blocks
-    assert (host is None) == ("host" not in by_name)
+    assert (host is None) == ("host" not in regions)
     if host is not None:
-        assert (by_name["host"].size, by_name["host"].shared) == (host.size, host.shared)
-        assert by_name["host"].alignment == (4096 if host.shared else 1)
+        assert (regions["host"].size, regions["host"].shared) == (host.size, host.shared)
+        if host.shared:
+            assert regions["host"].alignment == 4096
+
+
+def test_pipeline_stages_are_regions_of_their_own() -> None:
+    plan = planned(PIPELINE)
+    result = manifest(plan)
+    assert [region.name for region in result.regions] == [
+        f"stage {stage} device" for stage in range(len(plan.device_pools))]
+    for stage, device in enumerate(plan.device_pools):
+        assert device.layers is not None
+        placed = {entry.name for entry in result.layers if entry.region == f"stage {stage} device"}
+        assert placed == set(device.layers)
+    assert diff(plan, planned(PIPELINE)).same_fingerprint
 
 
 def test_a_shared_host_pool_is_page_aligned() -> None:

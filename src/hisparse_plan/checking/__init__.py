@@ -6,7 +6,7 @@ from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.views import plan_views
+from hisparse_plan.views import Train, plan_views, pool_name
 
 __all__ = ["check_plan"]
 
@@ -22,14 +22,13 @@ def check_plan(plan: KVCachePlan) -> None:
     views = plan_views(plan)
     for view in views.values():
         check_alignment(view)
-    pools = [("device", False, plan.num_blocks, plan.device_pool.size)]
+    sizes = {(False, stage): (plan.num_blocks, pool.size)
+             for stage, pool in enumerate(plan.device_pools)}
     if plan.host_pool is not None:
-        pools.append(("host", True, plan.host_pool.num_blocks, plan.host_pool.size))
-    for pool, host_resident, num_blocks, size in pools:
-        trains = [
-            train
-            for view in views.values()
-            if view.host_resident == host_resident
-            for train in view.trains()
-        ]
-        prove_disjoint(pool, trains, num_blocks, size)
+        sizes[True, 0] = (plan.host_pool.num_blocks, plan.host_pool.size)
+    trains: dict[tuple[bool, int], list[Train]] = {pool: [] for pool in sizes}
+    for view in views.values():
+        trains[view.pool].extend(view.trains())
+    for (host_resident, stage), (num_blocks, size) in sizes.items():
+        name = pool_name(plan, stage, host_resident)
+        prove_disjoint(name, trains[host_resident, stage], num_blocks, size)

@@ -11,7 +11,7 @@ from hisparse_plan.models import (
     KVCachePlan,
     UniformTypeSpec,
 )
-from hisparse_plan.views import spec_of
+from hisparse_plan.views import pool_name, spec_of, stage_of, tensor_stage
 
 
 def check_structure(plan: KVCachePlan) -> None:
@@ -142,21 +142,38 @@ def _check_placement(plan: KVCachePlan) -> None:
 
 
 def _check_pool_sizes(plan: KVCachePlan) -> None:
-    device = plan.device_pool
-    pools = [("device", device.size, device.bytes_per_block, plan.num_blocks, False)]
+    """Every tensor states its pool's size; with pipeline stages, a stage's tensors hold only
+    that stage's layers (SPEC 5.11, 6.1)."""
     if plan.host_pool is not None:
         host = plan.host_pool
-        pools.append(("host", host.size, host.bytes_per_block, host.num_blocks, True))
-    for pool, size, per_block, num_blocks, host_resident in pools:
-        if size != per_block * num_blocks:
+        if host.size != host.bytes_per_block * host.num_blocks:
             raise PlanInvariantError(
-                f"the {pool} pool's size is {size}; expected bytes_per_block {per_block} * "
-                f"num_blocks {num_blocks} = {per_block * num_blocks}"
+                f"the host pool's size is {host.size}; expected bytes_per_block "
+                f"{host.bytes_per_block} * num_blocks {host.num_blocks}"
             )
-        for index, tensor in enumerate(plan.tensors):
-            if tensor.host_resident == host_resident and tensor.size != size:
+    for stage, device in enumerate(plan.device_pools):
+        if device.size != device.bytes_per_block * plan.num_blocks:
+            raise PlanInvariantError(
+                f"the {pool_name(plan, stage)} pool's size is {device.size}; expected "
+                f"bytes_per_block {device.bytes_per_block} * num_blocks {plan.num_blocks}"
+            )
+    stages = stage_of(plan)
+    for index, tensor in enumerate(plan.tensors):
+        if tensor.host_resident:
+            size, pool = (plan.host_pool.size if plan.host_pool else 0), "host"
+        else:
+            stage = tensor_stage(plan, index, stages)
+            size, pool = plan.device_pools[stage].size, pool_name(plan, stage)
+            strays = [n for n in tensor.layers if stages and stages.get(n) != stage]
+            if strays:
                 raise PlanInvariantError(
-                    f"tensors[{index}] says the {pool} pool has {tensor.size} bytes; expected "
-                    f"{size}, as every tensor of that pool",
-                    tensor=index, layer=tensor.layers[0],
+                    f"tensors[{index}] places {strays[0]!r} in {pool}, the pool of pipeline "
+                    f"stage {stage}; expected only that stage's layers",
+                    tensor=index, layer=strays[0],
                 )
+        if tensor.size != size:
+            raise PlanInvariantError(
+                f"tensors[{index}] says its pool ({pool}) has {tensor.size} bytes; expected "
+                f"{size}",
+                tensor=index, layer=tensor.layers[0],
+            )

@@ -1,10 +1,10 @@
 """A layout fingerprint: one hash of everything that decides where a byte of the cache lives.
 
 Two plans with the same fingerprint put every page of every layer at the same byte of the same
-pool, with the same shape and dtype. The hash covers the groups (layer names, spec geometry),
-the tensors (layers, strides, offsets, sizes), the pools' geometry and num_blocks, and nothing
-else: capacity figures, warnings, the workload, budgets and other metadata may differ between
-two plans of one layout.
+pool, with the same shape and dtype. The hash covers the groups (layer names, pool, specs), the
+tensors (layers, strides, offsets, sizes), the pools' geometry (each pipeline stage's device
+pool with its layers) and num_blocks, and nothing else: capacity figures, warnings, the
+workload, budgets, roles and other metadata may differ between two plans of one layout.
 """
 
 from __future__ import annotations
@@ -13,39 +13,24 @@ import hashlib
 import json
 from typing import Any, Final
 
-from hisparse_plan.models import (
-    AttentionLayerSpec,
-    GroupSpec,
-    KVCachePlan,
-    LayerSpec,
-    UniformTypeSpec,
-)
+from hisparse_plan.models import GroupSpec, KVCachePlan
 
 FINGERPRINT_VERSION: Final = 1
 """Part of the hashed text: a change to what is hashed changes every fingerprint."""
 
 
-def _spec_geometry(spec: GroupSpec | LayerSpec) -> dict[str, Any]:
-    """What of a spec shapes its pages: kind, tokens per page, page bytes, and for attention
-    layers the heads, row bytes and dtype; a uniform_type group's member specs by name."""
-    geometry: dict[str, Any] = {
-        "kind": spec.kind,
-        "block_size": spec.block_size,
-        "page_size_bytes": spec.page_size_bytes,
-    }
-    if isinstance(spec, AttentionLayerSpec):
-        geometry.update(
-            num_kv_heads=spec.num_kv_heads, row_bytes=spec.content_bytes, dtype=spec.dtype
-        )
-    if isinstance(spec, UniformTypeSpec):
-        geometry["specs"] = {name: _spec_geometry(member) for name, member in spec.specs.items()}
-    return geometry
+def _spec_document(spec: GroupSpec) -> dict[str, Any]:
+    """A group's spec whole (a uniform_type group's with its member specs): its fields shape
+    the pages. Left out: a hot group's blocks_per_request, a count per request that places
+    no byte."""
+    document = spec.model_dump(mode="json")
+    document.pop("blocks_per_request", None)
+    return document
 
 
 def layout_document(plan: KVCachePlan) -> dict[str, Any]:
     """The fingerprint's input as a JSON-ready dict (public plan fields only)."""
     host = plan.host_pool
-    device = plan.device_pool
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
         "num_blocks": plan.num_blocks,
@@ -53,7 +38,7 @@ def layout_document(plan: KVCachePlan) -> dict[str, Any]:
             {
                 "layer_names": list(group.layer_names),
                 "host_resident": group.host_resident,
-                "spec": _spec_geometry(group.spec),
+                "spec": _spec_document(group.spec),
             }
             for group in plan.groups
         ],
@@ -75,11 +60,15 @@ def layout_document(plan: KVCachePlan) -> dict[str, Any]:
             "shared": host.shared,
             "layout": host.layout.value,
         },
-        "device_pool": {
-            "layout": device.layout.value,
-            "bytes_per_block": device.bytes_per_block,
-            "size": device.size,
-        },
+        "device_pools": [
+            {
+                "layout": device.layout.value,
+                "bytes_per_block": device.bytes_per_block,
+                "size": device.size,
+                "layers": None if device.layers is None else list(device.layers),
+            }
+            for device in plan.device_pools
+        ],
     }
 
 

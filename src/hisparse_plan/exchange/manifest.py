@@ -23,12 +23,13 @@ from hisparse_plan.models import (
     dtype_size,
 )
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
-from hisparse_plan.views import LayerView, plan_views
+from hisparse_plan.views import LayerView, plan_views, pool_name
 
 MANIFEST_VERSION: Final = 1
 SHARED_HOST_ALIGNMENT: Final = 4096
 """A shared host pool is mapped by every TP rank page by page: its blocks are 4096-aligned."""
-Region = Literal["host", "device"]
+RegionName = Annotated[str, Field(min_length=1)]
+""""host", "device", or "stage k device" when pipeline stages have pools of their own."""
 Counts = Annotated[list[PositiveInt], Field(min_length=1)]
 Strides = Annotated[list[ByteCount], Field(min_length=1)]
 
@@ -36,8 +37,9 @@ Strides = Annotated[list[ByteCount], Field(min_length=1)]
 class MemoryRegion(Model):
     """One pool, to register with a transfer engine as one region."""
 
-    name: Region
+    name: RegionName
     location: Literal["host", "device"]
+    stage: int = Field(ge=0, description="The pipeline stage of a device pool (0 for host).")
     size: ByteCount
     alignment: PositiveInt = Field(
         description="What the region's base address must be a multiple of: 4096 for a shared "
@@ -62,7 +64,7 @@ class LayerEntry(Model):
     `sum(i_k * block_strides[k])` from the page's start."""
 
     name: str
-    region: Region
+    region: RegionName
     group: int = Field(ge=0, description="Index into the plan's groups (one block table).")
     tensor: int = Field(ge=0, description="Index into the plan's tensors.")
     derived: bool = Field(
@@ -104,7 +106,7 @@ def _layer(plan: KVCachePlan, view: LayerView) -> LayerEntry:
     run_bytes, run_starts = view.runs()
     return LayerEntry(
         name=view.name,
-        region="host" if view.host_resident else "device",
+        region=pool_name(plan, view.stage, view.host_resident),
         group=view.group,
         tensor=view.tensor,
         derived=view.name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)),
@@ -123,7 +125,7 @@ def _layer(plan: KVCachePlan, view: LayerView) -> LayerEntry:
     )
 
 
-def _alignment(layers: list[LayerEntry], region: Region, shared: bool) -> int:
+def _alignment(layers: list[LayerEntry], region: str, shared: bool) -> int:
     if shared:
         return SHARED_HOST_ALIGNMENT
     return max((dtype_size(entry.dtype) for entry in layers if entry.region == region),
@@ -137,16 +139,17 @@ def manifest(plan: KVCachePlan) -> TransferManifest:
     host = plan.host_pool
     if host is not None:
         regions.append(MemoryRegion(
-            name="host", location="host", size=host.size,
+            name="host", location="host", stage=0, size=host.size,
             alignment=_alignment(layers, "host", host.shared), num_blocks=host.num_blocks,
             bytes_per_block=host.bytes_per_block, block_stride=host.block_stride,
             layout=host.layout, shared=host.shared,
         ))
-    device = plan.device_pool
-    regions.append(MemoryRegion(
-        name="device", location="device", size=device.size,
-        alignment=_alignment(layers, "device", False), num_blocks=plan.num_blocks,
-        bytes_per_block=device.bytes_per_block, block_stride=device.bytes_per_block,
-        layout=device.layout, shared=False,
-    ))
+    for stage, device in enumerate(plan.device_pools):
+        name = pool_name(plan, stage)
+        regions.append(MemoryRegion(
+            name=name, location="device", stage=stage, size=device.size,
+            alignment=_alignment(layers, name, False), num_blocks=plan.num_blocks,
+            bytes_per_block=device.bytes_per_block, block_stride=device.bytes_per_block,
+            layout=device.layout, shared=False,
+        ))
     return TransferManifest(fingerprint=fingerprint(plan), regions=regions, layers=layers)

@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
     parser.add_argument("--section", metavar="WORD",
                         help="only the sections whose title contains WORD: model config, pages, "
-                             "groups, host, device, tensors, capacity")
+                             "groups, pools (or host, device), admission, tensors, capacity")
     add_output_arguments(parser)
 
 
@@ -59,8 +59,8 @@ def _sections(result: Explanation, word: str) -> Explanation:
     return Explanation(sections=kept)
 
 
-def value_text(value: int | float) -> str:
-    return str(value) if isinstance(value, int) else f"{value:.10g}"
+def value_text(value: int | float | str) -> str:
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
 
 
 def formula_text(step: Step) -> str:
