@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,14 @@ def test_new_commands_are_listed(cli: Run, command: str) -> None:
     code, out, _ = cli("--help")
     assert code == 0
     assert command in out
+
+
+def test_diff_reads_one_side_from_stdin(
+    cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = saved(cli, tmp_path, "a.json", "plan", "deepseek-v3.2")
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(
+        buffer=io.BytesIO(Path(a).read_bytes())))
+    code, out, err = cli("diff", "-", a)
+    assert (code, err) == (0, "")
+    assert "(same fingerprint)" in out
