@@ -17,9 +17,7 @@ from pydantic import TypeAdapter
 import hisparse_plan as hp
 from cli_support import Run
 from golden import GOLDEN, load, project
-from hisparse_plan.cli import main as cli_main
 from hisparse_plan.cli import render
-from hisparse_plan.cli.main import main
 from hisparse_plan.operator import (
     BestTune,
     CapacityComparison,
@@ -366,27 +364,6 @@ def test_help_documents_units_and_tp(cli: Run) -> None:
     assert "KB, MB, GB, TB are powers of 1000" in flat
     assert "--host-pool is that node-wide pool" in flat
     assert cli("--version")[0] == 0
-
-
-@pytest.mark.parametrize("error", [
-    RuntimeError("boom\nsecond line"), AttributeError("boom\nsecond line"),
-    TypeError("boom\nsecond line"),
-])
-def test_internal_errors_are_one_line_too(
-    cli: Run, monkeypatch: pytest.MonkeyPatch, error: Exception
-) -> None:
-    def broken(request: object) -> object:
-        raise error
-
-    monkeypatch.setattr("hisparse_plan.cli.commands.plan.make_plan", broken)
-    code, out, err = cli("plan", "glm-5")
-    assert (code, out) == (2, "")
-    name = type(error).__name__
-    assert err == (f"error: internal error, please report it: {name}: boom second line "
-                   f"(set {cli_main.DEBUG_ENV}=1 for the traceback)\n")
-    monkeypatch.setenv(cli_main.DEBUG_ENV, "1")
-    with pytest.raises(type(error)):
-        main(["plan", "glm-5"])
 
 
 # -- the installed console script --------------------------------------------------------------

@@ -205,6 +205,28 @@ def test_ctrl_c_exits_130_in_one_line(
 
 # -- nothing escapes ------------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("boom\nsecond line"), AttributeError("boom\nsecond line"),
+    TypeError("boom\nsecond line"),
+])
+def test_internal_errors_are_one_line_too(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def broken(request: object) -> object:
+        raise error
+
+    monkeypatch.setattr("hisparse_plan.cli.commands.plan.make_plan", broken)
+    code, out, err = cli("plan", "glm-5")
+    assert (code, out) == (2, "")
+    name = type(error).__name__
+    assert err == (f"error: internal error, please report it: {name}: boom second line "
+                   f"(set {cli_main.DEBUG_ENV}=1 for the traceback)\n")
+    monkeypatch.setenv(cli_main.DEBUG_ENV, "1")
+    with pytest.raises(type(error)):
+        main(["plan", "glm-5"])
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False) | st.text(max_size=8),
