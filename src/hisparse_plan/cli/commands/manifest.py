@@ -48,7 +48,10 @@ def _tensor_rows(by_tensor: dict[int, list[LayerEntry]]) -> list[list[str]]:
 
 def render_manifest(out: Renderer, title: str, result: TransferManifest) -> None:
     out.heading(f"{title}: transfer manifest")
-    out.pairs([("fingerprint", result.fingerprint)])
+    out.pairs([
+        ("fingerprint", result.fingerprint),
+        *((f"{region.name}", format_size(region.size)) for region in result.regions),
+    ])
     out.line()
     out.table(
         [Column("region"), Column("bytes", "right"),
@@ -59,7 +62,7 @@ def render_manifest(out: Renderer, title: str, result: TransferManifest) -> None
           str(r.bytes_per_block), str(r.block_stride), r.layout.value,
           "yes" if r.shared else "no"]
          for r in result.regions],
-        title="regions: " + ", ".join(f"{r.name} {format_size(r.size)}" for r in result.regions),
+        title="regions",
     )
     by_tensor = _by_tensor(result)
     out.table(

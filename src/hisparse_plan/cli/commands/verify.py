@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     host = plan.host_pool.size if plan.host_pool is not None else 0
     pools_text = {
         "host pool": f"{format_size(host)}, {'pinned' if pin else 'pageable'}",
-        "device pool": f"{format_size(plan.device_pool.size)} on {device}",
+        "device pool": " + ".join(format_size(pool.size) for pool in plan.device_pools)
+        + f" on {device}",
     }
     fields = {**dataclasses.asdict(report), "gb_per_s": report.gb_per_s}
     _show(fields, f"{source.title}: verified on {device}", args, pools_text)
