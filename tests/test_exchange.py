@@ -17,7 +17,13 @@ from hisparse_plan.exchange import (
     fingerprint,
     manifest,
 )
-from hisparse_plan.models import Capacity, KVCacheLayout, KVCachePlan, dtype_size
+from hisparse_plan.models import (
+    Capacity,
+    HisparseHotSpec,
+    KVCacheLayout,
+    KVCachePlan,
+    dtype_size,
+)
 from hisparse_plan.views import plan_views, pool_name
 
 
@@ -35,7 +41,7 @@ def _plannable() -> list[str]:
 
 CASES = _plannable()
 PIPELINE = "regular_llama3_70b_pp4_autofit"
-DEEPSEEK_FINGERPRINT = "6d225d16897e9374a535fed1c486b582e7b6ed68c989520598b6f8c4faeaf657"
+DEEPSEEK_FINGERPRINT = "3cd69ea6c380a5508db5c8ebcd6d2cfa3f40b3a98d8f311d87c2613e4a0c7d21"
 """The golden DeepSeek-V3.2 plan's: a change here means every published fingerprint changes
 (bump FINGERPRINT_VERSION if that is meant)."""
 
@@ -92,6 +98,9 @@ def test_metadata_does_not_change_the_fingerprint() -> None:
         changed(plan, "host_pool", budget_bytes=plan.host_pool.budget_bytes + 12345),
         changed(plan, "device_pools", 0, available_bytes=1, num_blocks_override=7),
         changed(plan, "groups", 0, enable_kv_transfer=True, role="default"),
+        # How many hot blocks a request takes is sizing, not placement.
+        changed(plan, "groups", 8, spec=plan.groups[8].spec.model_copy(
+            update={"blocks_per_request": 1})),
     ]
     for variant in variants:
         assert fingerprint(variant) == fingerprint(plan)
@@ -127,6 +136,10 @@ def test_every_pool_and_group_number_changes_the_fingerprint() -> None:
         changed(plan, "groups", 2, spec=group.spec.model_copy(
             update={"page_size_bytes": group.spec.page_size_bytes + 1})),
         changed(plan, "groups", 2, host_resident=True),
+        # A resident group turned hot, same numbers: the kind is part of the layout.
+        changed(plan, "groups", 2, spec=HisparseHotSpec(
+            block_size=group.spec.block_size, page_size_bytes=group.spec.page_size_bytes,
+            blocks_per_request=64)),
     ]
     prints = [fingerprint(variant) for variant in variants]
     assert fingerprint(plan) not in prints

@@ -13,18 +13,21 @@ import hashlib
 import json
 from typing import Any, Final
 
-from hisparse_plan.models import GroupSpec, KVCachePlan
+from hisparse_plan.models import GroupSpec, KVCachePlan, LayerSpec, UniformTypeSpec
 
 FINGERPRINT_VERSION: Final = 1
 """Part of the hashed text: a change to what is hashed changes every fingerprint."""
 
 
-def _spec_document(spec: GroupSpec) -> dict[str, Any]:
-    """A group's spec whole (a uniform_type group's with its member specs): its fields shape
-    the pages. Left out: a hot group's blocks_per_request, a count per request that places
-    no byte."""
-    document = spec.model_dump(mode="json")
+def _spec_document(spec: GroupSpec | LayerSpec) -> dict[str, Any]:
+    """A spec whole, with its kind (a uniform_type group's with its member specs): its fields
+    shape the pages. Left out: other fields at their defaults, so that a field a later version
+    adds does not change the fingerprint of plans that leave it alone; and a hot group's
+    blocks_per_request, a count per request that places no byte."""
+    document = {"kind": spec.kind, **spec.model_dump(mode="json", exclude_defaults=True)}
     document.pop("blocks_per_request", None)
+    if isinstance(spec, UniformTypeSpec):
+        document["specs"] = {name: _spec_document(member) for name, member in spec.specs.items()}
     return document
 
 
