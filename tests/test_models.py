@@ -92,13 +92,3 @@ def test_plan_round_trips_through_json() -> None:
     assert again == plan
     assert again.model_dump_json() == text
     assert plan.schema_version == 1
-
-
-def test_trusted_construction_equals_validation() -> None:
-    """The planner's unvalidated constructor builds the same objects validation would."""
-    plan = hp.plan(load("bf16_small_with_full_attention")[0])
-    for group in plan.groups:
-        assert hp.KVCacheGroup.model_validate(group.model_dump()) == group
-        assert group.model_fields_set == set(hp.KVCacheGroup.model_fields)
-    for tensor in plan.tensors:
-        assert hp.KVCacheTensor.model_validate(tensor.model_dump()) == tensor
