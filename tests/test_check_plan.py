@@ -15,7 +15,7 @@ import hisparse_plan as hp
 from golden import load
 from hisparse_plan.views import plan_views
 from oracle import total_bytes, violations
-from strategies import hisparse_requests
+from strategies import hisparse_requests, regular_requests
 
 Tamper = Callable[[dict[str, Any]], None]
 
@@ -190,3 +190,58 @@ def test_checker_agrees_with_enumeration_on_tampered_plans(
     except hp.PlanInvariantError as error:
         verdict = [str(error)]
     assert bool(verdict) == bool(truth), (verdict, truth)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.filter_too_much])
+@given(regular_requests(max_layers=5, small=True))
+def test_checker_agrees_with_enumeration_on_sound_regular_plans(request: dict[str, Any]) -> None:
+    plan = _small_plan(request)
+    assume(plan is not None)
+    assert plan is not None
+    assert violations(plan) == []
+    hp.check_plan(plan)
+
+
+def _stage_bytes_per_block_raised(plan: dict[str, Any]) -> None:
+    pool = plan["device_pools"][1]
+    pool["bytes_per_block"] += 65536
+    pool["size"] = pool["bytes_per_block"] * plan["num_blocks"]
+    for tensor in plan["tensors"][1:2]:
+        tensor["size"] = pool["size"]
+
+
+def _layer_moved_to_another_stage(plan: dict[str, Any]) -> None:
+    moved = plan["tensors"][0]["layers"].pop()
+    plan["tensors"][1]["layers"].insert(0, moved)
+
+
+def _fitted_length_shortened(plan: dict[str, Any]) -> None:
+    plan["fitted_max_model_len"] -= 16
+    plan["capacity"]["max_concurrency"] = plan["num_blocks"] / (
+        plan["fitted_max_model_len"] // 16)
+
+
+def _more_blocks_than_admission_allows(plan: dict[str, Any]) -> None:
+    plan["num_blocks"] += 1
+    for pool in plan["device_pools"]:
+        pool["num_blocks_override"] = plan["num_blocks"]
+        pool["size"] = pool["bytes_per_block"] * plan["num_blocks"]
+    for tensor in plan["tensors"]:
+        tensor["size"] = plan["device_pools"][0]["size"]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expect"),
+    [
+        (_stage_bytes_per_block_raised, r"device_pools\[1\].bytes_per_block"),
+        (_layer_moved_to_another_stage, "one stage's layers per tensor"),
+        (_fitted_length_shortened, "fitted_max_model_len"),
+        (_more_blocks_than_admission_allows, "fitted_max_model_len|cannot fit"),
+    ],
+)
+def test_tampered_pipeline_plans_are_refused(tamper: Tamper, expect: str) -> None:
+    plan = _golden_plan("regular_llama3_70b_pp4_autofit")
+    _check(plan)
+    tamper(plan)
+    with pytest.raises(hp.PlanInvariantError, match=expect):
+        _check(plan)

@@ -167,13 +167,14 @@ def _check_pool_sizes(plan: KVCachePlan) -> None:
             strays = [n for n in tensor.layers if stages and stages.get(n) != stage]
             if strays:
                 raise PlanInvariantError(
-                    f"tensors[{index}] places {strays[0]!r} in {pool}, the pool of pipeline "
-                    f"stage {stage}; expected only that stage's layers",
+                    f"tensors[{index}] places {strays[0]!r} in the {pool} pool beside "
+                    f"{tensor.layers[0]!r}; expected one stage's layers per tensor (stage "
+                    f"{stages.get(strays[0])} holds {strays[0]!r})",
                     tensor=index, layer=strays[0],
                 )
         if tensor.size != size:
             raise PlanInvariantError(
-                f"tensors[{index}] says its pool ({pool}) has {tensor.size} bytes; expected "
+                f"tensors[{index}] says the {pool} pool has {tensor.size} bytes; expected "
                 f"{size}",
                 tensor=index, layer=tensor.layers[0],
             )
