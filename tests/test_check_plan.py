@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 import hisparse_plan as hp
 from golden import load
@@ -245,3 +246,153 @@ def test_tampered_pipeline_plans_are_refused(tamper: Tamper, expect: str) -> Non
     tamper(plan)
     with pytest.raises(hp.PlanInvariantError, match=expect):
         _check(plan)
+
+
+# -- meaning: tampers that keep every byte sound ----------------------------------------------
+
+
+def _groups_of(plan: dict[str, Any], kind: str) -> list[int]:
+    return [i for i, g in enumerate(plan["groups"]) if g["spec"]["kind"] == kind]
+
+
+def _resident_block_size(plan: dict[str, Any]) -> None:
+    plan["groups"][_groups_of(plan, "hisparse_resident")[0]]["spec"]["block_size"] = 8192
+
+
+def _hot_blocks_per_request(plan: dict[str, Any]) -> None:
+    plan["groups"][_groups_of(plan, "hisparse_hot")[0]]["spec"]["blocks_per_request"] = 1
+
+
+def _transfer_flipped(plan: dict[str, Any]) -> None:
+    group = plan["groups"][_groups_of(plan, "hisparse_hot")[0]]
+    group["enable_kv_transfer"] = not group["enable_kv_transfer"]
+
+
+def _roles_swapped(plan: dict[str, Any]) -> None:
+    source, indexer = plan["groups"][0], plan["groups"][1]
+    source["role"], indexer["role"] = indexer["role"], source["role"]
+
+
+def _indexer_role_default(plan: dict[str, Any]) -> None:
+    plan["groups"][1]["role"] = "default"
+
+
+def _indexer_member_sparse(plan: dict[str, Any]) -> None:
+    specs = plan["groups"][1]["spec"]["specs"]
+    specs[next(iter(specs))]["cache_role"] = "sparse"
+
+
+def _resident_groups_permuted(plan: dict[str, Any]) -> None:
+    first, second = _groups_of(plan, "hisparse_resident")[:2]
+    groups = plan["groups"]
+    groups[first], groups[second] = groups[second], groups[first]
+
+
+def _resident_and_hot_names_swapped(plan: dict[str, Any]) -> None:
+    resident, hot = _groups_of(plan, "hisparse_resident")[0], _groups_of(plan, "hisparse_hot")[0]
+    groups = plan["groups"]
+    groups[resident]["layer_names"], groups[hot]["layer_names"] = (
+        groups[hot]["layer_names"], groups[resident]["layer_names"])
+    for tensor in plan["tensors"]:
+        tensor["layers"] = [
+            n.replace(".hisparse_hot", ".tmp").replace(".hisparse_resident", ".hisparse_hot")
+            .replace(".tmp", ".hisparse_resident") if n in set(groups[resident]["layer_names"])
+            | set(groups[hot]["layer_names"]) else n for n in tensor["layers"]]
+
+
+def _num_blocks_lowered_consistently(plan: dict[str, Any]) -> None:
+    plan["num_blocks"] -= 1
+    pool = plan["device_pools"][0]
+    pool["size"] -= pool["bytes_per_block"]
+    for tensor in plan["tensors"]:
+        if not tensor["host_resident"]:
+            tensor["size"] = pool["size"]
+
+
+def _decode_rows_raised(plan: dict[str, Any]) -> None:
+    plan["workload"]["max_decode_query_len"] = 3  # 3 * top-k 2048 rows: more than 4096
+
+
+def _capacity_inflated(plan: dict[str, Any]) -> None:
+    plan["capacity"]["max_concurrency"] *= 2
+
+
+def _shared_flag_flipped(plan: dict[str, Any]) -> None:
+    plan["host_pool"]["shared"] = not plan["host_pool"]["shared"]
+
+
+def _indexer_layers_reordered(plan: dict[str, Any]) -> None:
+    """Two indexer layers trade places everywhere: bytes stay sound, each reads the other's."""
+    group = plan["groups"][1]
+    names = group["layer_names"]
+    names[0], names[1] = names[1], names[0]
+    specs = group["spec"]["specs"]
+    group["spec"]["specs"] = {name: specs[name] for name in names}
+    for tensor in plan["tensors"]:
+        if names[0] in tensor["layers"]:
+            tensor["layers"] = [names[1] if n == names[0] else names[0] if n == names[1] else n
+                                for n in tensor["layers"]]
+
+
+def _available_bytes_changed(plan: dict[str, Any]) -> None:
+    plan["device_pools"][0]["available_bytes"] += 2**30
+
+
+def _stride_shows_sharing(plan: dict[str, Any]) -> bool:
+    """Flipping `shared` shows in the plan only where the source page is not 4096-aligned."""
+    return bool(plan["host_pool"]["bytes_per_block"] % 4096)
+
+
+SEMANTIC_TAMPERS: list[tuple[Tamper, bool | Callable[[dict[str, Any]], bool]]] = [
+    (_resident_block_size, True),
+    (_hot_blocks_per_request, True),
+    (_transfer_flipped, True),
+    (_roles_swapped, True),
+    (_indexer_role_default, True),
+    (_indexer_member_sparse, True),
+    (_resident_groups_permuted, True),
+    (_resident_and_hot_names_swapped, True),
+    (_num_blocks_lowered_consistently, True),
+    (_decode_rows_raised, True),
+    (_capacity_inflated, True),
+    (_shared_flag_flipped, _stride_shows_sharing),
+    (_available_bytes_changed, True),
+    (_indexer_layers_reordered, False),
+]
+"""(tamper, whether the plan alone shows it); the request shows every one."""
+
+
+@pytest.mark.parametrize(("tamper", "derivable"), SEMANTIC_TAMPERS)
+@pytest.mark.parametrize("case", ["deepseek_v32_fp8", "index_share_every_4",
+                                  "hisparse_hybrid_mamba_packed"])
+def test_semantic_tampers_are_refused(
+    tamper: Tamper, derivable: bool | Callable[[dict[str, Any]], bool], case: str
+) -> None:
+    request, _ = load(case)
+    plan = _golden_plan(case)
+    hp.check_plan(hp.KVCachePlan.model_validate(plan), request=request)
+    if not isinstance(derivable, bool):
+        derivable = derivable(plan)
+    tamper(plan)
+    try:
+        tampered = hp.KVCachePlan.model_validate(plan)
+    except ValidationError:
+        return  # the contract's own validation already refuses it
+    with pytest.raises(hp.PlanInvariantError):
+        hp.check_plan(tampered, request=request)
+    if derivable:
+        with pytest.raises(hp.PlanInvariantError):
+            hp.check_plan(tampered)
+    else:
+        hp.check_plan(tampered)  # sound bytes, sound meaning: only the request tells
+
+
+def test_the_request_check_names_the_first_field_that_differs() -> None:
+    request, _ = load("deepseek_v32_fp8")
+    plan = _golden_plan("deepseek_v32_fp8")
+    _indexer_layers_reordered(plan)
+    with pytest.raises(hp.PlanInvariantError, match=r"plan\.groups\[1\]\.layer_names\[0\] is "):
+        hp.check_plan(plan, request=request)
+    other, _ = load("glm5_fp8_blhnc")
+    with pytest.raises(hp.PlanInvariantError, match="the request gives"):
+        hp.check_plan(_golden_plan("deepseek_v32_fp8"), request=other)
