@@ -313,10 +313,6 @@ def _decode_rows_raised(plan: dict[str, Any]) -> None:
     plan["workload"]["max_decode_query_len"] = 3  # 3 * top-k 2048 rows: more than 4096
 
 
-def _capacity_inflated(plan: dict[str, Any]) -> None:
-    plan["capacity"]["max_concurrency"] *= 2
-
-
 def _shared_flag_flipped(plan: dict[str, Any]) -> None:
     plan["host_pool"]["shared"] = not plan["host_pool"]["shared"]
 
