@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from pydantic import ValidationError
 
@@ -92,3 +95,19 @@ def test_plan_round_trips_through_json() -> None:
     assert again == plan
     assert again.model_dump_json() == text
     assert plan.schema_version == 1
+
+
+def test_a_validated_request_and_its_plan_are_read_only() -> None:
+    request = hp.PlanRequest.model_validate(load("deepseek_v32_fp8")[0])
+    with pytest.raises(TypeError, match="read-only"):
+        request.layers["extra"] = request.layers["model.layers.0.self_attn.attn"]
+    with pytest.raises(TypeError, match="read-only"):
+        request.layers.pop("model.layers.0.self_attn.attn")
+    plan = hp.plan(request)
+    specs = plan.groups[0].spec.specs  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match="read-only"):
+        specs.clear()
+    with pytest.raises(ValidationError):
+        plan.num_blocks = 1  # type: ignore[misc]
+    assert copy.deepcopy(plan) == plan
+    assert pickle.loads(pickle.dumps(plan)) == plan

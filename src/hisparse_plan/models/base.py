@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 INT64_MAX = 2**63 - 1
 """Engines index pools with int64 offsets; no size, stride or offset may exceed it."""
@@ -37,3 +40,22 @@ class Model(BaseModel):
     """Frozen, strict, closed: JSON in and out without surprises."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class FrozenDict(dict[K, V]):
+    """A dict a validated model hands out read-only: planning results must not change under
+    their callers, and a request must not change under its plan."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} is read-only: build a new request or plan")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenDict[K, V]], tuple[dict[K, V]]]:
+        return type(self), (dict(self),)
+
+
+def freeze(model: BaseModel, field: str, value: dict[K, V]) -> None:
+    """Store `value` read-only in a frozen model's `field` (from `model_post_init`)."""
+    object.__setattr__(model, field, FrozenDict(value))

@@ -6,7 +6,14 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, Tag
 
-from hisparse_plan.models.base import BY_KIND, ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import (
+    BY_KIND,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    freeze,
+)
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.layer_specs import (
     ChunkedLocalAttentionSpec,
@@ -37,6 +44,7 @@ class UniformTypeSpec(Model):
                     f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
                     f"got {spec.block_size}"
                 )
+        freeze(self, "specs", self.specs)
         page = sum(spec.page_size_bytes for spec in self.specs.values())
         store_derived(self, "page_size_bytes", page, "sum of the members' pages")
 
