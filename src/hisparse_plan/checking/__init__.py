@@ -10,7 +10,7 @@ from hisparse_plan.checking.meaning import check_meaning
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.views import Train, plan_views, pool_name
+from hisparse_plan.views import Train, plan_views, pool_name, spec_of
 
 __all__ = ["check_plan"]
 
@@ -31,10 +31,11 @@ def check_plan(
     """
     if not isinstance(plan, KVCachePlan):
         plan = KVCachePlan.model_validate(plan)
-    check_structure(plan)
+    specs = spec_of(plan)
+    check_structure(plan, specs)
     check_meaning(plan)
     check_sizing(plan)
-    views = plan_views(plan)
+    views = plan_views(plan, specs)
     for view in views.values():
         check_alignment(view)
     sizes = {(False, stage): (plan.num_blocks, pool.size)
