@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import hisparse_plan as hp
 from golden import load
 from hisparse_plan.views import plan_views
 from oracle import total_bytes, violations
+from planning_support import plan_or_none
 from strategies import hisparse_requests, regular_requests
 
 Tamper = Callable[[dict[str, Any]], None]
@@ -142,13 +142,8 @@ def test_cost_does_not_depend_on_num_blocks() -> None:
 
 
 def _small_plan(request: dict[str, Any]) -> hp.KVCachePlan | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            plan = hp.plan(request)
-    except hp.PlanError:
-        return None
-    return plan if total_bytes(plan) <= 3_000_000 else None
+    plan = plan_or_none(request)
+    return plan if plan is not None and total_bytes(plan) <= 3_000_000 else None
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.filter_too_much])
