@@ -251,16 +251,20 @@ def _device_bytes() -> st.SearchStrategy[int]:
 
 
 @st.composite
-def regular_requests(draw: st.DrawFn, *, max_layers: int = 60) -> dict[str, Any]:
-    """A request without HiSparse: any kinds, pages, paddings, layouts, stages, auto-fit."""
+def regular_requests(
+    draw: st.DrawFn, *, max_layers: int = 60, small: bool = False
+) -> dict[str, Any]:
+    """A request without HiSparse: any kinds, pages, paddings, layouts, stages, auto-fit.
+    `small` keeps pools to a few blocks (for enumeration)."""
     layers = draw(layer_pattern(max_layers=max_layers, kinds=REGULAR_KINDS, prefix="model"))
-    max_model_len = draw(st.one_of(st.integers(1, 4096), st.integers(4096, 262144)))
+    max_model_len = draw(st.integers(1, 64)) if small else draw(
+        st.one_of(st.integers(1, 4096), st.integers(4096, 262144)))
     device: dict[str, Any] = {
         "available_bytes": draw(_device_bytes()),
         "kv_cache_layout": draw(st.sampled_from(LAYOUTS)),
     }
-    if rarely(draw, 5):
-        device["num_blocks_override"] = draw(st.integers(1, 10**5))
+    if small or rarely(draw, 5):
+        device["num_blocks_override"] = draw(st.integers(1, 6 if small else 10**5))
     names = list(layers)
     if len(names) > 1 and rarely(draw, 3):
         cuts = sorted(set(draw(st.lists(st.integers(1, len(names) - 1), min_size=1,

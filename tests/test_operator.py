@@ -33,6 +33,7 @@ from hisparse_plan.operator import (
 )
 from hisparse_plan.presets import Settings, architecture_from_config, build_request, load_preset
 from hisparse_plan.presets import override_request as override
+from planning_support import plan_or_none
 from strategies import hisparse_requests
 
 GIB = 2**30
@@ -50,13 +51,7 @@ def _golden(case: str) -> hp.PlanRequest:
     return hp.PlanRequest.model_validate(load(case)[0])
 
 
-def _quiet_plan(request: hp.PlanRequest | dict[str, Any]) -> hp.KVCachePlan | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            return hp.plan(request)
-    except hp.PlanError:
-        return None
+_quiet_plan = plan_or_none
 
 
 # -- baseline and comparison ----------------------------------------------------------------------

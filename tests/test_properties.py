@@ -8,17 +8,12 @@ from typing import Any
 from hypothesis import given, settings
 
 import hisparse_plan as hp
+from planning_support import plan_or_none
 from strategies import hisparse_requests, hybrid_hisparse_requests, regular_requests
 
 
 def _plan_or_refuse(request: dict[str, Any]) -> hp.KVCachePlan | None:
-    validated = hp.PlanRequest.model_validate(request)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            return hp.plan(validated)
-    except hp.PlanError:
-        return None
+    return plan_or_none(hp.PlanRequest.model_validate(request))
 
 
 @settings(max_examples=300)

@@ -180,9 +180,11 @@ def tensor_views(
     ]
 
 
-def plan_views(plan: KVCachePlan) -> dict[str, LayerView]:
-    """Every placed layer's view, by layer name."""
-    specs = spec_of(plan)
+def plan_views(
+    plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]] | None = None
+) -> dict[str, LayerView]:
+    """Every placed layer's view, by layer name (`specs` is `spec_of(plan)` when known)."""
+    specs = spec_of(plan) if specs is None else specs
     stages = stage_of(plan)
     return {
         view.name: view

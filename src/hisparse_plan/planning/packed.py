@@ -128,7 +128,7 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
     if lost is not None:
         raise PlanError(
             f"layers[{lost[0]!r}]: its bucket (led by {bucket.leader[0]!r}) is unbalanced "
-            f"({', '.join(f'{len(n)} x {p} B' for p, n in bucket.by_page.items())}) and splits "
+            f"({_page_counts(bucket)}) and splits "
             f"into {count} groups of {repeats} pattern repeats, which leaves this layer in no "
             "group (SPEC 7.3.1 step 8; vLLM 0.33 fails here); expected a balanced bucket",
             field=f"layers[{lost[0]!r}]",
@@ -138,3 +138,8 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
         members = [names[j] for j in range(i, repeats, count) for names in lists]
         groups.append(uniform_group(members))
     return groups
+
+
+def _page_counts(bucket: _Bucket) -> str:
+    counts = [f"{len(names)} x {page} B" for page, names in bucket.by_page.items()]
+    return ", ".join(counts[:4]) + (f", ... ({len(counts)} pages)" if len(counts) > 4 else "")

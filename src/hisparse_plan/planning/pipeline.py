@@ -169,7 +169,8 @@ def _plan_hisparse(
     source_page = source.group.spec.page_size_bytes
     stages = size_stages(request.device, grouping.device, layers, trace)
     workload = _workload(
-        request, top_k=grouping.hot.top_k, device_buffer_size=grouping.hot.rows,
+        request, index_topk=request.model.index_topk, top_k=grouping.hot.top_k,
+        device_buffer_size=grouping.hot.rows,
         max_decode_query_len=hisparse.max_decode_query_len,
     )
     admission = admit(
