@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -25,6 +26,7 @@ from hisparse_plan.cli.main import main
 
 REQUEST = GOLDEN / "deepseek_v32_fp8.request.json"
 LAYER = "model.layers.0.self_attn.attn"
+PRINTS = re.compile(r"(?<![\w.])print\(|sys\.(stdout|stderr)\.write")
 MAX_LINE = 1000
 """No error line may be longer (a few hundred characters of message, 200 of input)."""
 
@@ -274,3 +276,15 @@ def test_nothing_but_a_result_or_one_refusal(
         return
     assert "internal error" not in err
     one_error(code, out, err)
+
+
+def test_only_the_cli_prints() -> None:
+    """Library code reports through return values, exceptions and logging; the command line
+    is the one place that writes to the terminal."""
+    package = Path(cli_main.__file__).resolve().parent.parent
+    for path in package.rglob("*.py"):
+        if "cli" in path.relative_to(package).parts[:1]:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            assert not PRINTS.search(code), f"{path}:{number}"
