@@ -16,6 +16,7 @@ from hisparse_plan.cli.arg_types import (
     positive_tokens,
     size_arg,
 )
+from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.models import KVCacheLayout, PlanRequest
@@ -92,6 +93,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                        help="scheduler token budget per step (default 8192)")
     group.add_argument("--max-concurrent-batches", type=positive_int, metavar="N",
                        help="batches in flight, e.g. with pipeline parallelism (default 1)")
+    add_deployment_arguments(group)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +103,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return Settings(
+    return deployment_settings(args, Settings(
         kv_dtype=args.kv_dtype,
         block_size=args.block_size,
         max_model_len=args.max_model_len,
@@ -113,7 +115,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         tp=args.tp,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_concurrent_batches=args.max_concurrent_batches,
-    )
+    ))
 
 
 def resolve_source(args: argparse.Namespace) -> Source:

@@ -37,6 +37,8 @@ class Settings:
     tp: int | None = None
     max_num_batched_tokens: int | None = None
     max_concurrent_batches: int | None = None
+    allow_long_context: bool | None = None
+    """Plan a max_model_len above the model's max_position_embeddings (refused otherwise)."""
 
     def given(self) -> dict[str, Any]:
         """The fields that were set."""
@@ -93,9 +95,10 @@ def build_request(arch: ModelArchitecture, settings: Settings = Settings()) -> P
         "kind": "mla",
         "block_size": block_size,
         "head_size": geometry.indexer_head_size,
-        "dtype": geometry.dtype,
+        "dtype": geometry.indexer_dtype,
         "cache_role": "indexer",
     }
+    max_model_len = context_length(arch.max_position_embeddings, chosen)
     layers: dict[str, Any] = {}
     for i, leader in enumerate(arch.leaders()):
         layers[SPARSE_LAYER.format(i)] = {**sparse, "is_index_group_leader": leader}
@@ -105,7 +108,7 @@ def build_request(arch: ModelArchitecture, settings: Settings = Settings()) -> P
         {
             "layers": layers,
             "model": {
-                "max_model_len": chosen.max_model_len or arch.max_position_embeddings,
+                "max_model_len": max_model_len,
                 "index_topk": arch.index_topk,
             },
             "hisparse": _hisparse(chosen, {}),
@@ -113,6 +116,24 @@ def build_request(arch: ModelArchitecture, settings: Settings = Settings()) -> P
             "scheduler": _scheduler(chosen, {}),
         }
     )
+
+
+def context_length(max_position_embeddings: int, settings: Settings) -> int:
+    """The max_model_len to plan: the chosen one, else the model's max_position_embeddings.
+
+    A length past max_position_embeddings is refused unless `allow_long_context` is set: the
+    model was not trained for it (vLLM likewise refuses it unless told to allow it)."""
+    wanted = settings.max_model_len
+    if wanted is None:
+        return max_position_embeddings
+    if wanted > max_position_embeddings and not settings.allow_long_context:
+        raise ConfigError(
+            f"model.max_model_len: expected at most the model's max_position_embeddings "
+            f"({max_position_embeddings}), got {wanted}; pass --allow-long-context "
+            "(Settings(allow_long_context=True)) to plan it anyway",
+            field="model.max_model_len",
+        )
+    return wanted
 
 
 def override_request(request: PlanRequest, settings: Settings) -> PlanRequest:
