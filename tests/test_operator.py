@@ -324,7 +324,8 @@ def test_explain_covers_every_number_of_any_plan(raw: dict[str, Any]) -> None:
 
 
 def test_explain_starts_from_the_config_fields() -> None:
-    arch = load_preset("glm-5-index-share-4").architecture
+    arch = load_preset("glm-5-index-share-4").sparse_architecture
+    assert arch is not None
     request = build_request(arch, Settings(max_model_len=131072))
     explanation = explain(request, architecture=arch, kv_dtype="fp8_ds_mla")
     assert explanation.sections[0].title.startswith("model config")

@@ -68,7 +68,8 @@ def _sparse_and_indexer(request: hp.PlanRequest) -> tuple[list[MLASpec], list[ML
     ("deepseek-v3.2", DEEPSEEK_V32), ("glm-5", GLM_5), ("glm-5.1", GLM_5),
 ])
 def test_shipped_fields_are_the_models_config_numbers(name: str, fields: dict[str, int]) -> None:
-    arch = load_preset(name).architecture
+    arch = load_preset(name).sparse_architecture
+    assert arch is not None
     assert arch.model_dump(include=set(fields)) == fields
     assert all(arch.leaders())
 
@@ -236,7 +237,8 @@ def test_config_file_with_every_other_field(tmp_path: Path) -> None:
     config = {
         "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
         "hidden_size": 7168, "num_attention_heads": 128, "index_n_heads": 64,
-        "rope_scaling": {"factor": 40, "type": "yarn"}, **DEEPSEEK_V32,
+        "rope_scaling": {"factor": 40, "type": "yarn"}, "num_nextn_predict_layers": 1,
+        **DEEPSEEK_V32,
     }
     arch = load_config_file(_write(tmp_path / "config.json", config))
     assert arch == load_preset("deepseek-v3.2").architecture

@@ -137,7 +137,7 @@ def resolve_source(args: argparse.Namespace) -> Source:
     if args.model is not None:
         preset = load_preset(args.model)
         request = build_request(preset.architecture, settings)
-        return Source(request, preset.title, preset.architecture, kv_dtype)
+        return Source(request, preset.title, preset.sparse_architecture, kv_dtype)
     if args.hf_config is not None:
         arch = load_config_file(args.hf_config)
         title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
