@@ -17,3 +17,17 @@ def test_long_context_needs_the_allow_flag(cli: Run) -> None:
                        "--allow-long-context", "--json")
     assert code == 0
     assert '"max_model_len": 200000' in out
+
+
+def test_capacity_of_a_regular_model_is_refused_clearly(cli: Run) -> None:
+    code, out, err = cli("capacity", "gemma-3-27b")
+    assert code == 2
+    assert out == ""
+    assert "expected a request with hisparse settings, got a regular one" in err
+
+
+def test_capacity_reports_the_planned_baseline(cli: Run) -> None:
+    code, out, err = cli("capacity", "deepseek-v3.2", "--plain")
+    assert code == 0, err
+    assert ("baseline (planned without HiSparse): 20941 blocks of 3076352 bytes, 2560 blocks "
+            "per request") in out
