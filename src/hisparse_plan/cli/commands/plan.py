@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
+from hisparse_plan.cli.memory_render import render_rank_memory
 from hisparse_plan.cli.regular_render import render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
@@ -42,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         render_regular_plan(out, source.title, result)
     else:
         render_plan(out, source, result)
+    breakdown = rank_memory(args)
+    if breakdown is not None:
+        out.line()
+        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem))
     return 0
 
 
