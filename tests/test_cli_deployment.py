@@ -3,6 +3,8 @@ presets, pipeline stages, hardware and speculative decoding."""
 
 from __future__ import annotations
 
+import pytest
+
 from cli_support import Run
 
 
@@ -31,3 +33,11 @@ def test_capacity_reports_the_planned_baseline(cli: Run) -> None:
     assert code == 0, err
     assert ("baseline (planned without HiSparse): 20941 blocks of 3076352 bytes, 2560 blocks "
             "per request") in out
+
+
+@pytest.mark.parametrize("argv", [["--target", "3"], ["--dram", "512GiB"]])
+def test_tune_of_a_regular_model_is_refused_clearly(cli: Run, argv: list[str]) -> None:
+    code, out, err = cli("tune", "gemma-3-27b", *argv)
+    assert code == 2
+    assert out == ""
+    assert "expected a request with hisparse settings, got a regular one" in err
