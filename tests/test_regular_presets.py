@@ -164,3 +164,19 @@ def test_regular_plan_summary(cli: Run) -> None:
         ["stage", "3"], ["stage", "3"],
     ]
     json.dumps(out)
+
+
+@pytest.mark.parametrize(("name", "layers"), [("deepseek-v3.2", 61), ("glm-5", 78)])
+def test_no_hisparse_plans_every_cache_as_a_regular_mla_layer(name: str, layers: int) -> None:
+    request = build_request(load_preset(name).architecture,
+                            Settings(hisparse=False, max_model_len=32768))
+    assert request.hisparse is None
+    assert request.model.index_topk is None
+    assert len(request.layers) == 2 * layers
+    plan = hp.plan(request)
+    assert plan.host_pool is None
+    # One uniform_type group: 656-byte latent rows and 132-byte indexer rows, 64-token blocks.
+    assert [group.spec.page_size_bytes for group in plan.groups] == [layers * 64 * (656 + 132)]
+    with pytest.raises(ConfigError, match="host_pool_bytes: a HiSparse setting"):
+        build_request(load_preset(name).architecture,
+                      Settings(hisparse=False, host_pool_bytes=GIB))
