@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
 from hisparse_plan.models.layer_specs import LayerSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -86,13 +86,15 @@ class PlanRequest(Model):
         # Equal specs become one shared (frozen) object, so planning can group layers by
         # identity instead of comparing every field of every layer.
         shared: dict[tuple[object, ...], LayerSpec] = {}
+        layers: dict[str, LayerSpec] = {}
         for name, spec in self.layers.items():
             if name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)):
                 raise ValueError(
                     f"layers[{name!r}]: names ending in {RESIDENT_SUFFIX!r} or {HOT_SUFFIX!r} "
                     "are reserved for the layers HiSparse derives; expected another name"
                 )
-            self.layers[name] = shared.setdefault(spec_key(spec), spec)
+            layers[name] = shared.setdefault(spec_key(spec), spec)
+        freeze(self, "layers", layers)
 
 
 def spec_key(spec: LayerSpec) -> tuple[object, ...]:

@@ -84,8 +84,8 @@ def explain(
 def _decision_step(decision: Decision) -> Step:
     value = decision.value
     shown: Value = value if isinstance(value, int | float | str) else str(value)
-    return Step(name=decision.subject, value=shown, formula=f"{decision.why} (SPEC {decision.rule})",
-                inputs={})
+    formula = f"{decision.why} (SPEC {decision.rule})"
+    return Step(name=decision.subject, value=shown, formula=formula, inputs={})
 
 
 def _step(name: str, value: Number, formula: str, **inputs: int | float | str) -> Step:
