@@ -4,6 +4,7 @@ gives exactly the golden request and plan."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +181,18 @@ def test_no_hisparse_plans_every_cache_as_a_regular_mla_layer(name: str, layers:
     with pytest.raises(ConfigError, match="host_pool_bytes: a HiSparse setting"):
         build_request(load_preset(name).architecture,
                       Settings(hisparse=False, host_pool_bytes=GIB))
+
+
+def test_hf_config_of_a_regular_model(cli: Run, tmp_path: Path) -> None:
+    # Gemma 3's multimodal config keeps the language model under text_config.
+    config = {"architectures": ["Gemma3ForConditionalGeneration"],
+              "text_config": load_preset("gemma-3-27b").architecture.model_dump(exclude_none=True)}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = cli("plan", "--hf-config", str(path), "--gpu-mem", "40GiB", "--json")
+    assert code == 0, err
+    assert project(json.loads(out)) == load("regular_gemma3_27b_swa")[1]
+    path.write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 64}))
+    code, _, err = cli("plan", "--hf-config", str(path))
+    assert code == 2
+    assert f"{path}: num_attention_heads: missing; expected in a model's config.json" in err

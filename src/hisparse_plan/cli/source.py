@@ -141,7 +141,8 @@ def resolve_source(args: argparse.Namespace) -> Source:
     if args.hf_config is not None:
         arch = load_config_file(args.hf_config)
         title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
-        return Source(build_request(arch, settings), title, arch, kv_dtype)
+        sparse = arch if isinstance(arch, ModelArchitecture) else None
+        return Source(build_request(arch, settings), title, sparse, kv_dtype)
     raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     request = override_request(PlanRequest.model_validate_json(raw), settings)
     return Source(request, f"request {args.request}", None, None)

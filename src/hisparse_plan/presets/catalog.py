@@ -13,10 +13,11 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from pydantic import ValidationError
-
 from hisparse_plan.presets.architecture import ModelArchitecture
-from hisparse_plan.presets.config_file import architecture_from_config
+from hisparse_plan.presets.config_file import (
+    any_architecture_from_config,
+    architecture_from_config,
+)
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.regular import RegularArchitecture
 
@@ -53,10 +54,7 @@ class Preset:
 def _architecture(name: str, entry: dict[str, Any]) -> ModelArchitecture | RegularArchitecture:
     if entry.get("kind", "sparse_mla") == "sparse_mla":
         return architecture_from_config(entry["config"], origin=f"preset {name}")
-    try:
-        return RegularArchitecture.model_validate(entry["config"])
-    except ValidationError as error:
-        raise ConfigError(f"preset {name}: {error.errors()[0]['msg']}") from None
+    return any_architecture_from_config(entry["config"], origin=f"preset {name}")
 
 
 @cache
