@@ -4,7 +4,8 @@ Layer names follow vLLM's for DeepSeek-style models: `model.layers.{i}.self_attn
 latent (sparse) cache and `model.layers.{i}.self_attn.indexer.k_cache` for the indexer keys,
 each layer's indexer right after its sparse layer. MTP draft layers (the config's
 `num_nextn_predict_layers`) are decoder layers `num_hidden_layers`, `num_hidden_layers + 1`,
-... of the draft model, named the same way, as vLLM's DeepSeek MTP model registers them.
+... of the draft model, named the same way, as vLLM's DeepSeek MTP model registers them; each
+runs its own indexer (vLLM builds one for every MTP layer, whatever the index sharing).
 """
 
 from __future__ import annotations
