@@ -148,3 +148,13 @@ def test_mtp_without_draft_layers_or_with_stages_is_refused() -> None:
     with pytest.raises(ConfigError, match="expected --pp 1"):
         build_request(load_preset("deepseek-v3.2").architecture,
                       Settings(speculative="mtp", pp=2, hisparse=False))
+
+
+def test_mtp_layer_runs_its_own_indexer_even_when_sharing_would_skip_it() -> None:
+    # GLM-5 with index sharing every 4th layer: layer 78 would share (78 % 4 != 0), but vLLM
+    # builds an indexer for every MTP layer.
+    request = build_request(load_preset("glm-5-index-share-4").architecture,
+                            Settings(speculative="mtp", max_model_len=32768))
+    assert "model.layers.78.self_attn.indexer.k_cache" in request.layers
+    mtp = request.layers["model.layers.78.self_attn.attn"]
+    assert mtp.is_index_group_leader  # type: ignore[union-attr]
