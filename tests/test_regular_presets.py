@@ -4,9 +4,13 @@ gives exactly the golden request and plan."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import hisparse_plan as hp
 from cli_support import Run
@@ -18,6 +22,7 @@ from hisparse_plan.presets import (
     build_request,
     load_preset,
     pp_partition,
+    preset_names,
 )
 
 GIB = 2**30
@@ -196,3 +201,32 @@ def test_hf_config_of_a_regular_model(cli: Run, tmp_path: Path) -> None:
     code, _, err = cli("plan", "--hf-config", str(path))
     assert code == 2
     assert f"{path}: num_attention_heads: missing; expected in a model's config.json" in err
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from([n for n in preset_names() if n != "glm-5-index-share-4"]),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.integers(1, 4),
+    length=st.integers(1, 2**18),
+    gib=st.integers(1, 80),
+    layout=st.sampled_from(list(hp.KVCacheLayout)),
+    hisparse=st.booleans(),
+)
+def test_any_preset_setting_plans_soundly_or_is_refused(
+    name: str, tp: int, pp: int, length: int, gib: int, layout: hp.KVCacheLayout, hisparse: bool
+) -> None:
+    """Nothing but a PlanError comes out of a preset and its settings, and every plan that does
+    passes check_plan."""
+    preset = load_preset(name)
+    chosen = Settings(tp=tp, pp=pp, max_model_len=length, gpu_mem_bytes=gib * GIB,
+                      layout=layout, allow_long_context=True,
+                      hisparse=None if hisparse or preset.sparse_architecture is None else False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hp.PlanWarning)
+            plan = hp.plan(build_request(preset.architecture, chosen))
+    except hp.PlanError:
+        return
+    hp.check_plan(plan)
+    assert len(plan.device_pools) == pp
