@@ -3,6 +3,8 @@ presets, pipeline stages, hardware and speculative decoding."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cli_support import Run
@@ -41,3 +43,14 @@ def test_tune_of_a_regular_model_is_refused_clearly(cli: Run, argv: list[str]) -
     assert code == 2
     assert out == ""
     assert "expected a request with hisparse settings, got a regular one" in err
+
+
+def test_models_json_lists_every_preset_with_its_source_and_weights(cli: Run) -> None:
+    code, out, err = cli("models", "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert listed["gemma-3-27b"]["kind"] == "regular"
+    assert listed["deepseek-v3.2"]["kind"] == "sparse_mla"
+    assert listed["qwen3-next-80b"]["config"]["full_attention_interval"] == 4
+    assert all(entry["source"] for entry in listed.values())
+    assert listed["llama-3-8b"]["weights"]["parameters"] == 8_030_000_000

@@ -28,6 +28,11 @@ def run(args: argparse.Namespace) -> int:
                     "description": preset.description,
                     "source": preset.source,
                     "config": preset.architecture.model_dump(exclude_none=True),
+                    "weights": None if preset.weights is None else {
+                        "parameters": preset.weights.parameters,
+                        "bits_per_parameter": preset.weights.bits_per_parameter,
+                        "source": preset.weights.source,
+                    },
                 }
                 for name, preset in shipped.items()
             },
