@@ -356,7 +356,7 @@ def test_explain_starts_from_the_config_fields() -> None:
     row = explanation.step("sparse row bytes (fp8_ds_mla)")
     assert row.value == 656
     assert row.inputs == {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
-    assert explanation.step("indexer row bytes (fp8_ds_mla)").value == 132
+    assert explanation.step("indexer row bytes (fp8)").value == 132
     assert explanation.step("indexer layers").value == 20
     assert explanation.step("indexer layers").inputs["index_topk_freq"] == 4
     assert explanation.step("max_model_len").formula.startswith("chosen")
