@@ -81,10 +81,15 @@ def test_builder_plugged_in_gives_vllms_configs(case: str) -> None:
     inputs = vs.vllm_inputs(golden.load(case)[0])
     answer = vllm_answer(inputs)
     if isinstance(answer, BaseException):
-        # Our PlanError (its messages say what was expected), or vLLM's own admission check.
-        with pytest.raises(ValueError, match="expected|To serve at least one request"):
+        # Our PlanError, or vLLM's own admission check: nothing internal.
+        try:
             vs.plugged_configs(inputs)
-        return
+        except hp.PlanError:
+            return
+        except ValueError as error:
+            assert "To serve at least one request" in str(error)
+            return
+        pytest.fail("the builder planned a request vLLM refuses")
     plugged = vs.plugged_configs(inputs)
     assert [vs.canonical(config) for config in plugged] == [vs.canonical(answer)]
 
