@@ -82,14 +82,13 @@ def test_builder_plugged_in_gives_vllms_configs(case: str) -> None:
     answer = vllm_answer(inputs)
     if isinstance(answer, BaseException):
         # Our PlanError, or vLLM's own admission check: nothing internal.
+        refusal: ValueError | None = None
         try:
             vs.plugged_configs(inputs)
-        except hp.PlanError:
-            return
         except ValueError as error:
-            assert "To serve at least one request" in str(error)
-            return
-        pytest.fail("the builder planned a request vLLM refuses")
+            refusal = error
+        assert isinstance(refusal, hp.PlanError) or "To serve at least one" in str(refusal)
+        return
     plugged = vs.plugged_configs(inputs)
     assert [vs.canonical(config) for config in plugged] == [vs.canonical(answer)]
 
