@@ -21,6 +21,7 @@ from hisparse_plan.adapters.vllm import (
     install_builder,
     request_from_vllm,
     to_kv_cache_config,
+    to_kv_cache_configs,
 )
 from hisparse_plan.errors import UnsupportedRequestError
 
@@ -49,16 +50,28 @@ def adapter_plan(inputs: vs.VllmInputs) -> hp.KVCachePlan:
     return hp.plan(request)
 
 
-@pytest.mark.parametrize("case", ONE_STAGE)
+@pytest.mark.parametrize("case", golden.CASES)
 def test_stand_in_config_reproduces_the_golden_plans(case: str) -> None:
     """vLLM's planner on the stand-in config gives the golden plan (or refuses a reject case)."""
     request, expected = golden.load(case)
     inputs = vs.vllm_inputs(request)
-    answer = vllm_answer(inputs)
     if expected.get("error"):
-        assert isinstance(answer, BaseException)
+        with pytest.raises((ValueError, AssertionError, NotImplementedError)):
+            vs.run_vllm(inputs)
     else:
-        assert golden.project(vs.contract_view(answer, inputs)) == expected
+        assert golden.project(vs.run_view(vs.run_vllm(inputs))) == expected
+
+
+def test_pipeline_stages_and_auto_fit_give_vllms_configs_per_stage() -> None:
+    inputs = vs.vllm_inputs(golden.load("regular_llama3_70b_pp4_autofit")[0])
+    theirs = [vs.canonical(config) for config in vs.run_vllm(inputs).configs]
+    plan = hp.plan(golden.load("regular_llama3_70b_pp4_autofit")[0])
+    assert [vs.canonical(c) for c in to_kv_cache_configs(plan, inputs.specs)] == theirs
+    plugged = vs.run_vllm(inputs, BUILDER_QUALNAME)
+    assert [vs.canonical(config) for config in plugged.configs] == theirs
+    assert plugged.config.model_config.max_model_len == plan.fitted_max_model_len
+    with pytest.raises(hp.PlanError, match="to_kv_cache_configs"):
+        to_kv_cache_config(plan)
 
 
 @pytest.mark.parametrize("case", ONE_STAGE)

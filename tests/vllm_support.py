@@ -79,12 +79,34 @@ class StandInConfig:
 
 @dataclass
 class VllmInputs:
-    """What vLLM's engine hands its planner for one request (one worker, no pipeline)."""
+    """What vLLM's engine hands its planner for one request: every layer's spec, and per
+    pipeline stage (one worker each) its layers and KV cache memory."""
 
     specs: dict[str, Any]
     config: StandInConfig
     available_bytes: int
     shared_host_pool: bool
+    stages: list[tuple[list[str], int]] | None = None
+
+    def worker_specs(self) -> list[dict[str, Any]]:
+        if self.stages is None:
+            return [dict(self.specs)]
+        return [{name: self.specs[name] for name in names} for names, _ in self.stages]
+
+    def worker_memory(self) -> list[int]:
+        if self.stages is None:
+            return [self.available_bytes]
+        return [memory for _, memory in self.stages]
+
+
+@dataclass
+class VllmRun:
+    """vLLM's answer: the global groups, one config per worker, and the engine config after
+    planning (auto-fit may have shortened max_model_len)."""
+
+    groups: list[Any]
+    configs: list[Any]
+    config: StandInConfig
 
 
 def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
@@ -133,7 +155,12 @@ def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
         num_prefill_lookahead_tokens=scheduler.num_prefill_lookahead_tokens,
     )
     shared = hisparse is not None and hisparse.shared_host_pool
-    return VllmInputs(_with_derived(specs, config), config, device.available_bytes, shared)
+    stages = None if device.pipeline_stages is None else [
+        (list(stage.layers), stage.available_bytes) for stage in device.pipeline_stages
+    ]
+    return VllmInputs(
+        _with_derived(specs, config), config, device.available_bytes, shared, stages
+    )
 
 
 def _with_derived(specs: dict[str, Any], config: StandInConfig) -> dict[str, Any]:
@@ -180,15 +207,21 @@ def vllm_world(builder: str, shared_host_pool: bool) -> Iterator[None]:
             platform_cls.get_kv_cache_config_builder_cls = saved_builder
 
 
-def engine_configs(inputs: VllmInputs, builder: str = DEFAULT_BUILDER) -> list[Any]:
-    """vLLM's engine flow: global grouping, then `get_kv_cache_configs` (one worker)."""
+def run_vllm(inputs: VllmInputs, builder: str = DEFAULT_BUILDER) -> VllmRun:
+    """vLLM's engine flow: global grouping, then `get_kv_cache_configs` (a worker per stage)."""
     config = copy.deepcopy(inputs.config)
-    specs = dict(inputs.specs)
+    workers = inputs.worker_specs()
     with vllm_world(builder, inputs.shared_host_pool):
-        groups = planning.get_global_kv_cache_groups(config, [specs])
-        configs: list[Any] = planning.get_kv_cache_configs(
-            config, [specs], [inputs.available_bytes], groups
+        groups = planning.get_global_kv_cache_groups(config, workers)
+        configs = planning.get_kv_cache_configs(
+            config, workers, inputs.worker_memory(), groups
         )
+    return VllmRun(groups, configs, config)
+
+
+def engine_configs(inputs: VllmInputs, builder: str = DEFAULT_BUILDER) -> list[Any]:
+    """The configs of `run_vllm`."""
+    configs: list[Any] = run_vllm(inputs, builder).configs
     return configs
 
 
@@ -215,15 +248,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def contract_view(
-    config: Any, inputs: VllmInputs, max_model_len: int | None = None
-) -> dict[str, Any]:
-    """vLLM's KVCacheConfig in the plan contract's shape (section 6), for `golden.project`."""
-    vllm_config = copy.deepcopy(inputs.config)
-    if max_model_len is not None:
-        vllm_config.model_config.max_model_len = max_model_len
+def contract_view(config: Any, inputs: VllmInputs) -> dict[str, Any]:
+    """One worker's KVCacheConfig in the plan contract's shape (section 6)."""
+    return run_view(VllmRun(config.kv_cache_groups, [config], inputs.config))
+
+
+def run_view(run: VllmRun) -> dict[str, Any]:
+    """vLLM's answer in the plan contract's shape (section 6), for `golden.project`: the global
+    groups, every worker's tensors in stage order, capacity as the engine computes it."""
+    first = run.configs[0]
     groups = []
-    for group in config.kv_cache_groups:
+    for group in run.groups:
         spec = group.kv_cache_spec
         groups.append({
             "layer_names": list(group.layer_names),
@@ -239,22 +274,26 @@ def contract_view(
         })
     host = None
     steady = None
-    if config.hisparse_host_num_blocks is not None:
-        host = {"num_blocks": config.hisparse_host_num_blocks,
-                "block_stride": config.hisparse_host_block_stride,
-                "shared": config.hisparse_shared_host_pool}
-        steady = hisparse_layout.get_hisparse_steady_state_concurrency(vllm_config, config)
-    return {
-        "num_blocks": config.num_blocks,
+    if first.hisparse_host_num_blocks is not None:
+        host = {"num_blocks": first.hisparse_host_num_blocks,
+                "block_stride": first.hisparse_host_block_stride,
+                "shared": first.hisparse_shared_host_pool}
+        steady = hisparse_layout.get_hisparse_steady_state_concurrency(run.config, first)
+    view: dict[str, Any] = {
+        "num_blocks": first.num_blocks,
         "groups": groups,
         "tensors": [
             {"size": t.size, "layers": list(t.layers), "layer_stride": t.layer_stride,
              "block_stride": t.block_stride, "offset": t.offset, "host_resident": t.host_resident}
+            for config in run.configs
             for t in config.kv_cache_tensors
         ],
         "host_pool": host,
         "capacity": {
-            "max_concurrency": get_max_concurrency_for_kv_cache_config(vllm_config, config),
+            "max_concurrency": get_max_concurrency_for_kv_cache_config(run.config, first),
             "steady_state_concurrency": steady,
         },
     }
+    if run.config.model_config.original_max_model_len == -1:
+        view["fitted_max_model_len"] = run.config.model_config.max_model_len
+    return view
