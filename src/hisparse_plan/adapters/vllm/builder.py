@@ -4,16 +4,14 @@ Importing this module imports vLLM (it subclasses vLLM's interface); vLLM resolv
 its qualified name (`hisparse_plan.adapters.vllm.BUILDER_QUALNAME`). Builders are stateless:
 vLLM makes a fresh one per call.
 
-- `get_kv_cache_groups` plans the layers with `plan()` and hands back the plan's groups as vLLM
-  groups (the engine's spec objects kept). Grouping must not depend on memory, which vLLM sizes
-  later, so this plan gets room enough for any admission and host check.
+- `get_kv_cache_groups` runs the planner's group stage (SPEC 5.2-5.6, 7.3) on the layers and
+  hands back its groups as vLLM groups (the engine's spec objects kept).
 - `get_kv_cache_config_from_groups` sizes and places the groups it is given for `num_blocks`
   blocks with the planner's size and place stages (see `placement`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 
 from vllm.v1.core.kv_cache_config_builder import (  # type: ignore[import-not-found, unused-ignore]
@@ -22,30 +20,24 @@ from vllm.v1.core.kv_cache_config_builder import (  # type: ignore[import-not-fo
 
 from hisparse_plan.adapters.vllm.kv_cache_config import assemble, vllm_groups
 from hisparse_plan.adapters.vllm.placement import HostSettings, place_groups
-from hisparse_plan.adapters.vllm.settings import (
-    EngineSettings,
-    request_from_settings,
-    settings_from_vllm,
-)
+from hisparse_plan.adapters.vllm.settings import GIB, request_from_settings, settings_from_vllm
 from hisparse_plan.adapters.vllm.types import VllmObject
-from hisparse_plan.models import KVCacheLayout
-from hisparse_plan.planning import plan
+from hisparse_plan.models import KVCacheLayout, PlanRequest
+from hisparse_plan.planning.groups import PlannedGroup
+from hisparse_plan.planning.hisparse_groups import hisparse_groups
+from hisparse_plan.planning.pipeline import request_layers
+from hisparse_plan.planning.regular_groups import regular_groups
+from hisparse_plan.planning.trace import Trace
 
-ROOMY_DEVICE_BYTES = 2**62
-ROOMY_HOST_BYTES = 2**61
-"""Memory for the grouping plan: far beyond any request, within int64 byte offsets."""
 
-
-def grouping_settings(settings: EngineSettings) -> EngineSettings:
-    """The settings a grouping-only plan uses: no override, no auto-fit, a roomy host pool."""
-    hisparse = settings.hisparse
-    return dataclasses.replace(
-        settings,
-        num_blocks_override=None,
-        auto_fit_max_model_len=False,
-        hisparse=None if hisparse is None
-        else dataclasses.replace(hisparse, host_pool_bytes=ROOMY_HOST_BYTES),
-    )
+def planned_groups(request: PlanRequest) -> list[PlannedGroup]:
+    """The groups `plan()` would make, from its group stage alone: grouping never depends on
+    memory or on the pipeline stages, which vLLM sizes and checks per worker later."""
+    layers = request_layers(request)
+    if request.hisparse is None:
+        return regular_groups(layers, request.device.kv_cache_layout, Trace())
+    grouping = hisparse_groups(request, request.hisparse, layers, Trace())
+    return [grouping.source, *grouping.device]
 
 
 class HisparsePlanKVCacheConfigBuilder(KVCacheConfigBuilder):  # type: ignore[misc, unused-ignore]
@@ -56,12 +48,14 @@ class HisparsePlanKVCacheConfigBuilder(KVCacheConfigBuilder):  # type: ignore[mi
     ) -> list[VllmObject]:
         if not kv_cache_spec:
             return []
-        hisparse = vllm_config.attention_config.hisparse_config is not None
-        settings = settings_from_vllm(vllm_config, ROOMY_HOST_BYTES if hisparse else None)
-        request = request_from_settings(
-            kv_cache_spec, grouping_settings(settings), ROOMY_DEVICE_BYTES
+        # Neither the host budget nor the memory takes part in grouping: vLLM reads them later.
+        settings = settings_from_vllm(vllm_config, host_pool_bytes=GIB)
+        request = request_from_settings(kv_cache_spec, settings, available_bytes=0)
+        groups = [planned.group for planned in planned_groups(request)]
+        converted: list[VllmObject] = vllm_groups(
+            groups, settings.extra_window_tokens, kv_cache_spec
         )
-        return vllm_groups(plan(request), kv_cache_spec)
+        return converted
 
     def get_kv_cache_config_from_groups(
         self, vllm_config: VllmObject, kv_cache_groups: list[VllmObject], num_blocks: int

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from hisparse_plan.adapters.vllm import specs
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
-from hisparse_plan.models import HostPool, KVCachePlan, KVCacheTensor
+from hisparse_plan.models import HostPool, KVCacheGroup, KVCachePlan, KVCacheTensor
 
 
 def vllm_tensor(tensor: KVCacheTensor) -> VllmObject:
@@ -42,11 +42,12 @@ def assemble(
 
 
 def vllm_groups(
-    plan: KVCachePlan, layer_specs: Mapping[str, VllmObject] | None = None
+    groups: Sequence[KVCacheGroup],
+    extra_tokens: int,
+    layer_specs: Mapping[str, VllmObject] | None = None,
 ) -> list[VllmObject]:
-    """vLLM's KVCacheGroupSpec list for the plan's groups (all stages)."""
-    extra = plan.workload.extra_window_tokens
-    return [specs.group(group, extra, layer_specs) for group in plan.groups]
+    """vLLM's KVCacheGroupSpec list for our groups (sliding windows keep `extra_tokens`)."""
+    return [specs.group(group, extra_tokens, layer_specs) for group in groups]
 
 
 def to_kv_cache_configs(
@@ -60,7 +61,7 @@ def to_kv_cache_configs(
     `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
     fields the contract does not carry; without it those take vLLM's defaults.
     """
-    groups = vllm_groups(plan, layer_specs)
+    groups = vllm_groups(plan.groups, plan.workload.extra_window_tokens, layer_specs)
     if len(plan.device_pools) == 1:
         return [assemble(plan.num_blocks, plan.tensors, groups, plan.host_pool,
                          prefix_cache_retention_interval)]
