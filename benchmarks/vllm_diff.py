@@ -252,6 +252,33 @@ def classify(request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, 
     return "mismatch_we_plan_vllm_refuses"
 
 
+def features(request: dict[str, Any], projected: dict[str, Any]) -> list[str]:
+    """What an agreeing plan exercised, to show the generator's reach."""
+    device = request["device"]
+    kinds = {group["spec"]["kind"] for group in projected["groups"]}
+    found = [f"group kind {kind}" for kind in sorted(kinds)]
+    found.append("hisparse" if request.get("hisparse") else "regular")
+    layer_kinds = {layer["kind"] for layer in request["layers"].values()}
+    if request.get("hisparse") and layer_kinds - {"mla"}:
+        found.append("hisparse with other layers")
+    if device.get("pipeline_stages"):
+        found.append("pipeline stages")
+    if request["model"].get("auto_fit_max_model_len"):
+        found.append("auto-fit")
+    if device.get("num_blocks_override"):
+        found.append("num_blocks_override")
+    if device["kv_cache_layout"][0] != "B":
+        found.append("layer-outer layout")
+    pages = {(g["spec"]["block_size"], g["spec"]["page_size_bytes"]) for g in projected["groups"]}
+    if len(pages) > 1:
+        found.append("groups of different block bytes")
+    if any(g["spec"]["block_size"] != layer["block_size"]
+           for g in projected["groups"] for name in g["layer_names"]
+           if (layer := request["layers"].get(name)) is not None):
+        found.append("scaled block size (7.3.2)")
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=300)
@@ -265,11 +292,14 @@ def main() -> None:
     args = parser.parse_args()
     generator = Generator(args.seed)
     outcomes: Counter[str] = Counter()
+    reach: Counter[str] = Counter()
     for index in range(args.count):
         request = generator.request()
         theirs, ours = vllm_answer(request), our_answer(request, args.ours)
         outcome = classify(request, theirs, ours)
         outcomes[outcome] += 1
+        if outcome == "agree_plan":
+            reach.update(features(request, theirs[1]))
         noted = outcome.startswith(("mismatch", "deliberate", "vllm_c"))
         if noted and args.save_dir and outcomes[outcome] <= args.keep:
             args.save_dir.mkdir(parents=True, exist_ok=True)
@@ -284,6 +314,9 @@ def main() -> None:
     print(f"{args.count} requests (seed {args.seed}, ours by {args.ours}):")
     for outcome, count in sorted(outcomes.items()):
         print(f"  {outcome:48s} {count}")
+    print("agreeing plans exercised:")
+    for feature, count in sorted(reach.items()):
+        print(f"  {feature:48s} {count}")
 
 
 if __name__ == "__main__":
