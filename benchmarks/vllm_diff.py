@@ -32,7 +32,11 @@ sys.path.insert(0, str(REPO / "tests"))
 import golden  # noqa: E402
 import hisparse_plan as hp  # noqa: E402
 import vllm_support as vs  # noqa: E402
-from hisparse_plan.adapters.vllm import BUILDER_QUALNAME, request_from_vllm  # noqa: E402
+from hisparse_plan.adapters.vllm import (  # noqa: E402
+    BUILDER_QUALNAME,
+    request_from_vllm,
+    to_kv_cache_configs,
+)
 
 GIB = 2**30
 T = TypeVar("T")
@@ -252,6 +256,20 @@ def classify(request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, 
     return "mismatch_we_plan_vllm_refuses"
 
 
+def configs_identical(request: dict[str, Any], route: str) -> bool:
+    """Every field of every worker's KVCacheConfig (spec objects included) is the same as
+    vLLM's: with our builder plugged in, or from `to_kv_cache_configs` of our plan."""
+    inputs = vs.vllm_inputs(request)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = vs.run_vllm(inputs).configs
+        if route == "builder":
+            ours = vs.run_vllm(inputs, BUILDER_QUALNAME).configs
+        else:
+            ours = to_kv_cache_configs(hp.plan(request), inputs.specs)
+    return [vs.canonical(c) for c in ours] == [vs.canonical(c) for c in theirs]
+
+
 def features(request: dict[str, Any], projected: dict[str, Any]) -> list[str]:
     """What an agreeing plan exercised, to show the generator's reach."""
     device = request["device"]
@@ -288,7 +306,7 @@ def main() -> None:
     parser.add_argument("--keep", type=int, default=3, help="examples saved per outcome")
     parser.add_argument("--ours", choices=("plan", "adapter", "builder"), default="plan",
                         help="plan(request), plan(request_from_vllm(...)), or vLLM with our "
-                        "builder plugged in")
+                        "builder plugged in; the last two also compare whole KVCacheConfigs")
     args = parser.parse_args()
     generator = Generator(args.seed)
     outcomes: Counter[str] = Counter()
@@ -297,6 +315,9 @@ def main() -> None:
         request = generator.request()
         theirs, ours = vllm_answer(request), our_answer(request, args.ours)
         outcome = classify(request, theirs, ours)
+        if (outcome == "agree_plan" and args.ours != "plan"
+                and not configs_identical(request, args.ours)):
+            outcome = "mismatch_config_fields"
         outcomes[outcome] += 1
         if outcome == "agree_plan":
             reach.update(features(request, theirs[1]))
