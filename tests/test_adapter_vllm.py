@@ -18,7 +18,9 @@ import hisparse_plan as hp
 import vllm_support as vs
 from hisparse_plan.adapters.vllm import (
     BUILDER_QUALNAME,
+    PLUGIN_SWITCH,
     install_builder,
+    register,
     request_from_vllm,
     to_kv_cache_config,
     to_kv_cache_configs,
@@ -130,6 +132,23 @@ def test_install_builder_makes_vllm_resolve_it() -> None:
     inputs = vs.vllm_inputs(golden.load("regular_llama3_8b_bf16")[0])
     with vs.vllm_world(vs.DEFAULT_BUILDER, False):
         install_builder()
+        builder = resolve.get_kv_cache_config_builder(inputs.config)
+    assert f"{type(builder).__module__}.{type(builder).__name__}" == BUILDER_QUALNAME
+
+
+def test_plugin_hook_installs_the_builder_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolve = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
+    inputs = vs.vllm_inputs(golden.load("regular_llama3_8b_bf16")[0])
+    with vs.vllm_world(vs.DEFAULT_BUILDER, False):
+        monkeypatch.delenv(PLUGIN_SWITCH, raising=False)
+        register()
+        assert type(resolve.get_kv_cache_config_builder(inputs.config)).__name__ == (
+            "DefaultKVCacheConfigBuilder"
+        )
+        monkeypatch.setenv(PLUGIN_SWITCH, "1")
+        register()
         builder = resolve.get_kv_cache_config_builder(inputs.config)
     assert f"{type(builder).__module__}.{type(builder).__name__}" == BUILDER_QUALNAME
 

@@ -28,6 +28,7 @@ PLUGIN_SWITCH = "HISPARSE_PLAN_VLLM_BUILDER"
 
 __all__ = [
     "BUILDER_QUALNAME",
+    "PLUGIN_SWITCH",
     "EngineSettings",
     "HisparseSettings",
     "install_builder",
