@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import (
     AttentionLayerSpec,
-    DerivedLayerSpec,
     DType,
     GroupSpec,
     KVCachePlan,
     KVCacheTensor,
+    MambaSpec,
     UniformTypeSpec,
     dtype_size,
 )
@@ -61,9 +61,9 @@ class LayerView:
     page_size_bytes: int
 
     @property
-    def pool(self) -> str:
-        """Which pool the view lies in: "host", or "device" (with its stage when several)."""
-        return "host" if self.host_resident else f"device[{self.stage}]"
+    def pool(self) -> tuple[bool, int]:
+        """Which pool the view lies in: (host_resident, stage)."""
+        return self.host_resident, self.stage
 
     @property
     def num_blocks(self) -> int:
@@ -132,6 +132,13 @@ def spec_of(plan: KVCachePlan) -> dict[str, tuple[int, GroupSpec]]:
     return specs
 
 
+def pool_name(plan: KVCachePlan, stage: int, host_resident: bool = False) -> str:
+    """"host", "device", or "stage k device" when pipeline stages have pools of their own."""
+    if host_resident:
+        return "host"
+    return "device" if len(plan.device_pools) == 1 else f"stage {stage} device"
+
+
 def stage_of(plan: KVCachePlan) -> dict[str, int]:
     """Each device layer's pipeline stage; empty when one stage holds every layer."""
     return {
@@ -173,9 +180,11 @@ def tensor_views(
     ]
 
 
-def plan_views(plan: KVCachePlan) -> dict[str, LayerView]:
-    """Every placed layer's view, by layer name."""
-    specs = spec_of(plan)
+def plan_views(
+    plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]] | None = None
+) -> dict[str, LayerView]:
+    """Every placed layer's view, by layer name (`specs` is `spec_of(plan)` when known)."""
+    specs = spec_of(plan) if specs is None else specs
     stages = stage_of(plan)
     return {
         view.name: view
@@ -215,7 +224,7 @@ def _layer_view(
     offset = tensor.offset + position * tensor.layer_stride
     if not isinstance(spec, AttentionLayerSpec):
         # Resident/hot rows and Mamba states are byte buffers: a page's used bytes in a row.
-        used = spec.page_size_bytes if isinstance(spec, DerivedLayerSpec) else spec.content_bytes
+        used = spec.content_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
         return LayerView(
             name, index, group, tensor.host_resident, stage, "uint8",
             (num_blocks, used), (tensor.block_stride, 1), offset, spec.page_size_bytes,

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import (
+    BY_KIND,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    freeze,
+)
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.layer_specs import (
     ChunkedLocalAttentionSpec,
@@ -37,6 +44,7 @@ class UniformTypeSpec(Model):
                     f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
                     f"got {spec.block_size}"
                 )
+        freeze(self, "specs", self.specs)
         page = sum(spec.page_size_bytes for spec in self.specs.values())
         store_derived(self, "page_size_bytes", page, "sum of the members' pages")
 
@@ -65,16 +73,16 @@ class HisparseHotSpec(Model):
 
 
 GroupSpec = Annotated[
-    MLASpec
-    | FullAttentionSpec
-    | SlidingWindowSpec
-    | ChunkedLocalAttentionSpec
-    | SlidingWindowMLASpec
-    | MambaSpec
-    | UniformTypeSpec
-    | HisparseResidentSpec
-    | HisparseHotSpec,
-    Field(discriminator="kind"),
+    Annotated[MLASpec, Tag("mla")]
+    | Annotated[FullAttentionSpec, Tag("full_attention")]
+    | Annotated[SlidingWindowSpec, Tag("sliding_window")]
+    | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
+    | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
+    | Annotated[MambaSpec, Tag("mamba")]
+    | Annotated[UniformTypeSpec, Tag("uniform_type")]
+    | Annotated[HisparseResidentSpec, Tag("hisparse_resident")]
+    | Annotated[HisparseHotSpec, Tag("hisparse_hot")],
+    BY_KIND,
 ]
 
 DerivedLayerSpec = HisparseResidentSpec | HisparseHotSpec

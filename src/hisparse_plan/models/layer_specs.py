@@ -12,9 +12,9 @@ from __future__ import annotations
 from math import prod
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
-from hisparse_plan.models.base import ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import BY_KIND, ByteCount, Model, PositiveInt
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DType, dtype_size
 
@@ -242,12 +242,12 @@ class MambaSpec(LayerSpecBase):
 
 
 LayerSpec = Annotated[
-    MLASpec
-    | FullAttentionSpec
-    | SlidingWindowSpec
-    | ChunkedLocalAttentionSpec
-    | SlidingWindowMLASpec
-    | MambaSpec,
-    Field(discriminator="kind"),
+    Annotated[MLASpec, Tag("mla")]
+    | Annotated[FullAttentionSpec, Tag("full_attention")]
+    | Annotated[SlidingWindowSpec, Tag("sliding_window")]
+    | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
+    | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
+    | Annotated[MambaSpec, Tag("mamba")],
+    BY_KIND,
 ]
 WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec

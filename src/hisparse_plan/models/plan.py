@@ -74,6 +74,9 @@ class Workload(Model):
     max_num_batched_tokens: PositiveInt
     max_concurrent_batches: PositiveInt
     num_prefill_lookahead_tokens: Annotated[int, Field(ge=0)] = 0
+    index_topk: PositiveInt | None = Field(
+        default=None, description="HiSparse: the model's index_topk, as requested."
+    )
     top_k: PositiveInt | None = Field(
         default=None, description="HiSparse: the top-k rows the hot buffer is sized for."
     )

@@ -66,13 +66,14 @@ def admit(
                 field=_memory_field(stage),
             )
         length = fitted
-    needed_blocks = blocks(length)
+    required = [group_required(group, length, workload) for group in groups]
+    needed_blocks = sum(required)
     if trace.enabled:
-        for index, group in enumerate(groups):
+        for index, (group, blocks_held) in enumerate(zip(groups, required, strict=True)):
             trace.add("admit", "5.10 / 7.7", f"required blocks of device group {index}",
-                      group_required(group, length, workload),
-                      lambda g=group: f"{g.group.spec.kind} group of "
-                      f"{len(g.group.layer_names)} layer(s) at L = {length}")
+                      blocks_held,
+                      f"{group.group.spec.kind} group of {len(group.group.layer_names)} "
+                      f"layer(s) at L = {length}")
     for stage in stages:
         _admit_stage(stage, needed_blocks, length, blocks, longest_for_host)
     trace.add("admit", "5.12 / 7.7", "blocks per request", needed_blocks,
@@ -80,9 +81,7 @@ def admit(
     num_blocks = min(stage.fitting_blocks for stage in stages)
     trace.add("admit", "7.6 step 6", "num_blocks", num_blocks,
               lambda: "min over stages of memory // bytes_per_block (or the override)")
-    return Admission(
-        length, fitted, [group_required(group, length, workload) for group in groups], num_blocks
-    )
+    return Admission(length, fitted, required, num_blocks)
 
 
 def longest_fitting(stage: StageSizing, blocks: Callable[[int], int], high: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hisparse_plan.models import (
@@ -29,7 +30,9 @@ class PlannedGroup:
         return sum(bucket.block_bytes for bucket in self.buckets)
 
 
-def single_spec_group(spec: GroupSpec, names: list[str], role: GroupRole = "default") -> PlannedGroup:
+def single_spec_group(
+    spec: GroupSpec, names: list[str], role: GroupRole = "default"
+) -> PlannedGroup:
     """A group whose layers share one spec (its kind is the spec's kind)."""
     group = KVCacheGroup(
         layer_names=names,
@@ -41,7 +44,7 @@ def single_spec_group(spec: GroupSpec, names: list[str], role: GroupRole = "defa
     return PlannedGroup(group, spec_buckets(spec, names))
 
 
-def uniform_group(layers: list[Layer], role: GroupRole = "default") -> PlannedGroup:
+def uniform_group(layers: Sequence[Layer], role: GroupRole = "default") -> PlannedGroup:
     """A uniform_type group over `layers` (one family and block size), in the order given."""
     specs = dict(layers)
     spec = UniformTypeSpec(block_size=layers[0][1].block_size, specs=specs)

@@ -1,7 +1,9 @@
-"""HiSparse on top of the regular grouping: source, indexer, resident and hot groups (SPEC 5.2-5.6)."""
+"""HiSparse on top of the regular grouping: source, indexer, resident and hot groups
+(SPEC 5.2-5.6)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
@@ -41,8 +43,13 @@ def hisparse_groups(
             "an integer >= 1, got null",
             field="model.index_topk",
         )
-    mla = [(name, spec) for name, spec in layers if isinstance(spec, MLASpec)]
-    others = [(name, spec) for name, spec in layers if not isinstance(spec, MLASpec)]
+    mla: list[tuple[str, MLASpec]] = []
+    others: list[Layer] = []
+    for layer in layers:
+        if isinstance(layer[1], MLASpec):
+            mla.append(layer)  # type: ignore[arg-type]
+        else:
+            others.append(layer)
     block_size = _one_block_size(mla)
     regular = regular_groups(others, request.device.kv_cache_layout, trace)
     if any(spec.model_version == "deepseek_v4" for _, spec in mla):
@@ -52,8 +59,10 @@ def hisparse_groups(
             "planning (SPEC 5.3)",
             field=f"layers[{name!r}].model_version",
         )
-    source = [(n, s) for n, s in mla if s.cache_role == "sparse"]
-    indexer = [(n, s) for n, s in mla if s.cache_role == "indexer"]
+    source: list[tuple[str, MLASpec]] = []
+    indexer: list[tuple[str, MLASpec]] = []
+    for layer in mla:
+        (source if layer[1].cache_role == "sparse" else indexer).append(layer)
     if not source or not indexer:
         raise PlanError(
             "layers: HiSparse needs both sparse (source) layers and indexer layers; got "
@@ -96,7 +105,10 @@ def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
             "false",
             field="model.auto_fit_max_model_len",
         )
-    for name, spec in layers:
+    distinct: dict[int, Layer] = {}
+    for layer in layers:
+        distinct.setdefault(id(layer[1]), layer)
+    for name, spec in distinct.values():
         if not isinstance(spec, MLASpec):
             continue
         for attribute, default in (
@@ -112,7 +124,7 @@ def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
                 )
 
 
-def _one_block_size(mla: list[Layer]) -> int:
+def _one_block_size(mla: Sequence[Layer]) -> int:
     if not mla:
         raise UnsupportedRequestError(
             "layers: HiSparse settings are given but no layer has kind 'mla'; expected sparse "
@@ -120,6 +132,9 @@ def _one_block_size(mla: list[Layer]) -> int:
             field="layers",
         )
     first_name, first = mla[0]
+    sizes = {spec.block_size for _, spec in mla}
+    if len(sizes) == 1:
+        return first.block_size
     for name, spec in mla:
         if spec.block_size != first.block_size:
             raise PlanError(

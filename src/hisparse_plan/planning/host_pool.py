@@ -47,6 +47,18 @@ def plan_host_pool(
             field="hisparse.host_pool_gib",
         )
     size = require_int64(source_page * num_blocks, "the host pool", field="hisparse.host_pool_gib")
+    trace.add("size", "5.7", "host_pool.budget_bytes", budget,
+              lambda: f"int(host_pool_gib * 2**30) with host_pool_gib {hisparse.host_pool_gib}")
+    trace.add("size", "5.7", "host_pool.block_stride", stride,
+              lambda: f"source page {source_page}" + (
+                  ", rounded up to 4096 for a shared pool" if hisparse.shared_host_pool else ""))
+    trace.add("size", "5.7", "host_pool.bytes_per_block", source_page,
+              lambda: "the source group's page: the host tensors stride it per block")
+    trace.add("size", "5.7", "host_pool.size", size,
+              lambda: f"bytes_per_block {source_page} * num_blocks {num_blocks}")
+    trace.add("size", "5.7", "host blocks needed", needed,
+              lambda: f"ceil(max_model_len {max_model_len} / block_size {block_size}) + 2 (null "
+              "block and copy-on-write tail): the pool must hold at least this many")
     trace.add("size", "5.7", "host_pool.num_blocks", num_blocks,
               lambda: f"budget int({hisparse.host_pool_gib} * 2**30) = {budget} // block stride "
               f"{stride} (source page {source_page}"

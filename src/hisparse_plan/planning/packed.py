@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hisparse_plan.errors import PlanError
@@ -37,7 +38,7 @@ class _Bucket:
         return sum(ceil_div(len(names), groups) * page for page, names in self.by_page.items())
 
 
-def packed_groups(layers: list[Layer], trace: Trace) -> list[PlannedGroup]:
+def packed_groups(layers: Sequence[Layer], trace: Trace) -> list[PlannedGroup]:
     buckets = family_buckets(layers)
     balanced = [bucket for bucket in buckets if bucket.balanced]
     repeats = pattern_repeats(balanced)
@@ -64,14 +65,15 @@ def packed_groups(layers: list[Layer], trace: Trace) -> list[PlannedGroup]:
         if is_state(bucket) and anchor > 0:
             per_block = max(anchor // bucket.leader[1].page_size_bytes, 1)
             count = max(count, ceil_div(len(bucket.layers), per_block))
-        trace.add("group", "7.3.1 step 7", f"bucket {bucket.leader[0]!r}", count,
-                  lambda b=bucket, c=count: f"{len(b.layers)} layers, {len(b.by_page)} pages, "
-                  f"anchor {anchor} -> {c} group(s)")
+        if trace.enabled:
+            trace.add("group", "7.3.1 step 7", f"bucket {bucket.leader[0]!r}", count,
+                      f"{len(bucket.layers)} layers, {len(bucket.by_page)} pages, anchor "
+                      f"{anchor} -> {count} group(s)")
         groups.extend(_split(bucket, count))
     return groups
 
 
-def family_buckets(layers: list[Layer]) -> list[_Bucket]:
+def family_buckets(layers: Sequence[Layer]) -> list[_Bucket]:
     """Step 1: each layer joins the first bucket whose leader's family takes it."""
     buckets: list[_Bucket] = []
     first_of_key: dict[FamilyKey, int] = {}
@@ -126,7 +128,7 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
     if lost is not None:
         raise PlanError(
             f"layers[{lost[0]!r}]: its bucket (led by {bucket.leader[0]!r}) is unbalanced "
-            f"({', '.join(f'{len(n)} x {p} B' for p, n in bucket.by_page.items())}) and splits "
+            f"({_page_counts(bucket)}) and splits "
             f"into {count} groups of {repeats} pattern repeats, which leaves this layer in no "
             "group (SPEC 7.3.1 step 8; vLLM 0.33 fails here); expected a balanced bucket",
             field=f"layers[{lost[0]!r}]",
@@ -136,3 +138,8 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
         members = [names[j] for j in range(i, repeats, count) for names in lists]
         groups.append(uniform_group(members))
     return groups
+
+
+def _page_counts(bucket: _Bucket) -> str:
+    counts = [f"{len(names)} x {page} B" for page, names in bucket.by_page.items()]
+    return ", ".join(counts[:4]) + (f", ... ({len(counts)} pages)" if len(counts) > 4 else "")

@@ -10,20 +10,20 @@ pool. The order of the refusals differs as the SPEC orders them (5.12, 7.5).
 
 from __future__ import annotations
 
-from warnings import warn
 from collections.abc import Mapping
 from dataclasses import dataclass
+from warnings import warn
 
 from hisparse_plan.errors import PlanWarning
 from hisparse_plan.models import (
     Capacity,
-    LayerSpec,
     DevicePool,
-    HostPool,
-    KVCacheTensor,
     HisparseConfig,
+    HostPool,
     KVCacheLayout,
     KVCachePlan,
+    KVCacheTensor,
+    LayerSpec,
     PlanRequest,
     Workload,
     spec_key,
@@ -91,12 +91,23 @@ def request_layers(request: PlanRequest) -> list[Layer]:
     return layers
 
 
+def _trace_tensor(index: int, tensor: KVCacheTensor, stage: int, trace: Trace) -> None:
+    if not trace.enabled:
+        return
+    where = "host pool" if tensor.host_resident else f"stage {stage} device pool"
+    layers = f"{tensor.layers[0]!r}" + (
+        f" and {len(tensor.layers) - 1} more" if len(tensor.layers) > 1 else "")
+    for field in ("offset", "layer_stride", "block_stride"):
+        trace.add("place", "5.9 / 7.5", f"tensors[{index}].{field}", getattr(tensor, field),
+                  f"{field} of {layers} in the {where} ({tensor.size} bytes)")
+
+
 def _trace_groups(groups: list[PlannedGroup], trace: Trace) -> None:
     for index, planned in enumerate(groups):
         group = planned.group
         trace.add("group", "5.6 / 7.3", f"groups[{index}]", group.spec.kind,
-                  lambda g=group: f"{len(g.layer_names)} layer(s) from {g.layer_names[0]!r}, "
-                  f"block_size {g.spec.block_size}, page {g.spec.page_size_bytes}, role {g.role}")
+                  f"{len(group.layer_names)} layer(s) from {group.layer_names[0]!r}, block_size "
+                  f"{group.spec.block_size}, page {group.spec.page_size_bytes}, role {group.role}")
 
 
 def _trace_pages(layers: list[Layer], trace: Trace) -> None:
@@ -110,9 +121,8 @@ def _trace_pages(layers: list[Layer], trace: Trace) -> None:
         padded = spec.padded_page_bytes
         trace.add(
             "pages", "7.1", f"page of {name}{more}", spec.page_size_bytes,
-            lambda s=spec, p=padded: f"{s.kind}: H {s.heads} x N {s.tokens_per_block} x C "
-            f"{s.content_bytes} = {s.natural_page_bytes}"
-            + ("" if p is None else f", padded to {p}"),
+            f"{spec.kind}: H {spec.heads} x N {spec.tokens_per_block} x C {spec.content_bytes} "
+            f"= {spec.natural_page_bytes}" + ("" if padded is None else f", padded to {padded}"),
         )
 
 
@@ -159,7 +169,8 @@ def _plan_hisparse(
     source_page = source.group.spec.page_size_bytes
     stages = size_stages(request.device, grouping.device, layers, trace)
     workload = _workload(
-        request, top_k=grouping.hot.top_k, device_buffer_size=grouping.hot.rows,
+        request, index_topk=request.model.index_topk, top_k=grouping.hot.top_k,
+        device_buffer_size=grouping.hot.rows,
         max_decode_query_len=hisparse.max_decode_query_len,
     )
     admission = admit(
@@ -175,6 +186,8 @@ def _plan_hisparse(
         [source.buckets], KVCacheLayout.LBNHC, host.num_blocks, host.bytes_per_block,
         host_resident=True,
     )
+    for index, tensor in enumerate(host_tensors):
+        _trace_tensor(index, tensor, 0, trace)
     capacity = hisparse_capacity(
         admission.num_blocks,
         [group.group.spec for group in grouping.device],
@@ -182,9 +195,14 @@ def _plan_hisparse(
         host.num_blocks,
         group_required(source, admission.max_model_len, workload),
     )
-    trace.add("report", "5.10", "capacity", capacity,
-              lambda: f"device {admission.num_blocks} blocks / {sum(admission.required)} per "
-              f"request, host {host.num_blocks} blocks")
+    trace.add("report", "5.10", "capacity.max_concurrency", capacity.max_concurrency,
+              lambda: f"min(num_blocks {admission.num_blocks} / {sum(admission.required)} device "
+              f"blocks per request, host blocks {host.num_blocks} / "
+              f"{group_required(source, admission.max_model_len, workload)} per request)")
+    trace.add("report", "5.10", "capacity.steady_state_concurrency",
+              capacity.steady_state_concurrency or 0.0,
+              lambda: "min(gpu bound with each resident group capped at its last 2 pages, "
+              "host bound)")
     return _assemble(
         request, [source, *grouping.device], stages, admission, workload, capacity, trace,
         host=host, host_tensors=host_tensors, warnings=grouping.hot.warnings,
@@ -210,21 +228,18 @@ def _assemble(
     tensors = list(host_tensors or [])
     pools = []
     for stage in stages:
-        placed = place_pool(
-            stage.groups, device.kv_cache_layout, num_blocks, stage.bytes_per_block
-        )
-        for tensor in placed:
-            trace.add("place", "5.9 / 7.5", f"tensors[{len(tensors)}] {tensor.layers[0]}"
-                      + (f" (+{len(tensor.layers) - 1})" if len(tensor.layers) > 1 else ""),
-                      tensor.offset,
-                      lambda t=tensor, st=stage: f"stage {st.index}: offset {t.offset}, "
-                      f"layer_stride {t.layer_stride}, block_stride {t.block_stride}, pool "
-                      f"{t.size} bytes")
-            tensors.append(tensor)
         size = require_int64(
             stage.bytes_per_block * num_blocks, f"the device pool of stage {stage.index}",
             field="device.num_blocks_override",
         )
+        placed = place_pool(
+            stage.groups, device.kv_cache_layout, num_blocks, stage.bytes_per_block
+        )
+        for tensor in placed:
+            _trace_tensor(len(tensors), tensor, stage.index, trace)
+            tensors.append(tensor)
+        trace.add("size", "5.8 / 7.6", f"device_pools[{stage.index}].size", size,
+                  f"bytes_per_block {stage.bytes_per_block} * num_blocks {num_blocks}")
         pools.append(DevicePool(
             layout=device.kv_cache_layout,
             bytes_per_block=stage.bytes_per_block,
@@ -247,4 +262,4 @@ def _assemble(
 
 
 def _stage_name(stage: StageSizing) -> str:
-    return "the device groups" if stage.layers is None else f"pipeline stage {stage.index}"
+    return "the device groups" if stage.layers is None else f"the groups of stage {stage.index}"

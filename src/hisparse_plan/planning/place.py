@@ -54,7 +54,29 @@ def place_pool(
                 host_resident=host_resident,
             ))
             byte_offset += len(names) * (page if layout.block_outermost else layer_stride)
+    if not layout.block_outermost and len(groups) > 1:
+        _check_one_block_stride(tensors)
     return tensors
+
+
+def _check_one_block_stride(tensors: list[KVCacheTensor]) -> None:
+    """Groups overlay each other from byte 0, so they must stride blocks alike.
+
+    Outside a block-outermost layout each group strides its own blocks; two strides would put
+    block b of one group on another block id of another group. vLLM 0.33 places such requests
+    (block_stride_alignment padding some pages and not others) and lets them corrupt each
+    other, so they are refused here.
+    """
+    first = tensors[0]
+    for tensor in tensors:
+        if tensor.block_stride != first.block_stride:
+            raise LayoutError(
+                f"layers[{tensor.layers[0]!r}]: strides its blocks by {tensor.block_stride} "
+                f"bytes while {first.layers[0]!r} strides them by {first.block_stride}; groups "
+                "overlay one pool from byte 0, so expected one block stride for all (pad every "
+                "page alike, or use a block-outermost layout)",
+                field=f"layers[{tensor.layers[0]!r}].block_stride_alignment",
+            )
 
 
 def check_placeable(

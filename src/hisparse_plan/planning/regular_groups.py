@@ -5,6 +5,8 @@ Used for a regular request's layers and for the other (non-MLA) layers of a HiSp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
 from hisparse_plan.planning.packed import packed_groups
@@ -14,7 +16,9 @@ from hisparse_plan.rules.families import one_family
 from hisparse_plan.rules.pages import check_pages
 
 
-def regular_groups(layers: list[Layer], layout: KVCacheLayout, trace: Trace) -> list[PlannedGroup]:
+def regular_groups(
+    layers: Sequence[Layer], layout: KVCacheLayout, trace: Trace
+) -> list[PlannedGroup]:
     """The groups of SPEC 7.3 over `layers` (request order); none for no layers."""
     if not layers:
         return []

@@ -62,10 +62,10 @@ def size_stages(
             else project(groups, set(names), index)
         )
         per_block = bytes_per_block(projected, layout)
-        trace.add("size", "7.4" if names is not None else "5.8 / 7.4",
-                  f"device_pools[{index}].bytes_per_block", per_block,
-                  lambda p=projected: f"widest of {len(p)} groups' block bytes in "
-                  f"{layout.value}, aligned")
+        if trace.enabled:
+            trace.add("size", "5.8 / 7.4", f"device_pools[{index}].bytes_per_block", per_block,
+                      f"widest of {len(projected)} groups' block bytes in {layout.value}, "
+                      "aligned")
         sized.append(StageSizing(
             index, names, projected, available, per_block, device.num_blocks_override,
         ))

@@ -31,7 +31,10 @@ class Trace:
     decisions: list[Decision] = field(default_factory=list)
 
     def add(
-        self, stage: str, rule: str, subject: str, value: object, why: Callable[[], str]
+        self, stage: str, rule: str, subject: str, value: object, why: str | Callable[[], str]
     ) -> None:
+        """Record a decision; `why` is formatted only when tracing is on (callers in loops
+        check `enabled` first and pass the string)."""
         if self.enabled:
-            self.decisions.append(Decision(stage, rule, subject, value, why()))
+            reason = why if isinstance(why, str) else why()
+            self.decisions.append(Decision(stage, rule, subject, value, reason))

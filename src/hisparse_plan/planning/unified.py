@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
-    spec_key,
     FullAttentionSpec,
     LayerSpec,
     MambaSpec,
     MLASpec,
     SlidingWindowMLASpec,
     SlidingWindowSpec,
+    spec_key,
 )
 from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
 from hisparse_plan.planning.trace import Trace
@@ -27,7 +29,7 @@ class _CannotUnify(Exception):
         self.name, self.spec, self.page = name, spec, page
 
 
-def unified_groups(layers: list[Layer], trace: Trace) -> list[PlannedGroup]:
+def unified_groups(layers: Sequence[Layer], trace: Trace) -> list[PlannedGroup]:
     try:
         unified = unify_pages(layers, trace)
     except _CannotUnify as stop:
@@ -50,7 +52,7 @@ def unified_groups(layers: list[Layer], trace: Trace) -> list[PlannedGroup]:
     return groups
 
 
-def unify_pages(layers: list[Layer], trace: Trace) -> list[Layer]:
+def unify_pages(layers: Sequence[Layer], trace: Trace) -> list[Layer]:
     """Step 1: every layer's page made the largest page P, by block scaling or padding."""
     largest = max(spec.page_size_bytes for _, spec in layers)
     made: dict[int, LayerSpec] = {}  # by spec identity: one spec is unified once
@@ -61,10 +63,10 @@ def unify_pages(layers: list[Layer], trace: Trace) -> list[Layer]:
         if new is None:
             new = _unify(name, spec, largest)
             new = made[id(spec)] = equal.setdefault(spec_key(new), new)
-            if new is not spec:
+            if new is not spec and trace.enabled:
                 trace.add("group", "7.3.2 step 1", f"layers[{name!r}]", new.page_size_bytes,
-                          lambda n=new, s=spec: f"{s.kind} page {s.page_size_bytes} -> "
-                          f"{n.page_size_bytes} (block {s.block_size} -> {n.block_size})")
+                          f"{spec.kind} page {spec.page_size_bytes} -> {new.page_size_bytes} "
+                          f"(block {spec.block_size} -> {new.block_size})")
         unified.append((name, new))
     return unified
 
@@ -100,7 +102,7 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
 
 
 def full_allocation_fallback(
-    layers: list[Layer], stop: _CannotUnify, trace: Trace
+    layers: Sequence[Layer], stop: _CannotUnify, trace: Trace
 ) -> list[PlannedGroup]:
     """7.3.3: sliding-window layers beside MLA take full blocks, in one uniform_type group."""
     specs = [spec for _, spec in layers]

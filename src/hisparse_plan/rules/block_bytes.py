@@ -32,7 +32,7 @@ def check_layout(groups: list[list[SpecBucket]], layout: KVCacheLayout, where: s
         shown = sorted(pages)
         listed = ", ".join(map(str, shown[:6])) + (", ..." if len(shown) > 6 else "")
         raise LayoutError(
-            f"device.kv_cache_layout: {where} mixes page sizes ({listed} bytes) across "
+            f"device.kv_cache_layout: {where} hold pages of {listed} bytes in "
             f"{len(groups)} group(s), which only {names} can pack into one block; got "
             f"{layout.value}",
             field="device.kv_cache_layout",

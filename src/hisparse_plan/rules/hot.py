@@ -96,9 +96,15 @@ def hot_packs(source: list[tuple[str, MLASpec]], indexer_page: int) -> list[HotP
 def _one_page(pack: list[tuple[str, MLASpec]]) -> HotPack:
     pages = {spec.page_size_bytes for _, spec in pack}
     if len(pages) > 1:
+        first_page = pack[0][1].page_size_bytes
+        name, odd = next((n, s) for n, s in pack if s.page_size_bytes != first_page)
+        shown = sorted(pages)
+        listed = ", ".join(map(str, shown[:4])) + (f", ... ({len(shown)} sizes)"
+                                                   if len(shown) > 4 else "")
         raise PlanError(
-            f"layers: the hot pack {pack[0][0]!r} .. {pack[-1][0]!r} mixes page sizes "
-            f"{sorted(pages)}; expected one page size per resident/hot group",
-            field="layers",
+            f"layers[{name!r}]: the hot pack {pack[0][0]!r} .. {pack[-1][0]!r} mixes page sizes "
+            f"[{listed}]; expected one page size per resident/hot group, like "
+            f"{pack[0][0]!r} ({first_page} bytes), got {odd.page_size_bytes}",
+            field=f"layers[{name!r}]",
         )
     return HotPack([name for name, _ in pack], pages.pop())

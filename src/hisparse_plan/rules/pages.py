@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import LatentLayerSpec, LayerSpec, MambaSpec, SlidingWindowMLASpec
 
 Layer = tuple[str, LayerSpec]
 
 
-def check_pages(layers: list[Layer]) -> None:
+def check_pages(layers: Sequence[Layer]) -> None:
     """Refuse an empty page, a Mamba padding below its states, and the 7.12 asymmetries."""
     seen: set[int] = set()
     windows: dict[int, Layer] = {}
-    alignments: dict[tuple[object, ...], Layer] = {}
+    alignments: dict[tuple[object, ...], tuple[str, LatentLayerSpec]] = {}
     for name, spec in layers:
         if id(spec) in seen:
             continue

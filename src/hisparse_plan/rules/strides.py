@@ -1,4 +1,5 @@
-"""Byte strides of a tensor's logical axes `[L, B, H, N, C]` in a physical layout (SPEC 5.9, 7.5)."""
+"""Byte strides of a tensor's logical axes `[L, B, H, N, C]` in a physical layout
+(SPEC 5.9, 7.5)."""
 
 from __future__ import annotations
 
