@@ -10,7 +10,8 @@ Outcomes:
 - vllm_crash_we_refuse: vLLM fails with an internal error (AssertionError, StopIteration,
   ZeroDivisionError, ...) where we raise PlanError: the SPEC rejects these on purpose (5.13,
   7.3.1 step 8);
-- deliberate_*: we refuse or differ where the SPEC says vLLM 0.33 is unsound (7.6 step 2, 7.12);
+- deliberate_*: we refuse where vLLM 0.33 is unsound: the SPEC says so (7.6 step 2, 7.12), or
+  the planner refuses overlaid groups with different block strides (layer-outer layouts);
 - mismatch_*: anything else, the first few saved as JSON (request, both answers) to look at.
 """
 
@@ -250,6 +251,12 @@ def classify(request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, 
             return "deliberate_7.6_stage_without_uniform_group"
         if "sliding_window_mla" in message and "window" in message and "identical" in message:
             return "deliberate_7.12_mixed_sliding_window_mla"
+        if "differ only in alignment" in message:
+            return "deliberate_7.12_mixed_alignment"
+        if "expected one block stride" in message:
+            # Layer-outer layouts whose groups stride blocks differently (7.3.2 scaling): block b
+            # of one group overlays other block ids of another; vLLM 0.33 places it anyway.
+            return "deliberate_overlaid_block_strides"
         return "mismatch_vllm_plans_we_refuse"
     if theirs[0] == "crash" and ours[0] == "plan":
         return "mismatch_vllm_crash_we_plan"
