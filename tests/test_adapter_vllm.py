@@ -1,6 +1,15 @@
 """The vLLM adapter against vLLM 0.33 itself (skipped where vLLM is not installed).
 
-Run in the vLLM venv: `/work/vllm-venv/bin/python -m pytest -q tests/test_adapter_vllm.py`.
+vLLM's planner runs on CPU. A venv for it (outside the repo):
+
+    python3 -m venv ../vllm-venv && ../vllm-venv/bin/pip install torch==2.13.0
+    ../vllm-venv/bin/pip install --no-deps vllm==0.33.0
+    ../vllm-venv/bin/pip install packaging pydantic regex numpy cbor2 psutil pyzmq urllib3 \
+        'transformers>=5.16.1,<5.21' aiohttp requests openai-harmony openai pillow pybase64 \
+        cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client xgrammar fastapi \
+        partial_json_parser llguidance
+    ../vllm-venv/bin/pip install -e . pytest hypothesis
+    ../vllm-venv/bin/python -m pytest -q tests/test_adapter_vllm.py
 """
 
 from __future__ import annotations
