@@ -31,7 +31,7 @@ from hisparse_plan.cli.commands import (
 )
 from hisparse_plan.cli.errors import CheckFailed, CommandError, one_line
 from hisparse_plan.cli.sizes import SIZE_HELP
-from hisparse_plan.errors import PlanError, PlanWarning
+from hisparse_plan.errors import HisparsePlanError, PlanWarning
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut
 
 COMMANDS: tuple[Command, ...] = (
@@ -119,7 +119,8 @@ def _run(args: argparse.Namespace) -> int:
         # The reader went away (`| head`): not an error; silence the flush at exit.
         _stop_output()
         return EXIT_DONE
-    except (PlanError, ValidationError, CommandError, OSError, json.JSONDecodeError) as error:
+    except (HisparsePlanError, ValidationError, CommandError, OSError,
+            json.JSONDecodeError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return EXIT_REFUSED
     except CheckFailed as error:

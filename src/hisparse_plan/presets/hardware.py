@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
+from hisparse_plan.models.base import GIB
 from hisparse_plan.presets.catalog import Weights
 from hisparse_plan.presets.errors import ConfigError
 
 MIB: Final = 2**20
-GIB: Final = 2**30
 DEFAULT_UTILIZATION: Final = "0.9"
 """vLLM's default gpu_memory_utilization."""
 DEFAULT_ACTIVATION_RESERVE: Final = 4 * GIB

@@ -8,11 +8,11 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from hisparse_plan.models import KVCacheLayout, SchedulerConfig
+from hisparse_plan.models.base import GIB
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import KVDtype
 from hisparse_plan.presets.stages import stage_layers
 
-GIB: Final = 2**30
 EXACT_FLOAT_BYTES: Final = 2**53
 """Below this, bytes / 2**30 is an exact float and int(gib * 2**30) gives the bytes back."""
 
