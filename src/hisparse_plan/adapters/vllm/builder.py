@@ -20,9 +20,10 @@ from vllm.v1.core.kv_cache_config_builder import (  # type: ignore[import-not-fo
 
 from hisparse_plan.adapters.vllm.kv_cache_config import assemble, vllm_groups
 from hisparse_plan.adapters.vllm.placement import HostSettings, place_groups
-from hisparse_plan.adapters.vllm.settings import GIB, request_from_settings, settings_from_vllm
+from hisparse_plan.adapters.vllm.settings import request_from_settings, settings_from_vllm
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.models import KVCacheLayout, PlanRequest
+from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.groups import PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
 from hisparse_plan.planning.pipeline import request_layers

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter
 
 from hisparse_plan.adapters.vllm.layers import layer_dicts
-from hisparse_plan.adapters.vllm.settings import GIB
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
@@ -27,6 +26,7 @@ from hisparse_plan.models import (
     LayerSpec,
     UniformTypeSpec,
 )
+from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.host_pool import plan_host_pool
 from hisparse_plan.planning.place import place_pool
 from hisparse_plan.planning.trace import Trace

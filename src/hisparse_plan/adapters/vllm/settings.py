@@ -15,8 +15,7 @@ from hisparse_plan.adapters.vllm.layers import layer_dicts
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
-
-GIB = 2**30
+from hisparse_plan.models.base import GIB
 
 
 @dataclass(frozen=True, slots=True)
