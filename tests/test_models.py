@@ -80,13 +80,16 @@ def test_layout_traits(layout: str, outermost: bool, compact: bool, layer_compac
     )
 
 
-def test_request_shares_equal_specs() -> None:
-    """Equal layer specs become one object: planning groups them by identity."""
+def test_planning_shares_equal_specs() -> None:
+    """Equal layer specs become one object when planning starts: grouping compares identity."""
+    from hisparse_plan.planning.pipeline import request_layers
+
     request = hp.PlanRequest.model_validate(load("deepseek_v32_fp8")[0])
-    sources = [s for s in request.layers.values() if isinstance(s, hp.MLASpec)
+    sources = [s for _, s in request_layers(request) if isinstance(s, hp.MLASpec)
                and s.cache_role == "sparse"]
     assert len(sources) == 61
     assert all(spec is sources[0] for spec in sources)
+    assert len({id(s) for s in request.layers.values()}) == 122  # the request keeps its own
 
 
 def test_plan_round_trips_through_json() -> None:

@@ -105,22 +105,18 @@ class PlanRequest(Model):
         )
 
     def model_post_init(self, context: object, /) -> None:
-        # Equal specs become one shared (frozen) object, so planning can group layers by
-        # identity instead of comparing every field of every layer.
-        shared: dict[tuple[object, ...], LayerSpec] = {}
-        layers: dict[str, LayerSpec] = {}
-        for name, spec in self.layers.items():
+        for name in self.layers:
             if name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)):
                 raise ValueError(
                     f"layers[{name!r}]: names ending in {RESIDENT_SUFFIX!r} or {HOT_SUFFIX!r} "
                     "are reserved for the layers HiSparse derives; expected another name"
                 )
-            layers[name] = shared.setdefault(spec_key(spec), spec)
-        freeze(self, "layers", layers)
+        freeze(self, "layers", self.layers)
 
 
 def spec_key(spec: LayerSpec) -> tuple[object, ...]:
-    """A hashable key, equal for two specs exactly when every field is equal."""
+    """A hashable key, equal for two specs exactly when every field is equal: what "the same
+    spec" means (SPEC 4, 7.1); the planner groups layers by it."""
     return tuple(_frozen(value) for value in spec.__dict__.values())
 
 
