@@ -17,6 +17,7 @@ import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, VerifyError, VerifyReport, allocate, verify
 from hisparse_plan.torch import verification as verify_module
 from hisparse_plan.torch.binding import bind_views
+from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.verification import _select
 from hisparse_plan.views import plan_views
 from strategies import hisparse_requests
@@ -46,10 +47,10 @@ def test_small_golden_plan_as_is_on_a_block_sample() -> None:
     report = run(plan, blocks=8)
     assert report.sampled
     views = plan_views(plan)
-    # The 1 GiB host pool is sampled (8 spread out from the first block to the last, plus
-    # blocks 1 and n-2); the 7-block device pool is checked whole.
-    host_sample = 10
-    expected_pages = sum(host_sample if v.host_resident else 7 for v in views.values())
+    # Each pool is sampled: 8 blocks spread out from the first to the last, plus blocks 1
+    # and n-2.
+    sample = 10
+    expected_pages = sum(min(sample, v.num_blocks) for v in views.values())
     assert report.pages == expected_pages
     assert report.layers == len(views) == 19
     assert report.groups == len(plan.groups)
@@ -109,9 +110,9 @@ def test_generated_plans_verify(
     if plan is None:
         return
     with allocate(plan, device="cpu", pin=False, prefault_threads=1) as pools:
+        host_bytes = host_pool_bytes(plan) if plan.host_pool else -1
         for view in pools.views().values():
-            assert view.untyped_storage().nbytes() in (
-                plan.device_pool.size, plan.host_pool.size if plan.host_pool else -1)
+            assert view.untyped_storage().nbytes() in (plan.device_pool.size, host_bytes)
         report = verify(plan, pools, blocks=blocks, chunk_bytes=chunk_bytes)
     assert report.layers == len(plan_views(plan))
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,3 +86,76 @@ def tampered(plan: hp.KVCachePlan, edit: Callable[[dict[str, Any]], None]) -> hp
 
 def tensor_index(plan: hp.KVCachePlan, first_layer: str) -> int:
     return next(i for i, t in enumerate(plan.tensors) if t.layers[0] == first_layer)
+
+
+def shared_plan(head_size: int = 36, blocks: int = 256) -> hp.KVCachePlan:
+    """A plan with a shared host pool whose source page (4 layers x 16 tokens x head_size
+    bfloat16 values, 4608 bytes by default) is not a multiple of 4096, so the pool's
+    block_stride (8192) is wider than what its tensors stride per block: a 2 MiB pool."""
+    sparse = {"kind": "mla", "block_size": 16, "head_size": head_size, "dtype": "bfloat16",
+              "cache_role": "sparse", "is_index_group_leader": True}
+    indexer = {"kind": "mla", "block_size": 16, "head_size": 16, "dtype": "bfloat16",
+               "cache_role": "indexer"}
+    layers: dict[str, Any] = {}
+    for i in range(4):
+        layers[f"model.layers.{i}.self_attn.attn"] = sparse
+        layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    stride = -(-4 * 16 * head_size * 2 // 4096) * 4096
+    return plan_of({
+        "layers": layers,
+        "model": {"max_model_len": 256, "index_topk": 32},
+        "hisparse": {"host_pool_gib": blocks * stride / 2**30, "shared_host_pool": True},
+        "device": {"available_bytes": MIB},
+    })
+
+
+def mapped(address: int, nbytes: int) -> bool:
+    """Whether any byte of [address, address + nbytes) is mapped in this process."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        low, _, high = line.split()[0].partition("-")
+        if int(low, 16) < address + nbytes and address < int(high, 16):
+            return True
+    return False
+
+
+class FakeRegistrar:
+    """Keeps the registered ranges; fails (or raises) on chosen addresses."""
+
+    def __init__(
+        self, *, fail: set[int] | None = None, raise_on: set[int] | None = None,
+        fail_unregister: set[int] | None = None, fail_after: int | None = None,
+    ) -> None:
+        self.fail_after = fail_after
+        self.fail = fail or set()
+        self.raise_on = raise_on or set()
+        self.fail_unregister = fail_unregister or set()
+        self.registered: dict[int, int] = {}
+        self.base: int | None = None
+        """The lowest address ever registered: the host pool's start."""
+        self.calls: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def register(self, address: int, nbytes: int) -> int:
+        with self._lock:
+            self.calls.append(("register", address))
+            self.base = address if self.base is None else min(self.base, address)
+            if address in self.raise_on:
+                raise RuntimeError("driver went away")
+            if address in self.fail or len(self.registered) == self.fail_after:
+                return 2
+            if any(start < address + nbytes and address < start + size
+                   for start, size in self.registered.items()):
+                return 712  # cudaErrorHostMemoryAlreadyRegistered
+            self.registered[address] = nbytes
+            return 0
+
+    def unregister(self, address: int) -> int:
+        with self._lock:
+            self.calls.append(("unregister", address))
+            if address in self.fail_unregister or address not in self.registered:
+                return 713
+            del self.registered[address]
+            return 0
+
+    def describe(self, code: int) -> str:
+        return {2: "out of memory", 712: "already registered", 713: "not registered"}[code]

@@ -36,9 +36,8 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
+from hisparse_plan.torch.tasks import Progress, as_progress
 from hisparse_plan.views import LayerView, plan_views
-
-Progress = Callable[[int, int], None]
 
 CPU_CHUNK_BYTES = 4 * 2**20
 """Page bytes per batch on the CPU: the scratch of one batch stays in cache."""
@@ -152,16 +151,17 @@ def verify(
     pools: Pools,
     *,
     blocks: int | None = None,
-    progress: Progress | None = None,
+    progress: Progress | Callable[[int, int], None] | None = None,
     chunk_bytes: int | None = None,
 ) -> VerifyReport:
     """Check every byte of every layer page of `plan` on `pools`, both ways (module doc).
 
     `blocks` limits each pool to a sample of about that many block ids spread from first to
     last, always including the first two and the last two; None checks every block.
-    `progress(done, total)` is called at the start and as each unit finishes: every pool's
-    block-id pass, then every group. `chunk_bytes` is the page bytes handled per batch (default
-    4 MiB on the CPU, up to 256 MiB on a GPU, bounded by its free memory). Raises `VerifyError`
+    `progress("verify", done, total)` is called at the start and as each unit finishes: every
+    pool's block-id pass, then every group (a two-parameter `progress(done, total)` is still
+    accepted). `chunk_bytes` is the page bytes handled per batch (default 4 MiB on the CPU, up
+    to 256 MiB on a GPU, bounded by its free memory). Raises `VerifyError`
     at the first byte that disagrees, `BackendError` when a view cannot even be bound (outside
     its pool, misaligned) or the pools were released.
     """
@@ -177,7 +177,7 @@ def verify(
         )
     started = time.perf_counter()
     try:
-        return _verify(plan, pools, blocks, progress, chunk_bytes, started)
+        return _verify(plan, pools, blocks, as_progress(progress), chunk_bytes, started)
     except torch.OutOfMemoryError as error:
         raise BackendError(
             f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
@@ -213,17 +213,17 @@ def _verify(
     total = len(plan.groups) + len(pools_used)
     done = 0
     if progress is not None:
-        progress(done, total)
+        progress("verify", done, total)
     for host_resident in pools_used:
         _check_block_ids([layer for layer in layers if layer.view.host_resident == host_resident])
         done += 1
         if progress is not None:
-            progress(done, total)
+            progress("verify", done, total)
     for index in range(len(plan.groups)):
         _check_group([layer for layer in layers if layer.view.group == index])
         done += 1
         if progress is not None:
-            progress(done, total)
+            progress("verify", done, total)
     if device_pool.device.type == "cuda":
         torch.cuda.synchronize(device_pool.device)
     pages = sum(layer.blocks.numel() for layer in layers)
