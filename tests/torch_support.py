@@ -159,3 +159,33 @@ class FakeRegistrar:
 
     def describe(self, code: int) -> str:
         return {2: "out of memory", 712: "already registered", 713: "not registered"}[code]
+
+
+def pattern(seed: int, nbytes: int) -> Any:
+    """`nbytes` pseudo-random bytes, the same in every process for one seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
+
+
+def rank(connection: Any, plan_json: str, name: str) -> None:
+    """A second process (a rank) for the shared-pool tests, started with the 'spawn' context:
+    allocates `name`, reports what it did, then obeys ("write", seed), ("check", seed),
+    ("close", None) until closed. A test may also kill it instead."""
+    from hisparse_plan.torch import allocate
+
+    plan = hp.KVCachePlan.model_validate_json(plan_json)
+    pools = allocate(plan, device="cpu", pin=False, host_pool_name=name, prefault_threads=1)
+    shared = pools.shared
+    connection.send(("ready", shared is not None and shared.created, pools.ram_counted))
+    while True:
+        command, seed = connection.recv()
+        host = pools.host
+        if command == "write" and host is not None:
+            host.copy_(pattern(seed, host.numel()))
+            connection.send("written")
+        elif command == "check" and host is not None:
+            connection.send(bool(torch.equal(host, pattern(seed, host.numel()))))
+        elif command == "close":
+            pools.release()
+            connection.send("closed")
+            return

@@ -20,6 +20,7 @@ import mmap
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -50,7 +51,7 @@ def default_prefault_threads() -> int:
 
 class HostBuffer:
     """A page-aligned mapping of `nbytes`, exposed as a flat uint8 tensor: anonymous and
-    private, or with `fd` the shared mapping of that file (a shared host pool).
+    private, or with `path` the shared mapping of that file (a shared host pool).
 
     The tensor holds a reference to the mapping, so the memory stays mapped while any view of
     it lives, and is unmapped when the last one goes. `release` returns the physical pages at
@@ -58,17 +59,15 @@ class HostBuffer:
     for failures before any view was handed out: it unmaps at once.
     """
 
-    def __init__(self, nbytes: int, *, huge_pages: bool = True, fd: int | None = None) -> None:
+    def __init__(
+        self, nbytes: int, *, huge_pages: bool = True, path: Path | None = None
+    ) -> None:
         if nbytes < 1:
             raise BackendError(f"the host pool must have at least 1 byte; got {nbytes}")
-        self.shared = fd is not None
-        self._fd = fd
-        flags = mmap.MAP_SHARED if fd is not None else mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        self.shared = path is not None
+        self._path = path
         try:
-            self._map: mmap.mmap | None = mmap.mmap(
-                -1 if fd is None else fd, nbytes, flags=flags,
-                prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            )
+            self._map: mmap.mmap | None = _map(nbytes, path)
         except OSError as error:
             raise HostMemoryError(
                 f"mapping the host pool of {gib(nbytes)} failed: {error}",
@@ -100,10 +99,10 @@ class HostBuffer:
         span = PREFAULT_TASK_PAGES * OS_PAGE
         starts = range(0, self.nbytes, span)
         populate = _populate_supported(self.address)
-        if not populate and self._fd is not None:
+        if not populate and self._path is not None:
             # Touching a shared page the tmpfs cannot back raises SIGBUS and kills the process;
             # fallocate reserves the space first and fails with ENOSPC instead.
-            _fallocate(self._fd, self.nbytes)
+            _fallocate(self._path, self.nbytes)
         touch = _populate if populate else self._touch
         LOG.debug("prefaulting %s on %d thread(s) (%s)", gib(self.nbytes), threads,
                   "MADV_POPULATE_WRITE" if populate else "one write per page")
@@ -193,12 +192,29 @@ def _populate(buffer: HostBuffer, start: int, end: int) -> None:
                        f"failed: {os.strerror(code)}")
 
 
-def _fallocate(fd: int, nbytes: int) -> None:
+def _map(nbytes: int, path: Path | None) -> mmap.mmap:
+    protection = mmap.PROT_READ | mmap.PROT_WRITE
+    if path is None:
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=protection)
+    # A descriptor of its own: mmap keeps a duplicate of it for as long as the mapping lives,
+    # and that must not be the one holding the shared pool's flock (module shm), or a stray
+    # view would keep the pool counted as held.
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=protection)
+    finally:
+        os.close(fd)
+
+
+def _fallocate(path: Path, nbytes: int) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as error:
         raise HostMemoryError(
-            f"reserving the shared host pool of {gib(nbytes)} failed ({error.strerror}): its "
-            "file system (/dev/shm) cannot hold it",
+            f"reserving the shared host pool of {gib(nbytes)} failed ({error.strerror}): "
+            f"{path.parent} cannot hold it",
             requested=nbytes, available=0,
         ) from error
+    finally:
+        os.close(fd)

@@ -238,7 +238,7 @@ def _shared_host(
             check_host_fits(host_bytes, free_space(), what=f"the shared host pool {name!r}")
         device_pool = allocate_device_pool(device_bytes, target)
         segment = held.create(host_bytes) if creating else held.attach(host_bytes)
-        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, fd=segment.fd),
+        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, path=segment.path),
                           segment=segment, ram_counted=counted)
         if creating:
             # Under the guard: no other process touches a page before it is placed.

@@ -197,6 +197,9 @@ def claim(name: str, directory: Path | None = None) -> Iterator[Claim]:
         except BaseException:
             held.abandon()
             raise
+        finally:
+            if held.segment is None:  # nothing made or held: leave no lock file behind
+                _remove_if_unheld(held.path, held.lock)
 
 
 @contextlib.contextmanager
