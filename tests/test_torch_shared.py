@@ -20,7 +20,7 @@ from hisparse_plan.torch import pools as pools_module
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
 from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.shm import lock_path, pool_path
-from torch_support import mapped, pattern, rank, shared_plan, small_plan, torch
+from torch_support import FakeRegistrar, mapped, pattern, rank, shared_plan, small_plan, torch
 
 PLAN = shared_plan()
 SPAWN = multiprocessing.get_context("spawn")
@@ -247,3 +247,49 @@ def test_without_a_name_a_shared_plan_gets_a_private_pool_of_the_same_size() -> 
         assert pools.shared is None
         assert pools.host is not None
         assert pools.host.numel() == host_pool_bytes(PLAN)
+
+
+def test_a_pool_larger_than_dev_shm_is_refused(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    statvfs = os.statvfs
+
+    def small_shm(path: Any) -> Any:
+        real = statvfs(path)
+        return type("Small", (), {"f_bavail": 64, "f_frsize": 4096, "f_bsize": real.f_bsize})()
+
+    monkeypatch.setattr(os, "statvfs", small_shm)
+    with pytest.raises(HostMemoryError, match=(
+            r"the shared host pool needs .*, but /dev/shm has only 0.00 GiB \(262144 bytes\) "
+            r"free; .*--shm-size")):
+        allocate(PLAN, device="cpu", pin=False, host_pool_name=name)
+    assert leftovers(name) == []
+
+
+def test_each_rank_pins_for_itself_and_an_interrupted_close_still_lets_go(name: str) -> None:
+    first_registrar, second_registrar = FakeRegistrar(), FakeRegistrar()
+    first = allocate(PLAN, device="cpu", pin=True, registrar=first_registrar,
+                     host_pool_name=name, register_chunk_bytes=2**20)
+    second = allocate(PLAN, device="cpu", pin=True, registrar=second_registrar,
+                      host_pool_name=name, register_chunk_bytes=2**20)
+    one, two = first.host, second.host
+    assert one is not None
+    assert two is not None
+    # Each process registers its own mapping of the pool, whole.
+    assert min(first_registrar.registered) == one.data_ptr()
+    assert min(second_registrar.registered) == two.data_ptr()
+    assert sum(second_registrar.registered.values()) == host_pool_bytes(PLAN)
+    del one, two
+    unregister = second_registrar.unregister
+
+    def interrupted(address: int) -> int:
+        unregister(address)
+        raise KeyboardInterrupt  # Ctrl-C right after the driver call
+
+    second_registrar.unregister = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        second.release()
+    assert second_registrar.registered == {}
+    first.release()
+    assert first_registrar.registered == {}
+    assert leftovers(name) == []

@@ -108,6 +108,10 @@ class HostState:
         self._let_go()
 
     def close(self) -> None:
+        """Unregister, then release the pages and let go of a shared pool. An interrupt
+        during unregistering still releases (once nothing is left registered) and is raised
+        afterwards; a chunk that failed to unregister strands the buffer instead."""
+        interrupted: BaseException | None = None
         if self.registration is not None:
             if torch.cuda.is_available() and _cuda_initialized():
                 # A copy still reading the pool must finish before its pages unpin.
@@ -115,14 +119,17 @@ class HostState:
             registration, self.registration = self.registration, None
             try:
                 registration.unregister()
-            except BaseException:
+            except BaseException as error:
                 if not registration.clean:
                     self._strand("closing failed")
-                raise
+                    raise
+                interrupted = error
         if self.buffer is not None:
             self.buffer.release()
             self.buffer = None
         self._let_go()
+        if interrupted is not None:
+            raise interrupted
 
     def _let_go(self) -> None:
         segment, self.segment = self.segment, None

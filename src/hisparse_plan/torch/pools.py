@@ -36,7 +36,7 @@ from hisparse_plan.torch.hostpool import (
 )
 from hisparse_plan.torch.numa import NumaPlacement, place
 from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
-from hisparse_plan.torch.shm import SharedPool, claim, free_space
+from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
 from hisparse_plan.torch.tasks import LOG, Progress
 
 
@@ -235,7 +235,7 @@ def _shared_host(
             what += " and the CPU device pool"
         check_host_fits(counted + in_ram, available_host_memory(), what=what)
         if creating:
-            check_host_fits(host_bytes, free_space(), what=f"the shared host pool {name!r}")
+            check_free_space(host_bytes)
         device_pool = allocate_device_pool(device_bytes, target)
         segment = held.create(host_bytes) if creating else held.attach(host_bytes)
         state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, path=segment.path),

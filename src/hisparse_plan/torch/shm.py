@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.hostmem import HostMemory, gib
+from hisparse_plan.torch.errors import BackendError, HostMemoryError
+from hisparse_plan.torch.hostmem import gib
 from hisparse_plan.torch.tasks import LOG
 
 SHM_DIR = Path("/dev/shm")  # noqa: S108 - the named shared memory every rank can open
@@ -56,13 +56,19 @@ def lock_path(name: str, directory: Path | None = None) -> Path:
     return (SHM_DIR if directory is None else directory) / f"{PREFIX}{name}.lock"
 
 
-def free_space(directory: Path | None = None) -> HostMemory:
-    """What the shared-memory file system can still hold (a container's /dev/shm is often
-    only 64 MiB)."""
+def check_free_space(nbytes: int, directory: Path | None = None) -> None:
+    """Refuse a pool the shared-memory file system cannot hold (a container's /dev/shm is
+    often 64 MiB): touching a page past its limit would kill the process with SIGBUS."""
     where = SHM_DIR if directory is None else directory
     info = os.statvfs(where)
-    available = info.f_bavail * info.f_frsize
-    return HostMemory(available, f"free space in {where} {gib(available)}")
+    free = info.f_bavail * info.f_frsize
+    if nbytes > free:
+        raise HostMemoryError(
+            f"the shared host pool needs {gib(nbytes)}, but {where} has only {gib(free)} "
+            f"free; expected at least the pool's size there. Enlarge {where} (for a "
+            "container, --shm-size) or lower hisparse.host_pool_gib",
+            requested=nbytes, available=free,
+        )
 
 
 @dataclass(frozen=True, slots=True)
