@@ -17,6 +17,7 @@ pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import BackendError, HostMemory, HostMemoryError, allocate, verify
 from hisparse_plan.torch import pools as pools_module
+from hisparse_plan.torch import shm as shm_module
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
 from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.shm import lock_path, pool_path
@@ -293,3 +294,22 @@ def test_each_rank_pins_for_itself_and_an_interrupted_close_still_lets_go(name: 
     first.release()
     assert first_registrar.registered == {}
     assert leftovers(name) == []
+
+
+def test_an_unusable_shared_memory_directory_is_a_backend_error(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shm_module, "SHM_DIR", tmp_path / "missing")
+    with pytest.raises(BackendError, match=(
+            rf"shared host pool '{name}': locking {tmp_path}/missing/hisparse_plan-{name}.lock "
+            r"failed: No such file or directory; expected a writable")):
+        allocate(PLAN, device="cpu", pin=False, host_pool_name=name)
+
+
+def test_the_files_may_live_elsewhere(name: str, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm_module, "SHM_DIR", tmp_path)
+    with allocate(PLAN, device="cpu", pin=False, host_pool_name=name) as pools:
+        assert pools.shared is not None
+        assert pools.shared.path == tmp_path / f"hisparse_plan-{name}.pool"
+    assert list(tmp_path.iterdir()) == []

@@ -60,7 +60,8 @@ def check_free_space(nbytes: int, directory: Path | None = None) -> None:
     """Refuse a pool the shared-memory file system cannot hold (a container's /dev/shm is
     often 64 MiB): touching a page past its limit would kill the process with SIGBUS."""
     where = SHM_DIR if directory is None else directory
-    info = os.statvfs(where)
+    with _os_errors(str(where), "checking the free space of"):
+        info = os.statvfs(where)
     free = info.f_bavail * info.f_frsize
     if nbytes > free:
         raise HostMemoryError(
@@ -154,14 +155,15 @@ class Claim:
         """Create the pool file, sized `nbytes` (sparse until prefaulted), and hold it."""
         if self.existing is not None:
             raise BackendError(f"shared host pool {self.name!r} exists; attach it instead")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            os.ftruncate(fd, nbytes)
-        except BaseException:
-            os.close(fd)
-            self.path.unlink()
-            raise
+        with _os_errors(self.name, "creating"):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                os.ftruncate(fd, nbytes)
+            except BaseException:
+                os.close(fd)
+                self.path.unlink()
+                raise
         self.segment = SharedSegment(self.name, self.path, self.lock, nbytes, True, fd)
         LOG.debug("shared host pool %r: created %s (%s)", self.name, self.path, gib(nbytes))
         return self.segment
@@ -176,8 +178,9 @@ class Claim:
                 f"this plan's pool has {nbytes}; expected every rank to allocate the same plan "
                 "(or a different host_pool_name for a different plan)"
             )
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        with _os_errors(self.name, "attaching"):
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            fcntl.flock(fd, fcntl.LOCK_SH)
         self.segment = SharedSegment(self.name, self.path, self.lock, nbytes, False, fd)
         LOG.debug("shared host pool %r: attached %s (%s)", self.name, self.path, gib(nbytes))
         return self.segment
@@ -196,8 +199,11 @@ def claim(name: str, directory: Path | None = None) -> Iterator[Claim]:
     process has been removed by then."""
     check_name(name)
     held = Claim(name, directory)
-    with _guard(held.lock):
-        held._inspect()
+    with _os_errors(name, "locking"):
+        fd = _lock_exclusive(held.lock)
+    try:
+        with _os_errors(name, "opening"):
+            held._inspect()
         try:
             yield held
         except BaseException:
@@ -206,6 +212,21 @@ def claim(name: str, directory: Path | None = None) -> Iterator[Claim]:
         finally:
             if held.segment is None:  # nothing made or held: leave no lock file behind
                 _remove_if_unheld(held.path, held.lock)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _os_errors(name: str, doing: str) -> Iterator[None]:
+    """A file-system failure of the shared pool's own files, as a BackendError naming it."""
+    try:
+        yield
+    except OSError as error:
+        raise BackendError(
+            f"shared host pool {name!r}: {doing} {error.filename or SHM_DIR} failed: "
+            f"{error.strerror or error}; expected a writable {SHM_DIR} that every rank (the "
+            "same user) can open"
+        ) from error
 
 
 @contextlib.contextmanager
