@@ -18,7 +18,7 @@ from hisparse_plan.torch import BackendError, VerifyError, VerifyReport, allocat
 from hisparse_plan.torch import verification as verify_module
 from hisparse_plan.torch.binding import bind_views
 from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.verification import _select
+from hisparse_plan.torch.verify_layers import read_raw, select_blocks
 from hisparse_plan.views import plan_views
 from strategies import hisparse_requests
 from torch_support import (
@@ -78,10 +78,10 @@ def test_progress_counts_up_to_the_total() -> None:
 
 
 def test_sample_always_has_both_ends() -> None:
-    blocks, everything = _select(1000, 5, torch.device("cpu"))
+    blocks, everything = select_blocks(1000, 5, torch.device("cpu"))
     assert not everything
     assert blocks.tolist() == [0, 1, 250, 500, 749, 998, 999]
-    blocks, everything = _select(3, 5, torch.device("cpu"))
+    blocks, everything = select_blocks(3, 5, torch.device("cpu"))
     assert everything
     assert blocks.tolist() == [0, 1, 2]
 
@@ -274,7 +274,7 @@ def test_a_corrupted_pool_byte_is_reported_exactly(monkeypatch: pytest.MonkeyPat
     hot = "model.layers.2.self_attn.attn.hisparse_hot"
     view = plan_views(plan)[hot]
     address = view.offset + 5 * view.block_stride + 1000
-    read = verify_module._read_raw
+    read = read_raw
 
     def flaky(layer: Any, ids: torch.Tensor) -> torch.Tensor:
         got = read(layer, ids).clone()
@@ -283,7 +283,7 @@ def test_a_corrupted_pool_byte_is_reported_exactly(monkeypatch: pytest.MonkeyPat
             got[row, 1000] ^= 0x10
         return got
 
-    monkeypatch.setattr(verify_module, "_read_raw", flaky)
+    monkeypatch.setattr(verify_module, "read_raw", flaky)
     with pytest.raises(VerifyError) as caught:
         run(plan)
     error = caught.value

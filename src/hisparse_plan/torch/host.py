@@ -1,15 +1,17 @@
-"""The host pool's memory: one anonymous mapping of exactly the planned bytes, prefaulted.
+"""The host pool's memory: one page-aligned mapping of exactly the planned bytes, prefaulted.
 
 Why not `torch.empty(..., pin_memory=True)`: torch's pinned allocator rounds every request up to
 a power of two, so a 300 GiB pool reserves 512 GiB. Why not plain `torch.empty`: the CPU
 allocator aligns to 64 bytes, not to an OS page, and CUDA registration and huge pages both want
 page-aligned memory. An anonymous private mapping is page-aligned, sized to the byte (the kernel
-rounds only to the next OS page), and can be asked for transparent huge pages.
+rounds only to the next OS page), and can be asked for transparent huge pages. A shared host
+pool is the same thing over a /dev/shm file mapped MAP_SHARED (module `shm` owns the file).
 
 Prefaulting commits every page now, so a pool the machine cannot back fails at start-up rather
 than in the OOM killer hours later, and so that pinning finds the pages already present. It runs
 on several threads through madvise(MADV_POPULATE_WRITE) (Linux 5.14+), which faults pages
-in-kernel; where that is missing it writes one byte per OS page.
+in-kernel; where that is missing it writes one byte per OS page (after reserving a shared
+pool's file, so that a full /dev/shm is an error and not a SIGBUS).
 """
 
 from __future__ import annotations
