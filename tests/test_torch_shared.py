@@ -313,3 +313,22 @@ def test_the_files_may_live_elsewhere(name: str, tmp_path: Path,
         assert pools.shared is not None
         assert pools.shared.path == tmp_path / f"hisparse_plan-{name}.pool"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/node/node0").exists(), reason="no node 0")
+def test_an_attaching_process_reports_the_creators_placement(name: str) -> None:
+    with allocate(PLAN, device="cpu", pin=False, host_pool_name=name, numa_node=0) as first, \
+            allocate(PLAN, device="cpu", pin=False, host_pool_name=name) as second:
+        assert first.numa is not None
+        assert second.numa is not None
+        assert (first.numa.node, first.numa.policy) == (0, "MPOL_BIND")
+        assert (second.numa.node, second.numa.policy) == (0, "MPOL_BIND")
+        assert "set by the process that created the shared pool" in second.summary()
+        with pytest.raises(BackendError, match="numa_node=1 was asked for, but the shared host "
+                                               "pool this process attached lives on node 0"):
+            allocate(PLAN, device="cpu", pin=False, host_pool_name=name, numa_node=1)
+    with allocate(PLAN, device="cpu", pin=False, host_pool_name=name) as first, \
+            allocate(PLAN, device="cpu", pin=False, host_pool_name=name) as second:
+        assert second.numa is not None
+        assert second.numa.policy is None
+        assert "the process that created the shared pool bound nothing" in second.summary()

@@ -21,7 +21,7 @@ from hisparse_plan.torch.binding import check_fits
 from hisparse_plan.torch.errors import BackendError, RegistrationError
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer, MetaHostBuffer
 from hisparse_plan.torch.hostmem import gib
-from hisparse_plan.torch.numa import NumaPlacement, page_node
+from hisparse_plan.torch.numa import NumaPlacement, memory_policy, page_node
 from hisparse_plan.torch.registration import Registration
 from hisparse_plan.torch.shm import SharedPool, SharedSegment
 from hisparse_plan.torch.tasks import LOG
@@ -145,8 +145,8 @@ class HostState:
 
 
 def attached_placement(address: int, requested: int | None) -> NumaPlacement:
-    """Where the creating rank put a shared pool this rank attached (read from its first
-    page); a node asked for explicitly must be that one."""
+    """Where the creating process put a shared pool this process attached (its policy and the
+    node of its first page); a node asked for explicitly must be that one."""
     node = page_node(address)
     if requested is not None and node != requested:
         raise BackendError(
@@ -156,7 +156,11 @@ def attached_placement(address: int, requested: int | None) -> NumaPlacement:
         )
     if node is None:
         return NumaPlacement(None, None, "attached a shared pool; its node cannot be read")
-    return NumaPlacement(node, None, "placed by the process that created the shared pool")
+    policy = memory_policy(address)
+    if policy is None or policy[0] == "MPOL_DEFAULT":
+        return NumaPlacement(node, None, "where the kernel put the pages: the process that "
+                                         "created the shared pool bound nothing")
+    return NumaPlacement(node, policy[0], "set by the process that created the shared pool")
 
 
 def describe(state: HostState, registered: int) -> str:
