@@ -1,4 +1,6 @@
-"""Median plan() latency: DeepSeek-V3.2, GLM-5 and synthetic 1,000 / 10,000-layer models.
+"""Median plan() latency: HiSparse (DeepSeek-V3.2, GLM-5, synthetic 1,000 / 10,000 layers) and
+regular planning (Gemma-3-27B, Qwen3-Next-80B, DeepSeek-V3.2 without HiSparse, 2,000
+alternating sliding/full layers).
 
     .venv/bin/python benchmarks/bench_plan.py [--seconds S]
 
@@ -40,6 +42,19 @@ def synthetic(num_layers: int) -> dict[str, Any]:
     return request
 
 
+def alternating(num_layers: int) -> dict[str, Any]:
+    """gpt-oss-like: sliding-window (128) and full attention layers, alternating."""
+    request = golden("regular_gpt_oss_120b")
+    sliding, full = (request["layers"][f"model.layers.{i}.self_attn.attn"] for i in (0, 1))
+    request["layers"] = {
+        f"model.layers.{i}.self_attn.attn": sliding if i % 2 == 0 else full
+        for i in range(num_layers)
+    }
+    request["model"]["max_model_len"] = 32768
+    request["device"]["available_bytes"] = 1 << 40
+    return request
+
+
 def median_latency(request: hp.PlanRequest, seconds: float) -> tuple[float, float, int]:
     """(median, min) seconds per call over at least `seconds` of calls, and the call count."""
     for _ in range(20):
@@ -62,8 +77,13 @@ def main() -> None:
         ("GLM-5", golden("glm5_fp8_blhnc")),
         ("synthetic-1000", synthetic(1000)),
         ("synthetic-10000", synthetic(10000)),
+        ("Gemma-3-27B", golden("regular_gemma3_27b_swa")),
+        ("Qwen3-Next-80B", golden("regular_qwen3_next_80b_mamba")),
+        ("DeepSeek-V3.2-reg", golden("regular_deepseek_v32_no_hisparse_lbnhc")),
+        ("alternating-2000", alternating(2000)),
+        ("alternating-20000", alternating(20000)),
     ]
-    print(f"{'model':<16} {'layers':>7} {'median':>11} {'min':>11} {'per layer':>10} "
+    print(f"{'model':<18} {'layers':>7} {'median':>11} {'min':>11} {'per layer':>10} "
           f"{'validate':>11} {'calls':>7}")
     for name, raw in models:
         start = time.perf_counter()
@@ -71,7 +91,7 @@ def main() -> None:
         validate = time.perf_counter() - start
         median, fastest, calls = median_latency(request, args.seconds)
         layers = len(request.layers)
-        print(f"{name:<16} {layers:>7} {median * 1e6:>9.1f}us {fastest * 1e6:>9.1f}us "
+        print(f"{name:<18} {layers:>7} {median * 1e6:>9.1f}us {fastest * 1e6:>9.1f}us "
               f"{median / layers * 1e9:>8.0f}ns {validate * 1e6:>9.0f}us {calls:>7}")
 
 

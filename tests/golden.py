@@ -24,9 +24,10 @@ def load(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def project(plan: dict[str, Any]) -> dict[str, Any]:
-    """The fields the golden README lists, with capacity rounded to 6 decimals."""
+    """The fields the golden README lists, with capacity rounded to 6 decimals; a plan without a
+    host pool lists its fields as null, and fitted_max_model_len only when it is set."""
     host = plan["host_pool"]
-    return {
+    projected: dict[str, Any] = {
         "num_blocks": plan["num_blocks"],
         "groups": [
             {
@@ -41,11 +42,15 @@ def project(plan: dict[str, Any]) -> dict[str, Any]:
         "tensors": [
             {field: tensor[field] for field in TENSOR_FIELDS} for tensor in plan["tensors"]
         ],
-        "host_pool": None
-        if host is None
-        else {field: host[field] for field in ("num_blocks", "block_stride", "shared")},
+        "host_pool": {
+            field: None if host is None else host[field]
+            for field in ("num_blocks", "block_stride", "shared")
+        },
         "capacity": {
             name: None if value is None else round(value, 6)
             for name, value in plan["capacity"].items()
         },
     }
+    if plan.get("fitted_max_model_len") is not None:
+        projected["fitted_max_model_len"] = plan["fitted_max_model_len"]
+    return projected

@@ -33,19 +33,19 @@ def violations(plan: KVCachePlan) -> list[str]:
     found: list[str] = []
     views = plan_views(plan)
     Entry = tuple[np.ndarray, np.ndarray, int, str]
-    pools: dict[bool, tuple[int, list[Entry]]] = {
-        False: (plan.device_pool.size, []),
-        True: (plan.host_pool.size if plan.host_pool else 0, []),
+    pools: dict[tuple[bool, int], tuple[int, list[Entry]]] = {
+        (False, stage): (pool.size, []) for stage, pool in enumerate(plan.device_pools)
     }
+    pools[True, 0] = (plan.host_pool.size if plan.host_pool else 0, [])
     for view in views.values():
         if view.offset % view.itemsize or any(s % view.itemsize for s in view.strides[:3]):
             found.append(f"{view.name}: misaligned for {view.dtype}")
         addresses = touched_bytes(view)
         blocks = np.broadcast_to(np.arange(view.num_blocks)[:, None], addresses.shape)
-        pools[view.host_resident][1].append(
+        pools[view.pool][1].append(
             (addresses.ravel(), blocks.ravel(), view.group, view.name)
         )
-    for host, (size, entries) in pools.items():
+    for (host, stage), (size, entries) in pools.items():
         if not entries:
             continue
         address = np.concatenate([e[0] for e in entries])
@@ -53,13 +53,13 @@ def violations(plan: KVCachePlan) -> list[str]:
         group = np.concatenate([np.full(e[0].shape, e[2]) for e in entries])
         owner = np.concatenate([np.full(e[0].shape, i) for i, e in enumerate(entries)])
         if address.size and (address.min() < 0 or address.max() >= size):
-            found.append(f"{'host' if host else 'device'} pool: a page leaves [0, {size})")
+            found.append(f"{'host' if host else f'device {stage}'} pool: a page leaves [0, {size})")
         order = np.lexsort((owner, group, address))
         address, block, group = address[order], block[order], group[order]
         same_byte = address[1:] == address[:-1]
         clash = same_byte & ((group[1:] == group[:-1]) | (block[1:] != block[:-1]))
         if clash.any():
             where = int(np.flatnonzero(clash)[0])
-            found.append(f"{'host' if host else 'device'} pool: byte {address[where]} is "
+            found.append(f"{'host' if host else f'device {stage}'} pool: byte {address[where]} is "
                          "shared by pages that may not share it")
     return found

@@ -10,6 +10,7 @@ accept a `PlanError` for those.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 from hypothesis import strategies as st
@@ -174,3 +175,133 @@ def _page(spec: dict[str, Any]) -> int:
     size = DTYPE_SIZE[spec.get("dtype", "bfloat16")]
     content = spec.get("state_content_bytes") or spec["head_size"] * size
     return int(spec.get("num_kv_heads", 1) * spec["block_size"] * content)
+
+
+# -- regular and hybrid requests (SPEC 4.1, 7) ------------------------------------------------
+
+REGULAR_KINDS = ["full_attention", "sliding_window", "chunked_local_attention", "mla",
+                 "sliding_window_mla", "mamba"]
+
+
+@st.composite
+def any_layer_spec(draw: st.DrawFn, *, block_size: int, kinds: list[str]) -> dict[str, Any]:
+    """One layer of any kind of SPEC 4.1, with the optional fields now and then."""
+    kind = draw(st.sampled_from(kinds))
+    spec: dict[str, Any] = {"kind": kind, "block_size": block_size}
+    if kind == "mamba":
+        count = draw(st.integers(1, 2))
+        spec["state_shapes"] = [
+            draw(st.lists(st.integers(1, 64), min_size=1, max_size=3)) for _ in range(count)
+        ]
+        spec["state_dtypes"] = [draw(st.sampled_from(DTYPES)) for _ in range(count)]
+        if rarely(draw, 3):
+            natural = sum(math.prod(shape) * DTYPE_SIZE[dtype] for shape, dtype in zip(
+                spec["state_shapes"], spec["state_dtypes"], strict=True))
+            spec["page_size_padded"] = natural + draw(st.integers(-2, 4096))
+        if rarely(draw, 3):
+            spec["num_speculative_blocks"] = draw(st.integers(0, 3))
+    else:
+        spec["head_size"] = draw(st.integers(1, 256))
+        spec["dtype"] = draw(st.sampled_from(DTYPES))
+        spec["num_kv_heads"] = draw(st.integers(1, 8))
+        if kind in ("mla", "sliding_window_mla"):
+            if rarely(draw, 4):
+                spec["compress_ratio"] = draw(st.sampled_from([2, 4, 128]))
+            if rarely(draw, 4):
+                spec["alignment"] = draw(st.sampled_from([64, 576, 4096]))
+            if rarely(draw, 4):
+                spec["state_content_bytes"] = DTYPE_SIZE[spec["dtype"]] * draw(
+                    st.integers(1, 700))
+        elif rarely(draw, 4):
+            spec["head_size_v"] = draw(st.integers(1, 256))
+        if kind in ("sliding_window", "sliding_window_mla"):
+            spec["sliding_window"] = draw(st.sampled_from([1, 128, 1024, 4096]))
+        if kind == "chunked_local_attention":
+            spec["attention_chunk_size"] = draw(st.sampled_from([64, 2048, 8192]))
+    if rarely(draw, 6):
+        spec["block_stride_alignment"] = draw(st.sampled_from([2, 256, 4096]))
+    return spec
+
+
+@st.composite
+def layer_pattern(
+    draw: st.DrawFn, *, max_layers: int, kinds: list[str], prefix: str
+) -> dict[str, Any]:
+    """A model-like stack: a palette of 1-4 specs repeated periodically or at random."""
+    palette_size = draw(st.integers(1, 4))
+    palette = [
+        draw(any_layer_spec(block_size=draw(st.sampled_from([1, 16, 16, 32, 64])), kinds=kinds))
+        for _ in range(palette_size)
+    ]
+    count = draw(st.integers(1, max_layers))
+    if draw(st.booleans()):
+        period = draw(st.lists(st.integers(0, palette_size - 1), min_size=1, max_size=6))
+        choices = [period[i % len(period)] for i in range(count)]
+    else:
+        choices = draw(st.lists(st.integers(0, palette_size - 1), min_size=count,
+                                max_size=count))
+    return {f"{prefix}.{i}.layer": palette[choice] for i, choice in enumerate(choices)}
+
+
+def _device_bytes() -> st.SearchStrategy[int]:
+    """Mostly enough for a plan, sometimes far too little."""
+    return st.sampled_from(["ample", "ample", "ample", "scarce"]).flatmap(
+        lambda size: st.integers(2**30, 2**40) if size == "ample" else st.integers(0, 2**26)
+    )
+
+
+@st.composite
+def regular_requests(
+    draw: st.DrawFn, *, max_layers: int = 60, small: bool = False
+) -> dict[str, Any]:
+    """A request without HiSparse: any kinds, pages, paddings, layouts, stages, auto-fit.
+    `small` keeps pools to a few blocks (for enumeration)."""
+    layers = draw(layer_pattern(max_layers=max_layers, kinds=REGULAR_KINDS, prefix="model"))
+    max_model_len = draw(st.integers(1, 64)) if small else draw(
+        st.one_of(st.integers(1, 4096), st.integers(4096, 262144)))
+    device: dict[str, Any] = {
+        "available_bytes": draw(_device_bytes()),
+        "kv_cache_layout": draw(st.sampled_from(LAYOUTS)),
+    }
+    if small or rarely(draw, 5):
+        device["num_blocks_override"] = draw(st.integers(1, 6 if small else 10**5))
+    names = list(layers)
+    if len(names) > 1 and rarely(draw, 3):
+        cuts = sorted(set(draw(st.lists(st.integers(1, len(names) - 1), min_size=1,
+                                        max_size=3))))
+        bounds = [0, *cuts, len(names)]
+        device["pipeline_stages"] = [
+            {"layers": names[a:b],
+             "available_bytes": draw(_device_bytes())}
+            for a, b in pairwise(bounds)
+        ]
+    return {
+        "layers": layers,
+        "model": {"max_model_len": max_model_len,
+                  "auto_fit_max_model_len": draw(st.booleans())},
+        "device": device,
+        "scheduler": {
+            "max_num_batched_tokens": draw(st.integers(1, 16384)),
+            "max_concurrent_batches": draw(st.integers(1, 2)),
+            "num_prefill_lookahead_tokens": draw(st.sampled_from([0, 0, 1, 3])),
+        },
+    }
+
+
+@st.composite
+def hybrid_hisparse_requests(draw: st.DrawFn, *, max_layers: int = 24) -> dict[str, Any]:
+    """A HiSparse request whose other layers are of any section 7 kind."""
+    request = draw(hisparse_requests(max_layers=max_layers, refusals=False))
+    extra = draw(layer_pattern(
+        max_layers=12,
+        kinds=["full_attention", "sliding_window", "chunked_local_attention",
+               "sliding_window_mla", "mamba"],
+        prefix="model.other",
+    ))
+    request["layers"] = {
+        name: spec for name, spec in request["layers"].items() if not name.startswith(
+            "model.extra")
+    } | extra
+    request["scheduler"]["num_prefill_lookahead_tokens"] = draw(st.sampled_from([0, 1, 3]))
+    request["device"]["available_bytes"] = draw(_device_bytes())
+    return request

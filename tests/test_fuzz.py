@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import warnings
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 
 import hisparse_plan as hp
 from golden import load
+from planning_support import quiet_plan
 
 BASE, _ = load("bf16_small_with_full_attention")
 GARBAGE: list[Any] = [
@@ -38,9 +38,7 @@ PATHS = _paths(BASE)
 
 def _outcome(request: Any) -> str:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            plan = hp.plan(request)
+        plan = quiet_plan(request)
     except ValidationError:
         return "invalid"
     except hp.PlanError as error:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from pydantic import ValidationError
 
@@ -94,11 +97,17 @@ def test_plan_round_trips_through_json() -> None:
     assert plan.schema_version == 1
 
 
-def test_trusted_construction_equals_validation() -> None:
-    """The planner's unvalidated constructor builds the same objects validation would."""
-    plan = hp.plan(load("bf16_small_with_full_attention")[0])
-    for group in plan.groups:
-        assert hp.KVCacheGroup.model_validate(group.model_dump()) == group
-        assert group.model_fields_set == set(hp.KVCacheGroup.model_fields)
-    for tensor in plan.tensors:
-        assert hp.KVCacheTensor.model_validate(tensor.model_dump()) == tensor
+def test_a_validated_request_and_its_plan_are_read_only() -> None:
+    request = hp.PlanRequest.model_validate(load("deepseek_v32_fp8")[0])
+    with pytest.raises(TypeError, match="read-only"):
+        request.layers["extra"] = request.layers["model.layers.0.self_attn.attn"]
+    with pytest.raises(TypeError, match="read-only"):
+        request.layers.pop("model.layers.0.self_attn.attn")
+    plan = hp.plan(request)
+    specs = plan.groups[0].spec.specs  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match="read-only"):
+        specs.clear()
+    with pytest.raises(ValidationError):
+        plan.num_blocks = 1  # type: ignore[misc]
+    assert copy.deepcopy(plan) == plan
+    assert pickle.loads(pickle.dumps(plan)) == plan

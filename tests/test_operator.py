@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import warnings
 from fractions import Fraction
@@ -34,6 +33,7 @@ from hisparse_plan.operator import (
 )
 from hisparse_plan.presets import Settings, architecture_from_config, build_request, load_preset
 from hisparse_plan.presets import override_request as override
+from planning_support import plan_or_none
 from strategies import hisparse_requests
 
 GIB = 2**30
@@ -51,13 +51,7 @@ def _golden(case: str) -> hp.PlanRequest:
     return hp.PlanRequest.model_validate(load(case)[0])
 
 
-def _quiet_plan(request: hp.PlanRequest | dict[str, Any]) -> hp.KVCachePlan | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            return hp.plan(request)
-    except hp.PlanError:
-        return None
+_quiet_plan = plan_or_none
 
 
 # -- baseline and comparison ----------------------------------------------------------------------
@@ -272,21 +266,26 @@ def test_best_concurrency_for_deepseek_on_a_big_node() -> None:
 
 
 def _plan_numbers(plan: hp.KVCachePlan) -> dict[str, float]:
-    host = plan.host_pool
-    assert host is not None
     numbers: dict[str, float] = {
         "num_blocks": plan.num_blocks,
-        "host_pool.budget_bytes": host.budget_bytes,
-        "host_pool.block_stride": host.block_stride,
-        "host_pool.num_blocks": host.num_blocks,
-        "host_pool.bytes_per_block": host.bytes_per_block,
-        "host_pool.size": host.size,
-        "device_pool.bytes_per_block": plan.device_pool.bytes_per_block,
-        "device_pool.size": plan.device_pool.size,
         "capacity.max_concurrency": plan.capacity.max_concurrency,
     }
+    host = plan.host_pool
+    if host is not None:
+        numbers |= {
+            "host_pool.budget_bytes": host.budget_bytes,
+            "host_pool.block_stride": host.block_stride,
+            "host_pool.num_blocks": host.num_blocks,
+            "host_pool.bytes_per_block": host.bytes_per_block,
+            "host_pool.size": host.size,
+        }
+    for stage, pool in enumerate(plan.device_pools):
+        numbers[f"device_pools[{stage}].bytes_per_block"] = pool.bytes_per_block
+        numbers[f"device_pools[{stage}].size"] = pool.size
     if plan.capacity.steady_state_concurrency is not None:
         numbers["capacity.steady_state_concurrency"] = plan.capacity.steady_state_concurrency
+    if plan.fitted_max_model_len is not None:
+        numbers["fitted_max_model_len"] = plan.fitted_max_model_len
     for index, tensor in enumerate(plan.tensors):
         for field in ("layer_stride", "block_stride", "offset"):
             numbers[f"tensors[{index}].{field}"] = getattr(tensor, field)
@@ -294,12 +293,14 @@ def _plan_numbers(plan: hp.KVCachePlan) -> dict[str, float]:
 
 
 def _check_explained(request: hp.PlanRequest, explanation: Explanation) -> None:
+    """The explanation is the planner's own record: it names every number the plan holds."""
     plan = _quiet_plan(request)
     assert plan is not None
     for name, value in _plan_numbers(plan).items():
         assert explanation.step(name).value == pytest.approx(value, rel=1e-12), name
-    pages = {g.spec.page_size_bytes for g in plan.groups[:2]}
-    assert {explanation.step("source page").value, explanation.step("indexer page").value} == pages
+    for group in range(len(plan.groups)):
+        assert explanation.step(f"groups[{group}]").value == plan.groups[group].spec.kind
+    assert all(step.formula for section in explanation.sections for step in section.steps)
 
 
 @pytest.mark.parametrize("case", PLANNED_CASES)
@@ -339,15 +340,6 @@ def test_explain_starts_from_the_config_fields() -> None:
                    kv_dtype="bfloat16")
     assert bf16.step("sparse row bytes (bfloat16)").value == 1152
     assert bf16.step("max_model_len").formula == "max_position_embeddings"
-
-
-def test_explain_refuses_a_plan_its_inputs_contradict(monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = hp.plan(SMALL_REQUEST)
-    tampered = honest.model_copy(update={"num_blocks": honest.num_blocks + 1})
-    module = importlib.import_module("hisparse_plan.operator.explain")
-    monkeypatch.setattr(module, "make_plan", lambda request: tampered)
-    with pytest.raises(hp.PlanInvariantError, match="num_blocks: the plan says"):
-        explain(SMALL_REQUEST)
 
 
 def test_schemas_describe_the_contracts() -> None:

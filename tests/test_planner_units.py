@@ -11,17 +11,15 @@ import pytest
 import hisparse_plan as hp
 from golden import load
 from hisparse_plan.models import MLASpec
-from hisparse_plan.planning.buckets import LayerRun
-from hisparse_plan.planning.hot import HotPack, hot_packs
+from hisparse_plan.rules.hot import HotPack, hot_packs
 
 BASE = load("bf16_small_with_full_attention")[0]
 
 
-def _source(pages: list[int], leaders: list[bool]) -> list[LayerRun]:
-    """One run per layer, as a request whose specs all differ would give."""
+def _source(pages: list[int], leaders: list[bool]) -> list[tuple[str, MLASpec]]:
     return [
-        LayerRun(MLASpec(block_size=1, head_size=page, dtype="uint8",
-                         is_index_group_leader=leader), [f"l{i}"])
+        (f"l{i}", MLASpec(block_size=1, head_size=page, dtype="uint8",
+                          is_index_group_leader=leader))
         for i, (page, leader) in enumerate(zip(pages, leaders, strict=True))
     ]
 
@@ -37,13 +35,13 @@ def test_units_follow_leaders_and_pack_greedily() -> None:
     assert _names(hot_packs(source, 49)) == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
 
 
-def test_runs_of_one_spec_pack_like_single_layers() -> None:
+def test_shared_specs_pack_like_single_layers() -> None:
     leader = MLASpec(block_size=1, head_size=10, dtype="uint8", is_index_group_leader=True)
     follower = MLASpec(block_size=1, head_size=10, dtype="uint8")
-    runs = [LayerRun(leader, ["a", "b"]), LayerRun(follower, ["c"]), LayerRun(leader, ["d"])]
+    source = [("a", leader), ("b", leader), ("c", follower), ("d", leader)]
     # units: a (10), b-c (20), d (10)
-    assert _names(hot_packs(runs, 30)) == [["a", "b", "c"], ["d"]]
-    assert [pack.page for pack in hot_packs(runs, 30)] == [10, 10]
+    assert _names(hot_packs(source, 30)) == [["a", "b", "c"], ["d"]]
+    assert [pack.page for pack in hot_packs(source, 30)] == [10, 10]
 
 
 def test_a_unit_bigger_than_an_indexer_block_gets_its_own_pack() -> None:
@@ -66,7 +64,7 @@ def _request(**changes: Any) -> dict[str, Any]:
 
 
 def test_hot_buffer_default_and_warning() -> None:
-    plan = hp.plan(_request(hisparse__max_decode_query_len=3))
+    plan = hp.plan(_request(hisparse__max_decode_query_len=3, device__num_blocks_override=2000))
     hot = [g.spec for g in plan.groups if isinstance(g.spec, hp.HisparseHotSpec)]
     assert {spec.blocks_per_request for spec in hot} == {math.ceil(4 * 128 / 64)}
     with pytest.warns(hp.PlanWarning, match="not a multiple of block_size 64"):
@@ -90,6 +88,7 @@ def test_hot_buffer_limits() -> None:
 def test_topk_buffer_width_overrides_index_topk() -> None:
     request = _request()
     request["layers"]["model.layers.2.self_attn.attn"]["topk_buffer_width"] = 640
+    request["device"]["num_blocks_override"] = 2000
     plan = hp.plan(request)
     hot = next(g for g in plan.groups if g.spec.kind == "hisparse_hot")
     assert hot.spec.blocks_per_request == 2 * 640 // 64  # type: ignore[union-attr]
@@ -118,14 +117,25 @@ def test_host_pool_too_small_names_the_fix() -> None:
 
 
 def test_device_pool_without_a_block() -> None:
-    with pytest.raises(hp.CapacityError, match="at least one device block"):
+    with pytest.raises(hp.CapacityError, match="no GPU memory left for KV cache blocks") as none:
         hp.plan(_request(device__available_bytes=1000, device__num_blocks_override=None))
+    assert none.value.field == "device.available_bytes"
 
 
-def test_capacity_when_the_gpu_cannot_admit_one_request() -> None:
-    plan = hp.plan(BASE)  # 7 blocks against 784 needed
-    assert plan.capacity.max_concurrency == pytest.approx(7 / 784)
-    assert plan.capacity.steady_state_concurrency == pytest.approx(7 / 784)
+def test_a_pool_that_cannot_admit_one_request_is_refused_with_the_length_that_fits() -> None:
+    """SPEC 5.12: 7 blocks against 784 needed (the old golden override)."""
+    with pytest.raises(hp.CapacityError) as refused:
+        hp.plan(_request(device__num_blocks_override=7))
+    message = str(refused.value)
+    assert refused.value.field == "device.num_blocks_override"
+    assert "784 blocks" in message
+    assert "less the null block leave" in message
+    # the 4 hot groups alone take 4 blocks each whatever the length: 6 usable blocks hold none
+    assert "no max_model_len of 1 token or more fits" in message
+    # 299 usable blocks: at L = 3008, 47 indexer + 4 * 47 resident + 4 * 4 hot + 47 full = 298
+    # fit; at 3009 it takes 304
+    with pytest.raises(hp.CapacityError, match="the estimated max_model_len that fits is 3008"):
+        hp.plan(_request(device__num_blocks_override=300))
 
 
 def test_steady_state_counts_two_resident_pages() -> None:
@@ -165,9 +175,14 @@ def test_regular_layers_of_one_kind_share_a_uniform_type_group() -> None:
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        (lambda r: r.update(hisparse=None), hp.UnsupportedRequestError, "regular planning"),
-        (lambda r: r["layers"]["model.extra.1.attn"].update(block_size=32),
-         hp.UnsupportedRequestError, "hybrid"),
+        (lambda r: r["model"].update(index_topk=None), hp.PlanError, "model.index_topk"),
+        (lambda r: r["device"].update(pipeline_stages=[
+            {"layers": list(r["layers"]), "available_bytes": 2**30}]),
+         hp.UnsupportedRequestError, "pipeline_stages"),
+        (lambda r: r["model"].update(auto_fit_max_model_len=True),
+         hp.UnsupportedRequestError, "auto_fit_max_model_len"),
+        (lambda r: r["layers"]["model.layers.1.self_attn.attn"].update(alignment=512),
+         hp.UnsupportedRequestError, "alignment"),
         (lambda r: r["layers"]["model.layers.1.self_attn.attn"].update(
             model_version="deepseek_v4"), hp.UnsupportedRequestError, "deepseek_v4"),
         (lambda r: r["layers"]["model.layers.2.self_attn.attn"].update(block_size=32),

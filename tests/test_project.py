@@ -69,4 +69,4 @@ def test_readme_library_example_shows_real_output() -> None:
             checked += 1
         else:
             exec(line, namespace)
-    assert checked == 2
+    assert checked == 3

@@ -8,17 +8,12 @@ from typing import Any
 from hypothesis import given, settings
 
 import hisparse_plan as hp
-from strategies import hisparse_requests
+from planning_support import plan_or_none
+from strategies import hisparse_requests, hybrid_hisparse_requests, regular_requests
 
 
 def _plan_or_refuse(request: dict[str, Any]) -> hp.KVCachePlan | None:
-    validated = hp.PlanRequest.model_validate(request)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", hp.PlanWarning)
-            return hp.plan(validated)
-    except hp.PlanError:
-        return None
+    return plan_or_none(hp.PlanRequest.model_validate(request))
 
 
 @settings(max_examples=300)
@@ -56,3 +51,27 @@ def test_refusals_are_one_line_messages(request: dict[str, Any]) -> None:
     if message is not None:
         assert message
         assert "\n" not in message
+
+
+def _sound_or_refused(request: dict[str, Any]) -> None:
+    """plan() gives a plan check_plan accepts and that round-trips JSON, or a PlanError."""
+    plan = _plan_or_refuse(request)
+    if plan is None:
+        return
+    hp.check_plan(plan)
+    assert hp.KVCachePlan.model_validate_json(plan.model_dump_json()) == plan
+    assert plan.host_pool is None or request.get("hisparse") is not None
+    if plan.fitted_max_model_len is not None:
+        assert plan.fitted_max_model_len <= request["model"]["max_model_len"]
+
+
+@settings(max_examples=400)
+@given(regular_requests())
+def test_every_regular_plan_is_sound_and_round_trips(request: dict[str, Any]) -> None:
+    _sound_or_refused(request)
+
+
+@settings(max_examples=200)
+@given(hybrid_hisparse_requests())
+def test_every_hybrid_hisparse_plan_is_sound_and_round_trips(request: dict[str, Any]) -> None:
+    _sound_or_refused(request)

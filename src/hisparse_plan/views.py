@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import (
     AttentionLayerSpec,
-    Axis,
     DType,
     GroupSpec,
     KVCachePlan,
     KVCacheTensor,
+    MambaSpec,
     UniformTypeSpec,
     dtype_size,
 )
-from hisparse_plan.planning.strides import axis_strides
+from hisparse_plan.rules.strides import axis_strides, page_extents
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ class LayerView:
     group: int
     """Index into `plan.groups`."""
     host_resident: bool
+    stage: int
+    """Index into `plan.device_pools` (0 for the host pool)."""
     dtype: DType
     shape: tuple[int, ...]
     """(num_blocks, heads, tokens, elements) for attention layers; (num_blocks, page bytes)
@@ -57,6 +59,11 @@ class LayerView:
     offset: int
     """Byte offset of block 0 in the pool."""
     page_size_bytes: int
+
+    @property
+    def pool(self) -> tuple[bool, int]:
+        """Which pool the view lies in: (host_resident, stage)."""
+        return self.host_resident, self.stage
 
     @property
     def num_blocks(self) -> int:
@@ -125,27 +132,64 @@ def spec_of(plan: KVCachePlan) -> dict[str, tuple[int, GroupSpec]]:
     return specs
 
 
+def pool_name(plan: KVCachePlan, stage: int, host_resident: bool = False) -> str:
+    """"host", "device", or "stage k device" when pipeline stages have pools of their own."""
+    if host_resident:
+        return "host"
+    return "device" if len(plan.device_pools) == 1 else f"stage {stage} device"
+
+
+def stage_of(plan: KVCachePlan) -> dict[str, int]:
+    """Each device layer's pipeline stage; empty when one stage holds every layer."""
+    return {
+        name: stage
+        for stage, pool in enumerate(plan.device_pools)
+        if pool.layers is not None
+        for name in pool.layers
+    }
+
+
+def tensor_stage(plan: KVCachePlan, index: int, stages: dict[str, int] | None = None) -> int:
+    """The stage whose pool holds `plan.tensors[index]` (0 for host tensors)."""
+    tensor = plan.tensors[index]
+    if tensor.host_resident or len(plan.device_pools) == 1:
+        return 0
+    stages = stage_of(plan) if stages is None else stages
+    stage = stages.get(tensor.layers[0])
+    if stage is None:
+        raise PlanInvariantError(
+            f"tensors[{index}] places {tensor.layers[0]!r}, which no pipeline stage lists",
+            tensor=index, layer=tensor.layers[0],
+        )
+    return stage
+
+
 def tensor_views(
     plan: KVCachePlan,
     index: int,
     specs: dict[str, tuple[int, GroupSpec]] | None = None,
+    stages: dict[str, int] | None = None,
 ) -> list[LayerView]:
     """The views of every layer of `plan.tensors[index]`, in the tensor's layer order."""
     tensor = plan.tensors[index]
     specs = spec_of(plan) if specs is None else specs
+    stage = tensor_stage(plan, index, stages)
     return [
-        _layer_view(plan, index, tensor, position, name, specs)
+        _layer_view(plan, index, tensor, position, name, specs, stage)
         for position, name in enumerate(tensor.layers)
     ]
 
 
-def plan_views(plan: KVCachePlan) -> dict[str, LayerView]:
-    """Every placed layer's view, by layer name."""
-    specs = spec_of(plan)
+def plan_views(
+    plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]] | None = None
+) -> dict[str, LayerView]:
+    """Every placed layer's view, by layer name (`specs` is `spec_of(plan)` when known)."""
+    specs = spec_of(plan) if specs is None else specs
+    stages = stage_of(plan)
     return {
         view.name: view
         for index in range(len(plan.tensors))
-        for view in tensor_views(plan, index, specs)
+        for view in tensor_views(plan, index, specs, stages)
     }
 
 
@@ -156,6 +200,7 @@ def _layer_view(
     position: int,
     name: str,
     specs: dict[str, tuple[int, GroupSpec]],
+    stage: int,
 ) -> LayerView:
     found = specs.get(name)
     if found is None:
@@ -175,26 +220,21 @@ def _layer_view(
             )
         num_blocks, layout = plan.host_pool.num_blocks, plan.host_pool.layout
     else:
-        num_blocks, layout = plan.num_blocks, plan.device_pool.layout
+        num_blocks, layout = plan.num_blocks, plan.device_pools[stage].layout
     offset = tensor.offset + position * tensor.layer_stride
     if not isinstance(spec, AttentionLayerSpec):
+        # Resident/hot rows and Mamba states are byte buffers: a page's used bytes in a row.
+        used = spec.content_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
         return LayerView(
-            name, index, group, tensor.host_resident, "uint8",
-            (num_blocks, spec.page_size_bytes), (tensor.block_stride, 1),
-            offset, spec.page_size_bytes,
+            name, index, group, tensor.host_resident, stage, "uint8",
+            (num_blocks, used), (tensor.block_stride, 1), offset, spec.page_size_bytes,
         )
-    extents: dict[Axis, int] = {
-        "L": len(tensor.layers),
-        "B": num_blocks,
-        "H": spec.num_kv_heads,
-        "N": spec.block_size,
-        "C": spec.content_bytes,
-    }
+    extents = page_extents(spec, len(tensor.layers), num_blocks)
     strides = axis_strides(layout, extents, {"L": tensor.layer_stride, "B": tensor.block_stride})
     itemsize = spec.dtype_size
     return LayerView(
-        name, index, group, tensor.host_resident, spec.dtype,
-        (num_blocks, spec.num_kv_heads, spec.block_size, spec.content_bytes // itemsize),
+        name, index, group, tensor.host_resident, stage, spec.dtype,
+        (num_blocks, extents["H"], extents["N"], extents["C"] // itemsize),
         (tensor.block_stride, strides["H"], strides["N"], itemsize),
         offset, spec.page_size_bytes,
     )

@@ -1,35 +1,52 @@
-"""`check_plan`: prove a plan sound by arithmetic on its strides and offsets (SPEC 5.11)."""
+"""`check_plan`: prove a plan sound (SPEC 5.11) and, given its request, that it answers it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
+from hisparse_plan.checking.meaning import check_meaning
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
-from hisparse_plan.models import KVCachePlan
-from hisparse_plan.views import plan_views
+from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.views import Train, plan_views, pool_name, spec_of
 
 __all__ = ["check_plan"]
 
 
-def check_plan(plan: KVCachePlan) -> None:
+def check_plan(
+    plan: KVCachePlan | Mapping[str, object],
+    *,
+    request: PlanRequest | Mapping[str, object] | None = None,
+) -> None:
     """Raise `PlanInvariantError` at the first broken invariant; return None for a sound plan.
+
+    From the plan alone: placement, the meaning of every group, every derived number, and
+    that no two pages share a byte they may not. With `request`, also that the plan is the one
+    the request gives, naming the first field that differs. A mapping is validated first.
 
     Cost grows with layers and tensors, never with num_blocks: a 10,000-layer plan with a
     million blocks is proved as fast as one with a single block.
     """
-    check_structure(plan)
+    if not isinstance(plan, KVCachePlan):
+        plan = KVCachePlan.model_validate(plan)
+    specs = spec_of(plan)
+    check_structure(plan, specs)
+    check_meaning(plan)
     check_sizing(plan)
-    views = plan_views(plan)
+    views = plan_views(plan, specs)
     for view in views.values():
         check_alignment(view)
-    pools = [("device", False, plan.num_blocks, plan.device_pool.size)]
+    sizes = {(False, stage): (plan.num_blocks, pool.size)
+             for stage, pool in enumerate(plan.device_pools)}
     if plan.host_pool is not None:
-        pools.append(("host", True, plan.host_pool.num_blocks, plan.host_pool.size))
-    for pool, host_resident, num_blocks, size in pools:
-        trains = [
-            train
-            for view in views.values()
-            if view.host_resident == host_resident
-            for train in view.trains()
-        ]
-        prove_disjoint(pool, trains, num_blocks, size)
+        sizes[True, 0] = (plan.host_pool.num_blocks, plan.host_pool.size)
+    trains: dict[tuple[bool, int], list[Train]] = {pool: [] for pool in sizes}
+    for view in views.values():
+        trains[view.pool].extend(view.trains())
+    for (host_resident, stage), (num_blocks, size) in sizes.items():
+        name = pool_name(plan, stage, host_resident)
+        prove_disjoint(name, trains[host_resident, stage], num_blocks, size)
+    if request is not None:
+        check_answers(plan, request)

@@ -18,6 +18,7 @@ num_blocks:
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass
 from itertools import groupby, pairwise
 
@@ -119,7 +120,10 @@ def _check_lattice(pool: str, trains: list[Train], period: int, num_blocks: int)
     for members in classes:
         _check_class(pool, members, period)
     for i, first in enumerate(classes):
-        for second in classes[i + 1:]:
+        # Classes are sorted by q; only those fewer than num_blocks windows on can meet this
+        # one (walked by index: slicing the rest would copy it for every class).
+        for j in range(i + 1, len(classes)):
+            second = classes[j]
             if second[0].q - first[0].q >= num_blocks:
                 break
             _check_classes_apart(pool, first, second, period)
@@ -161,13 +165,17 @@ def _check_lattices_apart(pool: str, lattices: list[list[Train]], num_blocks: in
          for lattice in lattices for train in lattice),
         key=lambda span: span[:2],
     )
-    active: list[tuple[int, Train]] = []  # (span end, train) of spans that started earlier
-    for start, end, train in spans:
-        active = [(other_end, other) for other_end, other in active if other_end > start]
-        for _, other in active:
-            if other.period != train.period:
-                _check_across_periods(pool, other, train, num_blocks)
-        active.append((end, train))
+    # Spans that started earlier and may still be open, by period, each a heap by span end:
+    # a train is compared only with open spans of other periods.
+    active: dict[int, list[tuple[int, int, Train]]] = {}
+    for order, (start, end, train) in enumerate(spans):
+        for period, heap in active.items():
+            while heap and heap[0][0] <= start:
+                heapq.heappop(heap)
+            if period != train.period:
+                for _, _, other in heap:
+                    _check_across_periods(pool, other, train, num_blocks)
+        heapq.heappush(active.setdefault(train.period, []), (end, order, train))
 
 
 def _check_across_periods(pool: str, a: Train, b: Train, num_blocks: int) -> None:

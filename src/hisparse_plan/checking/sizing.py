@@ -1,28 +1,30 @@
-"""The plan's numbers agree with the pools and workload it records (SPEC 5.7, 5.8, 5.10)."""
+"""The plan's numbers agree with the rules and the workload it records (SPEC 5.7, 5.8, 5.10,
+5.12, 7.4, 7.6-7.9), re-derived from the plan alone with the SPEC's rules."""
 
 from __future__ import annotations
 
 import math
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import KVCachePlan
-from hisparse_plan.planning.buckets import PlacedGroup, place
-from hisparse_plan.planning.capacity import hisparse_capacity
-from hisparse_plan.planning.pools import (
-    device_bytes_per_block,
-    host_block_stride,
-    host_blocks_needed,
-)
+from hisparse_plan.models import DevicePool, KVCachePlan, Workload
+from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
+from hisparse_plan.rules.buckets import SpecBucket, spec_buckets
+from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
+from hisparse_plan.rules.host import host_block_stride, host_blocks_needed
+from hisparse_plan.rules.required import buckets_required, longest_fitting
 
 
 def check_sizing(plan: KVCachePlan) -> None:
-    placed = [place(group) for group in plan.groups]
-    source = next((p for p in placed if p.group.role == "hisparse_source"), None)
-    device = [p for p in placed if p.group.role != "hisparse_source"]
+    groups = [spec_buckets(g.spec, g.layer_names) for g in plan.groups]
+    is_source = [g.role == "hisparse_source" for g in plan.groups]
+    source = next((b for b, s in zip(groups, is_source, strict=True) if s), None)
+    device = [b for b, s in zip(groups, is_source, strict=True) if not s]
     if source is not None:
         _check_host_pool(plan, source)
-    _check_device_pool(plan, device)
-    _check_capacity(plan, source, device)
+    _check_device_pools(plan, device)
+    _check_admission(plan, device)
+    _check_capacity(plan, source, device, [g.spec for g, s in zip(
+        plan.groups, is_source, strict=True) if not s])
 
 
 def _agree(what: str, got: float | None, expected: float | None, formula: str) -> None:
@@ -34,52 +36,115 @@ def _agree(what: str, got: float | None, expected: float | None, formula: str) -
         raise PlanInvariantError(f"{what} is {got}; expected {expected} ({formula})")
 
 
-def _check_host_pool(plan: KVCachePlan, source: PlacedGroup) -> None:
+def _check_host_pool(plan: KVCachePlan, source: list[SpecBucket]) -> None:
     host = plan.host_pool
     if host is None:
         raise PlanInvariantError("the plan has a hisparse_source group but no host pool")
-    page = source.group.spec.page_size_bytes
+    page = sum(bucket.block_bytes for bucket in source)
     _agree("host_pool.bytes_per_block", host.bytes_per_block, page, "the source group's page")
     stride = host_block_stride(page, host.shared)
     _agree("host_pool.block_stride", host.block_stride, stride,
            "source page" + (", rounded up to 4096 for a shared pool" if host.shared else ""))
     _agree("host_pool.num_blocks", host.num_blocks, host.budget_bytes // stride,
            f"budget {host.budget_bytes} // block stride {stride}")
-    needed = host_blocks_needed(plan.workload.max_model_len, source.group.spec.block_size)
+    needed = host_blocks_needed(plan.max_model_len, source[0].spec.block_size)
     if host.num_blocks < needed:
         raise PlanInvariantError(
             f"host_pool.num_blocks is {host.num_blocks}; expected at least {needed} for one "
-            f"{plan.workload.max_model_len}-token request, the null block and a copy-on-write tail"
+            f"{plan.max_model_len}-token request, the null block and a copy-on-write tail"
         )
 
 
-def _check_device_pool(plan: KVCachePlan, device: list[PlacedGroup]) -> None:
-    pool = plan.device_pool
-    try:
-        per_block = device_bytes_per_block(device, pool.layout)
-    except PlanError as error:
-        raise PlanInvariantError(f"device pool: {error}") from error
-    _agree("device_pool.bytes_per_block", pool.bytes_per_block, per_block,
-           f"the largest device group block in {pool.layout.value}")
+def stage_groups(plan: KVCachePlan, device: list[list[SpecBucket]]) -> list[list[list[SpecBucket]]]:
+    """Every device group's buckets projected onto each stage's layers."""
+    if len(plan.device_pools) == 1:
+        return [device]
+    projected = []
+    for pool in plan.device_pools:
+        names = set(pool.layers or [])
+        projected.append([
+            [SpecBucket(b.spec, kept) for b in buckets
+             if (kept := [n for n in b.names if n in names])]
+            for buckets in device
+        ])
+    return projected
+
+
+def _check_device_pools(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
+    """Each stage's bytes per block, and the num_blocks they give."""
+    fitting = []
+    for index, (pool, groups) in enumerate(zip(
+            plan.device_pools, stage_groups(plan, device), strict=True)):
+        what = f"device_pools[{index}]"
+        try:
+            check_layout(groups, pool.layout, what)
+            per_block = bytes_per_block(groups, pool.layout)
+        except PlanError as error:
+            raise PlanInvariantError(f"{what}: {error}") from error
+        _agree(f"{what}.bytes_per_block", pool.bytes_per_block, per_block,
+               f"the widest group block in {pool.layout.value}, aligned")
+        if pool.num_blocks_override is not None:
+            fitting.append(pool.num_blocks_override)
+        else:
+            fitting.append(pool.available_bytes // per_block)
+    _agree("num_blocks", plan.num_blocks, min(fitting),
+           "the override, or the least over stages of available_bytes // bytes_per_block")
+
+
+def _usable(pool: DevicePool) -> int:
+    """The pool's memory (available, or override blocks) less the null block."""
     if pool.num_blocks_override is not None:
-        _agree("num_blocks", plan.num_blocks, pool.num_blocks_override, "num_blocks_override")
-    else:
-        _agree("num_blocks", plan.num_blocks, pool.available_bytes // per_block,
-               f"available_bytes {pool.available_bytes} // bytes_per_block {per_block}")
+        return (pool.num_blocks_override - 1) * pool.bytes_per_block
+    return pool.available_bytes - pool.bytes_per_block
+
+
+def _check_admission(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
+    """One max_model_len request fits every stage beside the null block (SPEC 5.12, 7.7), and
+    an auto-fitted length is the longest that does (7.8)."""
+    workload = plan.workload
+
+    def blocks(length: int) -> int:
+        return sum(buckets_required(b, length, workload) for b in device if b)
+
+    length = plan.max_model_len
+    for index, pool in enumerate(plan.device_pools):
+        usable = _usable(pool)
+        needed = pool.bytes_per_block * blocks(length)
+        if usable <= 0 or needed > usable:
+            raise PlanInvariantError(
+                f"device_pools[{index}] leaves {usable} usable bytes; one {length}-token request "
+                f"needs {needed} (SPEC 5.12, 7.7): the plan admits a request that cannot fit"
+            )
+    if plan.fitted_max_model_len is not None:
+        longest = min(
+            longest_fitting(pool.bytes_per_block, _usable(pool), blocks, workload.max_model_len)
+            for pool in plan.device_pools
+        )
+        _agree("fitted_max_model_len", plan.fitted_max_model_len, longest,
+               f"the longest length <= {workload.max_model_len} that fits every stage")
 
 
 def _check_capacity(
-    plan: KVCachePlan, source: PlacedGroup | None, device: list[PlacedGroup]
+    plan: KVCachePlan,
+    source: list[SpecBucket] | None,
+    device: list[list[SpecBucket]],
+    device_specs: list[object],
 ) -> None:
-    if source is None or plan.host_pool is None:
-        raise PlanInvariantError(
-            "capacity figures are defined for HiSparse plans only so far; expected a "
-            "hisparse_source group and a host pool"
+    workload: Workload = plan.workload
+    length = plan.max_model_len
+    required = [buckets_required(b, length, workload) for b in device]
+    if source is None:
+        expected = regular_capacity(plan.num_blocks, required)
+        formula = "SPEC 7.9"
+    else:
+        if plan.host_pool is None:
+            raise PlanInvariantError("the plan has a hisparse_source group but no host pool")
+        expected = hisparse_capacity(
+            plan.num_blocks, device_specs, required,  # type: ignore[arg-type]
+            plan.host_pool.num_blocks, buckets_required(source, length, workload),
         )
-    expected = hisparse_capacity(
-        device, source, plan.num_blocks, plan.host_pool.num_blocks, plan.workload
-    )
+        formula = "SPEC 5.10"
     _agree("capacity.max_concurrency", plan.capacity.max_concurrency,
-           expected.max_concurrency, "SPEC 5.10")
+           expected.max_concurrency, formula)
     _agree("capacity.steady_state_concurrency", plan.capacity.steady_state_concurrency,
-           expected.steady_state_concurrency, "SPEC 5.10")
+           expected.steady_state_concurrency, formula)

@@ -6,19 +6,21 @@ from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import (
     HOT_SUFFIX,
     RESIDENT_SUFFIX,
+    GroupSpec,
     HisparseHotSpec,
     HisparseResidentSpec,
     KVCachePlan,
     UniformTypeSpec,
 )
-from hisparse_plan.views import spec_of
+from hisparse_plan.views import pool_name, stage_of, tensor_stage
 
 
-def check_structure(plan: KVCachePlan) -> None:
+def check_structure(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) -> None:
+    """`specs` is `views.spec_of(plan)`, worked out once for every check."""
     _check_groups(plan)
     _check_roles(plan)
-    _check_derived_layers(plan)
-    _check_placement(plan)
+    _check_derived_layers(plan, specs)
+    _check_placement(plan, specs)
     _check_pool_sizes(plan)
 
 
@@ -60,11 +62,10 @@ def _check_roles(plan: KVCachePlan) -> None:
             )
 
 
-def _check_derived_layers(plan: KVCachePlan) -> None:
+def _check_derived_layers(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) -> None:
     """Resident and hot layers mirror the source layers: one of each per source layer."""
     source = next((g for g in plan.groups if g.role == "hisparse_source"), None)
     source_names = set() if source is None else set(source.layer_names)
-    specs = spec_of(plan)
     for kind, suffix in (("hisparse_resident", RESIDENT_SUFFIX), ("hisparse_hot", HOT_SUFFIX)):
         derived = [
             name
@@ -98,8 +99,7 @@ def _check_derived_layers(plan: KVCachePlan) -> None:
             )
 
 
-def _check_placement(plan: KVCachePlan) -> None:
-    specs = spec_of(plan)
+def _check_placement(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) -> None:
     placed: dict[str, int] = {}
     for index, tensor in enumerate(plan.tensors):
         first = tensor.layers[0]
@@ -142,21 +142,39 @@ def _check_placement(plan: KVCachePlan) -> None:
 
 
 def _check_pool_sizes(plan: KVCachePlan) -> None:
-    device = plan.device_pool
-    pools = [("device", device.size, device.bytes_per_block, plan.num_blocks, False)]
+    """Every tensor states its pool's size; with pipeline stages, a stage's tensors hold only
+    that stage's layers (SPEC 5.11, 6.1)."""
     if plan.host_pool is not None:
         host = plan.host_pool
-        pools.append(("host", host.size, host.bytes_per_block, host.num_blocks, True))
-    for pool, size, per_block, num_blocks, host_resident in pools:
-        if size != per_block * num_blocks:
+        if host.size != host.bytes_per_block * host.num_blocks:
             raise PlanInvariantError(
-                f"the {pool} pool's size is {size}; expected bytes_per_block {per_block} * "
-                f"num_blocks {num_blocks} = {per_block * num_blocks}"
+                f"the host pool's size is {host.size}; expected bytes_per_block "
+                f"{host.bytes_per_block} * num_blocks {host.num_blocks}"
             )
-        for index, tensor in enumerate(plan.tensors):
-            if tensor.host_resident == host_resident and tensor.size != size:
+    for stage, device in enumerate(plan.device_pools):
+        if device.size != device.bytes_per_block * plan.num_blocks:
+            raise PlanInvariantError(
+                f"the {pool_name(plan, stage)} pool's size is {device.size}; expected "
+                f"bytes_per_block {device.bytes_per_block} * num_blocks {plan.num_blocks}"
+            )
+    stages = stage_of(plan)
+    for index, tensor in enumerate(plan.tensors):
+        if tensor.host_resident:
+            size, pool = (plan.host_pool.size if plan.host_pool else 0), "host"
+        else:
+            stage = tensor_stage(plan, index, stages)
+            size, pool = plan.device_pools[stage].size, pool_name(plan, stage)
+            strays = [n for n in tensor.layers if stages and stages.get(n) != stage]
+            if strays:
                 raise PlanInvariantError(
-                    f"tensors[{index}] says the {pool} pool has {tensor.size} bytes; expected "
-                    f"{size}, as every tensor of that pool",
-                    tensor=index, layer=tensor.layers[0],
+                    f"tensors[{index}] places {strays[0]!r} in the {pool} pool beside "
+                    f"{tensor.layers[0]!r}; expected one stage's layers per tensor (stage "
+                    f"{stages.get(strays[0])} holds {strays[0]!r})",
+                    tensor=index, layer=strays[0],
                 )
+        if tensor.size != size:
+            raise PlanInvariantError(
+                f"tensors[{index}] says the {pool} pool has {tensor.size} bytes; expected "
+                f"{size}",
+                tensor=index, layer=tensor.layers[0],
+            )

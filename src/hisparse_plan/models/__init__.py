@@ -3,6 +3,7 @@
 from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 from hisparse_plan.models.group_specs import (
+    DerivedLayerSpec,
     GroupSpec,
     HisparseHotSpec,
     HisparseResidentSpec,
@@ -10,10 +11,17 @@ from hisparse_plan.models.group_specs import (
 )
 from hisparse_plan.models.layer_specs import (
     AttentionLayerSpec,
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
+    KVLayerSpec,
+    LatentLayerSpec,
     LayerSpec,
+    LayerSpecBase,
+    MambaSpec,
     MLASpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
+    WindowedSpec,
 )
 from hisparse_plan.models.layout import Axis, KVCacheLayout
 from hisparse_plan.models.plan import (
@@ -32,8 +40,10 @@ from hisparse_plan.models.request import (
     DeviceConfig,
     HisparseConfig,
     ModelConfig,
+    PipelineStage,
     PlanRequest,
     SchedulerConfig,
+    spec_key,
 )
 
 __all__ = [
@@ -44,7 +54,9 @@ __all__ = [
     "AttentionLayerSpec",
     "Axis",
     "Capacity",
+    "ChunkedLocalAttentionSpec",
     "DType",
+    "DerivedLayerSpec",
     "DeviceConfig",
     "DevicePool",
     "FullAttentionSpec",
@@ -58,13 +70,21 @@ __all__ = [
     "KVCacheLayout",
     "KVCachePlan",
     "KVCacheTensor",
+    "KVLayerSpec",
+    "LatentLayerSpec",
     "LayerSpec",
+    "LayerSpecBase",
     "MLASpec",
+    "MambaSpec",
     "ModelConfig",
+    "PipelineStage",
     "PlanRequest",
     "SchedulerConfig",
+    "SlidingWindowMLASpec",
     "SlidingWindowSpec",
     "UniformTypeSpec",
+    "WindowedSpec",
     "Workload",
     "dtype_size",
+    "spec_key",
 ]

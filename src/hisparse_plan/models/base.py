@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, NoReturn, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 INT64_MAX = 2**63 - 1
 """Engines index pools with int64 offsets; no size, stride or offset may exceed it."""
@@ -14,30 +17,45 @@ ByteCount = Annotated[int, Field(ge=0, le=INT64_MAX)]
 LayerName = Annotated[str, StringConstraints(min_length=1)]
 
 
+def _kind_of(value: object) -> str | None:
+    """The `kind` tag of a spec given as JSON (a dict) or as a built model."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if isinstance(kind, str) else None
+
+
+BY_KIND = Discriminator(
+    _kind_of,
+    custom_error_type="invalid_kind",
+    custom_error_message=(
+        "expected `kind` to be one of mla, full_attention, sliding_window, "
+        "chunked_local_attention, sliding_window_mla, mamba (in a plan also uniform_type, "
+        "hisparse_resident, hisparse_hot)"
+    ),
+)
+"""Picks a spec class by its `kind`; cheaper than a field discriminator for built models,
+which the planner passes around."""
+
+
 class Model(BaseModel):
     """Frozen, strict, closed: JSON in and out without surprises."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    @classmethod
-    def trusted(cls, fields: dict[str, object]) -> Self:
-        """Build from values already checked, skipping validation; every field must be given.
 
-        For the planner's hot path, where validation (or pydantic's `model_construct`) costs
-        more than the planning itself. It fills the same slots `model_construct` fills; tests
-        validate every plan's JSON dump back into an equal plan.
-        """
-        model = _new_object(cls)
-        _set_attribute(model, "__dict__", fields)
-        _set_fields_set(model, set(fields))
-        _set_extra(model, None)
-        _set_private(model, None)
-        return model
+class FrozenDict(dict[K, V]):
+    """A dict a validated model hands out read-only: planning results must not change under
+    their callers, and a request must not change under its plan."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} is read-only: build a new request or plan")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenDict[K, V]], tuple[dict[K, V]]]:
+        return type(self), (dict(self),)
 
 
-_new_object = object.__new__
-_set_attribute = object.__setattr__
-# BaseModel's own slots, set through their descriptors (a frozen model refuses setattr).
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+def freeze(model: BaseModel, field: str, value: dict[K, V]) -> None:
+    """Store `value` read-only in a frozen model's `field` (from `model_post_init`)."""
+    object.__setattr__(model, field, FrozenDict(value))

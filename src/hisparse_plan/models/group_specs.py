@@ -1,23 +1,34 @@
-"""What one block of a cache group holds (SPEC sections 5.1, 5.5 and 6)."""
+"""What one block of a cache group holds (SPEC sections 5.1, 5.5, 6 and 6.1)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import (
+    BY_KIND,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    freeze,
+)
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.layer_specs import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     LayerSpec,
+    MambaSpec,
     MLASpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
 
 
 class UniformTypeSpec(Model):
-    """Several layer specs of one kind and block size sharing one block table."""
+    """Several layer specs of one family (SPEC 7.2) sharing one block table: a block holds one
+    page of every member."""
 
     kind: Literal["uniform_type"] = "uniform_type"
     block_size: PositiveInt
@@ -33,6 +44,7 @@ class UniformTypeSpec(Model):
                     f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
                     f"got {spec.block_size}"
                 )
+        freeze(self, "specs", self.specs)
         page = sum(spec.page_size_bytes for spec in self.specs.values())
         store_derived(self, "page_size_bytes", page, "sum of the members' pages")
 
@@ -44,6 +56,9 @@ class HisparseResidentSpec(Model):
     block_size: PositiveInt
     page_size_bytes: PositiveInt
 
+    align: ClassVar[int] = 1
+    """Byte rows: no block-stride alignment."""
+
 
 class HisparseHotSpec(Model):
     """A request's fixed GPU buffer for the top-k rows its indexer selected."""
@@ -53,13 +68,22 @@ class HisparseHotSpec(Model):
     page_size_bytes: PositiveInt
     blocks_per_request: PositiveInt
 
+    align: ClassVar[int] = 1
+    """Byte rows: no block-stride alignment."""
+
 
 GroupSpec = Annotated[
-    MLASpec
-    | FullAttentionSpec
-    | SlidingWindowSpec
-    | UniformTypeSpec
-    | HisparseResidentSpec
-    | HisparseHotSpec,
-    Field(discriminator="kind"),
+    Annotated[MLASpec, Tag("mla")]
+    | Annotated[FullAttentionSpec, Tag("full_attention")]
+    | Annotated[SlidingWindowSpec, Tag("sliding_window")]
+    | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
+    | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
+    | Annotated[MambaSpec, Tag("mamba")]
+    | Annotated[UniformTypeSpec, Tag("uniform_type")]
+    | Annotated[HisparseResidentSpec, Tag("hisparse_resident")]
+    | Annotated[HisparseHotSpec, Tag("hisparse_hot")],
+    BY_KIND,
 ]
+
+DerivedLayerSpec = HisparseResidentSpec | HisparseHotSpec
+"""The specs of the layers HiSparse derives from the source layers."""

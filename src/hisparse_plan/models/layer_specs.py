@@ -1,64 +1,149 @@
-"""How one attention layer stores its cache (SPEC section 4 and 5.1)."""
+"""How one layer stores its cache (SPEC sections 4, 4.1, 5.1 and 7.1).
+
+Every kind knows its page's logical shape `[H, N, C]` (heads, stored states per block, content
+bytes of one state of one head), its natural page `H * N * C`, and its page: the padded page
+where it has one, else the natural page. `page_size_bytes` is derived from those and checked
+when given. A page of 0 bytes or a padding below the natural page validates (the planner refuses
+them with a PlanError naming the layer, SPEC 5.13).
+"""
 
 from __future__ import annotations
 
+from math import prod
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
-from hisparse_plan.models.base import ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import BY_KIND, ByteCount, Model, PositiveInt
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DType, dtype_size
 
-_PAGE_DOC = (
-    "Derived: num_kv_heads * block_size * content bytes. Optional on input; checked if given."
+_PAGE_DOC = "Derived: the padded page if the layer has one, else H * N * C. Checked if given."
+_ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (SPEC 7.4)."
+_PADDED_DOC = (
+    "The page is this many bytes (>= the natural page): set by the engine (Mamba) or by the "
+    "planner when it pads pages to one size (SPEC 7.3.2)."
 )
 
 
-class AttentionLayerSpec(Model):
-    """Fields every attention layer has; `content_bytes` is one token row of one head."""
+class LayerSpecBase(Model):
+    """Fields and page arithmetic every kind shares."""
 
     kind: str
     block_size: PositiveInt
-    head_size: PositiveInt
-    dtype: DType = "bfloat16"
-    num_kv_heads: PositiveInt = 1
+    block_stride_alignment: PositiveInt | None = Field(default=None, description=_ALIGN_DOC)
     page_size_bytes: ByteCount = Field(default=0, description=_PAGE_DOC)
 
     @property
+    def heads(self) -> int:
+        """H: heads stored per token position."""
+        return 1
+
+    @property
+    def tokens_per_block(self) -> int:
+        """N: states one block stores."""
+        return 1
+
+    @property
     def content_bytes(self) -> int:
+        """C: bytes of one stored state of one head."""
         raise NotImplementedError
 
     @property
-    def dtype_size(self) -> int:
-        return dtype_size(self.dtype)
+    def view_dtype(self) -> DType:
+        """The element type a view of this layer's pages is taken in."""
+        return "uint8"
+
+    @property
+    def natural_page_bytes(self) -> int:
+        return self.heads * self.tokens_per_block * self.content_bytes
+
+    @property
+    def padded_page_bytes(self) -> int | None:
+        """The padded page (SPEC 7.1); None when the layer has none."""
+        return None
+
+    @property
+    def has_padded_page(self) -> bool:
+        return self.padded_page_bytes is not None
+
+    @property
+    def align(self) -> int:
+        """align(layer) of SPEC 7.1."""
+        return 1 if self.block_stride_alignment is None else self.block_stride_alignment
 
     def model_post_init(self, context: object, /) -> None:
         self._derive()
 
     def _derive(self) -> None:
-        page = self.num_kv_heads * self.block_size * self.content_bytes
-        store_derived(self, "page_size_bytes", page, "num_kv_heads * block_size * content bytes")
+        padded = self.padded_page_bytes
+        page = self.natural_page_bytes if padded is None else padded
+        store_derived(self, "page_size_bytes", page, "the padded page, else H * N * C")
 
 
-class MLASpec(AttentionLayerSpec):
-    """A multi-head latent attention layer: a sparse (source) layer or an indexer's keys."""
+class AttentionLayerSpec(LayerSpecBase):
+    """A layer that stores `num_kv_heads` rows of `head_size` elements per stored token."""
 
-    kind: Literal["mla"] = "mla"
+    head_size: PositiveInt
+    dtype: DType = "bfloat16"
+    num_kv_heads: PositiveInt = 1
+    page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
+
+    @property
+    def dtype_size(self) -> int:
+        return dtype_size(self.dtype)
+
+    @property
+    def heads(self) -> int:
+        return self.num_kv_heads
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.block_size
+
+    @property
+    def view_dtype(self) -> DType:
+        return self.dtype
+
+    @property
+    def padded_page_bytes(self) -> int | None:
+        return self.page_size_padded
+
+
+class LatentLayerSpec(AttentionLayerSpec):
+    """One latent vector per token (MLA): `state_content_bytes`, else `head_size` elements.
+
+    `compress_ratio` tokens fold into one stored state; `alignment` pads the page.
+    """
+
     cache_dtype: str | None = None
     state_content_bytes: PositiveInt | None = Field(
         default=None, description="Bytes of one packed token row (e.g. 656 for fp8_ds_mla)."
     )
-    cache_role: Literal["sparse", "indexer"] = "sparse"
-    is_index_group_leader: bool = False
     model_version: str | None = None
-    topk_buffer_width: PositiveInt | None = None
+    compress_ratio: PositiveInt = 1
+    alignment: PositiveInt | None = Field(
+        default=None, description="The page is padded up to a multiple of this many bytes."
+    )
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.block_size // self.compress_ratio
 
     @property
     def content_bytes(self) -> int:
         if self.state_content_bytes is not None:
             return self.state_content_bytes
         return self.head_size * self.dtype_size
+
+    @property
+    def padded_page_bytes(self) -> int | None:
+        if self.page_size_padded is not None:
+            return self.page_size_padded
+        natural = self.natural_page_bytes
+        if self.alignment is None or natural % self.alignment == 0:
+            return None
+        return -(-natural // self.alignment) * self.alignment
 
     def _derive(self) -> None:
         if self.state_content_bytes is not None and self.state_content_bytes % self.dtype_size:
@@ -67,6 +152,23 @@ class MLASpec(AttentionLayerSpec):
                 f"{self.dtype_size}, got {self.state_content_bytes}"
             )
         super()._derive()
+
+
+class MLASpec(LatentLayerSpec):
+    """A multi-head latent attention layer: a sparse (source) layer or an indexer's keys."""
+
+    kind: Literal["mla"] = "mla"
+    cache_role: Literal["sparse", "indexer"] = "sparse"
+    is_index_group_leader: bool = False
+    topk_buffer_width: PositiveInt | None = None
+
+
+class SlidingWindowMLASpec(LatentLayerSpec):
+    """A latent cache that keeps only the last `sliding_window` tokens (DeepSeek-V4)."""
+
+    kind: Literal["sliding_window_mla"] = "sliding_window_mla"
+    sliding_window: PositiveInt
+    model_version: Literal["deepseek_v4"] | None = None
 
 
 class KVLayerSpec(AttentionLayerSpec):
@@ -90,7 +192,11 @@ class KVLayerSpec(AttentionLayerSpec):
 
 
 class FullAttentionSpec(KVLayerSpec):
+    """Every past token's K and V. `sliding_window` is set only on a sliding-window layer
+    promoted to full allocation (SPEC 7.3.3): it keeps full blocks but stays its own spec."""
+
     kind: Literal["full_attention"] = "full_attention"
+    sliding_window: PositiveInt | None = None
 
 
 class SlidingWindowSpec(KVLayerSpec):
@@ -98,6 +204,50 @@ class SlidingWindowSpec(KVLayerSpec):
     sliding_window: PositiveInt
 
 
+class ChunkedLocalAttentionSpec(KVLayerSpec):
+    kind: Literal["chunked_local_attention"] = "chunked_local_attention"
+    attention_chunk_size: PositiveInt
+
+
+StateShape = Annotated[list[PositiveInt], Field(min_length=1)]
+
+
+class MambaSpec(LayerSpecBase):
+    """Recurrent states (Mamba, linear attention): one block holds every state of a request."""
+
+    kind: Literal["mamba"] = "mamba"
+    state_shapes: Annotated[list[StateShape], Field(min_length=1)]
+    state_dtypes: Annotated[list[DType], Field(min_length=1)]
+    page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
+    num_speculative_blocks: Annotated[int, Field(ge=0, le=2**31)] = 0
+
+    @property
+    def content_bytes(self) -> int:
+        return sum(
+            prod(shape) * dtype_size(dtype)
+            for shape, dtype in zip(self.state_shapes, self.state_dtypes, strict=True)
+        )
+
+    @property
+    def padded_page_bytes(self) -> int | None:
+        return self.page_size_padded
+
+    def _derive(self) -> None:
+        if len(self.state_dtypes) != len(self.state_shapes):
+            raise ValueError(
+                f"state_dtypes: expected one dtype per state shape ({len(self.state_shapes)}), "
+                f"got {len(self.state_dtypes)}"
+            )
+        super()._derive()
+
+
 LayerSpec = Annotated[
-    MLASpec | FullAttentionSpec | SlidingWindowSpec, Field(discriminator="kind")
+    Annotated[MLASpec, Tag("mla")]
+    | Annotated[FullAttentionSpec, Tag("full_attention")]
+    | Annotated[SlidingWindowSpec, Tag("sliding_window")]
+    | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
+    | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
+    | Annotated[MambaSpec, Tag("mamba")],
+    BY_KIND,
 ]
+WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec

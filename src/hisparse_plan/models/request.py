@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
 from hisparse_plan.models.layer_specs import LayerSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -20,7 +20,13 @@ MAX_HOST_POOL_GIB = 2.0**33
 
 class ModelConfig(Model):
     max_model_len: PositiveInt
-    index_topk: PositiveInt
+    index_topk: PositiveInt | None = Field(
+        default=None, description="Top-k rows the indexer selects; HiSparse needs it."
+    )
+    auto_fit_max_model_len: bool = Field(
+        default=False,
+        description="max_model_len is the longest wanted; the plan may shorten it (SPEC 7.8).",
+    )
 
 
 class HisparseConfig(Model):
@@ -37,15 +43,34 @@ class HisparseConfig(Model):
     )
 
 
+class PipelineStage(Model):
+    """One pipeline stage: the layers it holds and the GPU bytes its KV cache may take."""
+
+    layers: Annotated[list[LayerName], Field(min_length=1)]
+    available_bytes: ByteCount
+
+
 class DeviceConfig(Model):
     available_bytes: ByteCount
     kv_cache_layout: Annotated[KVCacheLayout, Field(strict=False)] = KVCacheLayout.BLNHC
     num_blocks_override: PositiveInt | None = None
+    pipeline_stages: Annotated[list[PipelineStage], Field(min_length=1)] | None = Field(
+        default=None,
+        description="One entry per stage, in order; replaces available_bytes (SPEC 4.1).",
+    )
 
 
 class SchedulerConfig(Model):
     max_num_batched_tokens: PositiveInt = 8192
     max_concurrent_batches: PositiveInt = 1
+    num_prefill_lookahead_tokens: Annotated[int, Field(ge=0, le=2**31)] = Field(
+        default=0,
+        description="Prefill tokens a speculative drafter reads past the scheduled range.",
+    )
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        return self.max_num_batched_tokens * self.max_concurrent_batches
 
 
 class PlanRequest(Model):
@@ -61,10 +86,21 @@ class PlanRequest(Model):
         # Equal specs become one shared (frozen) object, so planning can group layers by
         # identity instead of comparing every field of every layer.
         shared: dict[tuple[object, ...], LayerSpec] = {}
+        layers: dict[str, LayerSpec] = {}
         for name, spec in self.layers.items():
             if name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)):
                 raise ValueError(
                     f"layers[{name!r}]: names ending in {RESIDENT_SUFFIX!r} or {HOT_SUFFIX!r} "
                     "are reserved for the layers HiSparse derives; expected another name"
                 )
-            self.layers[name] = shared.setdefault(tuple(spec.__dict__.values()), spec)
+            layers[name] = shared.setdefault(spec_key(spec), spec)
+        freeze(self, "layers", layers)
+
+
+def spec_key(spec: LayerSpec) -> tuple[object, ...]:
+    """A hashable key, equal for two specs exactly when every field is equal."""
+    return tuple(_frozen(value) for value in spec.__dict__.values())
+
+
+def _frozen(value: object) -> object:
+    return tuple(_frozen(item) for item in value) if isinstance(value, list) else value

@@ -14,7 +14,7 @@ from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
-from hisparse_plan.planning.capacity import required_blocks
+from hisparse_plan.rules.required import required_blocks
 
 DERIVED_KINDS = ("hisparse_resident", "hisparse_hot")
 """HiSparse's own GPU groups, which the baseline does not have."""
@@ -49,7 +49,7 @@ def baseline_capacity(plan: KVCachePlan) -> BaselineCapacity:
             pages.append(group.spec.page_size_bytes)
     per_block = sum(pages)
     num_blocks = plan.device_pool.available_bytes // per_block
-    per_request = required_blocks(source.spec, plan.workload)
+    per_request = required_blocks(source.spec, plan.max_model_len, plan.workload)
     return BaselineCapacity(
         max_concurrency=num_blocks / per_request,
         bytes_per_block=per_block,

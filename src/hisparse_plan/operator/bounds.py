@@ -13,7 +13,7 @@ from typing import Literal
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.planning.capacity import required_blocks, steady_blocks
+from hisparse_plan.rules.required import required_blocks, steady_blocks
 
 Binding = Literal["host", "device", "both"]
 """Which pool caps concurrency: "both" when their bounds are exactly equal."""
@@ -102,12 +102,12 @@ def pool_bounds(plan: KVCachePlan) -> PoolBounds:
     for index, group in enumerate(plan.groups):
         if group.role == "hisparse_source":
             continue
-        blocks = required_blocks(group.spec, plan.workload)
+        blocks = required_blocks(group.spec, plan.max_model_len, plan.workload)
         demands.append(GroupDemand(index, blocks, steady_blocks(group.spec, blocks)))
     return PoolBounds(
         host_blocks=plan.host_pool.num_blocks,
         host_block_stride=plan.host_pool.block_stride,
-        host_required=required_blocks(source.spec, plan.workload),
+        host_required=required_blocks(source.spec, plan.max_model_len, plan.workload),
         num_blocks=plan.num_blocks,
         bytes_per_block=plan.device_pool.bytes_per_block,
         demands=tuple(demands),

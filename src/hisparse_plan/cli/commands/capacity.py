@@ -25,7 +25,7 @@ from hisparse_plan.operator import (
     default_points,
     sweep,
 )
-from hisparse_plan.planning.pools import host_budget_bytes
+from hisparse_plan.rules.host import host_budget_bytes
 
 BINDS = {"host": "host pool", "device": "GPU", "both": "both"}
 

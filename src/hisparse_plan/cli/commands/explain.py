@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def value_text(value: int | float) -> str:
-    return str(value) if isinstance(value, int) else f"{value:.10g}"
+def value_text(value: int | float | str) -> str:
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
 
 
 def formula_text(step: Step) -> str:

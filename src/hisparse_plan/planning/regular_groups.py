@@ -1,0 +1,43 @@
+"""Grouping layers that share no host pool: the strategies of SPEC 7.3, first that applies wins.
+
+Used for a regular request's layers and for the other (non-MLA) layers of a HiSparse one (5.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hisparse_plan.models import KVCacheLayout
+from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
+from hisparse_plan.planning.packed import packed_groups
+from hisparse_plan.planning.trace import Trace
+from hisparse_plan.planning.unified import unified_groups
+from hisparse_plan.rules.families import one_family
+from hisparse_plan.rules.pages import check_pages
+
+
+def regular_groups(
+    layers: Sequence[Layer], layout: KVCacheLayout, trace: Trace
+) -> list[PlannedGroup]:
+    """The groups of SPEC 7.3 over `layers` (request order); none for no layers."""
+    if not layers:
+        return []
+    check_pages(layers)
+    distinct = list({id(spec): spec for _, spec in layers}.values())
+    if len(distinct) == 1:
+        trace.add("group", "7.3 rule 1", "strategy", "uniform spec",
+                  lambda: f"all {len(layers)} layers are one {distinct[0].kind} spec")
+        return [single_spec_group(distinct[0], [name for name, _ in layers])]
+    if one_family(distinct):
+        trace.add("group", "7.3 rule 2", "strategy", "uniform type",
+                  lambda: f"{len(layers)} layers of {len(distinct)} specs are one family "
+                  f"led by {distinct[0].kind}")
+        return [uniform_group(layers)]
+    pages = {spec.page_size_bytes for spec in distinct}
+    if layout.block_outermost and len(pages) > 1:
+        trace.add("group", "7.3.1", "strategy", "packed",
+                  lambda: f"{len(pages)} distinct pages in block-outermost {layout.value}")
+        return packed_groups(layers, trace)
+    trace.add("group", "7.3.2", "strategy", "unified pages",
+              lambda: f"{len(distinct)} specs, {len(pages)} distinct page(s), {layout.value}")
+    return unified_groups(layers, trace)

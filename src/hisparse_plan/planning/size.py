@@ -1,0 +1,124 @@
+"""Pipeline stages, each group projected onto them, and bytes per block per stage (SPEC 5.8, 7.4,
+7.6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import DeviceConfig, UniformTypeSpec
+from hisparse_plan.planning.groups import Layer, PlannedGroup
+from hisparse_plan.planning.trace import Trace
+from hisparse_plan.rules.block_bytes import bytes_per_block
+from hisparse_plan.rules.buckets import SpecBucket
+
+
+@dataclass(frozen=True, slots=True)
+class StageSizing:
+    """One pipeline stage's pool, before num_blocks is known."""
+
+    index: int
+    layers: list[str] | None
+    """The stage's layers; None when one stage holds every layer."""
+    groups: list[list[SpecBucket]]
+    """Every device group's buckets projected onto this stage (empty for a group it lacks)."""
+    available_bytes: int
+    bytes_per_block: int
+    num_blocks_override: int | None
+
+    @property
+    def memory(self) -> int:
+        """The bytes the stage's pool may take: available, or override blocks."""
+        if self.num_blocks_override is not None:
+            return self.num_blocks_override * self.bytes_per_block
+        return self.available_bytes
+
+    @property
+    def usable(self) -> int:
+        """Memory less the null block, which is never handed to a request."""
+        return self.memory - self.bytes_per_block
+
+    @property
+    def fitting_blocks(self) -> int:
+        if self.num_blocks_override is not None:
+            return self.num_blocks_override
+        return self.available_bytes // self.bytes_per_block
+
+
+def size_stages(
+    device: DeviceConfig, groups: list[PlannedGroup], layers: list[Layer], trace: Trace
+) -> list[StageSizing]:
+    """Each stage's projected groups and bytes per block, in stage order."""
+    layout = device.kv_cache_layout
+    if device.pipeline_stages is None:
+        stages: list[tuple[list[str] | None, int]] = [(None, device.available_bytes)]
+    else:
+        check_stages(device, layers)
+        stages = [(stage.layers, stage.available_bytes) for stage in device.pipeline_stages]
+    sized = []
+    for index, (names, available) in enumerate(stages):
+        projected = (
+            [group.buckets for group in groups] if names is None
+            else project(groups, set(names), index)
+        )
+        per_block = bytes_per_block(projected, layout)
+        if trace.enabled:
+            trace.add("size", "5.8 / 7.4", f"device_pools[{index}].bytes_per_block", per_block,
+                      f"widest of {len(projected)} groups' block bytes in {layout.value}, "
+                      "aligned")
+        sized.append(StageSizing(
+            index, names, projected, available, per_block, device.num_blocks_override,
+        ))
+    return sized
+
+
+def check_stages(device: DeviceConfig, layers: list[Layer]) -> None:
+    """Every layer in exactly one stage; every listed name a layer (SPEC 4.1)."""
+    stages = device.pipeline_stages or []
+    known = {name for name, _ in layers}
+    owner: dict[str, int] = {}
+    for index, stage in enumerate(stages):
+        field = f"device.pipeline_stages[{index}].layers"
+        for name in stage.layers:
+            if name not in known:
+                raise PlanError(
+                    f"{field}: {name!r} is not a layer of the request; expected names from "
+                    "`layers`",
+                    field=field,
+                )
+            if name in owner:
+                raise PlanError(
+                    f"{field}: {name!r} is also in stage {owner[name]}; expected every layer in "
+                    "exactly one stage",
+                    field=field,
+                )
+            owner[name] = index
+    missing = next((name for name, _ in layers if name not in owner), None)
+    if missing is not None:
+        raise PlanError(
+            f"device.pipeline_stages: layer {missing!r} is in no stage; expected every layer "
+            "in exactly one stage",
+            field="device.pipeline_stages",
+        )
+
+
+def project(groups: list[PlannedGroup], names: set[str], stage: int) -> list[list[SpecBucket]]:
+    """Each group kept with only the stage's layers (SPEC 7.6 step 2)."""
+    projected = []
+    for index, group in enumerate(groups):
+        buckets = [
+            SpecBucket(bucket.spec, kept)
+            for bucket in group.buckets
+            if (kept := [name for name in bucket.names if name in names])
+        ]
+        if not buckets and isinstance(group.group.spec, UniformTypeSpec):
+            first = group.group.layer_names[0]
+            raise PlanError(
+                f"device.pipeline_stages[{stage}]: holds no layer of the uniform_type group "
+                f"{index} (first layer {first!r}); expected every stage to hold at least one "
+                "layer of each uniform_type group (SPEC 7.6; vLLM 0.33 would place other "
+                "stages' layers here)",
+                field=f"device.pipeline_stages[{stage}]",
+            )
+        projected.append(buckets)
+    return projected

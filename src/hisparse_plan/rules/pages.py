@@ -1,0 +1,78 @@
+"""Pages a planner must refuse before grouping (SPEC 7.1, 5.13, 7.12)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import LatentLayerSpec, LayerSpec, MambaSpec, SlidingWindowMLASpec
+
+Layer = tuple[str, LayerSpec]
+
+
+def check_pages(layers: Sequence[Layer]) -> None:
+    """Refuse an empty page, a Mamba padding below its states, and the 7.12 asymmetries."""
+    seen: set[int] = set()
+    windows: dict[int, Layer] = {}
+    alignments: dict[tuple[object, ...], tuple[str, LatentLayerSpec]] = {}
+    for name, spec in layers:
+        if id(spec) in seen:
+            continue
+        seen.add(id(spec))
+        _check_page(name, spec)
+        if isinstance(spec, SlidingWindowMLASpec):
+            first = windows.setdefault(spec.sliding_window, (name, spec))
+            if first[1] != spec:
+                raise PlanError(
+                    f"layers[{name!r}]: sliding_window_mla layers that share window "
+                    f"{spec.sliding_window} must be identical (SPEC 7.12); expected the spec of "
+                    f"{first[0]!r}, got one that differs in "
+                    f"{_differing_fields(first[1], spec)}",
+                    field=f"layers[{name!r}]",
+                )
+        if isinstance(spec, LatentLayerSpec):
+            twin_name, twin = alignments.setdefault(_all_but_alignment(spec), (name, spec))
+            if twin.alignment != spec.alignment:
+                raise PlanError(
+                    f"layers[{name!r}].alignment: layers that differ only in alignment must "
+                    f"share one (SPEC 7.12); expected {twin.alignment} like {twin_name!r}, got "
+                    f"{spec.alignment}",
+                    field=f"layers[{name!r}].alignment",
+                )
+
+
+def _check_page(name: str, spec: LayerSpec) -> None:
+    if isinstance(spec, MambaSpec):
+        if spec.page_size_padded is not None and spec.page_size_padded < spec.content_bytes:
+            raise PlanError(
+                f"layers[{name!r}].page_size_padded: expected at least the {spec.content_bytes} "
+                f"bytes of its states, got {spec.page_size_padded}",
+                field=f"layers[{name!r}].page_size_padded",
+            )
+        return
+    if spec.page_size_padded is not None and spec.page_size_padded < spec.natural_page_bytes:
+        raise PlanError(
+            f"layers[{name!r}].page_size_padded: expected at least its natural page of "
+            f"{spec.natural_page_bytes} bytes, got {spec.page_size_padded}",
+            field=f"layers[{name!r}].page_size_padded",
+        )
+    if spec.page_size_bytes == 0:
+        ratio = spec.compress_ratio if isinstance(spec, LatentLayerSpec) else 1
+        raise PlanError(
+            f"layers[{name!r}]: block_size {spec.block_size} stores no state at compress_ratio "
+            f"{ratio}; expected block_size >= compress_ratio (a page of at least one state)",
+            field=f"layers[{name!r}].block_size",
+        )
+
+
+def _all_but_alignment(spec: LatentLayerSpec) -> tuple[object, ...]:
+    return tuple(
+        value
+        for key, value in spec.__dict__.items()
+        if key not in ("alignment", "page_size_bytes")
+    )
+
+
+def _differing_fields(a: LayerSpec, b: LayerSpec) -> str:
+    fields = [key for key, value in a.__dict__.items() if b.__dict__.get(key) != value]
+    return ", ".join(fields)

@@ -1,0 +1,73 @@
+"""Blocks one request holds in a group (SPEC 5.10, 7.7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hisparse_plan.models import (
+    ChunkedLocalAttentionSpec,
+    GroupSpec,
+    HisparseHotSpec,
+    HisparseResidentSpec,
+    MambaSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    UniformTypeSpec,
+    Workload,
+)
+from hisparse_plan.rules.arith import ceil_div
+from hisparse_plan.rules.buckets import SpecBucket
+
+ACTIVE_TAIL_PAGES = 2
+"""A request already reading from host pins only its last pages of each resident group."""
+
+
+def required_blocks(spec: GroupSpec, length: int, workload: Workload) -> int:
+    """Blocks one request of `length` tokens holds in a group with this spec.
+
+    The block size is the spec's (scaled, SPEC 7.3.2) one; compress_ratio does not enter.
+    """
+    if isinstance(spec, UniformTypeSpec):
+        return max(required_blocks(member, length, workload) for member in spec.specs.values())
+    inflight = workload.max_in_flight_tokens
+    if isinstance(spec, SlidingWindowSpec | SlidingWindowMLASpec):
+        # The window may start mid-block, hence one block more.
+        window = spec.sliding_window - 1 + workload.extra_window_tokens + inflight
+        return ceil_div(min(window, length), spec.block_size) + 1
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return ceil_div(min(spec.attention_chunk_size + inflight, length), spec.block_size)
+    if isinstance(spec, MambaSpec):
+        return 1 + spec.num_speculative_blocks
+    if isinstance(spec, HisparseResidentSpec):
+        return ceil_div(min(inflight, length), spec.block_size)
+    if isinstance(spec, HisparseHotSpec):
+        return spec.blocks_per_request
+    # full_attention (a promoted sliding-window layer too) and mla
+    return ceil_div(length, spec.block_size)
+
+
+def steady_blocks(spec: GroupSpec, blocks: int) -> int:
+    """Of a group's `blocks` per request, those a request keeps once it reads from host."""
+    return min(blocks, ACTIVE_TAIL_PAGES) if isinstance(spec, HisparseResidentSpec) else blocks
+
+
+def buckets_required(buckets: list[SpecBucket], length: int, workload: Workload) -> int:
+    """required(group, L): the most blocks any of a group's specs holds."""
+    return max(required_blocks(bucket.spec, length, workload) for bucket in buckets)
+
+
+def longest_fitting(
+    bytes_per_block: int, usable: int, blocks: Callable[[int], int], high: int
+) -> int:
+    """The largest L in [1, high] with bytes_per_block * blocks(L) <= usable; 0 if none.
+
+    blocks(L) is non-decreasing in L, so a bisection finds it (SPEC 5.12, 7.8).
+    """
+    low = 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        if bytes_per_block * blocks(middle) <= usable:
+            low = middle
+        else:
+            high = middle - 1
+    return low
