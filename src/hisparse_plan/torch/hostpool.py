@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.planning.arith import round_up
+from hisparse_plan.rules.arith import round_up
 from hisparse_plan.torch.binding import check_fits
 from hisparse_plan.torch.errors import BackendError, RegistrationError
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer, MetaHostBuffer

@@ -175,6 +175,12 @@ def allocate(
     if numa_node is not None and numa_node < 0:
         raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
                            "node number, 0 or more")
+    if len(plan.device_pools) != 1:
+        raise BackendError(
+            f"the plan has {len(plan.device_pools)} pipeline stages, each with its own device "
+            "pool (device_pools); allocate handles a plan with one device pool, and allocating "
+            "one stage of a pipelined plan is not supported yet"
+        )
     check_shared(plan, host_pool_name, target)
     host_bytes = None
     if plan.host_pool is not None:
