@@ -332,3 +332,11 @@ def test_an_attaching_process_reports_the_creators_placement(name: str) -> None:
         assert second.numa is not None
         assert second.numa.policy is None
         assert "the process that created the shared pool bound nothing" in second.summary()
+
+
+def test_files_removed_by_hand_do_not_break_closing(name: str) -> None:
+    pools = allocate(PLAN, device="cpu", pin=False, host_pool_name=name)
+    pool_path(name).unlink()
+    lock_path(name).unlink()
+    pools.release()
+    assert leftovers(name) == []

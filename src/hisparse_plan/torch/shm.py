@@ -101,7 +101,7 @@ class SharedSegment:
         """Let go of the pool; the last rank to do so removes its files. True if removed."""
         if self.fd is None:
             return False
-        with _guard(self.lock):
+        with _os_errors(self.name, "closing"), _guard(self.lock):
             return self._drop()
 
     def _drop(self) -> bool:
@@ -271,6 +271,8 @@ def _remove_if_unheld(path: Path, lock: Path) -> bool:
     finally:
         os.close(fd)
     # Unlinked while the guard is held: a rank waiting on the lock file retries on the next.
-    path.unlink()
-    lock.unlink()
+    # Someone may have removed either file by hand meanwhile; what is gone is gone.
+    for unheld in (path, lock):
+        with contextlib.suppress(FileNotFoundError):
+            unheld.unlink()
     return True
