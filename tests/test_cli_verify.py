@@ -16,6 +16,7 @@ import pytest
 
 import hisparse_plan as hp
 from cli_support import Run
+from hisparse_plan.cli import progress
 from hisparse_plan.cli.commands import verify as verify_command
 
 TINY_SPARSE = {"kind": "mla", "block_size": 16, "head_size": 64, "dtype": "bfloat16",
@@ -52,14 +53,20 @@ class StubReport:
         return self.bytes / self.seconds / 1e9 if self.seconds else float("inf")
 
 
-class StubVerifyError(hp.PlanError):
+class StubBackendError(Exception):
+    """Not a PlanError: the backend's errors may become PlanError's siblings."""
+
+
+class StubVerifyError(StubBackendError):
     pass
 
 
-@pytest.fixture
-def stub(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A stand-in `hisparse_plan.torch` that records how the CLI calls it."""
-    calls: dict[str, Any] = {}
+@pytest.fixture(params=["steps", "verify-only"])
+def stub(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A stand-in `hisparse_plan.torch` that records how the CLI calls it, both as a backend
+    whose allocate and verify report `progress(step, done, total)` ("steps") and as one whose
+    verify alone reports `progress(done, total)` ("verify-only")."""
+    calls: dict[str, Any] = {"kind": request.param}
     module = types.ModuleType("hisparse_plan.torch")
 
     class Pools:
@@ -70,26 +77,45 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         def __exit__(self, *exc: object) -> None:
             calls["released"] = True
 
-    def allocate(plan: hp.KVCachePlan, *, device: str, pin: bool) -> Pools:
+    def allocate_plain(plan: hp.KVCachePlan, *, device: str, pin: bool) -> Pools:
         calls.update(plan=plan, device=device, pin=pin)
+        if calls.get("refuse"):
+            raise StubBackendError("the host pool needs 9 GiB; 1 GiB is available")
         return Pools()
+
+    def allocate_steps(
+        plan: hp.KVCachePlan, *, device: str, pin: bool,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> Pools:
+        calls["allocate_progress"] = progress
+        if progress is not None:
+            progress("prefault", 0, 2)
+            progress("prefault", 2, 2)
+        return allocate_plain(plan, device=device, pin=pin)
 
     def verify(
         plan: hp.KVCachePlan, pools: Pools, *, blocks: int | None,
-        progress: Callable[[int, int], None] | None,
+        progress: Callable[..., None] | None = None,
     ) -> StubReport:
         calls["blocks"] = blocks
+        calls["verify_progress"] = progress
         if calls.get("fail"):
             raise StubVerifyError("layer x block 3 byte 12: wrote 1, read 0")
         if progress is not None:
-            progress(1, 2)
-            progress(2, 2)
+            for done in (1, 2):
+                if request.param == "steps":
+                    progress("verify", done, 2)
+                else:
+                    progress(done, 2)
         return StubReport(pages=10, bytes=4096, seconds=0.0)
 
-    module.allocate = allocate  # type: ignore[attr-defined]
+    module.allocate = (  # type: ignore[attr-defined]
+        allocate_steps if request.param == "steps" else allocate_plain
+    )
     module.default_device = lambda: "cpu"  # type: ignore[attr-defined]
     module.verify = verify  # type: ignore[attr-defined]
     module.VerifyError = StubVerifyError  # type: ignore[attr-defined]
+    module.BackendError = StubBackendError  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hisparse_plan.torch", module)
     return calls
 
@@ -102,9 +128,12 @@ def test_verify_calls_the_backend(cli: Run, stub: dict[str, Any], tiny: str) -> 
     assert stub["released"]
     assert stub["plan"] == hp.plan(hp.PlanRequest.model_validate_json(Path(tiny).read_text()))
     assert "verified on cpu" in out
+    assert "host pool    1.02 MiB, pageable" in out
+    assert "device pool  1 MiB on cpu" in out
     assert "pages" in out
     assert "4096" in out
-    assert err.startswith("verify: 1.02 MiB host pool (pageable), 1 MiB device pool on cpu")
+    assert err == ""  # off a terminal: no progress
+    assert stub["verify_progress"] is None
 
 
 def test_verify_json_and_pin_flags(cli: Run, stub: dict[str, Any], tiny: str) -> None:
@@ -126,14 +155,66 @@ def test_verify_failure_exits_1(cli: Run, stub: dict[str, Any], tiny: str) -> No
         "error: verify failed: layer x block 3 byte 12: wrote 1, read 0")
 
 
+@pytest.mark.parametrize("renderer", ["rich", "lines"])
 def test_verify_progress_on_a_terminal(
-    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch
+    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch, renderer: str
 ) -> None:
-    monkeypatch.setattr(verify_command, "rich_available", lambda: False)
+    if renderer == "rich":
+        pytest.importorskip("rich")
+    else:
+        monkeypatch.setattr(progress, "rich_available", lambda: False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    code, _, err = cli("verify", "--request", tiny, "--device", "cpu")
-    assert code == 0
-    assert "\rverify: 1/2\rverify: 2/2\n" in err
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # every step counts as slow
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
+    assert code == 0, err
+    assert "verified on cpu" in out
+    assert stub["verify_progress"] is not None
+    if stub["kind"] == "steps":
+        assert stub["allocate_progress"] is not None
+    if renderer == "lines":
+        verify_lines = "\rverify: 1/2\rverify: 2/2\n"
+        expected = ("\rprefault: 0/2\rprefault: 2/2\n" + verify_lines
+                    if stub["kind"] == "steps" else verify_lines)
+        assert err == expected
+    else:  # a transient rich bar per step
+        assert "verify" in err
+        assert "2/2" in err
+        assert ("prefault" in err) == (stub["kind"] == "steps")
+    code, _, err = cli("verify", "--request", tiny, "--device", "cpu", "--quiet")
+    assert (code, err) == (0, "")
+    assert stub["verify_progress"] is None
+
+
+def test_quick_steps_are_not_drawn() -> None:
+    now = [0.0]
+    drawn: list[tuple[str, int, int]] = []
+
+    class Record:
+        def update(self, step: str, done: int, total: int) -> None:
+            drawn.append((step, done, total))
+
+    report = progress.StepProgress(Record(), clock=lambda: now[0])
+    report("register", 0, 3)
+    now[0] = 0.5
+    report("register", 3, 3)  # done in half a second: never drawn
+    report("verify", 0, 4)
+    now[0] = 1.0
+    report("verify", 1, 4)  # still under a second into the step
+    now[0] = 1.6
+    report("verify", 2, 4)
+    report(3, 4)  # an older backend's verify
+    report("too", "many", "args", "here")  # ignored, never a failure
+    assert drawn == [("verify", 2, 4), ("verify", 3, 4)]
+
+
+def test_accepts_progress() -> None:
+    def old(plan: object, *, device: str) -> None: ...
+    def new(plan: object, *, progress: object = None) -> None: ...
+    def loose(plan: object, **options: object) -> None: ...
+
+    assert not progress.accepts_progress(old)
+    assert progress.accepts_progress(new)
+    assert progress.accepts_progress(loose)
 
 
 def _no_module(name: str) -> ModuleNotFoundError:
@@ -203,3 +284,38 @@ def test_verify_for_real(cli: Run, tiny: str) -> None:
     report = json.loads(out)
     assert report["pages"] > 0
     assert report["bytes"] > 0
+
+
+def test_a_refused_verify_prints_one_line_and_nothing_before(
+    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub["refuse"] = True
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress on: still one line
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
+    assert (code, out) == (2, "")
+    assert err == "error: the host pool needs 9 GiB; 1 GiB is available\n"
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--device", "meta", "--pin"], "--pin cannot combine with --device meta"),
+    (["--device", "meta", "--blocks", "4"], "--blocks cannot combine with --device meta"),
+])
+def test_flags_that_cannot_combine(
+    cli: Run, stub: dict[str, Any], tiny: str, flags: list[str], fragment: str
+) -> None:
+    code, out, err = cli("verify", "--request", tiny, *flags)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {fragment}")
+    assert len(err.splitlines()) == 1
+    assert "plan" not in stub  # refused before anything was allocated
+
+
+def test_ctrl_c_while_allocating_exits_130(
+    cli: Run, stub: dict[str, Any], tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["hisparse_plan.torch"], "allocate", interrupted)
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
+    assert (code, out, err) == (130, "", "error: interrupted\n")

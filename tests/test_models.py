@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 import hisparse_plan as hp
+from golden import GOLDEN as GOLDEN_DIR
 from golden import load
 from hisparse_plan.models import KVCacheLayout
 
@@ -111,3 +112,14 @@ def test_a_validated_request_and_its_plan_are_read_only() -> None:
         plan.num_blocks = 1  # type: ignore[misc]
     assert copy.deepcopy(plan) == plan
     assert pickle.loads(pickle.dumps(plan)) == plan
+
+
+def test_model_validate_json_refuses_a_duplicated_key_naming_it() -> None:
+    text = (GOLDEN_DIR / "deepseek_v32_fp8.request.json").read_text()
+    assert hp.PlanRequest.model_validate_json(text) == hp.PlanRequest.model_validate(
+        load("deepseek_v32_fp8")[0])
+    doubled = text.replace('"max_model_len": 163840', '"max_model_len": 163840, '
+                           '"max_model_len": 2')
+    with pytest.raises(hp.PlanError, match="duplicate key 'max_model_len'") as refused:
+        hp.PlanRequest.model_validate_json(doubled)
+    assert refused.value.field == "model.max_model_len"

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 import hisparse_plan as hp
-from golden import CASES, load
+from golden import CASES, load, project
+from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.operator import (
     BestTune,
     CapacityComparison,
@@ -22,6 +23,9 @@ from hisparse_plan.operator import (
     HostPoolTune,
     Sweep,
     TuneResult,
+    all_gpu_request,
+    baseline_capacity,
+    baseline_plan,
     best_concurrency,
     compare,
     default_points,
@@ -75,22 +79,41 @@ def test_capacity_against_the_baseline_by_hand() -> None:
     assert CapacityComparison.model_validate_json(result.model_dump_json()) == result
 
 
+def test_baseline_is_the_golden_regular_plan() -> None:
+    """The baseline is planned: DeepSeek-V3.2 without HiSparse is the golden regular case."""
+    request = build_request(load_preset("deepseek-v3.2").architecture,
+                            Settings(layout=KVCacheLayout.LBNHC))
+    golden_request, expected = load("regular_deepseek_v32_no_hisparse_lbnhc")
+    assert all_gpu_request(request) == hp.PlanRequest.model_validate(golden_request)
+    assert project(baseline_plan(request).model_dump(mode="json")) == expected
+    baseline = baseline_capacity(request)
+    assert (baseline.num_blocks, baseline.bytes_per_block) == (20941, 3076352)
+    assert round(baseline.max_concurrency, 6) == 8.180078
+
+
 def test_baseline_counts_regular_layers() -> None:
-    plan = hp.plan(_golden("bf16_small_with_full_attention"))
-    result = compare(_golden("bf16_small_with_full_attention"))
-    pages = {g.role: g.spec.page_size_bytes for g in plan.groups}
-    regular = next(g.spec.page_size_bytes for g in plan.groups if g.spec.kind == "full_attention")
-    expected = pages["hisparse_source"] + pages["hisparse_indexer"] + regular
-    assert result.baseline.bytes_per_block == expected
-    assert result.baseline.num_blocks == plan.device_pool.available_bytes // expected
+    request = _golden("bf16_small_with_full_attention")
+    result = compare(request)
+    regular = hp.plan(all_gpu_request(request))
+    assert regular.host_pool is None
+    assert result.baseline.num_blocks == regular.num_blocks
+    assert result.baseline.bytes_per_block == regular.device_pool.bytes_per_block
+    assert result.baseline.max_concurrency == regular.capacity.max_concurrency
+    # Every layer, the full-attention one too, has its pages on the GPU in the baseline.
+    placed = {name for group in regular.groups for name in group.layer_names}
+    assert placed == set(request.layers)
 
 
 def test_ratio_is_none_when_the_baseline_holds_nothing() -> None:
-    # Room for HiSparse's smaller device blocks, not for one all-GPU block.
-    request = override(SMALL_REQUEST, Settings(gpu_mem_bytes=100_000))
+    # Room for HiSparse's smaller device blocks, not for one request's all-GPU blocks.
+    request = override(SMALL_REQUEST, Settings(gpu_mem_bytes=64 * 2**20))
     result = compare(request)
-    assert result.baseline.num_blocks == 0
+    assert result.hisparse.max_concurrency > 0
+    assert result.baseline.max_concurrency == 0
+    assert result.baseline.num_blocks is None
+    assert result.baseline.refusal is not None
     assert result.ratio is None
+    assert CapacityComparison.model_validate_json(result.model_dump_json()) == result
 
 
 # -- pool bounds -------------------------------------------------------------------------------
@@ -325,14 +348,15 @@ def test_explain_covers_every_number_of_any_plan(raw: dict[str, Any]) -> None:
 
 
 def test_explain_starts_from_the_config_fields() -> None:
-    arch = load_preset("glm-5-index-share-4").architecture
+    arch = load_preset("glm-5-index-share-4").sparse_architecture
+    assert arch is not None
     request = build_request(arch, Settings(max_model_len=131072))
     explanation = explain(request, architecture=arch, kv_dtype="fp8_ds_mla")
     assert explanation.sections[0].title.startswith("model config")
     row = explanation.step("sparse row bytes (fp8_ds_mla)")
     assert row.value == 656
     assert row.inputs == {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
-    assert explanation.step("indexer row bytes (fp8_ds_mla)").value == 132
+    assert explanation.step("indexer row bytes (fp8)").value == 132
     assert explanation.step("indexer layers").value == 20
     assert explanation.step("indexer layers").inputs["index_topk_freq"] == 4
     assert explanation.step("max_model_len").formula.startswith("chosen")

@@ -68,7 +68,8 @@ def _sparse_and_indexer(request: hp.PlanRequest) -> tuple[list[MLASpec], list[ML
     ("deepseek-v3.2", DEEPSEEK_V32), ("glm-5", GLM_5), ("glm-5.1", GLM_5),
 ])
 def test_shipped_fields_are_the_models_config_numbers(name: str, fields: dict[str, int]) -> None:
-    arch = load_preset(name).architecture
+    arch = load_preset(name).sparse_architecture
+    assert arch is not None
     assert arch.model_dump(include=set(fields)) == fields
     assert all(arch.leaders())
 
@@ -93,9 +94,29 @@ def test_bfloat16_pages() -> None:
                             Settings(kv_dtype="bfloat16"))
     sparse, indexer = _sparse_and_indexer(request)
     assert {s.page_size_bytes for s in sparse} == {64 * 576 * 2}
-    assert {s.page_size_bytes for s in indexer} == {64 * 128 * 2}
-    assert {s.dtype for s in sparse + indexer} == {"bfloat16"}
+    # The indexer cache stays fp8 (128 bytes + one float32 scale) whatever the latent dtype.
+    assert {s.page_size_bytes for s in indexer} == {64 * 132}
+    assert {s.dtype for s in sparse} == {"bfloat16"}
+    assert {(s.dtype, s.head_size) for s in indexer} == {("uint8", 132)}
     assert all(s.state_content_bytes is None for s in sparse)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_ds_mla", "bfloat16"])
+def test_indexer_dim_needs_whole_scale_tiles(kv_dtype: Any) -> None:
+    arch = architecture_from_config({**DEEPSEEK_V32, "index_head_dim": 100}, origin="test")
+    with pytest.raises(hp.PlanError, match=r"index_head_dim: .*multiple of 128, got 100"):
+        row_geometry(arch, kv_dtype)
+
+
+def test_context_past_max_position_embeddings_needs_the_allow_flag() -> None:
+    arch = load_preset("deepseek-v3.2").architecture
+    with pytest.raises(ConfigError, match=r"model.max_model_len: expected at most .*163840\), "
+                       r"got 163841") as refused:
+        build_request(arch, Settings(max_model_len=163841))
+    assert refused.value.field == "model.max_model_len"
+    allowed = build_request(arch, Settings(max_model_len=163841, allow_long_context=True))
+    assert allowed.model.max_model_len == 163841
+    assert build_request(arch, Settings(max_model_len=163840)).model.max_model_len == 163840
 
 
 def test_block_size_is_a_setting() -> None:
@@ -216,7 +237,8 @@ def test_config_file_with_every_other_field(tmp_path: Path) -> None:
     config = {
         "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
         "hidden_size": 7168, "num_attention_heads": 128, "index_n_heads": 64,
-        "rope_scaling": {"factor": 40, "type": "yarn"}, **DEEPSEEK_V32,
+        "rope_scaling": {"factor": 40, "type": "yarn"}, "num_nextn_predict_layers": 1,
+        **DEEPSEEK_V32,
     }
     arch = load_config_file(_write(tmp_path / "config.json", config))
     assert arch == load_preset("deepseek-v3.2").architecture
@@ -250,7 +272,7 @@ def test_config_file_that_is_not_json(tmp_path: Path) -> None:
 
 def test_fp8_needs_whole_scale_tiles() -> None:
     arch = architecture_from_config({**DEEPSEEK_V32, "kv_lora_rank": 500}, origin="test")
-    with pytest.raises(hp.PlanError, match="kv_lora_rank: fp8_ds_mla scales every 128"):
+    with pytest.raises(hp.PlanError, match="kv_lora_rank: the fp8 cache scales every 128"):
         row_geometry(arch, "fp8_ds_mla")
     assert row_geometry(arch, "bfloat16").sparse_row_bytes == (500 + 64) * 2
 

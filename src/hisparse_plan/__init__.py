@@ -3,6 +3,7 @@
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import (
     CapacityError,
+    HisparsePlanError,
     LayoutError,
     PlanError,
     PlanInvariantError,
@@ -41,6 +42,7 @@ __all__ = [
     "DevicePool",
     "FullAttentionSpec",
     "HisparseHotSpec",
+    "HisparsePlanError",
     "HisparseResidentSpec",
     "HostPool",
     "KVCacheGroup",

@@ -1,9 +1,18 @@
-"""The exceptions a caller can catch: every refusal is a `PlanError`."""
+"""The exceptions a caller can catch, siblings under one base.
+
+`PlanError` (a `ValueError`) refuses a request or a plan; the torch backend's `BackendError`
+refuses to allocate, bind or release memory. Neither is the other; `HisparsePlanError` catches
+both.
+"""
 
 from __future__ import annotations
 
 
-class PlanError(ValueError):
+class HisparsePlanError(Exception):
+    """Anything hisparse_plan refuses."""
+
+
+class PlanError(HisparsePlanError, ValueError):
     """A request cannot be planned, or a plan does not hold together.
 
     `field` is the dotted request path the message is about (``"hisparse.host_pool_gib"``,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.sizes import parse_size, parse_tokens
+from hisparse_plan.models import INT64_MAX
 
 
 def size_arg(text: str) -> int:
@@ -42,6 +43,8 @@ def _whole(text: str, minimum: int) -> int:
         ) from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected at least {minimum}, got {value}")
+    if value > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected at most {INT64_MAX}, got {text!r}")
     return value
 
 

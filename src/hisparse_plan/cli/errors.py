@@ -1,8 +1,17 @@
-"""Turning any refusal into one readable line."""
+"""Turning any refusal into one readable line that quotes at most a short excerpt of input."""
 
 from __future__ import annotations
 
+import re
+from typing import Final
+
 from pydantic import ValidationError
+
+from hisparse_plan.models.json_input import EXCERPT_CHARS, cut, excerpt, path_step
+
+LINE_CHARS: Final = 1000
+"""The longest error line: a safety net for messages that quote a value we did not cut."""
+_LONG_RUN: Final = re.compile(rf"\S{{{EXCERPT_CHARS + 1},}}")
 
 
 class CommandError(Exception):
@@ -13,16 +22,29 @@ class CheckFailed(Exception):
     """A check ran and found a fault (verify): exit code 1, unlike a refusal's 2."""
 
 
+def validation_line(error: ValidationError) -> str:
+    """`path: message (got value)` for the first error, the value cut to a short excerpt."""
+    first = error.errors(include_url=False)[0]
+    path = "".join(path_step(part) for part in first["loc"]).lstrip(".") or "request"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    message = cut(first["msg"], EXCERPT_CHARS)
+    got = first.get("input")
+    # A whole object is no help in one line (and may be the whole request).
+    shown = "" if isinstance(got, dict | list) or first["type"] == "json_invalid" else (
+        f" (got {excerpt(got)})"
+    )
+    return f"{path}: {message}{shown}{more}"
+
+
 def one_line(error: BaseException) -> str:
-    """A message without newlines; pydantic errors become `path: message (got value)`."""
+    """A message without newlines, never longer than about LINE_CHARS characters."""
     if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        path = ".".join(str(part) for part in first["loc"]) or "request"
-        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-        got = first.get("input")
-        shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-        return f"{path}: {first['msg']}{shown}{more}"
-    if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        return f"{error.filename}: {error.strerror}"
-    text = " ".join(str(error).split())
+        text = validation_line(error)
+    elif isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    else:
+        text = str(error)
+    # A value quoted whole by a message we did not write is one long run without spaces.
+    text = _LONG_RUN.sub(lambda run: cut(run.group(), EXCERPT_CHARS), text)
+    text = " ".join(cut(text, LINE_CHARS).split())
     return text or type(error).__name__

@@ -1,12 +1,12 @@
-"""The `hisparse-plan` command: argument parsing and the one place refusals become exit codes.
-
-Exit codes: 0 done; 1 verify found a fault (or an internal error); 2 a refusal (bad
-arguments, a request the planner rejects, a missing extra), always as one `error: ...` line.
+"""The `hisparse-plan` command: argument parsing and the one place refusals become exit codes
+(EXIT_CODES below). Whatever goes wrong, the operator sees one `error: ...` line on stderr,
+never a traceback (unless HISPARSE_PLAN_DEBUG=1 asks for one).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -18,10 +18,21 @@ from pydantic import ValidationError
 
 from hisparse_plan import __version__
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.commands import capacity, explain, models, plan, schema, tune, verify
+from hisparse_plan.cli.commands import (
+    capacity,
+    diff,
+    explain,
+    manifest,
+    models,
+    plan,
+    schema,
+    tune,
+    verify,
+)
 from hisparse_plan.cli.errors import CheckFailed, CommandError, one_line
 from hisparse_plan.cli.sizes import SIZE_HELP
-from hisparse_plan.errors import PlanError, PlanWarning
+from hisparse_plan.errors import HisparsePlanError, PlanWarning
+from hisparse_plan.models.json_input import EXCERPT_CHARS, cut
 
 COMMANDS: tuple[Command, ...] = (
     plan.COMMAND,
@@ -30,23 +41,34 @@ COMMANDS: tuple[Command, ...] = (
     explain.COMMAND,
     schema.COMMAND,
     verify.COMMAND,
+    manifest.COMMAND,
+    diff.COMMAND,
     models.COMMAND,
 )
 DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
 """Set to 1 to let an internal error's traceback through."""
+EXIT_DONE, EXIT_FAULT, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CODES = (
+    f"Exit codes: {EXIT_DONE} done; {EXIT_FAULT} a check ran and found a fault (verify; diff: "
+    f"the plans are not transfer-compatible); {EXIT_REFUSED} a refusal (bad arguments or "
+    "input, a request the planner rejects, a missing extra, an internal error), always one "
+    f"'error: ...' line on stderr; {EXIT_INTERRUPTED} interrupted (Ctrl-C)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other refusal (argparse would print the usage first).
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+        # argparse quotes the bad value whole: keep a short excerpt of it.
+        text = " ".join(cut(message, 2 * EXCERPT_CHARS).split())
+        self.exit(EXIT_REFUSED, f"error: {text} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hisparse-plan",
         description="Plan a HiSparse sparse-MLA KV cache, and see what it buys.",
-        epilog=SIZE_HELP + ".",
+        epilog=f"{SIZE_HELP}. {EXIT_CODES}.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(
@@ -55,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         sub = commands.add_parser(
             command.name, help=command.help, description=command.description,
-            epilog=SIZE_HELP + ".",
+            epilog=f"{SIZE_HELP}. {EXIT_CODES}.",
         )
         command.configure(sub)
         sub.set_defaults(run=command.run)
@@ -64,9 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        return _main(argv)
+    except KeyboardInterrupt:  # anywhere: parsing, planning, allocating, printing warnings
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, --version, or a usage error already printed
-        return stop.code if isinstance(stop.code, int) else 0
+        return stop.code if isinstance(stop.code, int) else EXIT_DONE
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlanWarning)
         status = _run(args)
@@ -74,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in caught:
         if not issubclass(warning.category, PlanWarning):
             continue  # a dependency's deprecation notice is not the operator's business
-        message = " ".join(str(warning.message).split())
+        message = one_line(PlanWarning(str(warning.message)))
         if message not in shown:
             shown.add(message)
             print(f"warning: {message}", file=sys.stderr)
@@ -87,18 +117,25 @@ def _run(args: argparse.Namespace) -> int:
         return status
     except BrokenPipeError:
         # The reader went away (`| head`): not an error; silence the flush at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except (PlanError, ValidationError, CommandError, OSError, json.JSONDecodeError) as error:
+        _stop_output()
+        return EXIT_DONE
+    except (HisparsePlanError, ValidationError, CommandError, OSError,
+            json.JSONDecodeError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     except CheckFailed as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_FAULT
+    except MemoryError:
+        print("error: out of memory (is the input, or a pool, far larger than intended?)",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    except RecursionError:
+        print("error: input nested too deeply to process", file=sys.stderr)
+        return EXIT_REFUSED
     except Exception as error:
+        # Input that slipped past validation and broke something deeper (an AttributeError,
+        # a TypeError) is still refused in one line, never shown as a traceback.
         if os.environ.get(DEBUG_ENV) == "1":
             raise
         print(
@@ -106,7 +143,14 @@ def _run(args: argparse.Namespace) -> int:
             f"{one_line(error)} (set {DEBUG_ENV}=1 for the traceback)",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_REFUSED
+
+
+def _stop_output() -> None:
+    """Point stdout at /dev/null, so that flushing what is left at exit cannot fail again."""
+    # OSError, ValueError: stdout closed, or not a real file (captured in tests).
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

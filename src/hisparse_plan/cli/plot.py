@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.models.base import GIB
 from hisparse_plan.operator import Sweep
-
-GIB = 2**30
 
 
 def plot_sweep(result: Sweep, path: str, *, title: str) -> None:

@@ -1,9 +1,10 @@
 """Sizes and token counts as operators type them: `60GiB`, `1.5TiB`, `512G`, `128k`.
 
 Binary units are the default because memory is sold and reported in them: `K`, `M`, `G`, `T`,
-`P` (and `KiB` ... `PiB`, `Ki` ... `Pi`) are powers of 1024, as in `free -g` or Docker's
+`P`, `E` (and `KiB` ... `EiB`, `Ki` ... `Ei`) are powers of 1024, as in `free -g` or Docker's
 `--memory 512g`. Decimal units are spelled with a `B`: `KB`, `MB`, `GB`, `TB`, `PB` are powers of
 1000. Units are case-insensitive; a bare number is bytes. Fractions of a byte are dropped.
+Every size and count stops at int64 (2**63 - 1), the most an engine's byte offset can hold.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Final
 
 from hisparse_plan.models import INT64_MAX
 
-_BINARY: Final = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+_BINARY: Final = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
 UNITS: Final[dict[str, int]] = {"": 1, "b": 1}
 for _letter, _power in _BINARY.items():
     UNITS[_letter] = UNITS[f"{_letter}i"] = UNITS[f"{_letter}ib"] = 1024**_power
@@ -51,7 +52,10 @@ def parse_tokens(text: str) -> int:
             f"invalid token count {text!r}: expected a whole number such as 163840 or 128k"
         )
     scale = {"": 1, "k": 1024, "m": 1024**2}[match.group(2).lower()]
-    return int(match.group(1)) * scale
+    value = int(match.group(1)) * scale
+    if value > INT64_MAX:
+        raise ValueError(f"invalid token count {text!r}: expected at most {INT64_MAX}")
+    return value
 
 
 def format_size(value: int) -> str:

@@ -4,9 +4,7 @@ shape it. Shared by every subcommand that plans."""
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from hisparse_plan.cli.arg_types import (
@@ -16,7 +14,9 @@ from hisparse_plan.cli.arg_types import (
     positive_tokens,
     size_arg,
 )
+from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
@@ -92,6 +92,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                        help="scheduler token budget per step (default 8192)")
     group.add_argument("--max-concurrent-batches", type=positive_int, metavar="N",
                        help="batches in flight, e.g. with pipeline parallelism (default 1)")
+    add_deployment_arguments(group)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,8 +101,16 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain text tables, even when rich is installed")
 
 
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to plan, the hardware and serving flags, and the output flags: a subcommand that
+    plans one request and prints it needs nothing else."""
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    add_output_arguments(parser)
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
-    return Settings(
+    return deployment_settings(args, Settings(
         kv_dtype=args.kv_dtype,
         block_size=args.block_size,
         max_model_len=args.max_model_len,
@@ -113,7 +122,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         tp=args.tp,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_concurrent_batches=args.max_concurrent_batches,
-    )
+    ))
 
 
 def resolve_source(args: argparse.Namespace) -> Source:
@@ -135,11 +144,13 @@ def resolve_source(args: argparse.Namespace) -> Source:
     if args.model is not None:
         preset = load_preset(args.model)
         request = build_request(preset.architecture, settings)
-        return Source(request, preset.title, preset.architecture, kv_dtype)
+        return Source(request, preset.title, preset.sparse_architecture, kv_dtype)
     if args.hf_config is not None:
+        check_regular_file(args.hf_config, "--hf-config")
         arch = load_config_file(args.hf_config)
         title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
-        return Source(build_request(arch, settings), title, arch, kv_dtype)
-    raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+        sparse = arch if isinstance(arch, ModelArchitecture) else None
+        return Source(build_request(arch, settings), title, sparse, kv_dtype)
+    raw = read_input(args.request, "--request")
     request = override_request(PlanRequest.model_validate_json(raw), settings)
     return Source(request, f"request {args.request}", None, None)

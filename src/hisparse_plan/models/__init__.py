@@ -1,6 +1,6 @@
 """The pydantic models: requests in, plans out."""
 
-from hisparse_plan.models.base import INT64_MAX
+from hisparse_plan.models.base import GIB, INT64_MAX
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 from hisparse_plan.models.group_specs import (
     DerivedLayerSpec,
@@ -48,6 +48,7 @@ from hisparse_plan.models.request import (
 
 __all__ = [
     "DTYPE_SIZE",
+    "GIB",
     "HOT_SUFFIX",
     "INT64_MAX",
     "RESIDENT_SUFFIX",

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstrai
 K = TypeVar("K")
 V = TypeVar("V")
 
+GIB = 2**30
+"""The one GiB: every size is bytes; GiB figures are for people (and host_pool_gib)."""
+
 INT64_MAX = 2**63 - 1
 """Engines index pools with int64 offsets; no size, stride or offset may exceed it."""
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import Field
+from pydantic.config import ExtraValues
 
 from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
+from hisparse_plan.models.json_input import load_request_json
 from hisparse_plan.models.layer_specs import LayerSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -81,6 +83,26 @@ class PlanRequest(Model):
     hisparse: HisparseConfig | None = None
     device: DeviceConfig
     scheduler: SchedulerConfig = SchedulerConfig()
+
+    @classmethod
+    def model_validate_json(
+        cls,
+        json_data: str | bytes | bytearray,
+        *,
+        strict: bool | None = None,
+        extra: ExtraValues | None = None,
+        context: object | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """Validate a request's JSON text; a key named twice anywhere is a PlanError naming it
+        (JSON parsers keep the last copy silently), and no error quotes much of the text."""
+        data = load_request_json(bytes(json_data) if isinstance(json_data, bytearray)
+                                 else json_data)
+        return cls.model_validate(
+            data, strict=strict, extra=extra, context=context, by_alias=by_alias,
+            by_name=by_name,
+        )
 
     def model_post_init(self, context: object, /) -> None:
         # Equal specs become one shared (frozen) object, so planning can group layers by

@@ -1,7 +1,12 @@
 """Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, and plans
 explained number by number. Pure functions returning models; nothing here prints."""
 
-from hisparse_plan.operator.baseline import BaselineCapacity, baseline_capacity
+from hisparse_plan.operator.baseline import (
+    BaselineCapacity,
+    all_gpu_request,
+    baseline_capacity,
+    baseline_plan,
+)
 from hisparse_plan.operator.bounds import Binding, GroupDemand, Metric, PoolBounds, pool_bounds
 from hisparse_plan.operator.compare import CapacityComparison, compare, compare_plan
 from hisparse_plan.operator.explain import Explanation, Section, Step, explain
@@ -39,7 +44,9 @@ __all__ = [
     "SweepAxis",
     "SweepPoint",
     "TuneResult",
+    "all_gpu_request",
     "baseline_capacity",
+    "baseline_plan",
     "best_concurrency",
     "compare",
     "compare_plan",

@@ -1,58 +1,69 @@
-"""The all-GPU baseline: the same model on the same GPU memory without HiSparse.
+"""The all-GPU baseline: the same model on the same GPU memory without HiSparse, planned.
 
-Without HiSparse every MLA layer, source and indexer, keeps its pages on the GPU in one block
-table, so a block costs source_page + indexer_page (plus the pages of any regular layers, which
-sit on the GPU either way) and a max_model_len request takes ceil(max_model_len / block_size)
-blocks:
-
-    concurrency = (available_bytes // bytes_per_block) / ceil(max_model_len / block_size)
+The baseline request is the HiSparse request with HiSparse switched off: the same layers (every
+sparse latent and indexer cache becomes a regular `mla` layer on the GPU, beside any other
+layers), the same memory, layout and scheduler, no `index_topk` and no block-count override.
+The planner plans it as it plans any regular request (SPEC 7), so its groups, bytes per block,
+admission and capacity are the ones a vLLM engine without HiSparse would get. When that plan is
+refused (one max_model_len request does not fit on the GPU without HiSparse), the baseline
+holds no request and says why.
 """
 
 from __future__ import annotations
 
-from hisparse_plan.errors import UnsupportedRequestError
-from hisparse_plan.models import KVCachePlan
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
+from hisparse_plan.planning import plan as make_plan
 from hisparse_plan.rules.required import required_blocks
-
-DERIVED_KINDS = ("hisparse_resident", "hisparse_hot")
-"""HiSparse's own GPU groups, which the baseline does not have."""
 
 
 class BaselineCapacity(Model):
     """How many max_model_len requests fit when the whole cache is on the GPU."""
 
     max_concurrency: Concurrency
-    bytes_per_block: PositiveInt
-    """source_page + indexer_page (+ regular layers' pages)."""
-    num_blocks: ByteCount
-    """available_bytes // bytes_per_block."""
-    blocks_per_request: PositiveInt
-    """ceil(max_model_len / block_size)."""
+    """The regular plan's max_concurrency; 0 when the planner refuses it."""
+    bytes_per_block: PositiveInt | None
+    """The regular plan's device bytes per block (the largest stage's); None when refused."""
+    num_blocks: ByteCount | None
+    """The regular plan's num_blocks; None when refused."""
+    blocks_per_request: PositiveInt | None
+    """Blocks one max_model_len request holds, summed over the regular plan's groups."""
+    refusal: str | None = None
+    """Why the planner refused the all-GPU plan, when it did."""
 
 
-def baseline_capacity(plan: KVCachePlan) -> BaselineCapacity:
-    """The baseline on the plan's device memory (`device.available_bytes`, never an override)."""
-    source = next(group for group in plan.groups if group.role == "hisparse_source")
-    block_size = source.spec.block_size
-    pages = []
-    for group in plan.groups:
-        if group.spec.kind not in DERIVED_KINDS:
-            if group.spec.block_size != block_size:
-                raise UnsupportedRequestError(
-                    f"the all-GPU baseline puts every layer in one block table, so it needs one "
-                    f"block size; the MLA layers have {block_size}, layers like "
-                    f"{group.layer_names[0]!r} have {group.spec.block_size}",
-                    field="layers",
-                )
-            pages.append(group.spec.page_size_bytes)
-    per_block = sum(pages)
-    num_blocks = plan.device_pool.available_bytes // per_block
-    per_request = required_blocks(source.spec, plan.max_model_len, plan.workload)
+def all_gpu_request(request: PlanRequest) -> PlanRequest:
+    """`request` without HiSparse: its layers as regular layers, on the same GPU memory."""
+    data = request.model_dump(mode="json")
+    data["hisparse"] = None
+    data["model"]["index_topk"] = None
+    data["device"]["num_blocks_override"] = None
+    return PlanRequest.model_validate(data)
+
+
+def baseline_plan(request: PlanRequest) -> KVCachePlan:
+    """The regular plan of `request` without HiSparse (PlanError when it is refused)."""
+    return make_plan(all_gpu_request(request))
+
+
+def baseline_capacity(request: PlanRequest) -> BaselineCapacity:
+    """The baseline of `request`, from its real regular plan."""
+    try:
+        regular = baseline_plan(request)
+    except PlanError as error:
+        return BaselineCapacity(
+            max_concurrency=0.0, bytes_per_block=None, num_blocks=None, blocks_per_request=None,
+            refusal=" ".join(str(error).split()),
+        )
+    per_request = sum(
+        required_blocks(group.spec, regular.max_model_len, regular.workload)
+        for group in regular.groups
+    )
     return BaselineCapacity(
-        max_concurrency=num_blocks / per_request,
-        bytes_per_block=per_block,
-        num_blocks=num_blocks,
+        max_concurrency=regular.capacity.max_concurrency,
+        bytes_per_block=max(pool.bytes_per_block for pool in regular.device_pools),
+        num_blocks=regular.num_blocks,
         blocks_per_request=per_request,
     )

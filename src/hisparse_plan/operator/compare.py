@@ -1,7 +1,8 @@
-"""HiSparse against the all-GPU baseline on the same GPU memory."""
+"""HiSparse against the all-GPU baseline (its real regular plan) on the same GPU memory."""
 
 from __future__ import annotations
 
+from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import Capacity, KVCachePlan, PlanRequest
 from hisparse_plan.models.base import Model, PositiveInt
 from hisparse_plan.operator.baseline import BaselineCapacity, baseline_capacity
@@ -20,8 +21,16 @@ class CapacityComparison(Model):
     max_model_len: PositiveInt
 
 
-def compare_plan(plan: KVCachePlan) -> CapacityComparison:
-    baseline = baseline_capacity(plan)
+def compare_plan(plan: KVCachePlan, request: PlanRequest) -> CapacityComparison:
+    """`plan` (HiSparse's plan of `request`) beside the regular plan of the same request."""
+    if plan.host_pool is None:
+        raise UnsupportedRequestError(
+            "capacity compares a HiSparse plan against the same model without HiSparse; "
+            "expected a request with hisparse settings, got a regular one (its plan already is "
+            "the all-GPU plan: see `plan`)",
+            field="hisparse",
+        )
+    baseline = baseline_capacity(request)
     ratio = (
         plan.capacity.max_concurrency / baseline.max_concurrency
         if baseline.max_concurrency > 0
@@ -37,5 +46,5 @@ def compare_plan(plan: KVCachePlan) -> CapacityComparison:
 
 
 def compare(request: PlanRequest) -> CapacityComparison:
-    """Plan `request` and set its capacity beside the baseline's."""
-    return compare_plan(make_plan(request))
+    """Plan `request` with HiSparse and without, and set their capacities side by side."""
+    return compare_plan(make_plan(request), request)

@@ -112,22 +112,18 @@ def _config_section(request: PlanRequest, arch: ModelArchitecture, kv_dtype: KVD
             "scales) + qk_rope_head_dim * 2 (bfloat16)",
             kv_lora_rank=arch.kv_lora_rank, qk_rope_head_dim=arch.qk_rope_head_dim,
         )
-        indexer_row = _step(
-            "indexer row bytes (fp8_ds_mla)", geometry.indexer_row_bytes,
-            f"index_head_dim * 1 (fp8) + index_head_dim / {FP8_TILE} * {SCALE_BYTES} "
-            "(float32 scales)",
-            index_head_dim=arch.index_head_dim,
-        )
     else:
         row = _step(
             "sparse row bytes (bfloat16)", geometry.sparse_row_bytes,
             "(kv_lora_rank + qk_rope_head_dim) * 2",
             kv_lora_rank=arch.kv_lora_rank, qk_rope_head_dim=arch.qk_rope_head_dim,
         )
-        indexer_row = _step(
-            "indexer row bytes (bfloat16)", geometry.indexer_row_bytes, "index_head_dim * 2",
-            index_head_dim=arch.index_head_dim,
-        )
+    indexer_row = _step(  # the indexer cache is fp8 whatever the latent rows are
+        "indexer row bytes (fp8)", geometry.indexer_row_bytes,
+        f"index_head_dim * 1 (fp8) + index_head_dim / {FP8_TILE} * {SCALE_BYTES} "
+        "(float32 scales)",
+        index_head_dim=arch.index_head_dim,
+    )
     length = request.model.max_model_len
     if length == arch.max_position_embeddings:
         length_step = _step(

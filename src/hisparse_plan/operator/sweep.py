@@ -7,14 +7,13 @@ from typing import Final, Literal
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.base import Model, PositiveInt
+from hisparse_plan.models.base import GIB, Model, PositiveInt
 from hisparse_plan.operator.compare import CapacityComparison, compare
 from hisparse_plan.presets import Settings, override_request
 
 SweepAxis = Literal["max-model-len", "host-pool"]
 SWEEP_AXES: Final[tuple[SweepAxis, ...]] = ("max-model-len", "host-pool")
 
-GIB: Final = 2**30
 SHORTEST_CONTEXT: Final = 4096
 HOST_POOL_POINTS: Final = tuple(2**k * GIB for k in range(4, 11))
 """16 GiB to 1 TiB, doubling: a node's DRAM choices."""

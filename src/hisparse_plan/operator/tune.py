@@ -16,7 +16,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
-from hisparse_plan.errors import CapacityError, PlanError
+from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models import Capacity, KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.operator.bounds import Binding, Metric, metric_value, pool_bounds
@@ -82,6 +82,7 @@ def smallest_host_pool(
     """
     if not math.isfinite(target) or target <= 0:
         raise PlanError(f"target: expected a concurrency above 0, got {target}", field="target")
+    _needs_hisparse(request)
     probe = _plan(request, PROBE_HOST_BYTES)
     if probe is None:
         raise CapacityError(
@@ -122,6 +123,7 @@ def smallest_host_pool(
 def best_concurrency(request: PlanRequest, dram_bytes: int, metric: Metric = "max") -> BestTune:
     """Plan with all of `dram_bytes` as the host pool, then find the least pool that does as
     well: when the GPU binds, the rest of the DRAM buys nothing."""
+    _needs_hisparse(request)
     full = make_plan(override_request(request, Settings(host_pool_bytes=dram_bytes)))
     if full.host_pool is None:
         raise PlanError("tuning a host pool needs a HiSparse request", field="hisparse")
@@ -145,6 +147,15 @@ def best_concurrency(request: PlanRequest, dram_bytes: int, metric: Metric = "ma
         step_bytes=stride,
         spare_dram_bytes=dram_bytes - blocks * stride,
     )
+
+
+def _needs_hisparse(request: PlanRequest) -> None:
+    if request.hisparse is None:
+        raise UnsupportedRequestError(
+            "tune sizes HiSparse's host pool; expected a request with hisparse settings, got a "
+            "regular one (it has no host pool to size)",
+            field="hisparse",
+        )
 
 
 def _least(reaches: Callable[[int], bool], high: int) -> int:

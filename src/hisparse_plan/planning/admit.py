@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from hisparse_plan.errors import CapacityError
 from hisparse_plan.models import Workload
+from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.groups import PlannedGroup
 from hisparse_plan.planning.size import StageSizing
 from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.host import GIB
 from hisparse_plan.rules.required import buckets_required
 from hisparse_plan.rules.required import longest_fitting as longest_in
 

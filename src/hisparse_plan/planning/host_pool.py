@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hisparse_plan.errors import CapacityError
 from hisparse_plan.models import HisparseConfig, HostPool
+from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div, require_int64
 from hisparse_plan.rules.host import (
-    GIB,
     SPARE_HOST_BLOCKS,
     host_block_stride,
     host_blocks_needed,

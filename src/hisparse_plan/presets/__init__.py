@@ -1,39 +1,51 @@
-"""Model presets: the `config.json` fields of known sparse-MLA models, and plan requests built
-from them (or from a user's own `config.json`)."""
+"""Model presets: the `config.json` fields of known models, and plan requests built from them
+(or from a user's own `config.json`). Sparse-MLA models (DeepSeek-V3.2, GLM-5) plan with
+HiSparse unless told not to; regular models (Llama, Gemma, gpt-oss, Qwen3-Next) without."""
 
 from hisparse_plan.presets.architecture import ModelArchitecture
-from hisparse_plan.presets.catalog import Preset, load_preset, preset_names, presets
+from hisparse_plan.presets.catalog import Preset, Weights, load_preset, preset_names, presets
 from hisparse_plan.presets.config_file import architecture_from_config, load_config_file
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import KV_DTYPES, KVDtype, RowGeometry, row_geometry
+from hisparse_plan.presets.regular import RegularArchitecture
 from hisparse_plan.presets.request import (
-    DEFAULTS,
     INDEXER_LAYER,
     SPARSE_LAYER,
-    Settings,
+    Architecture,
     build_request,
-    host_pool_gib,
     override_request,
+)
+from hisparse_plan.presets.settings import (
+    DEFAULTS,
+    Settings,
+    context_length,
+    host_pool_gib,
     shared_host_pool,
 )
+from hisparse_plan.presets.stages import pp_partition
 
 __all__ = [
     "DEFAULTS",
     "INDEXER_LAYER",
     "KV_DTYPES",
     "SPARSE_LAYER",
+    "Architecture",
     "ConfigError",
     "KVDtype",
     "ModelArchitecture",
     "Preset",
+    "RegularArchitecture",
     "RowGeometry",
     "Settings",
+    "Weights",
     "architecture_from_config",
     "build_request",
+    "context_length",
     "host_pool_gib",
     "load_config_file",
     "load_preset",
     "override_request",
+    "pp_partition",
     "preset_names",
     "presets",
     "row_geometry",

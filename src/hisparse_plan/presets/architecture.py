@@ -3,12 +3,14 @@
 A Hugging Face `config.json` carries hundreds of fields; these are the ones the cache depends on:
 
 - `num_hidden_layers`: how many attention layers there are (MTP / next-n layers are not
-  counted: a draft model's cache is planned on its own);
+  counted here: see `num_nextn_predict_layers`);
 - `kv_lora_rank` and `qk_rope_head_dim`: one token's latent row is `kv_lora_rank` compressed
   elements followed by `qk_rope_head_dim` rotary elements;
 - `index_head_dim`: one token's indexer key;
 - `index_topk`: how many past tokens the indexer selects;
 - `max_position_embeddings`: the longest context, the default `max_model_len`;
+- `num_nextn_predict_layers`: MTP draft layers, planned only when speculative decoding by MTP
+  is chosen;
 - which layers run their own indexer: `indexer_types` (`"full"` / `"shared"` per layer), else
   `index_topk_pattern` (`"F"` / `"S"` per layer), else `index_topk_freq` with
   `index_skip_topk_offset`, read the way vLLM reads them: layer `i` runs an indexer when
@@ -44,6 +46,7 @@ class ModelArchitecture(BaseModel):
     index_skip_topk_offset: Annotated[int, Field(ge=0)] = DEFAULT_SKIP_TOPK_OFFSET
     index_topk_pattern: str | None = None
     indexer_types: list[Literal["full", "shared"]] | None = None
+    num_nextn_predict_layers: Annotated[int, Field(ge=0)] = 0
 
     @model_validator(mode="after")
     def _one_indexer_per_leader(self) -> ModelArchitecture:

@@ -1,4 +1,9 @@
-"""The presets shipped with the package: each a model's `config.json` fields, as package data."""
+"""The presets shipped with the package: each a model's `config.json` fields, as package data.
+
+An entry is a sparse-MLA model (planned with HiSparse by default) unless its `"kind"` is
+`"regular"`. `"weights"` gives the parameter count and the bits a parameter takes, for the
+per-rank weight estimate of a deployment (see `hardware`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,27 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from hisparse_plan.presets.architecture import ModelArchitecture
-from hisparse_plan.presets.config_file import architecture_from_config
+from hisparse_plan.presets.config_file import (
+    any_architecture_from_config,
+    architecture_from_config,
+)
 from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.regular import RegularArchitecture
 
 DATA_FILE = "models.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """What a model's weights take: `parameters * bits_per_parameter / 8` bytes in all."""
+
+    parameters: int
+    bits_per_parameter: str
+    """A decimal string (e.g. "4.25"), so that the byte count is exact."""
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +40,21 @@ class Preset:
     title: str
     description: str
     aliases: tuple[str, ...]
-    architecture: ModelArchitecture
+    architecture: ModelArchitecture | RegularArchitecture
+    weights: Weights | None = None
+    source: str = ""
+    """Where the config fields come from."""
+
+    @property
+    def sparse_architecture(self) -> ModelArchitecture | None:
+        """The sparse-MLA fields, for a model HiSparse plans; None for a regular model."""
+        return self.architecture if isinstance(self.architecture, ModelArchitecture) else None
+
+
+def _architecture(name: str, entry: dict[str, Any]) -> ModelArchitecture | RegularArchitecture:
+    if entry.get("kind", "sparse_mla") == "sparse_mla":
+        return architecture_from_config(entry["config"], origin=f"preset {name}")
+    return any_architecture_from_config(entry["config"], origin=f"preset {name}")
 
 
 @cache
@@ -35,7 +69,9 @@ def presets() -> dict[str, Preset]:
             title=entry["title"],
             description=entry["description"],
             aliases=tuple(entry.get("aliases", ())),
-            architecture=architecture_from_config(entry["config"], origin=f"preset {name}"),
+            architecture=_architecture(name, entry),
+            weights=Weights(**entry["weights"]) if "weights" in entry else None,
+            source=entry.get("source", ""),
         )
         for name, entry in raw.items()
     }

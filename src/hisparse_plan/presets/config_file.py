@@ -1,29 +1,38 @@
-"""Reading a model's own `config.json`."""
+"""Reading a model's own `config.json`: a sparse-MLA model's (it has `kv_lora_rank`) or a
+regular model's (everything else)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.regular import RegularArchitecture
+
+ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
+SPARSE_MARKER = "kv_lora_rank"
+"""A config with a latent (MLA) row is read as a sparse-MLA model."""
 
 
-def architecture_from_config(config: Mapping[str, Any], *, origin: str) -> ModelArchitecture:
-    """The cache-shaping fields of a parsed `config.json`; `origin` names it in refusals.
-
-    Multimodal wrappers keep the language model's fields under `text_config`; those win when
-    the top level lacks `num_hidden_layers`.
-    """
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Multimodal wrappers keep the language model's fields under `text_config`; those win
+    when the top level lacks `num_hidden_layers`."""
     text_config = config.get("text_config")
     if "num_hidden_layers" not in config and isinstance(text_config, Mapping):
-        config = text_config
+        return text_config
+    return config
+
+
+def _validated(
+    model: type[ArchitectureT], config: Mapping[str, Any], origin: str, missing_why: str
+) -> ArchitectureT:
     try:
-        return ModelArchitecture.model_validate(dict(config))
+        return model.model_validate(dict(config))
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
@@ -32,13 +41,34 @@ def architecture_from_config(config: Mapping[str, Any], *, origin: str) -> Model
         got = "" if missing or not field else f" (got {first.get('input')!r})"
         message = first["msg"].removeprefix("Value error, ")
         if missing:
-            message = "missing; HiSparse plans sparse-attention (DSA) models, whose config has it"
+            message = f"missing; {missing_why}"
         more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
         where = f"{origin}: {field}" if field else origin
         raise ConfigError(f"{where}: {message}{got}{more}", field=field) from None
 
 
-def load_config_file(path: str | Path) -> ModelArchitecture:
+def architecture_from_config(config: Mapping[str, Any], *, origin: str) -> ModelArchitecture:
+    """The sparse-MLA fields of a parsed `config.json`; `origin` names it in refusals."""
+    return _validated(
+        ModelArchitecture, _text_config(config), origin,
+        "HiSparse plans sparse-attention (DSA) models, whose config has it",
+    )
+
+
+def any_architecture_from_config(
+    config: Mapping[str, Any], *, origin: str
+) -> ModelArchitecture | RegularArchitecture:
+    """A sparse-MLA model's fields when the config has `kv_lora_rank`, else a regular one's."""
+    fields = _text_config(config)
+    if SPARSE_MARKER in fields:
+        return architecture_from_config(config, origin=origin)
+    return _validated(
+        RegularArchitecture, fields, origin,
+        "expected in a model's config.json (a regular model's attention geometry)",
+    )
+
+
+def load_config_file(path: str | Path) -> ModelArchitecture | RegularArchitecture:
     """Read a `config.json` file (OSError when it cannot be read)."""
     text = Path(path).read_text(encoding="utf-8")
     try:
@@ -47,4 +77,4 @@ def load_config_file(path: str | Path) -> ModelArchitecture:
         raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(config).__name__}")
-    return architecture_from_config(config, origin=str(path))
+    return any_architecture_from_config(config, origin=str(path))

@@ -2,10 +2,12 @@
 
 `fp8_ds_mla` (FlashMLA's sparse fp8 format) packs one token's latent row as `kv_lora_rank`
 fp8 bytes, one float32 scale per 128 of them, and the `qk_rope_head_dim` rotary elements kept
-in bfloat16: 512 + 4 * 4 + 64 * 2 = 656 bytes for DeepSeek-V3.2. Its indexer keys are
-`index_head_dim` fp8 bytes plus one float32 scale per 128 of them: 128 + 4 = 132 bytes.
+in bfloat16: 512 + 4 * 4 + 64 * 2 = 656 bytes for DeepSeek-V3.2. `bfloat16` stores the latent
+row unquantized: (512 + 64) * 2 bytes.
 
-`bfloat16` stores both rows unquantized: (512 + 64) * 2 and 128 * 2 bytes.
+The indexer keys do not follow `--kv-dtype`: the indexer's kernels read an fp8 cache only, so
+vLLM always stores `index_head_dim` fp8 bytes plus one float32 scale per 128 of them, as uint8
+(128 + 4 = 132 bytes for DeepSeek-V3.2 and GLM-5), whatever dtype the latent rows use.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ FP8_TILE: Final = 128
 """Elements that share one float32 scale in the fp8 formats."""
 SCALE_BYTES: Final = 4
 """A float32 scale."""
+INDEXER_DTYPE: Final[DType] = "uint8"
+"""The indexer cache holds packed fp8 keys and their scales as bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,38 +38,42 @@ class RowGeometry:
     head_size: int
     """kv_lora_rank + qk_rope_head_dim: the latent row in elements."""
     dtype: DType
-    """What the cache tensors hold (`uint8` for the packed fp8 format)."""
+    """What the latent cache tensors hold (`uint8` for the packed fp8 format)."""
     sparse_row_bytes: int
     state_content_bytes: int | None
     """The packed row size, when it is not head_size * dtype size."""
     indexer_head_size: int
-    """The indexer row in `dtype` elements."""
+    """The indexer row in `indexer_dtype` elements (bytes: it is always packed fp8)."""
     indexer_row_bytes: int
     scales: int
     """float32 scales in one fp8 latent row (0 for bfloat16)."""
     indexer_scales: int
+    indexer_dtype: DType = INDEXER_DTYPE
+
+
+def _whole_tiles(arch: ModelArchitecture, field: str, hint: str) -> int:
+    value: int = getattr(arch, field)
+    if value % FP8_TILE:
+        raise PlanError(
+            f"{field}: the fp8 cache scales every {FP8_TILE} elements, so expected a multiple "
+            f"of {FP8_TILE}, got {value}{hint}",
+            field=field,
+        )
+    return value // FP8_TILE
 
 
 def row_geometry(arch: ModelArchitecture, kv_dtype: KVDtype) -> RowGeometry:
+    indexer_scales = _whole_tiles(arch, "index_head_dim", " (the indexer cache is always fp8)")
+    indexer_row = arch.index_head_dim + indexer_scales * SCALE_BYTES
     head_size = arch.kv_lora_rank + arch.qk_rope_head_dim
     if kv_dtype == "bfloat16":
-        size = dtype_size("bfloat16")
+        row = head_size * dtype_size("bfloat16")
         return RowGeometry(
-            kv_dtype, head_size, "bfloat16", head_size * size, None,
-            arch.index_head_dim, arch.index_head_dim * size, 0, 0,
+            kv_dtype, head_size, "bfloat16", row, None, indexer_row, indexer_row, 0,
+            indexer_scales,
         )
-    for field in ("kv_lora_rank", "index_head_dim"):
-        value = getattr(arch, field)
-        if value % FP8_TILE:
-            raise PlanError(
-                f"{field}: fp8_ds_mla scales every {FP8_TILE} elements, so expected a multiple "
-                f"of {FP8_TILE}, got {value}; use --kv-dtype bfloat16",
-                field=field,
-            )
-    scales = arch.kv_lora_rank // FP8_TILE
-    indexer_scales = arch.index_head_dim // FP8_TILE
+    scales = _whole_tiles(arch, "kv_lora_rank", "; use --kv-dtype bfloat16")
     row = arch.kv_lora_rank + scales * SCALE_BYTES + arch.qk_rope_head_dim * dtype_size("bfloat16")
-    indexer_row = arch.index_head_dim + indexer_scales * SCALE_BYTES
     return RowGeometry(
         kv_dtype, head_size, "uint8", row, row, indexer_row, indexer_row, scales, indexer_scales
     )

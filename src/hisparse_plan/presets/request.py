@@ -2,115 +2,96 @@
 
 Layer names follow vLLM's for DeepSeek-style models: `model.layers.{i}.self_attn.attn` for the
 latent (sparse) cache and `model.layers.{i}.self_attn.indexer.k_cache` for the indexer keys,
-each layer's indexer right after its sparse layer.
+each layer's indexer right after its sparse layer. MTP draft layers (the config's
+`num_nextn_predict_layers`) are decoder layers `num_hidden_layers`, `num_hidden_layers + 1`,
+... of the draft model, named the same way, as vLLM's DeepSeek MTP model registers them; each
+runs its own indexer (vLLM builds one for every MTP layer, whatever the index sharing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Any, Final
 
-from hisparse_plan.models import KVCacheLayout, PlanRequest, SchedulerConfig
+from hisparse_plan.models import PlanRequest
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.kv_dtypes import KVDtype, row_geometry
+from hisparse_plan.presets.kv_dtypes import row_geometry
+from hisparse_plan.presets.regular import RegularArchitecture
+from hisparse_plan.presets.regular_request import build_regular_request
+from hisparse_plan.presets.settings import (
+    DEFAULTS,
+    LAYER_SHAPING,
+    NO_SETTINGS,
+    Settings,
+    context_length,
+    device_section,
+    host_pool_gib,
+    model_section,
+    scheduler_section,
+    shared_host_pool,
+)
+from hisparse_plan.presets.speculative import mtp_plan
 
-GIB: Final = 2**30
 SPARSE_LAYER: Final = "model.layers.{}.self_attn.attn"
 INDEXER_LAYER: Final = "model.layers.{}.self_attn.indexer.k_cache"
-EXACT_FLOAT_BYTES: Final = 2**53
-"""Below this, bytes / 2**30 is an exact float and int(gib * 2**30) gives the bytes back."""
+HISPARSE_ONLY: Final = ("host_pool_bytes", "device_buffer_size")
+
+Architecture = ModelArchitecture | RegularArchitecture
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The operator's choices; None keeps the default (for a preset) or the request's value."""
-
-    kv_dtype: KVDtype | None = None
-    block_size: int | None = None
-    max_model_len: int | None = None
-    gpu_mem_bytes: int | None = None
-    host_pool_bytes: int | None = None
-    device_buffer_size: int | None = None
-    spec_tokens: int | None = None
-    layout: KVCacheLayout | None = None
-    tp: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_concurrent_batches: int | None = None
-
-    def given(self) -> dict[str, Any]:
-        """The fields that were set."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: value for name, value in values.items() if value is not None}
-
-
-DEFAULTS: Final = Settings(
-    kv_dtype="fp8_ds_mla",
-    block_size=64,
-    gpu_mem_bytes=60 * GIB,
-    host_pool_bytes=64 * GIB,
-    spec_tokens=0,
-    layout=KVCacheLayout.BLNHC,
-    tp=1,
-    max_num_batched_tokens=SchedulerConfig().max_num_batched_tokens,
-    max_concurrent_batches=SchedulerConfig().max_concurrent_batches,
-)
-"""A preset's defaults; max_model_len defaults to the model's max_position_embeddings."""
-
-
-def host_pool_gib(host_pool_bytes: int) -> float:
-    """The `host_pool_gib` whose budget, int(gib * 2**30), is exactly `host_pool_bytes`."""
-    if not 0 < host_pool_bytes < EXACT_FLOAT_BYTES:
-        raise ConfigError(
-            f"host pool: expected between 1 byte and 8 PiB, got {host_pool_bytes} bytes",
-            field="hisparse.host_pool_gib",
-        )
-    return host_pool_bytes / GIB
-
-
-def shared_host_pool(tp: int) -> bool:
-    """TP ranks on one node map one host pool: with more than one rank it is shared."""
-    return tp > 1
-
-
-def build_request(arch: ModelArchitecture, settings: Settings = Settings()) -> PlanRequest:
-    """A request for `arch`: DEFAULTS overlaid with `settings`."""
+def build_request(arch: Architecture, settings: Settings = NO_SETTINGS) -> PlanRequest:
+    """A request for `arch`: the preset defaults overlaid with `settings`."""
+    if isinstance(arch, RegularArchitecture):
+        return build_regular_request(arch, settings)
     chosen = replace(DEFAULTS, **settings.given())
-    kv_dtype = chosen.kv_dtype or "fp8_ds_mla"
-    geometry = row_geometry(arch, kv_dtype)
-    block_size = chosen.block_size
+    with_hisparse = chosen.hisparse is not False
+    if not with_hisparse:
+        for name in HISPARSE_ONLY:
+            if getattr(settings, name) is not None:
+                raise ConfigError(
+                    f"{name}: a HiSparse setting, but HiSparse is off (--no-hisparse); "
+                    "expected it unset",
+                    field=name,
+                )
+    geometry = row_geometry(arch, chosen.kv_dtype or "fp8_ds_mla")
     sparse: dict[str, Any] = {
         "kind": "mla",
-        "block_size": block_size,
+        "block_size": chosen.block_size,
         "head_size": geometry.head_size,
         "dtype": geometry.dtype,
     }
     if geometry.state_content_bytes is not None:
-        sparse["cache_dtype"] = kv_dtype
+        sparse["cache_dtype"] = geometry.kv_dtype
         sparse["state_content_bytes"] = geometry.state_content_bytes
     sparse["cache_role"] = "sparse"
     indexer = {
         "kind": "mla",
-        "block_size": block_size,
+        "block_size": chosen.block_size,
         "head_size": geometry.indexer_head_size,
-        "dtype": geometry.dtype,
+        "dtype": geometry.indexer_dtype,
         "cache_role": "indexer",
     }
-    layers: dict[str, Any] = {}
-    for i, leader in enumerate(arch.leaders()):
-        layers[SPARSE_LAYER.format(i)] = {**sparse, "is_index_group_leader": leader}
+    mtp = mtp_plan(chosen, arch.num_nextn_predict_layers)
+    leaders = arch.leaders() + [True] * mtp.layers
+    decoder_layers: list[dict[str, Any]] = []
+    for i, leader in enumerate(leaders):
+        layer = {SPARSE_LAYER.format(i): {**sparse, "is_index_group_leader": leader}}
         if leader:
-            layers[INDEXER_LAYER.format(i)] = indexer
+            layer[INDEXER_LAYER.format(i)] = indexer
+        decoder_layers.append(layer)
+    max_model_len = context_length(arch.max_position_embeddings, chosen)
+    index_topk = arch.index_topk if with_hisparse else None
     return PlanRequest.model_validate(
         {
-            "layers": layers,
-            "model": {
-                "max_model_len": chosen.max_model_len or arch.max_position_embeddings,
-                "index_topk": arch.index_topk,
-            },
-            "hisparse": _hisparse(chosen, {}),
-            "device": _device(chosen, {}),
-            "scheduler": _scheduler(chosen, {}),
+            "layers": {name: spec for layer in decoder_layers for name, spec in layer.items()},
+            "model": model_section(max_model_len, chosen, index_topk),
+            "hisparse": _hisparse(replace(chosen, spec_tokens=mtp.tokens), {})
+            if with_hisparse else None,
+            "device": device_section(
+                chosen, {}, [list(layer) for layer in decoder_layers[: arch.num_hidden_layers]]
+            ),
+            "scheduler": scheduler_section(chosen, {}, mtp.lookahead),
         }
     )
 
@@ -118,9 +99,10 @@ def build_request(arch: ModelArchitecture, settings: Settings = Settings()) -> P
 def override_request(request: PlanRequest, settings: Settings) -> PlanRequest:
     """`request` with the settings that were given replacing its own values.
 
-    The layers are the request's own, so a kv_dtype or block_size cannot be changed here.
+    The layers are the request's own, so nothing that shapes them (kv_dtype, block_size,
+    HiSparse on or off, pipeline stages, MTP layers) can be changed here.
     """
-    for name in ("kv_dtype", "block_size"):
+    for name in LAYER_SHAPING:
         if getattr(settings, name) is not None:
             raise ConfigError(
                 f"{name} shapes the layers, which a request file fixes; change its layers, or "
@@ -132,10 +114,12 @@ def override_request(request: PlanRequest, settings: Settings) -> PlanRequest:
     data = request.model_dump(mode="json")
     if settings.max_model_len is not None:
         data["model"]["max_model_len"] = settings.max_model_len
+    if settings.auto_fit is not None:
+        data["model"]["auto_fit_max_model_len"] = settings.auto_fit
     if data["hisparse"] is not None or _touches_hisparse(settings):
         data["hisparse"] = _hisparse(settings, data["hisparse"] or {})
-    data["device"] = _device(settings, data["device"])
-    data["scheduler"] = _scheduler(settings, data["scheduler"])
+    data["device"] = device_section(settings, data["device"])
+    data["scheduler"] = scheduler_section(settings, data["scheduler"])
     return PlanRequest.model_validate(data)
 
 
@@ -160,23 +144,4 @@ def _hisparse(settings: Settings, base: dict[str, Any]) -> dict[str, Any]:
         section["max_decode_query_len"] = 1 + settings.spec_tokens
     if settings.tp is not None:
         section["shared_host_pool"] = shared_host_pool(settings.tp)
-    return section
-
-
-def _device(settings: Settings, base: dict[str, Any]) -> dict[str, Any]:
-    section = dict(base)
-    if settings.gpu_mem_bytes is not None:
-        section["available_bytes"] = settings.gpu_mem_bytes
-    if settings.layout is not None:
-        section["kv_cache_layout"] = settings.layout.value
-    section.setdefault("num_blocks_override", None)
-    return section
-
-
-def _scheduler(settings: Settings, base: dict[str, Any]) -> dict[str, Any]:
-    section = dict(base)
-    if settings.max_num_batched_tokens is not None:
-        section["max_num_batched_tokens"] = settings.max_num_batched_tokens
-    if settings.max_concurrent_batches is not None:
-        section["max_concurrent_batches"] = settings.max_concurrent_batches
     return section

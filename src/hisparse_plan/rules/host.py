@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from hisparse_plan.models.base import GIB
 from hisparse_plan.rules.arith import ceil_div, round_up
 
-GIB = 2**30
-"""The one definition of a GiB: sizes are bytes, GiB figures are for people."""
 SHARED_POOL_ALIGNMENT = 4096
 """A host pool shared between processes is an mmap: its blocks must start on OS pages."""
 SPARE_HOST_BLOCKS = 2

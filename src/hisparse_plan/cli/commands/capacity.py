@@ -117,10 +117,13 @@ def render_comparison(out: Renderer, source: Source, comparison: CapacityCompari
     )
     out.line(f"ratio (HiSparse / baseline): {_ratio(comparison.ratio)}")
     out.line(f"HiSparse binds on: {BINDS[comparison.binding]}")
-    out.line(
-        f"baseline: {baseline.num_blocks} blocks of {baseline.bytes_per_block} bytes "
-        f"(source + indexer pages), {baseline.blocks_per_request} blocks per request"
-    )
+    if baseline.refusal is not None:
+        out.line(f"baseline refused by the planner: {baseline.refusal}")
+    else:
+        out.line(
+            f"baseline (planned without HiSparse): {baseline.num_blocks} blocks of "
+            f"{baseline.bytes_per_block} bytes, {baseline.blocks_per_request} blocks per request"
+        )
 
 
 def _ratio(ratio: float | None) -> str:
@@ -159,9 +162,9 @@ def render_sweep(out: Renderer, source: Source, result: Sweep) -> None:
 COMMAND = Command(
     name="capacity",
     help="HiSparse against the all-GPU baseline on the same GPU memory",
-    description="Concurrent max_model_len requests with HiSparse and with every MLA layer "
-    "(source and indexer) on the GPU, side by side, and their ratio. The baseline: "
-    "(gpu bytes // (source_page + indexer_page)) / ceil(max_model_len / block_size).",
+    description="Concurrent max_model_len requests with HiSparse and with every layer "
+    "(source, indexer and any other) on the GPU, side by side, and their ratio. The baseline "
+    "is the same request planned without HiSparse (a regular plan, SPEC 7), not a formula.",
     configure=configure,
     run=run,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.cli.source import (
     add_output_arguments,
@@ -12,6 +13,7 @@ from hisparse_plan.cli.source import (
     add_source_arguments,
     resolve_source,
 )
+from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.operator import Explanation, Step, explain
 
 
@@ -19,7 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     add_settings_arguments(parser)
     parser.add_argument("--section", metavar="WORD",
-                        help="only the sections whose title contains WORD (e.g. host, tensors)")
+                        help="only the sections whose title contains WORD: model config, pages, "
+                             "groups, pools (or host, device), admission, tensors, capacity")
     add_output_arguments(parser)
 
 
@@ -27,10 +30,7 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
     result = explain(source.request, architecture=source.architecture, kv_dtype=source.kv_dtype)
     if args.section is not None:
-        word = args.section.lower()
-        result = Explanation(
-            sections=[s for s in result.sections if word in s.title.lower()]
-        )
+        result = _sections(result, args.section)
     if args.json:
         print(result.model_dump_json(indent=2))
         return 0
@@ -42,9 +42,21 @@ def run(args: argparse.Namespace) -> int:
             [[step.name, value_text(step.value), formula_text(step)] for step in section.steps],
             title=section.title,
         )
-    if not result.sections:
-        out.line(f"no section title contains {args.section!r}")
     return 0
+
+
+def _sections(result: Explanation, word: str) -> Explanation:
+    """The sections whose title contains `word` (any case); a word that matches none is a
+    refusal listing the titles there are, not an empty answer."""
+    wanted = word.strip().lower()
+    kept = [s for s in result.sections if wanted and wanted in s.title.lower()]
+    if not kept:
+        names = ", ".join(s.title.split(" (")[0] for s in result.sections)
+        raise CommandError(
+            f"--section {excerpt(word, 80)} matches no section; expected a word from one of: "
+            f"{names}"
+        )
+    return Explanation(sections=kept)
 
 
 def value_text(value: int | float | str) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
+from hisparse_plan.cli.memory_render import render_rank_memory
+from hisparse_plan.cli.regular_render import render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import (
@@ -36,7 +39,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
         return 0
-    render_plan(Renderer(plain=args.plain), source, result)
+    out = Renderer(plain=args.plain)
+    if result.host_pool is None:
+        render_regular_plan(out, source.title, result)
+    else:
+        render_plan(out, source, result)
+    breakdown = rank_memory(args)
+    if breakdown is not None:
+        out.line()
+        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem))
     return 0
 
 

@@ -16,6 +16,7 @@ from hisparse_plan.cli.source import (
     add_source_arguments,
     resolve_source,
 )
+from hisparse_plan.models import INT64_MAX
 from hisparse_plan.operator import BestTune, HostPoolTune, best_concurrency, smallest_host_pool
 
 BINDS = {"host": "the host pool", "device": "the GPU", "both": "both pools"}
@@ -30,6 +31,12 @@ def _target(text: str) -> float:
         ) from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a target above 0, got {text!r}")
+    if value > INT64_MAX:
+        # Every request holds at least one block of a pool that int64 offsets address.
+        raise argparse.ArgumentTypeError(
+            f"expected a target of at most {INT64_MAX} (no pool an int64 offset addresses "
+            f"holds more requests), got {text!r}"
+        )
     return value
 
 
@@ -52,21 +59,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
-    out = Renderer(plain=args.plain)
+    answer: HostPoolTune | BestTune
     if args.target is not None:
         answer = smallest_host_pool(source.request, args.target, args.metric)
-        if args.json:
-            print(answer.model_dump_json(indent=2))
-        else:
-            render_host_pool(out, source.title, answer)
-        return 0
-    if args.dram is None:  # argparse requires one of the two
+    elif args.dram is not None:
+        answer = best_concurrency(source.request, args.dram, args.metric)
+    else:  # argparse requires one of the two
         raise CommandError("expected --target N or --dram SIZE")
-    best = best_concurrency(source.request, args.dram, args.metric)
+    out = Renderer(plain=args.plain)
     if args.json:
-        print(best.model_dump_json(indent=2))
+        print(answer.model_dump_json(indent=2))
+    elif isinstance(answer, HostPoolTune):
+        render_host_pool(out, source.title, answer)
     else:
-        render_best(out, source.title, best)
+        render_best(out, source.title, answer)
     return 0
 
 

@@ -11,9 +11,7 @@ import dataclasses
 import json
 import math
 import re
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from importlib import import_module
 from types import ModuleType
 from typing import Any
@@ -21,7 +19,8 @@ from typing import Any
 from hisparse_plan.cli.arg_types import positive_int
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.errors import CheckFailed, CommandError
-from hisparse_plan.cli.render import Renderer, rich_available
+from hisparse_plan.cli.progress import Progress, accepts_progress, progress_reporter
+from hisparse_plan.cli.render import Renderer
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import (
     add_output_arguments,
@@ -33,7 +32,6 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.planning import plan as make_plan
 
 BACKEND = "hisparse_plan.torch"
-Progress = Callable[[int, int], None]
 
 
 def _device(text: str) -> str:
@@ -53,10 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "when torch sees a GPU, else cpu); meta allocates nothing and "
                             "checks every full-size view against the plan instead")
     group.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
-                       help="pin the host pool (default: pinned with a CUDA device, not on cpu)")
+                       help="pin the host pool (default: pinned with a CUDA device, not on cpu); "
+                            "--pin not with --device meta")
     group.add_argument("--blocks", type=positive_int, metavar="N",
                        help="check a sample of about N block ids per pool, always the first and "
-                            "last two (default: every block)")
+                            "last two (default: every block); not with --device meta")
+    group.add_argument("--quiet", action="store_true",
+                       help="no progress bar (by default, a step that runs over a second shows "
+                            "one when stderr is a terminal)")
     add_output_arguments(parser)
 
 
@@ -85,7 +87,26 @@ def _missing_module(error: BaseException | None) -> str:
     return ""
 
 
+def _refuse_conflicts(args: argparse.Namespace) -> None:
+    """Flags that cannot combine: the meta device holds no bytes to pin or to sample."""
+    if args.device != "meta":
+        return
+    if args.pin:
+        raise CommandError("--pin cannot combine with --device meta: the meta device "
+                           "allocates nothing, so there is no host pool to pin")
+    if args.blocks is not None:
+        raise CommandError("--blocks cannot combine with --device meta: the meta check binds "
+                           "every view at full size and writes no blocks to sample")
+
+
+def _with_progress(function: Callable[..., Any], progress: Progress | None) -> dict[str, Any]:
+    """The progress keyword for a backend function that takes one (backends before and
+    after step progress both work)."""
+    return {"progress": progress} if progress is not None and accepts_progress(function) else {}
+
+
 def run(args: argparse.Namespace) -> int:
+    _refuse_conflicts(args)
     backend = _backend()
     source = resolve_source(args)
     plan = make_plan(source.request)
@@ -93,21 +114,30 @@ def run(args: argparse.Namespace) -> int:
     if device == "meta":
         return _meta_check(backend, plan, source.title, args)
     pin = args.pin if args.pin is not None else device.startswith("cuda")
-    host = plan.host_pool.size if plan.host_pool is not None else 0
-    print(
-        f"verify: {format_size(host)} host pool ({'pinned' if pin else 'pageable'}), "
-        f"{format_size(plan.device_pool.size)} device pool on {device}",
-        file=sys.stderr,
-    )
+    # Nothing is printed before the pools exist: a refusal stays the one line on stderr.
+    refused = getattr(backend, "BackendError", ())
     try:
-        with _progress(show=not args.json) as progress, backend.allocate(
-            plan, device=device, pin=pin
-        ) as pools:
-            report = backend.verify(plan, pools, blocks=args.blocks, progress=progress)
+        with (
+            progress_reporter(quiet=args.quiet) as progress,
+            backend.allocate(
+                plan, device=device, pin=pin, **_with_progress(backend.allocate, progress)
+            ) as pools,
+        ):
+            report = backend.verify(
+                plan, pools, blocks=args.blocks, **_with_progress(backend.verify, progress)
+            )
     except backend.VerifyError as error:
         raise CheckFailed(f"verify failed: {error}") from error
+    except refused as error:  # a sibling of PlanError in later backends: still a refusal
+        raise CommandError(str(error)) from error
+    host = plan.host_pool.size if plan.host_pool is not None else 0
+    pools_text = {
+        "host pool": f"{format_size(host)}, {'pinned' if pin else 'pageable'}",
+        "device pool": " + ".join(format_size(pool.size) for pool in plan.device_pools)
+        + f" on {device}",
+    }
     fields = {**dataclasses.asdict(report), "gb_per_s": report.gb_per_s}
-    _show(fields, f"{source.title}: verified on {device}", args)
+    _show(fields, f"{source.title}: verified on {device}", args, pools_text)
     return 0
 
 
@@ -122,7 +152,9 @@ def _meta_check(backend: ModuleType, plan: KVCachePlan, title: str,
     return 0
 
 
-def _show(fields: dict[str, Any], heading: str, args: argparse.Namespace) -> None:
+def _show(fields: dict[str, Any], heading: str, args: argparse.Namespace,
+          context: dict[str, str] | None = None) -> None:
+    """The report: `fields` as JSON, or as labelled lines after `context` (human only)."""
     # Non-finite floats (a rate over zero seconds) become null so that the JSON stays JSON.
     shown = {name: None if isinstance(value, float) and not math.isfinite(value) else value
              for name, value in fields.items()}
@@ -131,43 +163,11 @@ def _show(fields: dict[str, Any], heading: str, args: argparse.Namespace) -> Non
         return
     out = Renderer(plain=args.plain)
     out.heading(heading)
-    out.pairs([(key, _text(value)) for key, value in shown.items()])
+    out.pairs([*(context or {}).items(), *((key, _text(value)) for key, value in shown.items())])
 
 
 def _text(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-@contextmanager
-def _progress(*, show: bool) -> Iterator[Progress]:
-    """A progress callback: a rich bar on stderr, a counting line on a plain terminal, or
-    nothing when stderr is not a terminal (logs stay clean)."""
-    if not show or not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    if rich_available():
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        with Progress(
-            "verify", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(file=sys.stderr), transient=True,
-        ) as bar:
-            task = bar.add_task("verify", total=None)
-
-            def advance(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield advance
-        return
-
-    def count(done: int, total: int) -> None:
-        sys.stderr.write(f"\rverify: {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    yield count
 
 
 COMMAND = Command(

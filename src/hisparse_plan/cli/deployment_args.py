@@ -1,0 +1,117 @@
+"""Flags that describe the deployment around the cache (context guard, regular planning,
+pipeline stages, hardware, speculative decoding), kept apart from `source.py` so that each
+module stays one idea. `source.py` calls the two hooks below."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from hisparse_plan.cli.arg_types import non_negative_int, positive_int, positive_size, size_arg
+from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.presets import Settings, load_preset
+from hisparse_plan.presets.hardware import (
+    DEFAULT_ACTIVATION_RESERVE,
+    DEFAULT_UTILIZATION,
+    MemoryBreakdown,
+    find_gpu,
+    gpu_names,
+    memory_breakdown,
+)
+
+
+def size_list(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes, one per pipeline stage: `9GiB,10GiB,10GiB,12GiB`."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected sizes separated by commas, got {text!r}")
+    return tuple(size_arg(part) for part in parts)
+
+
+def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--allow-long-context", action="store_true",
+                       help="plan a --max-model-len above the model's max_position_embeddings "
+                            "(refused otherwise: the model was not trained for it)")
+    group.add_argument("--no-hisparse", action="store_true",
+                       help="plan a sparse-MLA preset (deepseek-v3.2, glm-5) without HiSparse: "
+                            "every latent and indexer cache a regular layer on the GPU")
+    group.add_argument("--pp", type=positive_int, metavar="N",
+                       help="pipeline stages (default 1): decoder layers split as vLLM splits "
+                            "them, each stage with --gpu-mem (or its --stage-gpu-mem)")
+    group.add_argument("--stage-gpu-mem", type=size_list, metavar="LIST",
+                       help="KV-cache memory of each pipeline stage, e.g. 9GiB,10GiB,10GiB,12GiB")
+    group.add_argument("--auto-fit", action="store_true",
+                       help="shorten max_model_len to what the GPU memory holds (regular plans)")
+    group.add_argument("--gpu", metavar="NAME",
+                       help="plan one rank of a real deployment on this GPU "
+                            f"({', '.join(gpu_names())}): KV memory = HBM x "
+                            "--gpu-memory-utilization - weights (the preset's "
+                            "parameters over --tp x --pp ranks) - --activation-reserve")
+    group.add_argument("--gpu-memory-utilization", metavar="F",
+                       help=f"share of HBM vLLM may use (default {DEFAULT_UTILIZATION}); "
+                            "with --gpu")
+    group.add_argument("--activation-reserve", type=size_arg, metavar="SIZE",
+                       help="HBM kept for activations, CUDA graphs and the CUDA context "
+                            f"(default {DEFAULT_ACTIVATION_RESERVE // 2**30}GiB); with --gpu")
+    group.add_argument("--kv-cache-memory", type=positive_size, metavar="SIZE",
+                       help="KV-cache memory per GPU, as vLLM's --kv-cache-memory: overrides "
+                            "the --gpu estimate (the same as --gpu-mem)")
+    group.add_argument("--speculative", choices=["mtp"],
+                       help="speculative decoding by MTP: the model's num_nextn_predict_layers "
+                            "draft layers join the plan")
+    group.add_argument("--num-speculative-tokens", type=non_negative_int, metavar="K",
+                       dest="spec_tokens",
+                       help="speculative tokens per step (the same as --spec-tokens; with "
+                            "--speculative mtp the default is the number of MTP layers)")
+
+
+def deployment_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """`settings` with what the deployment flags say."""
+    kv_bytes = kv_cache_override(args, settings.gpu_mem_bytes)
+    breakdown = rank_memory(args)
+    if kv_bytes is None and breakdown is not None:
+        kv_bytes = breakdown.kv_cache
+    return replace(
+        settings,
+        gpu_mem_bytes=kv_bytes,
+        allow_long_context=True if args.allow_long_context else None,
+        hisparse=False if args.no_hisparse else None,
+        pp=args.pp,
+        stage_gpu_mem_bytes=args.stage_gpu_mem,
+        auto_fit=True if args.auto_fit else None,
+        speculative=args.speculative,
+    )
+
+
+def kv_cache_override(args: argparse.Namespace, gpu_mem: int | None) -> int | None:
+    """The KV-cache bytes the user gave (--gpu-mem or --kv-cache-memory), if any."""
+    if gpu_mem is not None and args.kv_cache_memory is not None:
+        raise CommandError("--gpu-mem and --kv-cache-memory both set the KV-cache memory; "
+                           "expected one of them")
+    return gpu_mem if gpu_mem is not None else args.kv_cache_memory
+
+
+def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:
+    """Where one rank's HBM goes, with --gpu; None without it."""
+    if args.gpu is None:
+        for flag, value in (("--gpu-memory-utilization", args.gpu_memory_utilization),
+                            ("--activation-reserve", args.activation_reserve)):
+            if value is not None:
+                raise CommandError(f"{flag} needs --gpu NAME (the HBM it is a share of)")
+        return None
+    if args.model is None:
+        raise CommandError("--gpu needs a model preset: the weights per rank come from its "
+                           "parameter count")
+    preset = load_preset(args.model)
+    if preset.weights is None:
+        raise CommandError(f"--gpu: preset {preset.name} has no parameter count to estimate "
+                           "its weights from; give --gpu-mem instead")
+    reserve = args.activation_reserve
+    return memory_breakdown(
+        find_gpu(args.gpu),
+        preset.weights,
+        tp=args.tp or 1,
+        pp=args.pp or 1,
+        gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
+        activation_reserve=DEFAULT_ACTIVATION_RESERVE if reserve is None else reserve,
+    )

@@ -1,0 +1,24 @@
+"""Exchanging layouts between instances: a layout fingerprint, a transfer manifest for KV
+transfer engines, and a compatibility check between two plans (prefill and decode)."""
+
+from hisparse_plan.exchange.compat import LAYOUT_FIELDS, TransferCompatibility, diff
+from hisparse_plan.exchange.fingerprint import canonical_json, fingerprint, layout_document
+from hisparse_plan.exchange.manifest import (
+    LayerEntry,
+    MemoryRegion,
+    TransferManifest,
+    manifest,
+)
+
+__all__ = [
+    "LAYOUT_FIELDS",
+    "LayerEntry",
+    "MemoryRegion",
+    "TransferCompatibility",
+    "TransferManifest",
+    "canonical_json",
+    "diff",
+    "fingerprint",
+    "layout_document",
+    "manifest",
+]

@@ -1,0 +1,119 @@
+"""Reading request JSON strictly: a key named twice in one object is an error, not a silent
+"last one wins", and no error quotes more than a short excerpt of the input.
+
+Python's `json` keeps the last of two equal keys, and so does pydantic's parser; a request whose
+meaning depends on which copy a parser keeps is refused instead, with the key and its path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from hisparse_plan.errors import PlanError
+
+EXCERPT_CHARS: Final = 200
+"""The most characters of input any error message quotes."""
+
+
+def cut(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """`text` cut in the middle to at most about `limit` characters, saying how much was left
+    out; a 14 MB input must never be echoed whole into an error line."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 20)
+    head, tail = keep * 2 // 3, keep - keep * 2 // 3
+    return f"{text[:head]}...<{len(text) - head - tail} characters cut>...{text[-tail:]}"
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """`repr(value)`, cut to at most about `limit` characters."""
+    return cut(repr(value), limit)
+
+
+class _Duplicated(dict[str, Any]):
+    """An object in which `key` was named more than once (marked, found again after parsing)."""
+
+    key: str
+
+
+def path_step(key: str | int) -> str:
+    """One step of a field path: `.name`, `['a.b']` for a key that is not a name, `[3]`."""
+    if isinstance(key, int):
+        return f"[{key}]"
+    if key.isidentifier() and len(key) <= 80:
+        return f".{key}"
+    return f"[{excerpt(key, 80)}]"
+
+
+def _find_duplicate(data: object) -> tuple[str, str] | None:
+    """(key, path of the object) of the first marked object, in document order."""
+    # Depth-first with an explicit stack: the input may nest deeply.
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, _Duplicated):
+            return node.key, where
+        if isinstance(node, dict):
+            stack.extend((child, where + path_step(k)) for k, child in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in reversed(list(enumerate(node))))
+    return None
+
+
+def load_request_json(text: str | bytes) -> dict[str, Any]:
+    """Parse a request's JSON text (str, or bytes in UTF-8/16/32) into a dict.
+
+    Raises `PlanError` for text that is not JSON, for a top level that is not an object, and
+    for any object that names a key twice (`field` is the key's path, such as
+    ``layers['model.layers.0.self_attn.attn'].kind``). Messages quote at most about
+    `EXCERPT_CHARS` characters of the input.
+    """
+    duplicated = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal duplicated
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                duplicated = True
+                marked = _Duplicated(pairs)
+                marked.key = key
+                return marked
+            result[key] = value
+        return result
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs_hook)
+    except json.JSONDecodeError as error:
+        near = error.doc[error.pos:error.pos + 40]
+        raise PlanError(
+            f"Invalid JSON: {error.msg} at line {error.lineno} column {error.colno} "
+            f"(near {excerpt(near, 60)})",
+            field="request",
+        ) from None
+    except RecursionError:
+        raise PlanError(
+            "Invalid JSON: nested too deeply to read; a plan request nests a few levels",
+            field="request",
+        ) from None
+    except ValueError as error:  # bytes that are not UTF-8, an integer of thousands of digits
+        raise PlanError(f"Invalid JSON: {cut(str(error))}", field="request") from None
+    if duplicated:
+        found = _find_duplicate(data)
+        if found is not None:
+            key, where = found
+            field = (where + path_step(key)).lstrip(".")
+            inside = where.lstrip(".") or "the top-level object"
+            raise PlanError(
+                f"{field}: duplicate key {excerpt(key, 80)} in {inside}; expected each key "
+                "once (which copy counts would depend on the parser)",
+                field=field,
+            )
+    if not isinstance(data, dict):
+        raise PlanError(
+            f"request: expected a JSON object, got {type(data).__name__} "
+            f"{excerpt(data, 80)}",
+            field="request",
+        )
+    return data

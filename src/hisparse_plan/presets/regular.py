@@ -1,0 +1,128 @@
+"""The `config.json` fields that decide a regular (non-HiSparse) model's KV cache.
+
+Per layer, what kind of cache it keeps, read the way vLLM 0.33's model code reads it:
+
+- `layer_types` when the config has it: `full_attention`, `sliding_attention` (window
+  `sliding_window`), `chunked_attention` (chunk `attention_chunk_size`), `linear_attention`
+  (a Gated DeltaNet recurrent state);
+- else `full_attention_interval` (Qwen3-Next): layer `i` is full attention when `(i + 1)` is a
+  multiple of it, else linear attention;
+- else `attention_chunk_size` (Llama 4): layer `i` uses chunked local attention unless it is
+  a NoPE layer (`no_rope_layers[i] == 0`; without the list, every 4th layer is NoPE, as
+  transformers fills it in);
+- else `sliding_window_pattern` (Gemma 3): layer `i` is full attention when `(i + 1)` is a
+  multiple of it, else sliding window;
+- else `sliding_window` alone: every layer slides (Mistral-style); else every layer is full.
+
+One token of an attention layer keeps `num_key_value_heads` keys and values of `head_dim`
+(else `hidden_size // num_attention_heads`) elements. A linear-attention layer keeps a conv
+state `[linear_conv_kernel_dim - 1, 2 * linear_num_key_heads * linear_key_head_dim +
+linear_num_value_heads * linear_value_head_dim]` and a recurrent state
+`[linear_num_value_heads, linear_value_head_dim, linear_key_head_dim]`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PositiveInt = Annotated[int, Field(ge=1)]
+LayerKind = Literal["full", "sliding", "chunked", "linear"]
+LAYER_TYPES: Final[dict[str, LayerKind]] = {
+    "full_attention": "full",
+    "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
+    "linear_attention": "linear",
+}
+NOPE_INTERVAL: Final = 4
+"""transformers' default `no_rope_layer_interval` for Llama 4."""
+LINEAR_FIELDS: Final = (
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim",
+)
+
+
+class RegularArchitecture(BaseModel):
+    """The cache-shaping fields of a regular model's `config.json`; the rest is ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    model_type: str | None = None
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    hidden_size: PositiveInt
+    head_dim: PositiveInt | None = None
+    max_position_embeddings: PositiveInt
+    layer_types: list[str] | None = None
+    sliding_window: PositiveInt | None = None
+    sliding_window_pattern: PositiveInt | None = None
+    attention_chunk_size: PositiveInt | None = None
+    no_rope_layers: list[int] | None = None
+    full_attention_interval: PositiveInt | None = None
+    linear_num_key_heads: PositiveInt | None = None
+    linear_num_value_heads: PositiveInt | None = None
+    linear_key_head_dim: PositiveInt | None = None
+    linear_value_head_dim: PositiveInt | None = None
+    linear_conv_kernel_dim: PositiveInt | None = None
+    num_nextn_predict_layers: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _kinds_are_complete(self) -> RegularArchitecture:
+        layers = self.num_hidden_layers
+        for name in ("layer_types", "no_rope_layers"):
+            values = getattr(self, name)
+            if values and len(values) < layers:
+                raise ValueError(
+                    f"{name}: expected an entry for each of the {layers} layers, got {len(values)}"
+                )
+        if self.layer_types is not None:
+            unknown = sorted(set(self.layer_types[:layers]) - set(LAYER_TYPES))
+            if unknown:
+                raise ValueError(
+                    f"layer_types: expected {', '.join(LAYER_TYPES)}, got {', '.join(unknown)}"
+                )
+        kinds = set(self.layer_kinds())
+        if "sliding" in kinds and self.sliding_window is None:
+            raise ValueError("sliding_window: sliding-window layers need it; got none")
+        if "chunked" in kinds and self.attention_chunk_size is None:
+            raise ValueError("attention_chunk_size: chunked layers need it; got none")
+        if "linear" in kinds:
+            missing = [name for name in LINEAR_FIELDS if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    f"{missing[0]}: linear-attention layers need {', '.join(LINEAR_FIELDS)}; "
+                    f"missing {', '.join(missing)}"
+                )
+        return self
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def layer_kinds(self) -> list[LayerKind]:
+        """Each decoder layer's cache kind, in model order."""
+        layers = range(self.num_hidden_layers)
+        if self.layer_types is not None:
+            return [LAYER_TYPES[self.layer_types[i]] for i in layers]
+        if self.full_attention_interval is not None:
+            every = self.full_attention_interval
+            return ["full" if (i + 1) % every == 0 else "linear" for i in layers]
+        if self.attention_chunk_size is not None:
+            nope = self.no_rope_layers or [
+                int((i + 1) % NOPE_INTERVAL != 0) for i in layers
+            ]
+            return ["full" if nope[i] == 0 else "chunked" for i in layers]
+        if self.sliding_window_pattern is not None:
+            every = self.sliding_window_pattern
+            return ["full" if (i + 1) % every == 0 else "sliding" for i in layers]
+        return ["sliding" if self.sliding_window is not None else "full" for _ in layers]
+
+    def linear_state_shapes(self, tp: int) -> list[list[int]]:
+        """A linear-attention layer's conv and recurrent states on one of `tp` ranks."""
+        k_heads, v_heads = self.linear_num_key_heads or 0, self.linear_num_value_heads or 0
+        k_dim, v_dim = self.linear_key_head_dim or 0, self.linear_value_head_dim or 0
+        conv_dim = 2 * k_heads * k_dim + v_heads * v_dim
+        kernel = self.linear_conv_kernel_dim or 1
+        return [[kernel - 1, conv_dim // tp], [v_heads // tp, v_dim, k_dim]]

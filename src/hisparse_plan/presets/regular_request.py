@@ -1,0 +1,145 @@
+"""A plan request for a regular model (no HiSparse), with vLLM's default block sizes.
+
+Layer names are vLLM's: `model.layers.{i}.self_attn.attn` for attention layers and
+`model.layers.{i}.linear_attn` for linear-attention (Mamba-style) layers.
+
+Block sizes: 16 tokens for attention layers (vLLM's default), unless `block_size` is given.
+A hybrid model with linear-attention layers gets the block size and Mamba page padding that
+vLLM 0.33's config step (`Platform._align_hybrid_block_size`) derives: with one token's
+attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba state page `m`, the
+attention block is `a * ceil(m / (a * t))` tokens, `a = max(16, block_size)`, and the Mamba
+page is padded to `block * t` bytes. A Mamba layer's block_size is max_model_len (one state
+per request; no prefix caching).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from hisparse_plan.models import PlanRequest, dtype_size
+from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.regular import LayerKind, RegularArchitecture
+from hisparse_plan.presets.settings import (
+    DEFAULTS,
+    Settings,
+    context_length,
+    device_section,
+    model_section,
+    scheduler_section,
+)
+
+ATTENTION_LAYER: Final = "model.layers.{}.self_attn.attn"
+LINEAR_LAYER: Final = "model.layers.{}.linear_attn"
+DEFAULT_BLOCK_SIZE: Final = 16
+"""vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, which its attention backends keep."""
+KERNEL_BLOCK: Final = 16
+"""The smallest kernel block of vLLM's default (FlashAttention) backend."""
+DTYPE: Final = "bfloat16"
+NOT_FOR_REGULAR: Final = {
+    "host_pool_bytes": "a HiSparse host pool",
+    "device_buffer_size": "a HiSparse hot buffer",
+    "speculative": "MTP draft layers (planned for DeepSeek-style presets only)",
+    "spec_tokens": "speculative decode rows (HiSparse's hot buffer)",
+}
+
+
+def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
+    _refuse_unplannable(settings)
+    tp = settings.tp or 1
+    kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
+    head = arch.head_size
+    kinds = arch.layer_kinds()
+    max_model_len = context_length(arch.max_position_embeddings, settings)
+    block_size = settings.block_size or DEFAULT_BLOCK_SIZE
+    linear: dict[str, Any] | None = None
+    if "linear" in kinds:
+        linear, block_size = _linear_spec(arch, tp, kv_heads, block_size, max_model_len)
+    attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
+                 "dtype": DTYPE}
+    decoder_layers: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        if kind == "linear":
+            decoder_layers.append({LINEAR_LAYER.format(i): linear})
+        else:
+            decoder_layers.append({ATTENTION_LAYER.format(i): _attention(arch, kind, attention)})
+    chosen = Settings(**{**DEFAULTS.given(), **settings.given()})
+    return PlanRequest.model_validate(
+        {
+            "layers": {name: spec for layer in decoder_layers for name, spec in layer.items()},
+            "model": model_section(max_model_len, chosen, None),
+            "hisparse": None,
+            "device": device_section(chosen, {}, [list(layer) for layer in decoder_layers]),
+            "scheduler": scheduler_section(chosen, {}),
+        }
+    )
+
+
+def _refuse_unplannable(settings: Settings) -> None:
+    if settings.kv_dtype not in (None, DTYPE):
+        raise ConfigError(
+            f"kv_dtype: {settings.kv_dtype} is the sparse-MLA format; this model's layers are "
+            f"regular attention: expected {DTYPE}",
+            field="kv_dtype",
+        )
+    if settings.hisparse:
+        raise ConfigError(
+            "hisparse: this model has no sparse-MLA layers for HiSparse to offload",
+            field="hisparse",
+        )
+    for name, what in NOT_FOR_REGULAR.items():
+        value = getattr(settings, name)
+        if value is not None and value != 0:
+            raise ConfigError(
+                f"{name}: {what}, but this is a regular model planned without HiSparse; "
+                "expected it unset",
+                field=name,
+            )
+
+
+def _per_rank(total: int, tp: int, field: str) -> int:
+    """Heads one of `tp` ranks keeps: a share, or one replicated head when tp exceeds them."""
+    if total % tp and tp % total:
+        raise ConfigError(
+            f"tp: {field} ({total}) and the tensor-parallel ranks ({tp}) must divide one "
+            "another",
+            field="tp",
+        )
+    return max(total // tp, 1)
+
+
+def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any]) -> dict[str, Any]:
+    if kind == "sliding":
+        return {"kind": "sliding_window", **base, "sliding_window": arch.sliding_window}
+    if kind == "chunked":
+        return {"kind": "chunked_local_attention", **base,
+                "attention_chunk_size": arch.attention_chunk_size}
+    return {"kind": "full_attention", **base}
+
+
+def _linear_spec(
+    arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int, max_model_len: int
+) -> tuple[dict[str, Any], int]:
+    """The linear-attention layer spec, and the attention block size vLLM aligns to it."""
+    for field, total in (("linear_num_value_heads", arch.linear_num_value_heads or 0),
+                         ("linear_num_key_heads", arch.linear_num_key_heads or 0)):
+        if total % tp:
+            raise ConfigError(
+                f"tp: {field} ({total}) must be a multiple of the tensor-parallel ranks ({tp})",
+                field="tp",
+            )
+    shapes = arch.linear_state_shapes(tp)
+    state_bytes = sum(math.prod(shape) for shape in shapes) * dtype_size(DTYPE)
+    token_bytes = 2 * kv_heads * arch.head_size * dtype_size(DTYPE)
+    align = max(KERNEL_BLOCK, block_size)
+    aligned = align * -(-state_bytes // (align * token_bytes))
+    block_size = max(block_size, aligned)
+    spec: dict[str, Any] = {
+        "kind": "mamba",
+        "block_size": max_model_len,
+        "state_shapes": shapes,
+        "state_dtypes": [DTYPE] * len(shapes),
+    }
+    if block_size * token_bytes != state_bytes:
+        spec["page_size_padded"] = block_size * token_bytes
+    return spec, block_size

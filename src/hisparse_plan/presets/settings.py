@@ -1,0 +1,159 @@
+"""The operator's choices (Settings), a preset's defaults, and the request sections every
+model shares (model, device with its pipeline stages, scheduler)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal
+
+from hisparse_plan.models import KVCacheLayout, SchedulerConfig
+from hisparse_plan.models.base import GIB
+from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.kv_dtypes import KVDtype
+from hisparse_plan.presets.stages import stage_layers
+
+EXACT_FLOAT_BYTES: Final = 2**53
+"""Below this, bytes / 2**30 is an exact float and int(gib * 2**30) gives the bytes back."""
+
+Speculative = Literal["mtp"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The operator's choices; None keeps the default (for a preset) or the request's value."""
+
+    kv_dtype: KVDtype | None = None
+    block_size: int | None = None
+    max_model_len: int | None = None
+    gpu_mem_bytes: int | None = None
+    host_pool_bytes: int | None = None
+    device_buffer_size: int | None = None
+    spec_tokens: int | None = None
+    layout: KVCacheLayout | None = None
+    tp: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_concurrent_batches: int | None = None
+    allow_long_context: bool | None = None
+    """Plan a max_model_len above the model's max_position_embeddings (refused otherwise)."""
+    hisparse: bool | None = None
+    """False plans a sparse-MLA model without HiSparse: every cache a regular layer."""
+    pp: int | None = None
+    """Pipeline stages: decoder layers split as vLLM's get_pp_indices splits them."""
+    stage_gpu_mem_bytes: tuple[int, ...] | None = None
+    """KV-cache bytes of each pipeline stage (else gpu_mem_bytes for every stage)."""
+    auto_fit: bool | None = None
+    """Let the plan shorten max_model_len to what fits (SPEC 7.8)."""
+    speculative: Speculative | None = None
+    """"mtp": the model's next-n (MTP) draft layers join the plan."""
+
+    def given(self) -> dict[str, Any]:
+        """The fields that were set."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+NO_SETTINGS: Final = Settings()
+"""Nothing chosen: every default."""
+
+DEFAULTS: Final = Settings(
+    kv_dtype="fp8_ds_mla",
+    block_size=64,
+    gpu_mem_bytes=60 * GIB,
+    host_pool_bytes=64 * GIB,
+    spec_tokens=0,
+    layout=KVCacheLayout.BLNHC,
+    tp=1,
+    max_num_batched_tokens=SchedulerConfig().max_num_batched_tokens,
+    max_concurrent_batches=SchedulerConfig().max_concurrent_batches,
+)
+"""A sparse-MLA preset's defaults; max_model_len defaults to the model's
+max_position_embeddings. Regular presets take the same memory, layout and scheduler, but
+16-token blocks and bfloat16 (vLLM's defaults for attention layers)."""
+
+LAYER_SHAPING: Final = ("kv_dtype", "block_size", "hisparse", "pp", "speculative")
+"""Settings that change the layers or stages, which a request file fixes."""
+
+
+def context_length(max_position_embeddings: int, settings: Settings) -> int:
+    """The max_model_len to plan: the chosen one, else the model's max_position_embeddings.
+
+    A length past max_position_embeddings is refused unless `allow_long_context` is set: the
+    model was not trained for it (vLLM likewise refuses it unless told to allow it)."""
+    wanted = settings.max_model_len
+    if wanted is None:
+        return max_position_embeddings
+    if wanted > max_position_embeddings and not settings.allow_long_context:
+        raise ConfigError(
+            f"model.max_model_len: expected at most the model's max_position_embeddings "
+            f"({max_position_embeddings}), got {wanted}; pass --allow-long-context "
+            "(Settings(allow_long_context=True)) to plan it anyway",
+            field="model.max_model_len",
+        )
+    return wanted
+
+
+def host_pool_gib(host_pool_bytes: int) -> float:
+    """The `host_pool_gib` whose budget, int(gib * 2**30), is exactly `host_pool_bytes`."""
+    if not 0 < host_pool_bytes < EXACT_FLOAT_BYTES:
+        raise ConfigError(
+            f"host pool: expected between 1 byte and 8 PiB, got {host_pool_bytes} bytes",
+            field="hisparse.host_pool_gib",
+        )
+    return host_pool_bytes / GIB
+
+
+def shared_host_pool(tp: int) -> bool:
+    """TP ranks on one node map one host pool: with more than one rank it is shared."""
+    return tp > 1
+
+
+def model_section(max_model_len: int, settings: Settings, index_topk: int | None) -> dict[str, Any]:
+    section: dict[str, Any] = {"max_model_len": max_model_len}
+    if index_topk is not None:
+        section["index_topk"] = index_topk
+    if settings.auto_fit:
+        section["auto_fit_max_model_len"] = True
+    return section
+
+
+def device_section(
+    settings: Settings, base: dict[str, Any], decoder_layers: Sequence[Sequence[str]] = ()
+) -> dict[str, Any]:
+    """The device section; with `pp` > 1, one pipeline stage per get_pp_indices partition of
+    `decoder_layers` (each decoder layer's cache layers, in model order)."""
+    section = dict(base)
+    if settings.gpu_mem_bytes is not None:
+        section["available_bytes"] = settings.gpu_mem_bytes
+    if settings.layout is not None:
+        section["kv_cache_layout"] = settings.layout.value
+    section.setdefault("num_blocks_override", None)
+    pp = settings.pp or 1
+    if settings.stage_gpu_mem_bytes is not None and len(settings.stage_gpu_mem_bytes) != pp:
+        raise ConfigError(
+            f"stage memory: expected one size per pipeline stage ({pp}), got "
+            f"{len(settings.stage_gpu_mem_bytes)}",
+            field="device.pipeline_stages",
+        )
+    if pp > 1:
+        memory = settings.stage_gpu_mem_bytes or (section["available_bytes"],) * pp
+        section["pipeline_stages"] = [
+            {"layers": layers, "available_bytes": nbytes}
+            for layers, nbytes in zip(stage_layers(decoder_layers, pp), memory, strict=True)
+        ]
+        # Each stage brings its own memory; the single-stage figure is unused (SPEC 4.1).
+        section["available_bytes"] = 0
+    return section
+
+
+def scheduler_section(
+    settings: Settings, base: dict[str, Any], lookahead: int | None = None
+) -> dict[str, Any]:
+    section = dict(base)
+    if settings.max_num_batched_tokens is not None:
+        section["max_num_batched_tokens"] = settings.max_num_batched_tokens
+    if settings.max_concurrent_batches is not None:
+        section["max_concurrent_batches"] = settings.max_concurrent_batches
+    if lookahead:
+        section["num_prefill_lookahead_tokens"] = lookahead
+    return section

@@ -1,0 +1,91 @@
+"""Strict request JSON: duplicate keys refused with their path, errors quoting short excerpts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from golden import GOLDEN
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models.json_input import EXCERPT_CHARS, cut, excerpt, load_request_json
+
+LIMIT = EXCERPT_CHARS + 40
+"""What an excerpt may take, its "characters cut" note included."""
+
+
+def refusal(text: str | bytes) -> PlanError:
+    with pytest.raises(PlanError) as caught:
+        load_request_json(text)
+    return caught.value
+
+
+def test_a_request_reads_as_json_does() -> None:
+    raw = (GOLDEN / "deepseek_v32_fp8.request.json").read_bytes()
+    assert load_request_json(raw) == json.loads(raw)
+    assert load_request_json(raw.decode()) == json.loads(raw)
+    assert load_request_json(raw.decode().encode("utf-16")) == json.loads(raw)
+
+
+@pytest.mark.parametrize(("text", "field", "inside"), [
+    ('{"a": 1, "a": 2}', "a", "the top-level object"),
+    ('{"layers": {"m.0.attn": {"kind": "mla", "kind": "mla"}}}',
+     "layers['m.0.attn'].kind", "layers['m.0.attn']"),
+    ('{"x": [{}, {"y": {"z": 1, "z": 1}}]}', "x[1].y.z", "x[1].y"),
+    ('{"layers": {"m.0": {}, "m.0": {}}}', "layers['m.0']", "layers"),
+])
+def test_duplicate_keys_are_refused_with_their_path(text: str, field: str, inside: str) -> None:
+    error = refusal(text)
+    assert error.field == field
+    assert str(error).startswith(f"{field}: duplicate key ")
+    assert f" in {inside};" in str(error)
+
+
+def test_the_first_duplicate_in_document_order_is_named() -> None:
+    error = refusal('{"a": {"b": 1, "b": 2}, "c": {"d": 1, "d": 2}}')
+    assert error.field == "a.b"
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("{", "Invalid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
+    ("[1, 2]", "request: expected a JSON object, got list [1, 2]"),
+    ("null", "request: expected a JSON object, got NoneType None"),
+    (b"\xff\xfe\x00", "Invalid JSON"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"n": ' + "1" * 10_000 + "}", "Invalid JSON"),
+])
+def test_malformed_text_is_a_plan_error(text: str | bytes, fragment: str) -> None:
+    error = refusal(text)
+    assert fragment in str(error)
+    assert error.field == "request"
+    assert len(str(error)) < 2 * LIMIT
+
+
+@pytest.mark.parametrize("text", [
+    '{"' + "k" * 1_000_000 + '": 1, "' + "k" * 1_000_000 + '": 2}',
+    '["' + "v" * 1_000_000 + '"]',
+    '{"a": "' + "v" * 1_000_000 + '"' + " " * 1000,
+])
+def test_errors_quote_only_an_excerpt(text: str) -> None:
+    assert len(str(refusal(text))) < 3 * LIMIT
+
+
+@given(st.text(max_size=2000), st.integers(min_value=20, max_value=400))
+def test_cut_keeps_the_ends_and_bounds_the_length(text: str, limit: int) -> None:
+    shown = cut(text, limit)
+    if len(text) <= limit:
+        assert shown == text
+    else:
+        assert len(shown) <= limit + 40
+        assert "characters cut" in shown
+        head = shown.split("...<")[0]
+        assert text.startswith(head)
+
+
+@given(st.recursive(st.integers() | st.text(), lambda inner: st.lists(inner, max_size=4)))
+def test_excerpt_is_repr_when_short(value: Any) -> None:
+    shown = excerpt(value)
+    assert shown == repr(value) or len(shown) <= LIMIT
