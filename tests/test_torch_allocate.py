@@ -197,9 +197,10 @@ def test_negative_prefault_threads_are_refused() -> None:
         allocate(small_plan(), device="cpu", pin=False, prefault_threads=-1)
 
 
-def test_backend_errors_are_plan_errors() -> None:
-    assert issubclass(BackendError, hp.PlanError)
-    assert issubclass(BackendError, ValueError)
+def test_backend_errors_stand_beside_plan_errors() -> None:
+    assert issubclass(BackendError, hp.HisparsePlanError)
+    assert not issubclass(BackendError, hp.PlanError)
+    assert not issubclass(hp.PlanError, BackendError)
 
 
 def test_meta_pools_have_full_sizes_and_no_memory() -> None:

@@ -70,11 +70,11 @@ def test_small_plan_every_block() -> None:
 
 def test_progress_counts_up_to_the_total() -> None:
     plan = small_plan()
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[str, int, int]] = []
     with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools:
-        verify(plan, pools, progress=lambda done, total: seen.append((done, total)))
+        verify(plan, pools, progress=lambda *step: seen.append(step))
     total = len(plan.groups) + 2  # every group, and a block-id pass per pool
-    assert seen == [(done, total) for done in range(total + 1)]
+    assert seen == [("verify", done, total) for done in range(total + 1)]
 
 
 def test_sample_always_has_both_ends() -> None:

@@ -9,7 +9,6 @@ them: only then is the set of registered chunks, or committed pages, known exact
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -126,29 +125,6 @@ def _drain(executor: ThreadPoolExecutor) -> None:
         except KeyboardInterrupt:
             continue
         return
-
-
-def as_progress(callback: Callable[..., object] | None) -> Progress | None:
-    """`callback` as a `Progress`. A callback of two positional parameters, `(done, total)`,
-    the signature `verify` had before steps were named, is wrapped; the CLI still passes one.
-    Remove this once every caller takes `(step, done, total)`."""
-    if callback is None:
-        return None
-    try:
-        parameters = list(inspect.signature(callback).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: assume the current form
-        parameters = []
-    positional = [p for p in parameters
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    two = len(positional) == 2 and not any(p.kind is p.VAR_POSITIONAL for p in parameters)
-
-    def call(step: str, done: int, total: int) -> None:
-        if two:
-            callback(done, total)
-        else:
-            callback(step, done, total)
-
-    return call
 
 
 def _silent(step: str, done: int, total: int) -> None:

@@ -36,7 +36,7 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
-from hisparse_plan.torch.tasks import Progress, as_progress
+from hisparse_plan.torch.tasks import Progress
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Scratch,
@@ -102,7 +102,7 @@ def verify(
     pools: Pools,
     *,
     blocks: int | None = None,
-    progress: Progress | Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     chunk_bytes: int | None = None,
 ) -> VerifyReport:
     """Check every byte of every layer page of `plan` on `pools`, both ways (module doc).
@@ -110,11 +110,10 @@ def verify(
     `blocks` limits each pool to a sample of about that many block ids spread from first to
     last, always including the first two and the last two; None checks every block.
     `progress("verify", done, total)` is called at the start and as each unit finishes: every
-    pool's block-id pass, then every group (a two-parameter `progress(done, total)` is still
-    accepted). `chunk_bytes` is the page bytes handled per batch (default 4 MiB on the CPU, up
-    to 256 MiB on a GPU, bounded by its free memory). Raises `VerifyError`
-    at the first byte that disagrees, `BackendError` when a view cannot even be bound (outside
-    its pool, misaligned) or the pools were released.
+    pool's block-id pass, then every group. `chunk_bytes` is the page bytes handled per batch
+    (default 4 MiB on the CPU, up to 256 MiB on a GPU, bounded by its free memory). Raises
+    `VerifyError` at the first byte that disagrees, `BackendError` when a view cannot even be
+    bound (outside its pool, misaligned) or the pools were released.
     """
     if blocks is not None and blocks < 1:
         raise BackendError(f"blocks is {blocks}; expected None (every block) or at least 1")
@@ -128,7 +127,7 @@ def verify(
         )
     started = time.perf_counter()
     try:
-        return _verify(plan, pools, blocks, as_progress(progress), chunk_bytes, started)
+        return _verify(plan, pools, blocks, progress, chunk_bytes, started)
     except torch.OutOfMemoryError as error:
         raise BackendError(
             f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
