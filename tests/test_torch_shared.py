@@ -340,3 +340,13 @@ def test_files_removed_by_hand_do_not_break_closing(name: str) -> None:
     lock_path(name).unlink()
     pools.release()
     assert leftovers(name) == []
+
+
+def test_a_killed_attacher_does_not_keep_the_pool(name: str) -> None:
+    pools = allocate(PLAN, device="cpu", pin=False, host_pool_name=name)
+    attacher = Rank(name)
+    assert not attacher.created
+    assert attacher.ram_counted == 0
+    attacher.kill()  # its hold dies with it: this process is now the last holder
+    pools.release()
+    assert leftovers(name) == []
