@@ -289,6 +289,13 @@ def pattern(seed: int, nbytes: int, device: torch.device) -> torch.Tensor:
                          generator=generator)
 
 
+def receive(connection: Connection) -> Any:  # noqa: ANN401 - whatever the other process sent
+    """The other process's next answer; a failed check if it died or hangs."""
+    if not connection.poll(120):
+        check("shared pool: the other process answers", False, "no answer within 120 s")
+    return connection.recv()
+
+
 def shared_pool(host_gib: float, device: str) -> None:
     plan = deepseek(host_gib, GIB, shared=True)
     name = f"gpu-check-{os.getpid()}"
@@ -305,20 +312,20 @@ def shared_pool(host_gib: float, device: str) -> None:
         other = spawn.Process(target=shared_rank,
                               args=(child, plan.model_dump_json(), name, device), daemon=True)
         other.start()
-        created, pinned, placement = connection.recv()
+        created, pinned, placement = receive(connection)
         check("shared pool: the other process attached and pinned its own mapping",
               not created and pinned, str(placement))
         connection.send(21)
-        connection.recv()
+        receive(connection)
         gpu = torch.device(device)
         check("shared pool: its GPU writes are read here, through this pinned mapping",
               torch.equal(host.to(device), pattern(21, host.numel(), gpu)))
         host.copy_(pattern(22, host.numel(), gpu))
         torch.cuda.synchronize()
         connection.send(22)
-        check("shared pool: this process's writes are read there", connection.recv() is True)
+        check("shared pool: this process's writes are read there", receive(connection) is True)
         connection.send("close")
-        connection.recv()
+        receive(connection)
         other.join(60)
         check("shared pool: kept while this process holds it", pool_path(name).exists())
     left = [str(path) for path in (pool_path(name), lock_path(name)) if path.exists()]
