@@ -21,7 +21,19 @@ from hisparse_plan.torch import shm as shm_module
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
 from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.shm import lock_path, pool_path
-from torch_support import FakeRegistrar, mapped, pattern, rank, shared_plan, small_plan, torch
+from torch_support import (
+    FakeRegistrar,
+    mapped,
+    numa_binding_works,
+    pattern,
+    rank,
+    shared_memory_usable,
+    shared_plan,
+    small_plan,
+    torch,
+)
+
+pytestmark = pytest.mark.skipif(not shared_memory_usable(), reason="no writable /dev/shm")
 
 PLAN = shared_plan()
 SPAWN = multiprocessing.get_context("spawn")
@@ -315,7 +327,7 @@ def test_the_files_may_live_elsewhere(name: str, tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(not Path("/sys/devices/system/node/node0").exists(), reason="no node 0")
+@pytest.mark.skipif(not numa_binding_works(), reason="this process cannot bind to NUMA node 0")
 def test_an_attaching_process_reports_the_creators_placement(name: str) -> None:
     with allocate(PLAN, device="cpu", pin=False, host_pool_name=name, numa_node=0) as first, \
             allocate(PLAN, device="cpu", pin=False, host_pool_name=name) as second:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -189,3 +190,26 @@ def rank(connection: Any, plan_json: str, name: str) -> None:
             pools.release()
             connection.send("closed")
             return
+
+
+def numa_binding_works() -> bool:
+    """Whether this process may bind memory to node 0: mbind needs a NUMA kernel, and some
+    container sandboxes (Docker's default seccomp profile without CAP_SYS_NICE) refuse it."""
+    from hisparse_plan.torch.host import HostBuffer
+    from hisparse_plan.torch.numa import MPOL_PREFERRED, mbind, memory_policy
+
+    if not Path("/sys/devices/system/node/node0").exists():
+        return False
+    buffer = HostBuffer(4096, huge_pages=False)
+    try:
+        return mbind(buffer.address, 4096, 0, MPOL_PREFERRED) is None and (
+            memory_policy(buffer.address) is not None)
+    finally:
+        buffer.unmap()
+
+
+def shared_memory_usable() -> bool:
+    """Whether /dev/shm is there to hold shared pools."""
+    from hisparse_plan.torch.shm import SHM_DIR
+
+    return os.access(SHM_DIR, os.W_OK | os.X_OK)
