@@ -237,3 +237,20 @@ def test_gc_after_a_fault_leaves_nothing(buffers: list[tuple[int, int]]) -> None
     assert registrar.registered == {}
     [(address, size)] = buffers
     assert not mapped(address, size)
+
+
+def test_an_in_flight_chunk_without_an_answer_is_stranded() -> None:
+    registrar = InjectingRegistrar(2, RuntimeError, registered_first=True)
+    registration = Registration(1 << 40, registrar)
+    unregister = registrar.unregister
+
+    def silent(address: int) -> int:
+        if address == (1 << 40) + 2 * 4096:
+            raise RuntimeError("driver gone")  # no answer: the chunk may still be registered
+        return unregister(address)
+
+    registrar.unregister = silent  # type: ignore[method-assign]
+    with pytest.raises(RegistrationError, match=r"chunk 2.*rolling back .* failed too"):
+        registration.register(chunks(4))
+    assert [chunk.index for chunk in registration.stranded] == [2]
+    assert not registration.clean

@@ -294,10 +294,15 @@ def test_each_rank_pins_for_itself_and_an_interrupted_close_still_lets_go(name: 
     assert sum(second_registrar.registered.values()) == host_pool_bytes(PLAN)
     del one, two
     unregister = second_registrar.unregister
+    calls = 0
 
     def interrupted(address: int) -> int:
-        unregister(address)
-        raise KeyboardInterrupt  # Ctrl-C right after the driver call
+        nonlocal calls
+        calls += 1
+        code = unregister(address)
+        if calls == 1:
+            raise KeyboardInterrupt  # Ctrl-C right after the first driver call
+        return code
 
     second_registrar.unregister = interrupted  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):

@@ -96,8 +96,8 @@ class Registration:
 
     `chunks` are registered for certain. `in_flight` are chunks whose register call started
     and gave no clear answer (it raised, or an interrupt landed between its return and the
-    bookkeeping): they may or may not be registered, so undoing tries them too
-    and ignores a "not registered" answer. `stranded` are chunks an unregister call failed
+    bookkeeping): they may or may not be registered, so undoing tries them too and accepts a
+    coded failure ("not registered") as the answer. `stranded` are chunks an unregister call failed
     for. `clean` is True when all three are empty, the only state in which the buffer may be
     unmapped.
     """
@@ -181,10 +181,16 @@ class Registration:
                 self.stranded.append(chunk)
         for chunk in sorted(self.in_flight, key=lambda c: c.index, reverse=True):
             try:
-                _call(self.registrar, False, self.base + chunk.start)
+                outcome = _call(self.registrar, False, self.base + chunk.start)
             except BaseException as error:
                 interrupted = interrupted or error
+                outcome = _Outcome(_RAISED, f"{type(error).__name__} while unregistering")
             self.in_flight.discard(chunk)
+            # A coded failure is the driver's answer ("not registered": the register call had
+            # not got that far). No answer at all leaves the chunk possibly registered.
+            if outcome.code == _RAISED:
+                failures.append(f"chunk {chunk.index}: {outcome.why}")
+                self.stranded.append(chunk)
         if failures:
             failed = RegistrationError(
                 f"cudaHostUnregister failed for {len(failures)} host pool chunk(s): "
@@ -195,7 +201,6 @@ class Registration:
             interrupted.add_note(str(failed))
         if interrupted is not None:
             raise interrupted
-
 
 
 def register_chunks(
