@@ -123,8 +123,8 @@ def hisparse_requests(
     for i, spec in enumerate(draw(regular_specs(small=small, refusals=refusals))):
         layers[f"model.extra.{i}.attn"] = spec
 
-    max_model_len = draw(st.integers(1, 512 if small else 262144))
-    index_topk = draw(st.integers(1, 512 if small else 4096))
+    max_model_len = draw(st.integers(1, 64 if small else 262144))
+    index_topk = draw(st.integers(1, 16 if small else 4096))
     source_page = sum(
         _page(spec) for spec in layers.values() if spec["kind"] == "mla"
         and spec["cache_role"] == "sparse"
@@ -136,19 +136,27 @@ def hisparse_requests(
     spare_blocks = draw(st.integers(-3 if refusals else 0, 40))
     host_bytes = needed + spare_blocks * stride + draw(st.integers(0, stride - 1))
     host_pool_gib = max(host_bytes, 1) / GIB
-    queries = draw(st.integers(1, 4))
+    queries = draw(st.integers(1, 2 if small else 4))
     widths = [spec.get("topk_buffer_width") or index_topk for spec in layers.values()
               if spec["kind"] == "mla" and spec["cache_role"] == "sparse"]
     device_buffer: int | None = None
     if draw(st.booleans()):  # around the minimum, sometimes below it or past 32768
         slack = draw(st.integers(-2 if refusals else 0, 300))
         device_buffer = max(1, queries * max(widths) + slack)
-    available = draw(st.integers(0, 2**22)) if small else draw(
-        st.one_of(st.integers(0, 2**40), st.integers(2**36, 2**50))
-    )
-    override = draw(st.integers(1, 64 if small else 10**6)) if draw(st.booleans()) else None
-    if small and (override is None or not refusals) and (available > 2**21 or not refusals):
-        override = draw(st.integers(1, 16))
+    scheduler = {
+        "max_num_batched_tokens": draw(st.integers(1, 16384)),
+        "max_concurrent_batches": draw(st.integers(1, 4)),
+    }
+    available = draw(_device_bytes())
+    override = draw(st.integers(1, 10**6)) if not small and draw(st.booleans()) else None
+    if small:
+        # Pools of a few blocks: enough for one request (an upper bound on SPEC 5.12's need),
+        # or with refusals now and then a block or two short.
+        rows = device_buffer if device_buffer is not None else (queries + 1) * max(widths)
+        enough = _blocks_upper_bound(layers, max_model_len, block_size, rows, scheduler)
+        short = refusals and rarely(draw, 8)
+        override = max(1, enough + 1 - (draw(st.integers(1, enough)) if short else 0)
+                       + draw(st.integers(0, 4)))
     return {
         "layers": layers,
         "model": {"max_model_len": max_model_len, "index_topk": index_topk},
@@ -164,11 +172,22 @@ def hisparse_requests(
                                                      else USUAL_LAYOUTS)),
             "num_blocks_override": override,
         },
-        "scheduler": {
-            "max_num_batched_tokens": draw(st.integers(1, 16384)),
-            "max_concurrent_batches": draw(st.integers(1, 4)),
-        },
+        "scheduler": scheduler,
     }
+
+
+def _blocks_upper_bound(
+    layers: dict[str, Any], length: int, block_size: int, rows: int, scheduler: dict[str, int]
+) -> int:
+    """At least the device blocks one request takes (SPEC 5.10): every source layer counted
+    as a pack of its own, every other layer as a group of its own."""
+    sources = sum(1 for s in layers.values() if s["kind"] == "mla" and s["cache_role"] == "sparse")
+    others = sum(1 for s in layers.values() if s["kind"] != "mla")
+    blocks = math.ceil(length / block_size)
+    inflight = scheduler["max_num_batched_tokens"] * scheduler["max_concurrent_batches"]
+    resident = math.ceil(min(inflight, length) / block_size)
+    hot = math.ceil(rows / block_size)
+    return blocks + sources * (resident + hot) + others * (length + 1)  # block size >= 1
 
 
 def _page(spec: dict[str, Any]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import logging
 import warnings
 
 import pytest
@@ -64,3 +65,15 @@ def test_packaged_example_is_the_deepseek_golden_request() -> None:
     example = (VENDORED.parent.parent / "src" / "hisparse_plan" / "data"
                / "deepseek_v32_fp8.request.json")
     assert json.loads(example.read_text()) == load("deepseek_v32_fp8")[0]
+
+
+def test_a_plan_logs_one_summary_line_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    request, _ = load("regular_llama3_70b_pp4_autofit")
+    with caplog.at_level(logging.INFO, logger="hisparse_plan"):
+        plan = hp.plan(request)
+    lines = [r.getMessage() for r in caplog.records if r.name == "hisparse_plan"]
+    assert lines == [
+        f"planned 1 groups in 4 device pool(s) of {' + '.join(['9662627840 B'] * 4)} "
+        "(7372 blocks), max_model_len fitted to 117936; max concurrency 1"
+    ]
+    assert plan.fingerprint == hp.plan(request).fingerprint

@@ -235,3 +235,18 @@ def test_required_blocks_by_kind() -> None:
     assert by_kind["chunked_local_attention"] == -(
         -(256 + 64) // block["chunked_local_attention"])
     assert by_kind["mamba"] == 3
+
+
+def test_a_stage_buckets_its_members_in_their_own_order() -> None:
+    """Stage 1 holds c (spec Y) before d (spec X): its tensors follow that order, not the
+    group's (X first), as vLLM's projection does (found by the vLLM differential harness)."""
+    narrow = {**ATTN, "head_size": 64}
+    request = _request({"a": ATTN, "b": narrow, "c": narrow, "d": ATTN})
+    request["device"]["pipeline_stages"] = [
+        {"layers": ["a", "b"], "available_bytes": GIB},
+        {"layers": ["c", "d"], "available_bytes": GIB},
+    ]
+    plan = hp.plan(request)
+    hp.check_plan(plan)
+    assert [t.layers for t in plan.tensors] == [["a"], ["b"], ["c"], ["d"]]
+    assert [t.offset for t in plan.tensors] == [0, 65536, 0, 32768]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import DevicePool, KVCachePlan, Workload
+from hisparse_plan.models import DevicePool, KVCachePlan, UniformTypeSpec, Workload
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
-from hisparse_plan.rules.buckets import SpecBucket, spec_buckets
+from hisparse_plan.rules.buckets import SpecBucket, buckets_of, spec_buckets
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
 from hisparse_plan.rules.host import host_block_stride, host_blocks_needed
 from hisparse_plan.rules.required import buckets_required, longest_fitting
@@ -55,18 +55,33 @@ def _check_host_pool(plan: KVCachePlan, source: list[SpecBucket]) -> None:
         )
 
 
-def stage_groups(plan: KVCachePlan, device: list[list[SpecBucket]]) -> list[list[list[SpecBucket]]]:
-    """Every device group's buckets projected onto each stage's layers."""
-    if len(plan.device_pools) == 1:
-        return [device]
+def stage_groups(plan: KVCachePlan) -> list[list[list[SpecBucket]]]:
+    """Every device group's buckets projected onto each stage's layers (SPEC 7.6): a group
+    keeps the stage's layers, a uniform_type group its members in their own order."""
+    device = [g for g in plan.groups if g.role != "hisparse_source"]
     projected = []
-    for pool in plan.device_pools:
-        names = set(pool.layers or [])
-        projected.append([
-            [SpecBucket(b.spec, kept) for b in buckets
-             if (kept := [n for n in b.names if n in names])]
-            for buckets in device
-        ])
+    for stage, pool in enumerate(plan.device_pools):
+        if pool.layers is None:
+            projected.append([spec_buckets(g.spec, g.layer_names) for g in device])
+            continue
+        names = set(pool.layers)
+        groups = []
+        for group in device:
+            spec = group.spec
+            if isinstance(spec, UniformTypeSpec):
+                buckets = buckets_of({n: m for n, m in spec.specs.items() if n in names})
+                if not buckets:
+                    raise PlanInvariantError(
+                        f"device_pools[{stage}] holds no layer of the uniform_type group "
+                        f"{group.layer_names[0]!r}...; expected a part of it on every stage "
+                        "(SPEC 7.6)",
+                        layer=group.layer_names[0],
+                    )
+            else:
+                kept = [n for n in group.layer_names if n in names]
+                buckets = [SpecBucket(spec, kept)] if kept else []
+            groups.append(buckets)
+        projected.append(groups)
     return projected
 
 
@@ -74,7 +89,7 @@ def _check_device_pools(plan: KVCachePlan, device: list[list[SpecBucket]]) -> No
     """Each stage's bytes per block, and the num_blocks they give."""
     fitting = []
     for index, (pool, groups) in enumerate(zip(
-            plan.device_pools, stage_groups(plan, device), strict=True)):
+            plan.device_pools, stage_groups(plan), strict=True)):
         what = f"device_pools[{index}]"
         try:
             check_layout(groups, pool.layout, what)

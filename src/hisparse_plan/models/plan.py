@@ -130,6 +130,15 @@ class KVCachePlan(Model):
         return self.device_pools[0]
 
     @property
+    def fingerprint(self) -> str:
+        """A stable hash of everything that decides where a byte lives (groups, tensors,
+        pools; not capacity figures or metadata): two plans with one fingerprint lay out KV
+        alike (`hisparse_plan.exchange`)."""
+        from hisparse_plan.exchange.fingerprint import fingerprint  # exchange reads models
+
+        return fingerprint(self)
+
+    @property
     def max_model_len(self) -> int:
         """The length every figure of the plan is sized for."""
         fitted = self.fitted_max_model_len

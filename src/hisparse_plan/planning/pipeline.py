@@ -10,6 +10,7 @@ pool. The order of the refusals differs as the SPEC orders them (5.12, 7.5).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from warnings import warn
@@ -39,6 +40,9 @@ from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import require_int64
 from hisparse_plan.rules.block_bytes import check_layout
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
+
+LOG = logging.getLogger("hisparse_plan")
+"""The library's logger: a one-line summary per plan at INFO; nothing is printed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,23 @@ def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
         result = _plan_hisparse(request, request.hisparse, layers, trace)
     for note in result.warnings:
         warn(note, PlanWarning, stacklevel=4)
+    if LOG.isEnabledFor(logging.INFO):
+        LOG.info("%s", summary(result))
     return TracedPlan(result, trace)
+
+
+def summary(plan: KVCachePlan) -> str:
+    """One line: groups, pools, blocks and concurrency."""
+    pools = " + ".join(f"{pool.size} B" for pool in plan.device_pools)
+    host = "" if plan.host_pool is None else (
+        f", host pool {plan.host_pool.size} B ({plan.host_pool.num_blocks} blocks)")
+    fitted = "" if plan.fitted_max_model_len is None else (
+        f", max_model_len fitted to {plan.fitted_max_model_len}")
+    return (
+        f"planned {len(plan.groups)} groups in {len(plan.device_pools)} device pool(s) of "
+        f"{pools} ({plan.num_blocks} blocks){host}{fitted}; max concurrency "
+        f"{plan.capacity.max_concurrency:.4g}"
+    )
 
 
 def request_layers(request: PlanRequest) -> list[Layer]:

@@ -10,7 +10,7 @@ from hisparse_plan.models import DeviceConfig, UniformTypeSpec
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.block_bytes import bytes_per_block
-from hisparse_plan.rules.buckets import SpecBucket
+from hisparse_plan.rules.buckets import SpecBucket, buckets_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +106,14 @@ def project(groups: list[PlannedGroup], names: set[str], stage: int) -> list[lis
     """Each group kept with only the stage's layers (SPEC 7.6 step 2)."""
     projected = []
     for index, group in enumerate(groups):
-        buckets = [
-            SpecBucket(bucket.spec, kept)
-            for bucket in group.buckets
-            if (kept := [name for name in bucket.names if name in names])
-        ]
-        if not buckets and isinstance(group.group.spec, UniformTypeSpec):
+        spec = group.group.spec
+        if isinstance(spec, UniformTypeSpec):
+            # The stage's members by spec, in their own order of first appearance.
+            buckets = buckets_of({n: s for n, s in spec.specs.items() if n in names})
+        else:
+            kept = [name for name in group.group.layer_names if name in names]
+            buckets = [SpecBucket(spec, kept)] if kept else []
+        if not buckets and isinstance(spec, UniformTypeSpec):
             first = group.group.layer_names[0]
             raise PlanError(
                 f"device.pipeline_stages[{stage}]: holds no layer of the uniform_type group "

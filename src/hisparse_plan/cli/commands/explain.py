@@ -76,9 +76,9 @@ def formula_text(step: Step) -> str:
 COMMAND = Command(
     name="explain",
     help="every number of a plan with the formula and inputs it came from",
-    description="Recompute every number of the plan from its inputs with the planner's own "
-    "rules (SPEC 5) and show the formula beside it; for a preset or config.json, start from "
-    "the config.json fields.",
+    description="Show what each planning stage decided and why (group, size, admit, place, "
+    "report; SPEC 5 and 7), with the formula and its inputs beside every number; for a preset "
+    "or config.json, start from the config.json fields.",
     configure=configure,
     run=run,
 )

@@ -1,0 +1,82 @@
+"""hisparse_plan for vLLM 0.33 (the `vllm` extra): requests from vLLM's objects, plans as vLLM's
+`KVCacheConfig`, and a `KVCacheConfigBuilder` that plans through hisparse_plan.
+
+vLLM is imported only inside these functions, so this module imports without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+
+from hisparse_plan.adapters.vllm.kv_cache_config import to_kv_cache_config, to_kv_cache_configs
+from hisparse_plan.adapters.vllm.settings import (
+    EngineSettings,
+    HisparseSettings,
+    request_dict,
+    request_from_settings,
+    settings_from_vllm,
+)
+from hisparse_plan.adapters.vllm.types import VllmObject
+from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.models import PlanRequest
+
+BUILDER_QUALNAME = "hisparse_plan.adapters.vllm.builder.HisparsePlanKVCacheConfigBuilder"
+PLUGIN_SWITCH = "HISPARSE_PLAN_VLLM_BUILDER"
+"""Set to 1 to let the `vllm.general_plugins` entry point (`register`) install the builder."""
+
+__all__ = [
+    "BUILDER_QUALNAME",
+    "PLUGIN_SWITCH",
+    "EngineSettings",
+    "HisparseSettings",
+    "install_builder",
+    "register",
+    "request_dict",
+    "request_from_vllm",
+    "to_kv_cache_config",
+    "to_kv_cache_configs",
+]
+
+
+def request_from_vllm(
+    kv_cache_specs: Mapping[str, VllmObject],
+    vllm_config: VllmObject,
+    available_bytes: int,
+    host_pool_bytes: int | None = None,
+) -> PlanRequest:
+    """The plan request for vLLM's `dict[str, KVCacheSpec]` (one worker's, in model order) and
+    its `VllmConfig`, with `available_bytes` of GPU memory for the KV cache.
+
+    With HiSparse and `host_pool_bytes=None` the host budget is what vLLM reads:
+    `vllm.v1.hisparse.layout.get_hisparse_host_pool_bytes(vllm_config)`. A spec type or engine
+    mode the contract cannot express raises `UnsupportedRequestError` (a `PlanError`) naming it.
+    """
+    if not kv_cache_specs:
+        raise UnsupportedRequestError(
+            "kv_cache_specs: the model has no KV cache layers (attention-free); expected at "
+            "least one", field="layers",
+        )
+    settings = settings_from_vllm(vllm_config, host_pool_bytes)
+    return request_from_settings(kv_cache_specs, settings, available_bytes)
+
+
+def install_builder() -> None:
+    """Make vLLM plan through hisparse_plan in this process: the current platform's
+    `get_kv_cache_config_builder_cls` answers `BUILDER_QUALNAME`."""
+    platforms = importlib.import_module("vllm.platforms")
+    platform_cls = type(platforms.current_platform)
+
+    def builder_cls(cls: type, vllm_config: VllmObject) -> str:
+        del cls, vllm_config
+        return BUILDER_QUALNAME
+
+    platform_cls.get_kv_cache_config_builder_cls = classmethod(builder_cls)
+
+
+def register() -> None:
+    """vLLM general-plugin hook (runs in every vLLM process): installs the builder when
+    HISPARSE_PLAN_VLLM_BUILDER=1, so installing the extra alone changes nothing."""
+    if os.environ.get(PLUGIN_SWITCH) == "1":
+        install_builder()

@@ -1,0 +1,100 @@
+"""A plan as vLLM 0.33's `KVCacheConfig` (one per pipeline stage), field for field."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+
+from hisparse_plan.adapters.vllm import specs
+from hisparse_plan.adapters.vllm.types import VllmObject
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import HostPool, KVCacheGroup, KVCachePlan, KVCacheTensor
+
+
+def vllm_tensor(tensor: KVCacheTensor) -> VllmObject:
+    return specs.interface().KVCacheTensor(
+        size=tensor.size,
+        layers=list(tensor.layers),
+        layer_stride=tensor.layer_stride,
+        block_stride=tensor.block_stride,
+        offset=tensor.offset,
+        host_resident=tensor.host_resident,
+    )
+
+
+def assemble(
+    num_blocks: int,
+    tensors: Sequence[KVCacheTensor],
+    groups: list[VllmObject],
+    host_pool: HostPool | None,
+    prefix_cache_retention_interval: int | None,
+) -> VllmObject:
+    """The KVCacheConfig of vLLM groups placed as `tensors`."""
+    return specs.interface().KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[vllm_tensor(tensor) for tensor in tensors],
+        kv_cache_groups=groups,
+        prefix_cache_retention_interval=prefix_cache_retention_interval,
+        hisparse_host_num_blocks=None if host_pool is None else host_pool.num_blocks,
+        hisparse_host_block_stride=None if host_pool is None else host_pool.block_stride,
+        hisparse_shared_host_pool=False if host_pool is None else host_pool.shared,
+    )
+
+
+def vllm_groups(
+    groups: Sequence[KVCacheGroup],
+    extra_tokens: int,
+    layer_specs: Mapping[str, VllmObject] | None = None,
+) -> list[VllmObject]:
+    """vLLM's KVCacheGroupSpec list for our groups (sliding windows keep `extra_tokens`)."""
+    return [specs.group(group, extra_tokens, layer_specs) for group in groups]
+
+
+def to_kv_cache_configs(
+    plan: KVCachePlan,
+    layer_specs: Mapping[str, VllmObject] | None = None,
+    *,
+    prefix_cache_retention_interval: int | None = None,
+) -> list[VllmObject]:
+    """One `KVCacheConfig` per pipeline stage, as vLLM's `get_kv_cache_configs` returns them.
+
+    `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
+    fields the contract does not carry; without it those take vLLM's defaults.
+    """
+    groups = vllm_groups(plan.groups, plan.workload.extra_window_tokens, layer_specs)
+    if len(plan.device_pools) == 1:
+        return [assemble(plan.num_blocks, plan.tensors, groups, plan.host_pool,
+                         prefix_cache_retention_interval)]
+    project = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    configs = []
+    for index, pool in enumerate(plan.device_pools):
+        names = dict.fromkeys(pool.layers or [])
+        tensors = [tensor for tensor in plan.tensors if tensor.layers[0] in names]
+        # vLLM's own projection, so a stage's groups are exactly what its workers get.
+        stage_groups = project._project_kv_cache_groups_to_worker(groups, names)
+        if not tensors:
+            raise PlanError(f"device_pools[{index}]: the stage places no tensor",
+                            field=f"device_pools[{index}]")
+        configs.append(assemble(plan.num_blocks, tensors, stage_groups, plan.host_pool,
+                                prefix_cache_retention_interval))
+    return configs
+
+
+def to_kv_cache_config(
+    plan: KVCachePlan,
+    layer_specs: Mapping[str, VllmObject] | None = None,
+    *,
+    prefix_cache_retention_interval: int | None = None,
+) -> VllmObject:
+    """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM 0.33 plans for the same
+    input. A plan with several pipeline stages has one config per stage: see
+    `to_kv_cache_configs`."""
+    if len(plan.device_pools) != 1:
+        raise PlanError(
+            f"the plan has {len(plan.device_pools)} pipeline stages, so vLLM has one "
+            "KVCacheConfig per stage; expected one stage: use to_kv_cache_configs",
+            field="device_pools",
+        )
+    return to_kv_cache_configs(
+        plan, layer_specs, prefix_cache_retention_interval=prefix_cache_retention_interval
+    )[0]

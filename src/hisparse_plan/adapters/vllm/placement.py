@@ -1,0 +1,124 @@
+"""Placing vLLM's cache groups for a given block count with hisparse_plan's own stages.
+
+vLLM asks a builder to materialize groups for exactly `num_blocks` blocks (for the probe of one
+block, for profiling, and for every worker), with no admission check: so this runs the size and
+place stages of the planner (SPEC 5.7-5.9, 7.4-7.5) on the groups as given, not `plan()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import TypeAdapter
+
+from hisparse_plan.adapters.vllm.layers import layer_dicts
+from hisparse_plan.adapters.vllm.types import VllmObject
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models import (
+    GroupSpec,
+    HisparseConfig,
+    HisparseHotSpec,
+    HisparseResidentSpec,
+    HostPool,
+    KVCacheLayout,
+    KVCacheTensor,
+    LayerSpec,
+    UniformTypeSpec,
+)
+from hisparse_plan.models.base import GIB
+from hisparse_plan.planning.host_pool import plan_host_pool
+from hisparse_plan.planning.place import place_pool
+from hisparse_plan.planning.trace import Trace
+from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
+from hisparse_plan.rules.buckets import SpecBucket, spec_buckets
+
+_LAYER_SPEC: TypeAdapter[LayerSpec] = TypeAdapter(LayerSpec)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSettings:
+    """What sizes the host pool: vLLM's budget, its shared-pool choice, the request length."""
+
+    budget_bytes: int
+    shared: bool
+    max_model_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    tensors: list[KVCacheTensor]
+    host_pool: HostPool | None
+
+
+def our_group_spec(group: VllmObject, extra_tokens: int) -> GroupSpec:
+    """The contract's spec of one vLLM group (its own spec, or its members')."""
+    spec = group.kv_cache_spec
+    kind = type(spec).__name__
+    if kind == "HiSparseResidentSpec":
+        return HisparseResidentSpec(block_size=spec.block_size, page_size_bytes=spec.page_size)
+    if kind == "HiSparseHotSpec":
+        return HisparseHotSpec(block_size=spec.block_size, page_size_bytes=spec.page_size,
+                               blocks_per_request=spec.blocks_per_request)
+    if kind == "UniformTypeKVCacheSpecs":
+        members = layer_dicts(spec.kv_cache_specs, extra_tokens)
+        return UniformTypeSpec(
+            block_size=spec.block_size,
+            specs={name: _LAYER_SPEC.validate_python(member) for name, member in members.items()},
+        )
+    label = group.layer_names[0] if group.layer_names else "group"
+    return _LAYER_SPEC.validate_python(layer_dicts({label: spec}, extra_tokens)[label])
+
+
+def _refuse_empty_uniform(index: int, group: VllmObject) -> None:
+    """A pipeline stage that holds no layer of a uniform_type group: vLLM 0.33 keeps the whole
+    group's spec there and places the other stages' layers in this stage's pool; SPEC 7.6
+    step 2 refuses it, as `plan()` does."""
+    spec = group.kv_cache_spec
+    if group.layer_names or type(spec).__name__ != "UniformTypeKVCacheSpecs":
+        return
+    first = next(iter(spec.kv_cache_specs), "?")
+    raise PlanError(
+        f"device.pipeline_stages: this worker's stage holds no layer of the uniform_type group "
+        f"{index} (first layer {first!r}); expected every stage to hold at least one layer of "
+        "each uniform_type group (SPEC 7.6 step 2; vLLM 0.33 would place other stages' layers "
+        "here)",
+        field="device.pipeline_stages",
+    )
+
+
+def place_groups(
+    groups: Sequence[VllmObject],
+    layout: KVCacheLayout,
+    num_blocks: int,
+    extra_tokens: int,
+    host: HostSettings | None,
+) -> Placement:
+    """Tensors (host first, as vLLM lists them) and the host pool of `groups` at `num_blocks`."""
+    device: list[list[SpecBucket]] = []
+    source: list[SpecBucket] | None = None
+    for index, group in enumerate(groups):
+        _refuse_empty_uniform(index, group)
+        buckets = spec_buckets(our_group_spec(group, extra_tokens), list(group.layer_names))
+        if group.host_resident:
+            source = buckets
+        else:
+            device.append(buckets)
+    host_pool = None
+    host_tensors: list[KVCacheTensor] = []
+    if host is not None and source is not None:
+        source_page = sum(bucket.block_bytes for bucket in source)
+        host_pool = plan_host_pool(
+            source_page,
+            HisparseConfig(host_pool_gib=host.budget_bytes / GIB, shared_host_pool=host.shared),
+            host.max_model_len,
+            source[0].spec.block_size,
+            Trace(),
+        )
+        host_tensors = place_pool([source], KVCacheLayout.LBNHC, host_pool.num_blocks,
+                                  host_pool.bytes_per_block, host_resident=True)
+    check_layout(device, layout, "the device groups")
+    per_block = bytes_per_block(device, layout)
+    return Placement(
+        host_tensors + place_pool(device, layout, num_blocks, per_block), host_pool
+    )

@@ -1,0 +1,150 @@
+"""hisparse_plan specs as vLLM 0.33 spec objects (vLLM and torch imported when called).
+
+A rebuilt spec takes every field the contract has from our spec. When the engine's own spec of
+that layer is at hand, the fields the contract lacks (quantization mode, TP shards, draft flag,
+...) are carried over from it, and the original object itself is returned when nothing changed,
+so a vLLM consumer sees the spec objects it handed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+
+from hisparse_plan.adapters.vllm.layers import NEUTRAL_FIELDS
+from hisparse_plan.adapters.vllm.types import VllmObject
+from hisparse_plan.models import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    GroupSpec,
+    HisparseHotSpec,
+    HisparseResidentSpec,
+    KVCacheGroup,
+    LayerSpec,
+    MambaSpec,
+    MLASpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    UniformTypeSpec,
+)
+
+INTERFACE = "vllm.v1.kv_cache_interface"
+CARRIED_FIELDS = (*NEUTRAL_FIELDS, "is_draft")
+
+
+def interface() -> VllmObject:
+    """vllm.v1.kv_cache_interface, imported on first use."""
+    return importlib.import_module(INTERFACE)
+
+
+def _torch_dtype(name: str) -> VllmObject:
+    return getattr(importlib.import_module("torch"), name)
+
+
+def fresh_layer_spec(spec: LayerSpec, extra_tokens: int) -> VllmObject:
+    """The vLLM spec of one layer, from the contract's fields alone (vLLM defaults elsewhere)."""
+    kv = interface()
+    common: dict[str, VllmObject] = {"block_size": spec.block_size}
+    if spec.block_stride_alignment is not None:
+        common["block_stride_alignment"] = spec.block_stride_alignment
+    if isinstance(spec, MambaSpec):
+        return kv.MambaSpec(
+            shapes=tuple(tuple(shape) for shape in spec.state_shapes),
+            dtypes=tuple(_torch_dtype(dtype) for dtype in spec.state_dtypes),
+            page_size_padded=spec.page_size_padded,
+            num_speculative_blocks=spec.num_speculative_blocks,
+            **common,
+        )
+    common.update(
+        num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
+        dtype=_torch_dtype(spec.dtype), page_size_padded=spec.page_size_padded,
+    )
+    if isinstance(spec, MLASpec | SlidingWindowMLASpec):
+        common.update(
+            cache_dtype_str=spec.cache_dtype, state_content_bytes=spec.state_content_bytes,
+            model_version=spec.model_version, tokens_per_state=spec.compress_ratio,
+            alignment=spec.alignment,
+        )
+        if isinstance(spec, SlidingWindowMLASpec):
+            return kv.SlidingWindowMLASpec(
+                sliding_window=spec.sliding_window, extra_retained_tokens=extra_tokens, **common
+            )
+        return kv.MLAAttentionSpec(
+            cache_role=kv.SparseCacheRole(spec.cache_role),
+            is_index_group_leader=spec.is_index_group_leader,
+            topk_buffer_width=spec.topk_buffer_width,
+            **common,
+        )
+    common["head_size_v"] = spec.head_size_v
+    if isinstance(spec, SlidingWindowSpec):
+        return kv.SlidingWindowSpec(
+            sliding_window=spec.sliding_window, extra_retained_tokens=extra_tokens, **common
+        )
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return kv.ChunkedLocalAttentionSpec(
+            attention_chunk_size=spec.attention_chunk_size, **common
+        )
+    if isinstance(spec, FullAttentionSpec):
+        return kv.FullAttentionSpec(sliding_window=spec.sliding_window, **common)
+    raise TypeError(f"no vLLM spec for {type(spec).__name__}")
+
+
+def layer_spec(
+    name: str, spec: LayerSpec, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+) -> VllmObject:
+    """The vLLM spec of layer `name`, keeping what the engine's own spec says beyond ours."""
+    fresh = fresh_layer_spec(spec, extra_tokens)
+    original = None if originals is None else originals.get(name)
+    if original is None:
+        return fresh
+    fresh_fields = {field.name for field in dataclasses.fields(fresh)}
+    carried = {
+        field: getattr(original, field)
+        for field in CARRIED_FIELDS
+        if field in fresh_fields and hasattr(original, field)
+    }
+    rebuilt = dataclasses.replace(fresh, **carried)
+    if type(rebuilt) is type(original) and rebuilt == original:
+        return original
+    return rebuilt
+
+
+def group_spec(
+    group: KVCacheGroup, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+) -> VllmObject:
+    """The spec vLLM gives this group: derived HiSparse specs, a UniformTypeKVCacheSpecs of the
+    members, or the merge (vLLM's own `merge`) of the layers' equal specs."""
+    kv = interface()
+    spec: GroupSpec = group.spec
+    if isinstance(spec, HisparseResidentSpec):
+        return kv.HiSparseResidentSpec(block_size=spec.block_size, page_size=spec.page_size_bytes)
+    if isinstance(spec, HisparseHotSpec):
+        return kv.HiSparseHotSpec(
+            block_size=spec.block_size, page_size=spec.page_size_bytes,
+            blocks_per_request=spec.blocks_per_request,
+        )
+    if isinstance(spec, UniformTypeSpec):
+        return kv.UniformTypeKVCacheSpecs(
+            block_size=spec.block_size,
+            kv_cache_specs={
+                name: layer_spec(name, member, extra_tokens, originals)
+                for name, member in spec.specs.items()
+            },
+        )
+    layers = [layer_spec(name, spec, extra_tokens, originals) for name in group.layer_names]
+    return layers[0].merge(layers)
+
+
+def group(
+    group: KVCacheGroup, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+) -> VllmObject:
+    """vLLM's KVCacheGroupSpec for one plan group."""
+    kv = interface()
+    return kv.KVCacheGroupSpec(
+        list(group.layer_names),
+        group_spec(group, extra_tokens, originals),
+        host_resident=group.host_resident,
+        enable_kv_transfer=group.enable_kv_transfer,
+        role=kv.KVCacheGroupRole(group.role),
+    )
