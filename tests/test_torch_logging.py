@@ -53,8 +53,9 @@ def test_verify_reports_its_step() -> None:
 def test_allocation_steps_are_logged_and_nothing_is_printed(
     caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    plan = small_plan()  # planning logs too (its own INFO line), before the capture starts
     with caplog.at_level(logging.DEBUG, logger="hisparse_plan"), \
-            allocate(small_plan(), device="cpu", pin=True, registrar=FakeRegistrar(),
+            allocate(plan, device="cpu", pin=True, registrar=FakeRegistrar(),
                      register_chunk_bytes=4 * 2**20, prefault_threads=2):
         pass
     assert capsys.readouterr() == ("", "")
