@@ -2,7 +2,9 @@
 
 1. Host pool allocation + prefault (`allocate`, unpinned) against `torch.empty` + `fill_(0)`
    of the same number of bytes.
-2. `verify` of a DeepSeek-V3.2-shaped plan against `torch.clone` of the same pools.
+2. A shared host pool (`host_pool_name`, /dev/shm): creating it (map + prefault) and attaching
+   it from a second allocation (map + prefault of pages that already exist).
+3. `verify` of a DeepSeek-V3.2-shaped plan against `torch.clone` of the same pools.
 
     .venv/bin/python benchmarks/bench_backend.py [--host-gib 4] [--verify-gib 1] [--device cpu]
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import time
 import warnings
@@ -25,19 +28,20 @@ from typing import Any
 import torch
 
 import hisparse_plan as hp
-from hisparse_plan.torch import allocate, verify
+from hisparse_plan.torch import allocate, host_pool_bytes, verify
 
 REQUEST = (Path(__file__).resolve().parent.parent
            / "src/hisparse_plan/data/deepseek_v32_fp8.request.json")
 GIB = 2**30
 
 
-def deepseek_plan(host_gib: float, device_gib: float) -> hp.KVCachePlan:
+def deepseek_plan(host_gib: float, device_gib: float, *, shared: bool = False) -> hp.KVCachePlan:
     """DeepSeek-V3.2 (61 layers, fp8) with both pools cut down to the sizes asked for."""
     request: dict[str, Any] = json.loads(REQUEST.read_text())
     request = copy.deepcopy(request)
     request["model"]["max_model_len"] = 4096
     request["hisparse"]["host_pool_gib"] = host_gib
+    request["hisparse"]["shared_host_pool"] = shared
     request["device"]["available_bytes"] = int(device_gib * GIB)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hp.PlanWarning)
@@ -69,6 +73,26 @@ def bench_allocation(host_gib: float, repeat: int, threads: int | None) -> tuple
 
         theirs.append(size / timed(plain) / GIB)
     return statistics.median(ours), statistics.median(theirs)
+
+
+def bench_shared(host_gib: float, repeat: int, threads: int | None) -> tuple[float, float]:
+    """GiB/s of creating a shared host pool, and of attaching it from a second allocation."""
+    plan = deepseek_plan(host_gib, 0.001, shared=True)
+    size = host_pool_bytes(plan)
+    name = f"bench-{os.getpid()}"
+    create, attach = [], []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        first = allocate(plan, device="cpu", pin=False, prefault_threads=threads,
+                         host_pool_name=name)
+        create.append(size / (time.perf_counter() - started) / GIB)
+        started = time.perf_counter()
+        second = allocate(plan, device="cpu", pin=False, prefault_threads=threads,
+                          host_pool_name=name)
+        attach.append(size / (time.perf_counter() - started) / GIB)
+        second.release()
+        first.release()
+    return statistics.median(create), statistics.median(attach)
 
 
 def bench_verify(verify_gib: float, device: str, repeat: int) -> dict[str, float]:
@@ -124,6 +148,11 @@ def main() -> None:
     print(f"  allocate(pin=False)          {ours:7.2f} GiB/s")
     print(f"  torch.empty + fill_(0)       {theirs:7.2f} GiB/s")
     print(f"  ratio                        {ours / theirs:7.2f}x")
+
+    create, attach = bench_shared(args.host_gib, args.repeat, args.threads)
+    print(f"shared host pool in /dev/shm, {args.host_gib:g} GiB:")
+    print(f"  create (map + prefault)      {create:7.2f} GiB/s")
+    print(f"  attach (map + prefault)      {attach:7.2f} GiB/s")
 
     figures = bench_verify(args.verify_gib, args.device, args.repeat)
     overlay = figures["page_bytes"] / figures["pool_bytes"]

@@ -2,6 +2,8 @@
 
     python benchmarks/gpu_check.py [--host-gib 8] [--device-gib 8] [--device cuda:0]
 
+Without CUDA it only answers --help (exit 2 otherwise); importing it needs torch, not a GPU.
+
 Prints one line per check and exits 1 at the first failure (2 without CUDA):
 
 1. allocate(pin=True) with 1 GiB registration chunks: several chunks, every edge OS-page
@@ -17,6 +19,14 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA):
 7. Timing: allocate + prefault + pin against torch.empty(pin_memory=True) of the same bytes
    (with torch's host allocator stats, which show its power-of-two rounding).
 8. The DeepSeek-V3.2 golden plan on the meta device.
+9. NUMA: the pinned pool on the GPU's node as sysfs gives it (MPOL_PREFERRED, every sampled
+   page there), or unbound with the reason where sysfs does not know; numa_node=0 binds
+   (MPOL_BIND) and still pins.
+10. Ctrl-C in the middle of real registration (a registrar that raises KeyboardInterrupt right
+   after cudaHostRegister of chunk k returned, sequential and threaded): nothing stays pinned.
+11. A shared host pool (host_pool_name) across two processes, each pinning its own mapping:
+   writes through one process's pinned mapping from the GPU are read by the other's, both
+   ways; nothing is left in /dev/shm after both release.
 """
 
 from __future__ import annotations
@@ -25,10 +35,13 @@ import argparse
 import copy
 import itertools
 import json
+import multiprocessing
+import os
 import sys
 import time
 import warnings
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +53,16 @@ from hisparse_plan.torch import (
     CudaRegistrar,
     RegistrationError,
     allocate,
+    host_pool_bytes,
     host_trains,
     meta_check,
     verify,
 )
 from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_crossing
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
+from hisparse_plan.torch.numa import memory_policy, page_node, pci_bus_id, pci_numa_node
 from hisparse_plan.torch.registration import register_chunks
+from hisparse_plan.torch.shm import lock_path, pool_path
 from hisparse_plan.views import plan_views
 
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
@@ -64,11 +80,12 @@ def check(name: str, ok: bool, detail: str = "") -> None:
         raise CheckFailed(name)
 
 
-def deepseek(host_gib: float, device_bytes: int) -> hp.KVCachePlan:
+def deepseek(host_gib: float, device_bytes: int, *, shared: bool = False) -> hp.KVCachePlan:
     request: dict[str, Any] = copy.deepcopy(
         json.loads((DATA / "deepseek_v32_fp8.request.json").read_text()))
     request["model"]["max_model_len"] = 4096
     request["hisparse"]["host_pool_gib"] = host_gib
+    request["hisparse"]["shared_host_pool"] = shared
     request["device"]["available_bytes"] = device_bytes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hp.PlanWarning)
@@ -176,6 +193,145 @@ def rollback(device_index: int) -> None:
         buffer.release()
 
 
+def numa_placement(plan: hp.KVCachePlan, device: str) -> None:
+    index = torch.device(device).index or 0
+    bus = pci_bus_id(index)
+    node, why = (None, "torch reports no PCI bus id") if bus is None else pci_numa_node(bus)
+    print(f"     {device}: PCI {bus}, sysfs NUMA node {node} ({why})")
+    with allocate(plan, device=device, pin=True) as pools:
+        host = pools.host
+        assert host is not None
+        assert pools.numa is not None
+        print("     " + pools.summary().replace("\n", "\n     "))
+        if node is None:
+            check("NUMA: unbound where sysfs does not know, with the reason",
+                  pools.numa.node is None and bool(pools.numa.reason), pools.numa.describe())
+        else:
+            step = max(OS_PAGE, host.numel() // 64 // OS_PAGE * OS_PAGE)
+            nodes = {page_node(host.data_ptr() + at) for at in range(0, host.numel(), step)}
+            check(f"NUMA: the pinned pool prefers node {node} and its pages are there",
+                  pools.numa.node == node and memory_policy(host.data_ptr()) ==
+                  ("MPOL_PREFERRED", [node]) and nodes == {node},
+                  f"{pools.numa.describe()}; sampled pages on nodes {sorted(map(str, nodes))}")
+        check("NUMA: the placed pool is pinned", bool(host.is_pinned()))
+    with allocate(plan, device=device, pin=True, numa_node=0) as pools:
+        host = pools.host
+        assert host is not None
+        assert pools.numa is not None
+        check("NUMA: numa_node=0 binds (MPOL_BIND) and pins",
+              memory_policy(host.data_ptr()) == ("MPOL_BIND", [0])
+              and page_node(host.data_ptr() + host.numel() - 1) == 0
+              and bool(host.is_pinned()), pools.numa.describe())
+
+
+class InterruptingRegistrar(CudaRegistrar):
+    """Real registration, with KeyboardInterrupt right after the call for chunk `at` returned
+    (the worst moment: registered, not yet recorded)."""
+
+    def __init__(self, device_index: int, base: int, chunk_bytes: int, at: int) -> None:
+        super().__init__(device_index)
+        self.target = base + at * chunk_bytes
+
+    def register(self, address: int, nbytes: int) -> int:
+        code = super().register(address, nbytes)
+        if address == self.target:
+            raise KeyboardInterrupt
+        return code
+
+
+def interrupted_registration(device_index: int) -> None:
+    chunk_bytes = 64 * 2**20
+    for threads, at in itertools.product((1, 4), (0, 3, 5)):
+        buffer = HostBuffer(6 * chunk_bytes)
+        buffer.prefault(4)
+        pieces = [Chunk(i, i * chunk_bytes, (i + 1) * chunk_bytes) for i in range(6)]
+        registrar = InterruptingRegistrar(device_index, buffer.address, chunk_bytes, at)
+        try:
+            register_chunks(buffer.address, pieces, registrar, threads=threads)
+        except KeyboardInterrupt:
+            interrupted = True
+        else:
+            interrupted = False
+        tensor = buffer.tensor
+        assert tensor is not None
+        pinned = [bool(tensor[c.start:c.end].is_pinned()) for c in pieces]
+        check(f"Ctrl-C after chunk {at} registered (threads={threads}) leaves nothing pinned",
+              interrupted and not any(pinned), f"pinned {pinned}")
+        buffer.release()
+
+
+def shared_rank(connection: Connection, plan_json: str, name: str, device: str) -> None:
+    """The second process: attach the shared pool, pin it, and copy through it."""
+    plan = hp.KVCachePlan.model_validate_json(plan_json)
+    with allocate(plan, device=device, pin=True, host_pool_name=name) as pools:
+        host = pools.host
+        assert host is not None
+        assert pools.shared is not None
+        connection.send((pools.shared.created, bool(host.is_pinned()), pools.numa and
+                         pools.numa.describe()))
+        seed = connection.recv()
+        # GPU -> this process's pinned mapping.
+        host.copy_(pattern(seed, host.numel(), torch.device(device)), non_blocking=True)
+        torch.cuda.synchronize()
+        connection.send("written")
+        seed = connection.recv()
+        # The other process's writes, read back through this mapping onto the GPU.
+        on_gpu = host.to(device, non_blocking=True)
+        connection.send(bool(torch.equal(on_gpu, pattern(seed, host.numel(),
+                                                         torch.device(device)))))
+        connection.recv()
+    connection.send("closed")
+
+
+def pattern(seed: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device,
+                         generator=generator)
+
+
+def receive(connection: Connection) -> Any:  # noqa: ANN401 - whatever the other process sent
+    """The other process's next answer; a failed check if it died or hangs."""
+    if not connection.poll(120):
+        check("shared pool: the other process answers", False, "no answer within 120 s")
+    return connection.recv()
+
+
+def shared_pool(host_gib: float, device: str) -> None:
+    plan = deepseek(host_gib, GIB, shared=True)
+    name = f"gpu-check-{os.getpid()}"
+    spawn = multiprocessing.get_context("spawn")
+    with allocate(plan, device=device, pin=True, host_pool_name=name) as pools:
+        host = pools.host
+        assert host is not None
+        assert pools.shared is not None
+        check("shared pool: created and pinned here", pools.shared.created
+              and bool(host.is_pinned()) and host.numel() == host_pool_bytes(plan),
+              pools.summary().replace("\n", "; "))
+        connection, child = spawn.Pipe()
+        # A daemon: should a check fail here, exiting does not wait on it.
+        other = spawn.Process(target=shared_rank,
+                              args=(child, plan.model_dump_json(), name, device), daemon=True)
+        other.start()
+        created, pinned, placement = receive(connection)
+        check("shared pool: the other process attached and pinned its own mapping",
+              not created and pinned, str(placement))
+        connection.send(21)
+        receive(connection)
+        gpu = torch.device(device)
+        check("shared pool: its GPU writes are read here, through this pinned mapping",
+              torch.equal(host.to(device), pattern(21, host.numel(), gpu)))
+        host.copy_(pattern(22, host.numel(), gpu))
+        torch.cuda.synchronize()
+        connection.send(22)
+        check("shared pool: this process's writes are read there", receive(connection) is True)
+        connection.send("close")
+        receive(connection)
+        other.join(60)
+        check("shared pool: kept while this process holds it", pool_path(name).exists())
+    left = [str(path) for path in (pool_path(name), lock_path(name)) if path.exists()]
+    check("shared pool: nothing left in /dev/shm after both release", not left, str(left))
+
+
 def refusals(device: str) -> None:
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     plan = deepseek(0.5, free + 64 * GIB)
@@ -229,6 +385,9 @@ def main() -> int:
     try:
         pinned_pools(deepseek(args.host_gib, int(args.device_gib * GIB)), args.device)
         rollback(torch.device(args.device).index or 0)
+        interrupted_registration(torch.device(args.device).index or 0)
+        numa_placement(deepseek(min(args.host_gib, 2.0), GIB), args.device)
+        shared_pool(min(args.host_gib, 2.0), args.device)
         refusals(args.device)
         versus_torch_pinned(int(args.host_gib * GIB), args.device)
         report = meta_check(hp.plan(hp.PlanRequest.model_validate_json(

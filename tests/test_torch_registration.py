@@ -4,7 +4,6 @@ the real CUDA path where a GPU is present."""
 from __future__ import annotations
 
 import gc
-import threading
 
 import pytest
 
@@ -13,51 +12,12 @@ pytest.importorskip("torch")  # the backend is an extra: skip without it
 from hisparse_plan.torch import Chunk, Pools, RegistrationError, allocate, host_trains
 from hisparse_plan.torch.chunks import lowest_crossing
 from hisparse_plan.torch.host import HostBuffer
+from hisparse_plan.torch.hostpool import STRANDED
 from hisparse_plan.torch.registration import register_chunks
-from torch_support import small_plan, torch
+from torch_support import FakeRegistrar, mapped, small_plan, torch
 
 PAGE = 4096
 BASE = 1 << 40
-
-
-class FakeRegistrar:
-    """Keeps the registered ranges; fails (or raises) on chosen addresses."""
-
-    def __init__(
-        self, *, fail: set[int] | None = None, raise_on: set[int] | None = None,
-        fail_unregister: set[int] | None = None, fail_after: int | None = None,
-    ) -> None:
-        self.fail_after = fail_after
-        self.fail = fail or set()
-        self.raise_on = raise_on or set()
-        self.fail_unregister = fail_unregister or set()
-        self.registered: dict[int, int] = {}
-        self.calls: list[tuple[str, int]] = []
-        self._lock = threading.Lock()
-
-    def register(self, address: int, nbytes: int) -> int:
-        with self._lock:
-            self.calls.append(("register", address))
-            if address in self.raise_on:
-                raise RuntimeError("driver went away")
-            if address in self.fail or len(self.registered) == self.fail_after:
-                return 2
-            if any(start < address + nbytes and address < start + size
-                   for start, size in self.registered.items()):
-                return 712  # cudaErrorHostMemoryAlreadyRegistered
-            self.registered[address] = nbytes
-            return 0
-
-    def unregister(self, address: int) -> int:
-        with self._lock:
-            self.calls.append(("unregister", address))
-            if address in self.fail_unregister or address not in self.registered:
-                return 713
-            del self.registered[address]
-            return 0
-
-    def describe(self, code: int) -> str:
-        return {2: "out of memory", 712: "already registered", 713: "not registered"}[code]
 
 
 def chunks(count: int, size: int = 4 * PAGE) -> list[Chunk]:
@@ -128,23 +88,16 @@ def test_allocate_pins_in_chunks_and_release_unpins() -> None:
     assert pools.chunks == ()
 
 
-def test_failed_pinning_frees_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    released: list[int] = []
-    release = HostBuffer.release
-
-    def record(buffer: HostBuffer) -> None:
-        released.append(buffer.nbytes)
-        release(buffer)
-
-    monkeypatch.setattr(HostBuffer, "release", record)
+def test_failed_pinning_frees_everything() -> None:
     plan = small_plan()
     registrar = FakeRegistrar(fail_after=3)
     with pytest.raises(RegistrationError, match="chunk 3"):
         allocate(plan, device="cpu", pin=True, register_chunk_bytes=4 * 2**20,
                  registrar=registrar, prefault_threads=1)
     assert registrar.registered == {}
+    assert registrar.base is not None
     assert plan.host_pool is not None
-    assert released == [plan.host_pool.size]
+    assert not mapped(registrar.base, plan.host_pool.size)
 
 
 def test_a_forgotten_pools_object_unpins_when_collected() -> None:
@@ -166,15 +119,24 @@ def test_cuda_pinning_for_real() -> None:
         assert len(pools.chunks) > 1
 
 
-def test_a_failed_unpin_keeps_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    released: list[int] = []
-    monkeypatch.setattr(HostBuffer, "release", lambda buffer: released.append(buffer.nbytes))
+def test_a_failed_unpin_keeps_the_mapping() -> None:
     registrar = FakeRegistrar()
     pools = allocate(small_plan(), device="cpu", pin=True, registrar=registrar,
                      prefault_threads=0)
+    host = pools.host
+    assert host is not None
+    address, size = host.data_ptr(), host.numel()
+    del host
     registrar.fail_unregister = set(registrar.registered)
     with pytest.raises(RegistrationError, match="cudaHostUnregister failed for 1 host pool"):
         pools.release()
-    # Pages the GPU may still reach are not handed back; the pools are released all the same.
-    assert released == []
+    # Pages the GPU may still reach are never unmapped: the buffer is kept for the life of the
+    # process, even once nothing else refers to it. The pools are released all the same.
     assert pools.released
+    gc.collect()
+    assert mapped(address, size)
+    buffer, _ = STRANDED.pop()
+    assert isinstance(buffer, HostBuffer)
+    assert buffer.address == address
+    buffer.unmap()  # the test's own cleanup: the fake driver holds nothing
+    assert not mapped(address, size)

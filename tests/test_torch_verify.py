@@ -17,7 +17,8 @@ import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, VerifyError, VerifyReport, allocate, verify
 from hisparse_plan.torch import verification as verify_module
 from hisparse_plan.torch.binding import bind_views
-from hisparse_plan.torch.verification import _select
+from hisparse_plan.torch.hostpool import host_pool_bytes
+from hisparse_plan.torch.verify_layers import read_raw, select_blocks
 from hisparse_plan.views import plan_views
 from strategies import hisparse_requests
 from torch_support import (
@@ -46,10 +47,10 @@ def test_small_golden_plan_as_is_on_a_block_sample() -> None:
     report = run(plan, blocks=8)
     assert report.sampled
     views = plan_views(plan)
-    # The 1 GiB host pool is sampled (8 spread out from the first block to the last, plus
-    # blocks 1 and n-2); the 7-block device pool is checked whole.
-    host_sample = 10
-    expected_pages = sum(host_sample if v.host_resident else 7 for v in views.values())
+    # Each pool is sampled: 8 blocks spread out from the first to the last, plus blocks 1
+    # and n-2.
+    sample = 10
+    expected_pages = sum(min(sample, v.num_blocks) for v in views.values())
     assert report.pages == expected_pages
     assert report.layers == len(views) == 19
     assert report.groups == len(plan.groups)
@@ -69,18 +70,18 @@ def test_small_plan_every_block() -> None:
 
 def test_progress_counts_up_to_the_total() -> None:
     plan = small_plan()
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[str, int, int]] = []
     with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools:
-        verify(plan, pools, progress=lambda done, total: seen.append((done, total)))
+        verify(plan, pools, progress=lambda *step: seen.append(step))
     total = len(plan.groups) + 2  # every group, and a block-id pass per pool
-    assert seen == [(done, total) for done in range(total + 1)]
+    assert seen == [("verify", done, total) for done in range(total + 1)]
 
 
 def test_sample_always_has_both_ends() -> None:
-    blocks, everything = _select(1000, 5, torch.device("cpu"))
+    blocks, everything = select_blocks(1000, 5, torch.device("cpu"))
     assert not everything
     assert blocks.tolist() == [0, 1, 250, 500, 749, 998, 999]
-    blocks, everything = _select(3, 5, torch.device("cpu"))
+    blocks, everything = select_blocks(3, 5, torch.device("cpu"))
     assert everything
     assert blocks.tolist() == [0, 1, 2]
 
@@ -109,9 +110,9 @@ def test_generated_plans_verify(
     if plan is None:
         return
     with allocate(plan, device="cpu", pin=False, prefault_threads=1) as pools:
+        host_bytes = host_pool_bytes(plan) if plan.host_pool else -1
         for view in pools.views().values():
-            assert view.untyped_storage().nbytes() in (
-                plan.device_pool.size, plan.host_pool.size if plan.host_pool else -1)
+            assert view.untyped_storage().nbytes() in (plan.device_pool.size, host_bytes)
         report = verify(plan, pools, blocks=blocks, chunk_bytes=chunk_bytes)
     assert report.layers == len(plan_views(plan))
 
@@ -273,7 +274,7 @@ def test_a_corrupted_pool_byte_is_reported_exactly(monkeypatch: pytest.MonkeyPat
     hot = "model.layers.2.self_attn.attn.hisparse_hot"
     view = plan_views(plan)[hot]
     address = view.offset + 5 * view.block_stride + 1000
-    read = verify_module._read_raw
+    read = read_raw
 
     def flaky(layer: Any, ids: torch.Tensor) -> torch.Tensor:
         got = read(layer, ids).clone()
@@ -282,7 +283,7 @@ def test_a_corrupted_pool_byte_is_reported_exactly(monkeypatch: pytest.MonkeyPat
             got[row, 1000] ^= 0x10
         return got
 
-    monkeypatch.setattr(verify_module, "_read_raw", flaky)
+    monkeypatch.setattr(verify_module, "read_raw", flaky)
     with pytest.raises(VerifyError) as caught:
         run(plan)
     error = caught.value

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
+import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,3 +87,129 @@ def tampered(plan: hp.KVCachePlan, edit: Callable[[dict[str, Any]], None]) -> hp
 
 def tensor_index(plan: hp.KVCachePlan, first_layer: str) -> int:
     return next(i for i, t in enumerate(plan.tensors) if t.layers[0] == first_layer)
+
+
+def shared_plan(head_size: int = 36, blocks: int = 256) -> hp.KVCachePlan:
+    """A plan with a shared host pool whose source page (4 layers x 16 tokens x head_size
+    bfloat16 values, 4608 bytes by default) is not a multiple of 4096, so the pool's
+    block_stride (8192) is wider than what its tensors stride per block: a 2 MiB pool."""
+    sparse = {"kind": "mla", "block_size": 16, "head_size": head_size, "dtype": "bfloat16",
+              "cache_role": "sparse", "is_index_group_leader": True}
+    indexer = {"kind": "mla", "block_size": 16, "head_size": 16, "dtype": "bfloat16",
+               "cache_role": "indexer"}
+    layers: dict[str, Any] = {}
+    for i in range(4):
+        layers[f"model.layers.{i}.self_attn.attn"] = sparse
+        layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    stride = -(-4 * 16 * head_size * 2 // 4096) * 4096
+    return plan_of({
+        "layers": layers,
+        "model": {"max_model_len": 256, "index_topk": 32},
+        "hisparse": {"host_pool_gib": blocks * stride / 2**30, "shared_host_pool": True},
+        "device": {"available_bytes": MIB},
+    })
+
+
+def mapped(address: int, nbytes: int) -> bool:
+    """Whether any byte of [address, address + nbytes) is mapped in this process."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        low, _, high = line.split()[0].partition("-")
+        if int(low, 16) < address + nbytes and address < int(high, 16):
+            return True
+    return False
+
+
+class FakeRegistrar:
+    """Keeps the registered ranges; fails (or raises) on chosen addresses."""
+
+    def __init__(
+        self, *, fail: set[int] | None = None, raise_on: set[int] | None = None,
+        fail_unregister: set[int] | None = None, fail_after: int | None = None,
+    ) -> None:
+        self.fail_after = fail_after
+        self.fail = fail or set()
+        self.raise_on = raise_on or set()
+        self.fail_unregister = fail_unregister or set()
+        self.registered: dict[int, int] = {}
+        self.base: int | None = None
+        """The lowest address ever registered: the host pool's start."""
+        self.calls: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def register(self, address: int, nbytes: int) -> int:
+        with self._lock:
+            self.calls.append(("register", address))
+            self.base = address if self.base is None else min(self.base, address)
+            if address in self.raise_on:
+                raise RuntimeError("driver went away")
+            if address in self.fail or len(self.registered) == self.fail_after:
+                return 2
+            if any(start < address + nbytes and address < start + size
+                   for start, size in self.registered.items()):
+                return 712  # cudaErrorHostMemoryAlreadyRegistered
+            self.registered[address] = nbytes
+            return 0
+
+    def unregister(self, address: int) -> int:
+        with self._lock:
+            self.calls.append(("unregister", address))
+            if address in self.fail_unregister or address not in self.registered:
+                return 713
+            del self.registered[address]
+            return 0
+
+    def describe(self, code: int) -> str:
+        return {2: "out of memory", 712: "already registered", 713: "not registered"}[code]
+
+
+def pattern(seed: int, nbytes: int) -> Any:
+    """`nbytes` pseudo-random bytes, the same in every process for one seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
+
+
+def rank(connection: Any, plan_json: str, name: str) -> None:
+    """A second process (a rank) for the shared-pool tests, started with the 'spawn' context:
+    allocates `name`, reports what it did, then obeys ("write", seed), ("check", seed),
+    ("close", None) until closed. A test may also kill it instead."""
+    from hisparse_plan.torch import allocate
+
+    plan = hp.KVCachePlan.model_validate_json(plan_json)
+    pools = allocate(plan, device="cpu", pin=False, host_pool_name=name, prefault_threads=1)
+    shared = pools.shared
+    connection.send(("ready", shared is not None and shared.created, pools.ram_counted))
+    while True:
+        command, seed = connection.recv()
+        host = pools.host
+        if command == "write" and host is not None:
+            host.copy_(pattern(seed, host.numel()))
+            connection.send("written")
+        elif command == "check" and host is not None:
+            connection.send(bool(torch.equal(host, pattern(seed, host.numel()))))
+        elif command == "close":
+            pools.release()
+            connection.send("closed")
+            return
+
+
+def numa_binding_works() -> bool:
+    """Whether this process may bind memory to node 0: mbind needs a NUMA kernel, and some
+    container sandboxes (Docker's default seccomp profile without CAP_SYS_NICE) refuse it."""
+    from hisparse_plan.torch.host import HostBuffer
+    from hisparse_plan.torch.numa import MPOL_PREFERRED, mbind, memory_policy
+
+    if not Path("/sys/devices/system/node/node0").exists():
+        return False
+    buffer = HostBuffer(4096, huge_pages=False)
+    try:
+        return mbind(buffer.address, 4096, 0, MPOL_PREFERRED) is None and (
+            memory_policy(buffer.address) is not None)
+    finally:
+        buffer.unmap()
+
+
+def shared_memory_usable() -> bool:
+    """Whether /dev/shm is there to hold shared pools."""
+    from hisparse_plan.torch.shm import SHM_DIR
+
+    return os.access(SHM_DIR, os.W_OK | os.X_OK)

@@ -22,9 +22,13 @@ from hisparse_plan.torch.errors import (
     VerifyError,
 )
 from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
+from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.meta import MetaReport, meta_check
+from hisparse_plan.torch.numa import NumaPlacement
 from hisparse_plan.torch.pools import Pools, allocate
-from hisparse_plan.torch.registration import CudaRegistrar, Registrar
+from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
+from hisparse_plan.torch.shm import SharedPool
+from hisparse_plan.torch.tasks import Progress
 from hisparse_plan.torch.verification import VerifyReport, verify
 
 __all__ = [
@@ -36,9 +40,13 @@ __all__ = [
     "HostMemory",
     "HostMemoryError",
     "MetaReport",
+    "NumaPlacement",
     "Pools",
+    "Progress",
     "Registrar",
+    "Registration",
     "RegistrationError",
+    "SharedPool",
     "VerifyError",
     "VerifyReport",
     "allocate",
@@ -47,6 +55,7 @@ __all__ = [
     "bind_views",
     "check_bound",
     "default_device",
+    "host_pool_bytes",
     "host_trains",
     "meta_check",
     "plan_chunks",

@@ -1,11 +1,12 @@
-"""What the torch backend raises: every refusal is a `PlanError`, so one `except` catches all."""
+"""What the torch backend raises: every refusal is a `BackendError`, a sibling of `PlanError`
+under `HisparsePlanError` (which catches both)."""
 
 from __future__ import annotations
 
-from hisparse_plan.errors import PlanError
+from hisparse_plan.errors import HisparsePlanError
 
 
-class BackendError(PlanError):
+class BackendError(HisparsePlanError):
     """Pools cannot be allocated, bound or released as the plan asks."""
 
 

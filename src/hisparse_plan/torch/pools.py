@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 
 import torch
@@ -19,53 +17,27 @@ from hisparse_plan.torch.devices import (
     parse_device,
     pin_device_index,
 )
-from hisparse_plan.torch.errors import BackendError, RegistrationError
+from hisparse_plan.torch.errors import BackendError
 from hisparse_plan.torch.host import (
     OS_PAGE,
     HostBuffer,
     MetaHostBuffer,
     default_prefault_threads,
 )
-from hisparse_plan.torch.hostmem import available_host_memory, check_host_fits
-from hisparse_plan.torch.registration import (
-    CudaRegistrar,
-    Registrar,
-    Registration,
-    register_chunks,
+from hisparse_plan.torch.hostmem import available_host_memory, check_host_fits, gib
+from hisparse_plan.torch.hostpool import (
+    HostState,
+    attached_placement,
+    check_host_views,
+    check_shared,
+    describe,
+    host_pool_bytes,
+    suppress_close_errors,
 )
-
-_cuda_initialized: Callable[[], bool] = torch.cuda.is_initialized
-
-
-@dataclass
-class _HostState:
-    """What must be undone for the host pool, in order: unregister, then free."""
-
-    buffer: HostBuffer | MetaHostBuffer | None
-    registration: Registration | None
-
-    def close(self) -> None:
-        if self.registration is not None:
-            if torch.cuda.is_available() and _cuda_initialized():
-                # A copy still reading the pool must finish before its pages unpin.
-                torch.cuda.synchronize()
-            registration, self.registration = self.registration, None
-            try:
-                registration.unregister()
-            except RegistrationError:
-                # Some pages may still be pinned for the GPU: drop the buffer without handing
-                # its pages back, so nothing the driver can still reach is reused.
-                self.buffer = None
-                raise
-        if self.buffer is not None:
-            self.buffer.release()
-            self.buffer = None
-
-
-def _finalize(state: _HostState) -> None:
-    # Garbage collection or interpreter exit: a failure here has no caller to tell.
-    with contextlib.suppress(BackendError, RuntimeError):
-        state.close()
+from hisparse_plan.torch.numa import NumaPlacement, place
+from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
+from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
+from hisparse_plan.torch.tasks import LOG, Progress
 
 
 class Pools:
@@ -74,23 +46,31 @@ class Pools:
     `host` is the flat uint8 host pool (None when the plan has none), `device` the flat uint8
     device pool; both start at storage offset 0, so a view's storage offset is the plan's byte
     offset. Keep this object alive while the pools are in use pinned: releasing it (or letting
-    it be collected) unpins the host pool and returns its pages.
+    it be collected) unpins the host pool and returns its pages; the last process to release a
+    shared host pool removes it.
     """
 
-    def __init__(
-        self,
-        plan: KVCachePlan,
-        host: HostBuffer | MetaHostBuffer | None,
-        device: torch.Tensor,
-        registration: Registration | None,
-    ) -> None:
+    def __init__(self, plan: KVCachePlan, host: HostState, device: torch.Tensor) -> None:
         self.plan = plan
         self._device: torch.Tensor | None = device
-        self._state = _HostState(host, registration)
+        self._state = host
+        registration = host.registration
         self._chunks: tuple[Chunk, ...] = (
-            () if registration is None else tuple(registration.chunks)
+            () if registration is None else tuple(sorted(registration.chunks,
+                                                         key=lambda chunk: chunk.index))
         )
-        self._finalizer = weakref.finalize(self, _finalize, self._state)
+        self.numa: NumaPlacement | None = host.numa
+        """Where the host pool's pages were placed; None without a real host pool."""
+        self.shared: SharedPool | None = host.shared
+        """The shared host pool this process maps (None for a private one)."""
+        self.ram_counted: int = host.ram_counted
+        """Host pool bytes this process counted against host RAM: 0 where it attached a
+        shared pool that another process created (and counted)."""
+        self._summary = "\n".join([
+            describe(host, len(self._chunks)),
+            f"device pool: {gib(device.numel())} on {device.device}",
+        ])
+        self._finalizer = weakref.finalize(self, suppress_close_errors, self._state)
 
     @property
     def released(self) -> bool:
@@ -118,13 +98,19 @@ class Pools:
         """The host pool's registration chunks (empty when not pinned)."""
         return self._chunks if self.pinned else ()
 
+    def summary(self) -> str:
+        """What was allocated, one line per pool: sizes, private or shared (created or
+        attached), pinned chunks, and the host pool's NUMA node."""
+        return self._summary
+
     def views(self) -> dict[str, torch.Tensor]:
         """Every layer's tensor by name: [num_blocks, H, N, C] in the layer's dtype for
         attention layers, [num_blocks, page_bytes] uint8 for resident and hot layers."""
         return bind_views(self.plan, self.host, self.device)
 
     def release(self) -> None:
-        """Unpin and free the host pool and drop the device pool. Idempotent."""
+        """Unpin and free the host pool (a shared one is removed by the last process to let go
+        of it) and drop the device pool. Idempotent."""
         if self.released:
             return
         self._device = None
@@ -156,53 +142,155 @@ def allocate(
     prefault_threads: int | None = None,
     huge_pages: bool = True,
     registrar: Registrar | None = None,
+    host_pool_name: str | None = None,
+    numa_node: int | None = None,
+    progress: Progress | None = None,
 ) -> Pools:
-    """Allocate the plan's pools: the host pool page-aligned and exactly sized, prefaulted on
-    `prefault_threads` threads (default up to 8; 0 skips prefaulting) and, with `pin`,
-    registered with CUDA in chunks of at most `register_chunk_bytes`; the device pool as one
-    uint8 buffer on `device` ("cuda", "cuda:N", "cpu" or "meta").
+    """Allocate the plan's pools: the host pool page-aligned and sized by `host_pool_bytes`,
+    placed on a NUMA node, prefaulted on `prefault_threads` threads (default up to 8; 0 skips
+    prefaulting) and, with `pin`, registered with CUDA in chunks of at most
+    `register_chunk_bytes`; the device pool as one uint8 buffer on `device` ("cuda", "cuda:N",
+    "cpu" or "meta").
+
+    `host_pool_name`: for a plan whose `host_pool.shared` is true, the host pool lives in
+    shared memory under that name (module `shm`): the first process creates it, the others
+    attach it (same size required), each registers it with CUDA for itself, and the last to
+    release it removes it. `numa_node`: None places the host pool on the node of the GPU the
+    device pool is on where the machine says which (a preference; where it cannot, a WARNING
+    and the summary says why); a number binds it there or raises. `progress(step, done,
+    total)` reports the "prefault" and "register" steps.
 
     Everything that can be refused is refused before memory is touched: an unknown device,
-    CUDA or pinning where there is no CUDA, a host pool above 95% of available RAM, a device
-    pool above the GPU's free memory, a pool no chunking can register. A failure midway frees
-    whatever was already allocated. `registrar` replaces CUDA registration (for tests).
+    CUDA or pinning where there is no CUDA, a host pool above 95% of available RAM (a shared
+    pool counts only in the process that creates it), a device pool above the GPU's free
+    memory, a pool no chunking can register. A failure or interrupt midway (Ctrl-C included)
+    frees whatever was already allocated, unregistering before unmapping. `registrar`
+    replaces CUDA registration (for tests).
     """
     target = parse_device(device)
     check_pin(pin, target, own_registrar=registrar is not None)
     threads = default_prefault_threads() if prefault_threads is None else prefault_threads
     if threads < 0:
         raise BackendError(f"prefault_threads is {threads}; expected 0 (no prefault) or more")
-    host_bytes = None if plan.host_pool is None else _pool_bytes(
-        plan, True, plan.host_pool.size, "host_pool.size"
-    )
+    if numa_node is not None and numa_node < 0:
+        raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
+                           "node number, 0 or more")
+    if len(plan.device_pools) != 1:
+        raise BackendError(
+            f"the plan has {len(plan.device_pools)} pipeline stages, each with its own device "
+            "pool (device_pools); allocate handles a plan with one device pool, and allocating "
+            "one stage of a pipelined plan is not supported yet"
+        )
+    check_shared(plan, host_pool_name, target)
+    host_bytes = None
+    if plan.host_pool is not None:
+        _pool_bytes(plan, True, plan.host_pool.size, "host_pool.size")
+        host_bytes = host_pool_bytes(plan)
+        check_host_views(plan, host_bytes)
     device_bytes = _pool_bytes(plan, False, plan.device_pool.size, "device_pool.size")
-    if target.type != "meta":
-        in_ram = (host_bytes or 0) + (device_bytes if target.type == "cpu" else 0)
-        what = "the host pool" if target.type != "cpu" else "the host and CPU device pools"
-        check_host_fits(in_ram, available_host_memory(), what=what)
+    in_ram = device_bytes if target.type == "cpu" else 0
     chunks: list[Chunk] = []
     if pin and host_bytes is not None:
         chunks = plan_chunks(
             host_bytes, host_trains(plan), chunk_bytes=register_chunk_bytes, os_page=OS_PAGE
         )
-    device_pool = allocate_device_pool(device_bytes, target)
-    if host_bytes is None:
-        return Pools(plan, None, device_pool, None)
-    if target.type == "meta":
-        return Pools(plan, MetaHostBuffer(host_bytes), device_pool, None)
-    buffer = HostBuffer(host_bytes, huge_pages=huge_pages)
-    registration = None
+    if target.type == "meta" or host_bytes is None:
+        if target.type != "meta":
+            check_host_fits(in_ram, available_host_memory(), what="the CPU device pool")
+        host = None if host_bytes is None else MetaHostBuffer(host_bytes)
+        return _done(plan, HostState(host), allocate_device_pool(device_bytes, target))
+    gpu = target.index if target.type == "cuda" else None
+    if host_pool_name is None:
+        what = "the host pool" if target.type != "cpu" else "the host and CPU device pools"
+        check_host_fits(host_bytes + in_ram, available_host_memory(), what=what)
+        device_pool = allocate_device_pool(device_bytes, target)
+        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages), ram_counted=host_bytes)
+        _guarded(state, lambda buffer: _place_and_prefault(
+            state, buffer, numa_node, gpu, threads, progress))
+    else:
+        state, device_pool = _shared_host(
+            host_pool_name, host_bytes, device_bytes, target, in_ram, huge_pages, numa_node,
+            threads, progress,
+        )
+    if pin:
+        pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
+        _guarded(state, lambda buffer: _register(
+            state, Registration(buffer.address, pinning), chunks, threads, progress))
+    return _done(plan, state, device_pool)
+
+
+def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor) -> Pools:
+    pools = Pools(plan, state, device_pool)
+    LOG.info("allocated: %s", pools.summary().replace("\n", "; "))
+    return pools
+
+
+def _shared_host(
+    name: str, host_bytes: int, device_bytes: int, target: torch.device, in_ram: int,
+    huge_pages: bool, numa_node: int | None, threads: int, progress: Progress | None,
+) -> tuple[HostState, torch.Tensor]:
+    """Create or attach the shared host pool, and allocate the device pool meanwhile (after
+    the RAM check, which depends on whether this process creates the pool)."""
+    gpu = target.index if target.type == "cuda" else None
+    with claim(name) as held:
+        creating = held.existing is None
+        counted = host_bytes if creating else 0
+        what = f"the shared host pool {name!r}" + (" (created here)" if creating else
+                                                   " (attached: counted where created)")
+        if target.type == "cpu":
+            what += " and the CPU device pool"
+        check_host_fits(counted + in_ram, available_host_memory(), what=what)
+        if creating:
+            check_free_space(host_bytes)
+        device_pool = allocate_device_pool(device_bytes, target)
+        segment = held.create(host_bytes) if creating else held.attach(host_bytes)
+        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, path=segment.path),
+                          segment=segment, ram_counted=counted)
+        if creating:
+            # Under the guard: no other process touches a page before it is placed.
+            _guarded(state, lambda buffer: _place_and_prefault(
+                state, buffer, numa_node, gpu, threads, progress), keep_segment=True)
+    if not creating:
+        def attach(buffer: HostBuffer) -> None:
+            buffer.prefault(threads, progress)
+            state.numa = attached_placement(buffer.address, numa_node)
+
+        _guarded(state, attach)
+    return state, device_pool
+
+
+def _place_and_prefault(
+    state: HostState, buffer: HostBuffer, numa_node: int | None, gpu: int | None,
+    threads: int, progress: Progress | None,
+) -> None:
+    state.numa = place(buffer.address, buffer.nbytes, requested=numa_node, gpu_index=gpu)
+    buffer.prefault(threads, progress)
+
+
+def _register(
+    state: HostState, registration: Registration, chunks: list[Chunk], threads: int,
+    progress: Progress | None,
+) -> None:
+    # Held by the state before the first call, so an undo sees every chunk it registers.
+    state.registration = registration
+    registration.register(chunks, threads=max(1, threads), progress=progress)
+
+
+def _guarded(state: HostState, step: Callable[[HostBuffer], None], *,
+             keep_segment: bool = False) -> None:
+    """Run one allocation step; on any exception or interrupt undo the host pool (unless some
+    chunk may still be registered) and re-raise. `keep_segment` leaves the shared pool's hold
+    to the enclosing claim, which lets go of it under its guard."""
+    buffer = state.buffer
+    if not isinstance(buffer, HostBuffer):
+        raise BackendError("the host pool buffer is missing; expected a mapped host pool")
     try:
-        buffer.prefault(threads)
-        if pin:
-            registrar = registrar or CudaRegistrar(pin_device_index(target))
-            registration = register_chunks(
-                buffer.address, chunks, registrar, threads=max(1, threads)
-            )
+        step(buffer)
     except BaseException:
-        buffer.release()
+        if keep_segment:
+            state.segment = None
+        state.abort()
         raise
-    return Pools(plan, buffer, device_pool, registration)
 
 
 def _pool_bytes(plan: KVCachePlan, host_resident: bool, size: int, name: str) -> int:

@@ -6,8 +6,8 @@ GPU; `CudaRegistrar` is the real one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ import torch
 from hisparse_plan.torch.chunks import Chunk
 from hisparse_plan.torch.errors import RegistrationError
 from hisparse_plan.torch.hostmem import gib
+from hisparse_plan.torch.tasks import LOG, Progress, run_tasks
 
 CUDA_HOST_REGISTER_PORTABLE = 1
 """Pinned for every CUDA context, so any device of the process can copy from the pool."""
@@ -82,62 +83,135 @@ def _call(registrar: Registrar, register: bool, address: int, nbytes: int = 0) -
     return _Outcome(code, "" if code == 0 else registrar.describe(code))
 
 
+class _ChunkFailed(Exception):
+    def __init__(self, chunk: Chunk, outcome: _Outcome) -> None:
+        super().__init__(chunk.index)
+        self.chunk = chunk
+        self.outcome = outcome
+
+
 @dataclass
 class Registration:
-    """Chunks of one buffer that are registered now; `unregister` undoes them all."""
+    """What of one buffer is registered now, kept exact whatever interrupts the work.
+
+    `chunks` are registered for certain. `in_flight` are chunks whose register call started
+    and gave no clear answer (it raised, or an interrupt landed between its return and the
+    bookkeeping): they may or may not be registered, so undoing tries them too and accepts a
+    coded failure ("not registered") as the answer. `stranded` are chunks an unregister call failed
+    for. `clean` is True when all three are empty, the only state in which the buffer may be
+    unmapped.
+    """
 
     base: int
     registrar: Registrar
     chunks: list[Chunk] = field(default_factory=list)
+    in_flight: set[Chunk] = field(default_factory=set)
+    stranded: list[Chunk] = field(default_factory=list)
+    """Chunks whose unregister call failed: the driver may still reach their pages."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.chunks or self.in_flight or self.stranded)
+
+    def register(
+        self, chunks: Sequence[Chunk], *, threads: int = 1, progress: Progress | None = None
+    ) -> None:
+        """Register every chunk, `threads` at a time. On a failed call, or any exception or
+        interrupt, everything registered so far is unregistered before the error propagates
+        (a failed call as `RegistrationError`, naming the first chunk that failed)."""
+
+        def attempt(chunk: Chunk) -> None:
+            with self._lock:
+                self.in_flight.add(chunk)
+            outcome = _call(self.registrar, True, self.base + chunk.start, chunk.nbytes)
+            with self._lock:
+                # Recorded before it leaves in_flight: an interrupt between the two steps
+                # must find the chunk in one list or the other. A call that raised may have
+                # registered the chunk before raising, so that one stays in flight.
+                if outcome.code == 0:
+                    self.chunks.append(chunk)
+                if outcome.code != _RAISED:
+                    self.in_flight.discard(chunk)
+            if outcome.code != 0:
+                raise _ChunkFailed(chunk, outcome)
+            LOG.debug("registered host pool chunk %d (bytes %d..%d)",
+                      chunk.index, chunk.start, chunk.end)
+
+        try:
+            run_tasks(chunks, attempt, threads=threads, step="register", progress=progress)
+        except _ChunkFailed as failed:
+            chunk, outcome = failed.chunk, failed.outcome
+            registered = len(self.chunks) + len(self.in_flight)
+            try:
+                self.unregister()
+                undo = f"rolled back the {registered} chunk(s) that had registered"
+            except RegistrationError as error:
+                undo = f"and rolling back the {registered} registered chunk(s) failed too: {error}"
+            raise RegistrationError(
+                f"cudaHostRegister of host pool chunk {chunk.index} (bytes {chunk.start}.."
+                f"{chunk.end}, {gib(chunk.nbytes)}) failed: {outcome.why}; {undo}",
+                chunk=chunk.index,
+                code=outcome.code,
+            ) from None
+        except BaseException as error:
+            try:
+                self.unregister()
+            except RegistrationError as undo:
+                error.add_note(f"rolling back the host pool registration failed: {undo}")
+            raise
 
     def unregister(self) -> None:
-        """Unregister every chunk, last first; raise once at the end if any call failed."""
-        failures = []
+        """Unregister every chunk, last first, then the in-flight ones; raise once at the end
+        if a chunk known to be registered could not be unregistered. An interrupt meanwhile
+        does not stop the others: it is raised once they are all done."""
+        failures: list[str] = []
+        interrupted: BaseException | None = None
         while self.chunks:
-            chunk = self.chunks.pop()
-            outcome = _call(self.registrar, False, self.base + chunk.start)
+            chunk = self.chunks[-1]
+            try:
+                outcome = _call(self.registrar, False, self.base + chunk.start)
+            except BaseException as error:  # the call's outcome is unknown: retry it below
+                interrupted = interrupted or error
+                self.in_flight.add(self.chunks.pop())
+                continue
+            self.chunks.pop()
             if outcome.code != 0:
                 failures.append(f"chunk {chunk.index}: {outcome.why}")
+                self.stranded.append(chunk)
+        for chunk in sorted(self.in_flight, key=lambda c: c.index, reverse=True):
+            try:
+                outcome = _call(self.registrar, False, self.base + chunk.start)
+            except BaseException as error:
+                interrupted = interrupted or error
+                outcome = _Outcome(_RAISED, f"{type(error).__name__} while unregistering")
+            self.in_flight.discard(chunk)
+            # A coded failure is the driver's answer ("not registered": the register call had
+            # not got that far). No answer at all leaves the chunk possibly registered.
+            if outcome.code == _RAISED:
+                failures.append(f"chunk {chunk.index}: {outcome.why}")
+                self.stranded.append(chunk)
         if failures:
-            raise RegistrationError(
+            failed = RegistrationError(
                 f"cudaHostUnregister failed for {len(failures)} host pool chunk(s): "
                 + "; ".join(failures)
             )
+            if interrupted is None:
+                raise failed
+            interrupted.add_note(str(failed))
+        if interrupted is not None:
+            raise interrupted
 
 
 def register_chunks(
-    base: int, chunks: Sequence[Chunk], registrar: Registrar, *, threads: int = 1
+    base: int,
+    chunks: Sequence[Chunk],
+    registrar: Registrar,
+    *,
+    threads: int = 1,
+    progress: Progress | None = None,
 ) -> Registration:
-    """Register every chunk, `threads` at a time; on any failure unregister the ones that
-    succeeded and raise, naming the first chunk that failed."""
-
-    def attempt(chunk: Chunk) -> _Outcome:
-        return _call(registrar, True, base + chunk.start, chunk.nbytes)
-
-    outcomes: list[_Outcome] = []
-    if threads <= 1:
-        for chunk in chunks:
-            outcomes.append(attempt(chunk))
-            if outcomes[-1].code != 0:
-                break
-    else:
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hisparse-pin") as pool:
-            outcomes = list(pool.map(attempt, chunks))
-    paired = list(zip(chunks, outcomes, strict=False))
-    registration = Registration(base, registrar, [c for c, o in paired if o.code == 0])
-    failed = [(chunk, outcome) for chunk, outcome in paired if outcome.code != 0]
-    if not failed:
-        return registration
-    chunk, outcome = failed[0]
-    rolled_back = len(registration.chunks)
-    try:
-        registration.unregister()
-        undo = f"rolled back the {rolled_back} chunk(s) that had registered"
-    except RegistrationError as error:
-        undo = f"and rolling back the {rolled_back} registered chunk(s) failed too: {error}"
-    raise RegistrationError(
-        f"cudaHostRegister of host pool chunk {chunk.index} (bytes {chunk.start}..{chunk.end}, "
-        f"{gib(chunk.nbytes)}) failed: {outcome.why}; {undo}",
-        chunk=chunk.index,
-        code=outcome.code,
-    )
+    """Register every chunk of the buffer at `base`, all or nothing (`Registration.register`)."""
+    registration = Registration(base, registrar)
+    registration.register(chunks, threads=threads, progress=progress)
+    return registration
