@@ -11,7 +11,8 @@ import torch
 
 from hisparse_plan.models import DType, KVCachePlan
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.views import LayerView, plan_views
+from hisparse_plan.torch.stages import resolve_stage, stage_views
+from hisparse_plan.views import LayerView
 
 TORCH_DTYPES: dict[DType, torch.dtype] = {
     "uint8": torch.uint8,
@@ -74,11 +75,12 @@ def bind_view(view: LayerView, pool: torch.Tensor) -> torch.Tensor:
 
 
 def bind_views(
-    plan: KVCachePlan, host: torch.Tensor | None, device: torch.Tensor
+    plan: KVCachePlan, host: torch.Tensor | None, device: torch.Tensor, stage: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Every layer's tensor, by name, in plan order."""
+    """Every layer's tensor, by name, in plan order: the layers of pipeline stage `stage`
+    (`device` is that stage's pool; None for a one-stage plan) and the host layers."""
     bound = {}
-    for name, view in plan_views(plan).items():
+    for name, view in stage_views(plan, resolve_stage(plan, stage)).items():
         pool = host if view.host_resident else device
         if pool is None:
             raise BackendError(

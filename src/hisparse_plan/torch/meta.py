@@ -3,7 +3,8 @@
 A meta tensor has a size and no bytes, so a 60 GiB device pool and a 64 GiB host pool cost
 nothing, yet torch still checks each view against its storage. That proves, for the real
 sizes, that every view can be taken in its dtype, fits its pool, and has exactly the plan's
-shape, strides and offset.
+shape, strides and offset. A plan with pipeline stages is checked stage by stage, each stage's
+layers on a pool of that stage's size.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import check_bound
 from hisparse_plan.torch.pools import allocate
-from hisparse_plan.views import plan_views
+from hisparse_plan.torch.stages import resolve_stage, stage_views
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,24 +25,34 @@ class MetaReport:
 
     host_bytes: int
     device_bytes: int
+    """The device pools' bytes, summed over the stages checked."""
     views: dict[str, torch.Tensor]
+    stage_bytes: tuple[int, ...] = ()
+    """Each checked stage's device pool bytes, in stage order (one entry for one stage)."""
 
     @property
     def layers(self) -> int:
         return len(self.views)
 
 
-def meta_check(plan: KVCachePlan) -> MetaReport:
+def meta_check(plan: KVCachePlan, stage: int | None = None) -> MetaReport:
     """Bind every layer view of `plan` on meta pools of its full size and check each one
-    against the plan's numbers; raise `BackendError` on the first that disagrees."""
-    with allocate(plan, device="meta", pin=False) as pools:
-        bound = pools.views()
-        host, device = pools.host, pools.device
-        for name, view in plan_views(plan).items():
-            pool = host if view.host_resident and host is not None else device
-            check_bound(view, bound[name], pool)
-        return MetaReport(
-            host_bytes=0 if host is None else host.numel(),
-            device_bytes=device.numel(),
-            views=bound,
-        )
+    against the plan's numbers; raise `BackendError` on the first that disagrees. A plan with
+    pipeline stages: every stage, or only `stage` when given."""
+    stages = (range(len(plan.device_pools)) if stage is None
+              else [resolve_stage(plan, stage)])
+    host_bytes = 0
+    stage_bytes: list[int] = []
+    views: dict[str, torch.Tensor] = {}
+    for index in stages:
+        with allocate(plan, device="meta", pin=False, stage=index) as pools:
+            bound = pools.views()
+            host, device = pools.host, pools.device
+            for name, view in stage_views(plan, index).items():
+                pool = host if view.host_resident and host is not None else device
+                check_bound(view, bound[name], pool)
+            host_bytes = 0 if host is None else host.numel()
+            stage_bytes.append(device.numel())
+            views.update(bound)
+    return MetaReport(host_bytes=host_bytes, device_bytes=sum(stage_bytes), views=views,
+                      stage_bytes=tuple(stage_bytes))

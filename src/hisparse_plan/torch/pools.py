@@ -9,7 +9,7 @@ from types import TracebackType
 import torch
 
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.torch.binding import bind_views
+from hisparse_plan.torch.binding import bind_view, bind_views
 from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
 from hisparse_plan.torch.devices import (
     allocate_device_pool,
@@ -37,21 +37,28 @@ from hisparse_plan.torch.hostpool import (
 from hisparse_plan.torch.numa import NumaPlacement, place
 from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
 from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
+from hisparse_plan.torch.stages import refuse_layer, resolve_stage, stage_views
 from hisparse_plan.torch.tasks import LOG, Progress
+from hisparse_plan.views import pool_name, stage_of, tensor_stage
 
 
 class Pools:
     """The allocated pools of one plan. Use as a context manager, or call `release()`.
 
     `host` is the flat uint8 host pool (None when the plan has none), `device` the flat uint8
-    device pool; both start at storage offset 0, so a view's storage offset is the plan's byte
-    offset. Keep this object alive while the pools are in use pinned: releasing it (or letting
-    it be collected) unpins the host pool and returns its pages; the last process to release a
-    shared host pool removes it.
+    device pool of pipeline stage `stage` (0 for a one-stage plan); both start at storage
+    offset 0, so a view's storage offset is the plan's byte offset. Keep this object alive
+    while the pools are in use pinned: releasing it (or letting it be collected) unpins the
+    host pool and returns its pages; the last process to release a shared host pool removes
+    it.
     """
 
-    def __init__(self, plan: KVCachePlan, host: HostState, device: torch.Tensor) -> None:
+    def __init__(
+        self, plan: KVCachePlan, host: HostState, device: torch.Tensor, stage: int = 0
+    ) -> None:
         self.plan = plan
+        self.stage = stage
+        """The pipeline stage whose device pool this is (0 for a one-stage plan)."""
         self._device: torch.Tensor | None = device
         self._state = host
         registration = host.registration
@@ -68,7 +75,7 @@ class Pools:
         shared pool that another process created (and counted)."""
         self._summary = "\n".join([
             describe(host, len(self._chunks)),
-            f"device pool: {gib(device.numel())} on {device.device}",
+            f"{pool_name(plan, stage)} pool: {gib(device.numel())} on {device.device}",
         ])
         self._finalizer = weakref.finalize(self, suppress_close_errors, self._state)
 
@@ -105,8 +112,21 @@ class Pools:
 
     def views(self) -> dict[str, torch.Tensor]:
         """Every layer's tensor by name: [num_blocks, H, N, C] in the layer's dtype for
-        attention layers, [num_blocks, page_bytes] uint8 for resident and hot layers."""
-        return bind_views(self.plan, self.host, self.device)
+        attention layers, [num_blocks, page_bytes] uint8 for resident and hot layers and for
+        Mamba states (their natural bytes). Only this stage's layers (and host layers)."""
+        return bind_views(self.plan, self.host, self.device, self.stage)
+
+    def view(self, name: str) -> torch.Tensor:
+        """Layer `name`'s tensor, as in `views()`; a layer of another pipeline stage (or one
+        the plan does not place) is a `BackendError` naming it and its stage."""
+        view = stage_views(self.plan, self.stage).get(name)
+        if view is None:
+            raise refuse_layer(self.plan, name, self.stage)
+        pool = self.host if view.host_resident else self.device
+        if pool is None:
+            raise BackendError(f"layer {name!r} is host-resident, but there is no host pool "
+                               "buffer; expected a plan with a host_pool")
+        return bind_view(view, pool)
 
     def release(self) -> None:
         """Unpin and free the host pool (a shared one is removed by the last process to let go
@@ -145,12 +165,18 @@ def allocate(
     host_pool_name: str | None = None,
     numa_node: int | None = None,
     progress: Progress | None = None,
+    stage: int | None = None,
 ) -> Pools:
     """Allocate the plan's pools: the host pool page-aligned and sized by `host_pool_bytes`,
     placed on a NUMA node, prefaulted on `prefault_threads` threads (default up to 8; 0 skips
     prefaulting) and, with `pin`, registered with CUDA in chunks of at most
     `register_chunk_bytes`; the device pool as one uint8 buffer on `device` ("cuda", "cuda:N",
     "cpu" or "meta").
+
+    `stage`: a plan with pipeline stages has one device pool per stage, each for its own
+    process; `stage=k` allocates only stage k's (`plan.device_pools[k].size` bytes), and the
+    pools then bind and verify only stage k's layers. Required for such a plan; a one-stage
+    plan takes None or 0.
 
     `host_pool_name`: for a plan whose `host_pool.shared` is true, the host pool lives in
     shared memory under that name (module `shm`): the first process creates it, the others
@@ -175,19 +201,14 @@ def allocate(
     if numa_node is not None and numa_node < 0:
         raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
                            "node number, 0 or more")
-    if len(plan.device_pools) != 1:
-        raise BackendError(
-            f"the plan has {len(plan.device_pools)} pipeline stages, each with its own device "
-            "pool (device_pools); allocate handles a plan with one device pool, and allocating "
-            "one stage of a pipelined plan is not supported yet"
-        )
+    index = resolve_stage(plan, stage)
     check_shared(plan, host_pool_name, target)
     host_bytes = None
     if plan.host_pool is not None:
         _pool_bytes(plan, True, plan.host_pool.size, "host_pool.size")
         host_bytes = host_pool_bytes(plan)
         check_host_views(plan, host_bytes)
-    device_bytes = _pool_bytes(plan, False, plan.device_pool.size, "device_pool.size")
+    device_bytes = _device_pool_bytes(plan, index)
     in_ram = device_bytes if target.type == "cpu" else 0
     chunks: list[Chunk] = []
     if pin and host_bytes is not None:
@@ -198,7 +219,7 @@ def allocate(
         if target.type != "meta":
             check_host_fits(in_ram, available_host_memory(), what="the CPU device pool")
         host = None if host_bytes is None else MetaHostBuffer(host_bytes)
-        return _done(plan, HostState(host), allocate_device_pool(device_bytes, target))
+        return _done(plan, HostState(host), allocate_device_pool(device_bytes, target), index)
     gpu = target.index if target.type == "cuda" else None
     if host_pool_name is None:
         what = "the host pool" if target.type != "cpu" else "the host and CPU device pools"
@@ -216,11 +237,11 @@ def allocate(
         pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
         _guarded(state, lambda buffer: _register(
             state, Registration(buffer.address, pinning), chunks, threads, progress))
-    return _done(plan, state, device_pool)
+    return _done(plan, state, device_pool, index)
 
 
-def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor) -> Pools:
-    pools = Pools(plan, state, device_pool)
+def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage: int) -> Pools:
+    pools = Pools(plan, state, device_pool, stage)
     LOG.info("allocated: %s", pools.summary().replace("\n", "; "))
     return pools
 
@@ -293,10 +314,25 @@ def _guarded(state: HostState, step: Callable[[HostBuffer], None], *,
         raise
 
 
-def _pool_bytes(plan: KVCachePlan, host_resident: bool, size: int, name: str) -> int:
-    """The pool size the plan states, after checking its tensors agree on it."""
+def _device_pool_bytes(plan: KVCachePlan, stage: int) -> int:
+    if len(plan.device_pools) == 1:
+        return _pool_bytes(plan, False, plan.device_pool.size, "device_pool.size")
+    return _pool_bytes(plan, False, plan.device_pools[stage].size,
+                       f"device_pools[{stage}].size", stage)
+
+
+def _pool_bytes(
+    plan: KVCachePlan, host_resident: bool, size: int, name: str, stage: int = 0
+) -> int:
+    """The pool size the plan states, after checking that its tensors (on the device, those
+    of pipeline stage `stage`) agree on it."""
+    stages = stage_of(plan)
     for index, tensor in enumerate(plan.tensors):
-        if tensor.host_resident == host_resident and tensor.size != size:
+        if tensor.host_resident != host_resident or (
+            not host_resident and tensor_stage(plan, index, stages) != stage
+        ):
+            continue
+        if tensor.size != size:
             raise BackendError(
                 f"tensors[{index}] ({tensor.layers[0]!r}) says its pool has {tensor.size} bytes; "
                 f"expected {size}, the plan's {name}"

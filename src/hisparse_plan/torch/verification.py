@@ -36,6 +36,7 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
+from hisparse_plan.torch.stages import resolve_stage, stage_views
 from hisparse_plan.torch.tasks import Progress
 from hisparse_plan.torch.verify_layers import (
     Layer,
@@ -53,7 +54,7 @@ from hisparse_plan.torch.verify_layers import (
     unit_index,
     write_view,
 )
-from hisparse_plan.views import LayerView, plan_views
+from hisparse_plan.views import LayerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,8 @@ def verify(
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
 ) -> VerifyReport:
-    """Check every byte of every layer page of `plan` on `pools`, both ways (module doc).
+    """Check every byte of every layer page of `plan` on `pools`, both ways (module doc): for
+    the pools of one pipeline stage, every page of that stage's layers.
 
     `blocks` limits each pool to a sample of about that many block ids spread from first to
     last, always including the first two and the last two; None checks every block.
@@ -144,8 +146,10 @@ def _verify(
     started: float,
 ) -> VerifyReport:
     device_pool, host_pool = pools.device, pools.host
-    bound = bind_views(plan, host_pool, device_pool)
-    views = plan_views(plan)
+    # The pools of one pipeline stage hold only that stage's layers: those are the ones checked.
+    stage = resolve_stage(plan, pools.stage)
+    bound = bind_views(plan, host_pool, device_pool, stage)
+    views = stage_views(plan, stage)
     layers: list[Layer] = []
     selections: dict[tuple[bool, int], tuple[torch.Tensor, bool]] = {}
     scratches: dict[torch.device, Scratch] = {}
@@ -160,7 +164,8 @@ def _verify(
             prepare_layer(view, key, bound[name], pool, selections[where], chunk_bytes, scratch)
         )
     pools_used = sorted({layer.view.host_resident for layer in layers}, reverse=True)
-    total = len(plan.groups) + len(pools_used)
+    groups = sorted({layer.view.group for layer in layers})
+    total = len(groups) + len(pools_used)
     done = 0
     if progress is not None:
         progress("verify", done, total)
@@ -169,7 +174,7 @@ def _verify(
         done += 1
         if progress is not None:
             progress("verify", done, total)
-    for index in range(len(plan.groups)):
+    for index in groups:
         _check_group([layer for layer in layers if layer.view.group == index])
         done += 1
         if progress is not None:
@@ -178,7 +183,7 @@ def _verify(
         torch.cuda.synchronize(device_pool.device)
     pages = sum(layer.blocks.numel() for layer in layers)
     return VerifyReport(
-        groups=len(plan.groups),
+        groups=len(groups),
         layers=len(layers),
         pages=pages,
         bytes=sum(layer.blocks.numel() * layer.page for layer in layers),

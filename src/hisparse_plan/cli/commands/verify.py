@@ -16,7 +16,7 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
-from hisparse_plan.cli.arg_types import positive_int
+from hisparse_plan.cli.arg_types import non_negative_int, positive_int
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.errors import CheckFailed, CommandError
 from hisparse_plan.cli.progress import Progress, accepts_progress, progress_reporter
@@ -56,6 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--blocks", type=positive_int, metavar="N",
                        help="check a sample of about N block ids per pool, always the first and "
                             "last two (default: every block); not with --device meta")
+    group.add_argument("--stage", type=non_negative_int, metavar="K",
+                       help="for a plan with pipeline stages: allocate and verify stage K's "
+                            "device pool and layers (required there, one stage per run); "
+                            "with --device meta, check only stage K (default: every stage)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress bar (by default, a step that runs over a second shows "
                             "one when stderr is a terminal)")
@@ -105,6 +109,24 @@ def _with_progress(function: Callable[..., Any], progress: Progress | None) -> d
     return {"progress": progress} if progress is not None and accepts_progress(function) else {}
 
 
+def _stage_option(plan: KVCachePlan, stage: int | None) -> dict[str, int]:
+    """The backend's stage keyword: omitted for a one-stage plan without --stage (backends
+    before pipeline stages work), required for a plan with stages."""
+    count = len(plan.device_pools)
+    if stage is None and count > 1:
+        raise CommandError(
+            f"the plan has {count} pipeline stages, each with its own device pool; pass "
+            f"--stage K (0 to {count - 1}) to verify one stage's pool"
+        )
+    if stage is not None and stage >= count:
+        expected = "0" if count == 1 else f"0 to {count - 1}"
+        raise CommandError(
+            f"--stage {stage}: the plan has {count} pipeline stage{'s' if count > 1 else ''}; "
+            f"expected {expected}"
+        )
+    return {} if stage is None else {"stage": stage}
+
+
 def run(args: argparse.Namespace) -> int:
     _refuse_conflicts(args)
     backend = _backend()
@@ -113,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or backend.default_device()
     if device == "meta":
         return _meta_check(backend, plan, source.title, args)
+    stage = _stage_option(plan, args.stage)
     pin = args.pin if args.pin is not None else device.startswith("cuda")
     # Nothing is printed before the pools exist: a refusal stays the one line on stderr.
     refused = getattr(backend, "BackendError", ())
@@ -120,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         with (
             progress_reporter(quiet=args.quiet) as progress,
             backend.allocate(
-                plan, device=device, pin=pin, **_with_progress(backend.allocate, progress)
+                plan, device=device, pin=pin, **stage,
+                **_with_progress(backend.allocate, progress),
             ) as pools,
         ):
             report = backend.verify(
@@ -131,10 +155,11 @@ def run(args: argparse.Namespace) -> int:
     except refused as error:  # a sibling of PlanError in later backends: still a refusal
         raise CommandError(str(error)) from error
     host = plan.host_pool.size if plan.host_pool is not None else 0
+    device_pool = plan.device_pools[args.stage or 0].size
     pools_text = {
         "host pool": f"{format_size(host)}, {'pinned' if pin else 'pageable'}",
-        "device pool": " + ".join(format_size(pool.size) for pool in plan.device_pools)
-        + f" on {device}",
+        "device pool": f"{format_size(device_pool)} on {device}"
+        + ("" if len(plan.device_pools) == 1 else f" (pipeline stage {args.stage})"),
     }
     fields = {**dataclasses.asdict(report), "gb_per_s": report.gb_per_s}
     _show(fields, f"{source.title}: verified on {device}", args, pools_text)
@@ -145,9 +170,17 @@ def _meta_check(backend: ModuleType, plan: KVCachePlan, title: str,
                 args: argparse.Namespace) -> int:
     """On the meta device nothing is allocated: every view is bound at full size and checked
     against the plan's numbers instead (no bytes to write)."""
-    report = backend.meta_check(plan)
-    fields = {"layers": report.layers, "host_bytes": report.host_bytes,
-              "device_bytes": report.device_bytes}
+    if args.stage is not None:
+        _stage_option(plan, args.stage)
+    try:
+        report = (backend.meta_check(plan) if args.stage is None
+                  else backend.meta_check(plan, stage=args.stage))
+    except backend.BackendError as error:
+        raise CommandError(str(error)) from error
+    fields: dict[str, Any] = {"layers": report.layers, "host_bytes": report.host_bytes,
+                              "device_bytes": report.device_bytes}
+    if len(plan.device_pools) > 1:
+        fields["stage_bytes"] = list(report.stage_bytes)
     _show(fields, f"{title}: every view bound on the meta device", args)
     return 0
 
