@@ -319,3 +319,68 @@ def test_ctrl_c_while_allocating_exits_130(
     monkeypatch.setattr(sys.modules["hisparse_plan.torch"], "allocate", interrupted)
     code, out, err = cli("verify", "--request", tiny, "--device", "cpu")
     assert (code, out, err) == (130, "", "error: interrupted\n")
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> str:
+    """The Llama-3-70B pipeline golden case cut to eight layers: four 4 MiB stage pools."""
+    from golden import load
+
+    request = load("regular_llama3_70b_pp4_autofit")[0]
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(8)]
+    request["layers"] = {name: request["layers"][names[0]] for name in names}
+    request["model"]["max_model_len"] = 4096
+    for index, stage in enumerate(request["device"]["pipeline_stages"]):
+        stage["layers"] = names[2 * index:2 * index + 2]
+        stage["available_bytes"] = (4 + index) * 2**20
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(request))
+    return str(path)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ([], "the plan has 4 pipeline stages, each with its own device pool; pass --stage K "
+         "(0 to 3) to verify one stage's pool"),
+    (["--stage", "4"], "--stage 4: the plan has 4 pipeline stages; expected 0 to 3"),
+    (["--device", "meta", "--stage", "7"],
+     "--stage 7: the plan has 4 pipeline stages; expected 0 to 3"),
+])
+def test_a_pipeline_plan_needs_one_stage(
+    cli: Run, stub: dict[str, Any], pipeline: str, flags: list[str], message: str
+) -> None:
+    code, out, err = cli("verify", "--request", pipeline, "--device", "cpu", *flags)
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+    assert "plan" not in stub  # refused before anything was allocated
+
+
+def test_stage_on_a_one_stage_plan(cli: Run, stub: dict[str, Any], tiny: str) -> None:
+    code, out, err = cli("verify", "--request", tiny, "--device", "cpu", "--stage", "1")
+    assert (code, out, err) == (2, "", "error: --stage 1: the plan has 1 pipeline stage; "
+                                       "expected 0\n")
+    code, _, err = cli("verify", "--request", tiny, "--device", "cpu", "--stage", "-1")
+    assert code == 2
+    assert "--stage" in err
+
+
+def test_verify_one_pipeline_stage_for_real(cli: Run, pipeline: str) -> None:
+    try:
+        importlib.import_module("hisparse_plan.torch")
+    except ImportError as error:
+        pytest.skip(f"no torch backend here: {error}")
+    code, out, err = cli("verify", "--request", pipeline, "--device", "cpu", "--no-pin",
+                         "--stage", "2", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["layers"], report["groups"], report["sampled"]) == (2, 1, False)
+    code, out, err = cli("verify", "--request", pipeline, "--device", "cpu", "--no-pin",
+                         "--stage", "3", "--plain")
+    assert code == 0, err
+    assert "device pool  4 MiB on cpu (pipeline stage 3)" in out
+    code, out, err = cli("verify", "--request", pipeline, "--device", "meta", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"layers": 8, "host_bytes": 0, "device_bytes": 4 * 4 * 2**20,
+                               "stage_bytes": [4 * 2**20] * 4}
+    code, out, err = cli("verify", "--request", pipeline, "--device", "meta", "--stage", "1",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["stage_bytes"] == [4 * 2**20]

@@ -126,14 +126,31 @@ def test_meta_check_of_deepseek_v32() -> None:
 def test_meta_check_of_every_golden_plan(case: str) -> None:
     plan = plan_or_none(load(case)[0])
     assert plan is not None
-    if len(plan.device_pools) > 1:
-        with pytest.raises(BackendError, match=(
-                f"the plan has {len(plan.device_pools)} pipeline stages, each with its own "
-                r"device pool \(device_pools\); allocate handles a plan with one device pool")):
-            meta_check(plan)
-        return
     report = meta_check(plan)
-    assert report.layers == len(plan_views(plan))
+    views = plan_views(plan)
+    assert list(report.views) == list(views)
+    assert report.stage_bytes == tuple(pool.size for pool in plan.device_pools)
+    assert report.device_bytes == sum(pool.size for pool in plan.device_pools)
+    host_size = 0 if plan.host_pool is None else plan.host_pool.size
+    assert report.host_bytes >= host_size
+    for name, tensor in report.views.items():
+        # On the storage of its own stage's pool, at full size.
+        stage = views[name].stage
+        pool_bytes = report.host_bytes if views[name].host_resident else report.stage_bytes[stage]
+        assert (tensor.device.type, tensor.untyped_storage().nbytes()) == ("meta", pool_bytes)
+
+
+def test_meta_check_of_the_pipeline_golden_plan_by_stage() -> None:
+    plan = golden_plan("regular_llama3_70b_pp4_autofit")
+    assert len(plan.device_pools) == 4
+    for stage, pool in enumerate(plan.device_pools):
+        report = meta_check(plan, stage=stage)
+        assert pool.layers is not None
+        assert (list(report.views), report.stage_bytes) == (pool.layers, (pool.size,))
+        assert report.layers == 20
+    with pytest.raises(BackendError, match="stage is 4, but the plan has 4 pipeline stages; "
+                                           "expected 0 to 3"):
+        meta_check(plan, stage=4)
 
 
 def test_meta_check_refuses_a_view_past_the_pool() -> None:

@@ -78,6 +78,57 @@ def two_tensor_source_plan() -> hp.KVCachePlan:
     return plan_of(request)
 
 
+QWEN3_NEXT = "regular_qwen3_next_80b_mamba"
+PIPELINE = "regular_llama3_70b_pp4_autofit"
+
+
+def qwen3_next_small_request(layers: int = 8) -> dict[str, Any]:
+    """The Qwen3-Next golden case cut to its first `layers` layers (three Mamba, then one
+    full attention, repeated), two 544-token attention blocks of context and a 16 MiB pool.
+    The shapes stay Qwen3-Next's: each Mamba state page (1,097,728 natural bytes) is padded
+    to the 1,114,112-byte attention page, and the Mamba block size is max_model_len."""
+    request = copy.deepcopy(load(QWEN3_NEXT)[0])
+    max_model_len = 2 * 544
+    kept = {}
+    for name, spec in request["layers"].items():
+        if int(name.split(".")[2]) < layers:
+            kept[name] = {**spec, "block_size": max_model_len} if spec["kind"] == "mamba" else spec
+    request["layers"] = kept
+    request["model"]["max_model_len"] = max_model_len
+    request["device"]["available_bytes"] = 16 * MIB
+    return request
+
+
+def padded_attention_request() -> dict[str, Any]:
+    """Sliding-window layers of three KV heads beside full-attention layers of two, in a
+    layer-outermost layout: the 16,384-byte full-attention page does not divide the 24,576-byte
+    sliding-window page, so SPEC 7.3.2 pads it to 24,576 (page_size_padded). About 4 MiB."""
+    full = {"kind": "full_attention", "block_size": 16, "num_kv_heads": 2, "head_size": 128,
+            "dtype": "bfloat16"}
+    window = {**full, "kind": "sliding_window", "num_kv_heads": 3, "sliding_window": 128}
+    return {
+        "layers": {f"model.layers.{i}.self_attn.attn": full if i % 3 == 2 else window
+                   for i in range(6)},
+        "model": {"max_model_len": 256},
+        "hisparse": None,
+        "device": {"available_bytes": 4 * MIB, "kv_cache_layout": "LBNHC"},
+    }
+
+
+def pipeline_small_request() -> dict[str, Any]:
+    """The Llama-3-70B pipeline golden case (four stages, auto-fit) cut to eight layers, two
+    per stage, with 4 to 7 MiB per stage: 4 MiB device pools."""
+    request = copy.deepcopy(load(PIPELINE)[0])
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(8)]
+    spec = request["layers"][names[0]]
+    request["layers"] = {name: spec for name in names}
+    request["model"]["max_model_len"] = 4096
+    for index, stage in enumerate(request["device"]["pipeline_stages"]):
+        stage["layers"] = names[2 * index:2 * index + 2]
+        stage["available_bytes"] = (4 + index) * MIB
+    return request
+
+
 def tampered(plan: hp.KVCachePlan, edit: Callable[[dict[str, Any]], None]) -> hp.KVCachePlan:
     """The plan with its JSON edited and validated back, the static checker never asked."""
     dumped = plan.model_dump(mode="json")
