@@ -27,6 +27,9 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA):
 11. A shared host pool (host_pool_name) across two processes, each pinning its own mapping:
    writes through one process's pinned mapping from the GPU are read by the other's, both
    ways; nothing is left in /dev/shm after both release.
+12. Regular plans on the GPU: the Qwen3-Next golden plan (Mamba pages padded to the attention
+   page) and one stage of the Llama-3-70B four-stage golden plan, each with --device-gib per
+   pool, allocated and verified (a sample of blocks); a layer of another stage is refused.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from hisparse_plan.torch.shm import lock_path, pool_path
 from hisparse_plan.views import plan_views
 
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
+GOLDEN = Path(__file__).resolve().parent.parent / "tests/golden"
 GIB = 2**30
 ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
 
@@ -370,6 +374,39 @@ def versus_torch_pinned(size: int, device: str) -> None:
           f"allocator stats {stats}")
 
 
+def golden_request(case: str, device_bytes: int) -> dict[str, Any]:
+    """A golden request with every device pool given `device_bytes`."""
+    request: dict[str, Any] = json.loads((GOLDEN / f"{case}.request.json").read_text())
+    stages = request["device"].get("pipeline_stages")
+    for pool in stages if stages else [request["device"]]:
+        pool["available_bytes"] = device_bytes
+    return request
+
+
+def regular_plans(device_bytes: int, device: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hp.PlanWarning)
+        qwen = hp.plan(hp.PlanRequest.model_validate(
+            golden_request("regular_qwen3_next_80b_mamba", device_bytes)))
+        llama = hp.plan(hp.PlanRequest.model_validate(
+            golden_request("regular_llama3_70b_pp4_autofit", device_bytes)))
+    with allocate(qwen, device=device, pin=False) as pools:
+        report = verify(qwen, pools, blocks=64)
+    check("Qwen3-Next (padded Mamba pages) verified on the GPU", report.layers == 48,
+          f"{qwen.device_pool.size / GIB:.2f} GiB, {report.pages} pages, "
+          f"{report.gb_per_s:.1f} GB/s")
+    with allocate(llama, device=device, pin=False, stage=1) as pools:
+        report = verify(llama, pools, blocks=64)
+        check("Llama-3-70B pipeline stage 1 verified on the GPU", report.layers == 20,
+              f"{llama.device_pools[1].size / GIB:.2f} GiB, {report.pages} pages")
+        try:
+            pools.view("model.layers.0.self_attn.attn")
+        except BackendError as error:
+            check("a layer of stage 0 is refused by stage 1's pools", "stage 0" in str(error))
+        else:
+            check("a layer of stage 0 is refused by stage 1's pools", False)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host-gib", type=float, default=8.0)
@@ -390,6 +427,7 @@ def main() -> int:
         shared_pool(min(args.host_gib, 2.0), args.device)
         refusals(args.device)
         versus_torch_pinned(int(args.host_gib * GIB), args.device)
+        regular_plans(int(args.device_gib * GIB), args.device)
         report = meta_check(hp.plan(hp.PlanRequest.model_validate_json(
             (DATA / "deepseek_v32_fp8.request.json").read_text())))
         check("DeepSeek-V3.2 golden plan on meta", report.layers == 244,
