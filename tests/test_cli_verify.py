@@ -376,6 +376,7 @@ def test_verify_one_pipeline_stage_for_real(cli: Run, pipeline: str) -> None:
                          "--stage", "3", "--plain")
     assert code == 0, err
     assert "device pool  4 MiB on cpu (pipeline stage 3)" in out
+    assert "host pool    none" in out  # a regular plan has none
     code, out, err = cli("verify", "--request", pipeline, "--device", "meta", "--json")
     assert code == 0, err
     assert json.loads(out) == {"layers": 8, "host_bytes": 0, "device_bytes": 4 * 4 * 2**20,

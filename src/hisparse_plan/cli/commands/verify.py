@@ -154,10 +154,10 @@ def run(args: argparse.Namespace) -> int:
         raise CheckFailed(f"verify failed: {error}") from error
     except refused as error:  # a sibling of PlanError in later backends: still a refusal
         raise CommandError(str(error)) from error
-    host = plan.host_pool.size if plan.host_pool is not None else 0
     device_pool = plan.device_pools[args.stage or 0].size
     pools_text = {
-        "host pool": f"{format_size(host)}, {'pinned' if pin else 'pageable'}",
+        "host pool": "none" if plan.host_pool is None else
+        f"{format_size(plan.host_pool.size)}, {'pinned' if pin else 'pageable'}",
         "device pool": f"{format_size(device_pool)} on {device}"
         + ("" if len(plan.device_pools) == 1 else f" (pipeline stage {args.stage})"),
     }
