@@ -129,6 +129,23 @@ def pipeline_small_request() -> dict[str, Any]:
     return request
 
 
+def shrunk_plan(case: str, layers: int = 12, max_model_len: int = 512) -> hp.KVCachePlan:
+    """A one-stage regular golden case cut to its first `layers` layer indices and a short
+    context, on the fewest whole MiB of device memory that plan it (a few MiB to tens)."""
+    request = copy.deepcopy(load(case)[0])
+    request["layers"] = {name: spec for name, spec in request["layers"].items()
+                         if int(name.split(".")[2]) < layers}
+    request["model"]["max_model_len"] = min(request["model"]["max_model_len"], max_model_len)
+    refusal: hp.PlanError | None = None
+    for mib in range(1, 129):
+        request["device"]["available_bytes"] = mib * MIB
+        try:
+            return plan_of(request)
+        except hp.CapacityError as error:
+            refusal = error
+    raise AssertionError(f"{case} cut to {layers} layers does not plan in 128 MiB: {refusal}")
+
+
 def tampered(plan: hp.KVCachePlan, edit: Callable[[dict[str, Any]], None]) -> hp.KVCachePlan:
     """The plan with its JSON edited and validated back, the static checker never asked."""
     dumped = plan.model_dump(mode="json")

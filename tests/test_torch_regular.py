@@ -1,0 +1,63 @@
+"""Regular plans (no HiSparse, no host pool) on real buffers: every regular golden shape, cut to
+a few layers and MiB, allocated, bound and verified block by block on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")  # the backend is an extra: skip without it
+
+import hisparse_plan as hp
+from hisparse_plan.torch import allocate, check_bound, verify
+from hisparse_plan.views import plan_views
+from torch_support import (
+    MIB,
+    pipeline_small_request,
+    plan_of,
+    qwen3_next_small_request,
+    shrunk_plan,
+)
+
+SHRUNK = {
+    "regular_deepseek_v32_no_hisparse_lbnhc": {"uniform_type"},
+    "regular_gemma3_27b_swa": {"sliding_window", "full_attention"},
+    "regular_gpt_oss_120b": {"sliding_window", "full_attention"},
+    "regular_llama3_8b_bf16": {"full_attention"},
+    "regular_llama4_scout_chunked_local": {"chunked_local_attention", "full_attention"},
+}
+"""Each one-stage regular golden case (Qwen3-Next has its own cut) and its group kinds."""
+
+
+def _check(plan: hp.KVCachePlan, stage: int | None = None) -> None:
+    index = 0 if stage is None else stage
+    views = {name: view for name, view in plan_views(plan).items() if view.stage == index}
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0, stage=stage) as pools:
+        assert pools.host is None
+        assert pools.device.numel() == plan.device_pools[index].size <= 64 * MIB
+        bound = pools.views()
+        assert list(bound) == list(views)
+        for name, view in views.items():
+            check_bound(view, bound[name], pools.device)
+        report = verify(plan, pools)
+    assert (report.layers, report.sampled) == (len(views), False)
+    assert report.pages == len(views) * plan.num_blocks
+    assert report.groups == len({view.group for view in views.values()})
+
+
+@pytest.mark.parametrize("case", sorted(SHRUNK))
+def test_a_regular_golden_shape_verifies(case: str) -> None:
+    plan = shrunk_plan(case)
+    assert plan.host_pool is None
+    assert {group.spec.kind for group in plan.groups} == SHRUNK[case]
+    _check(plan)
+
+
+def test_the_qwen3_next_shape_verifies() -> None:
+    plan = plan_of(qwen3_next_small_request())
+    assert {group.spec.kind for group in plan.groups} == {"mamba", "full_attention"}
+    _check(plan)
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_each_pipeline_stage_verifies(stage: int) -> None:
+    _check(plan_of(pipeline_small_request()), stage)
