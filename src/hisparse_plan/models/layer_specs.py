@@ -251,3 +251,9 @@ LayerSpec = Annotated[
     BY_KIND,
 ]
 WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec
+
+LAYER_SPEC_CLASSES: frozenset[type] = frozenset({
+    MLASpec, FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
+    SlidingWindowMLASpec, MambaSpec,
+})
+"""The classes a `LayerSpec` may be (exactly; no subclasses)."""
