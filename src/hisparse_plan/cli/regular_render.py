@@ -24,12 +24,12 @@ def required_per_group(plan: KVCachePlan) -> list[int]:
     ]
 
 
-def group_rows(plan: KVCachePlan) -> list[list[str]]:
-    """Runs of alike groups (kind, page and blocks per request) on one row each."""
+def group_rows(plan: KVCachePlan, labels: list[str], needs: list[int]) -> list[list[str]]:
+    """Runs of alike groups (same label, page and blocks per request) on one row each: index
+    span, label, layers per group, page, blocks one request takes."""
     runs: list[tuple[tuple[str, int, int], list[int]]] = []
-    for index, (group, need) in enumerate(zip(plan.groups, required_per_group(plan),
-                                              strict=True)):
-        key = (group_label(group), group.spec.page_size_bytes, need)
+    for index, (group, label, need) in enumerate(zip(plan.groups, labels, needs, strict=True)):
+        key = (label, group.spec.page_size_bytes, need)
         if runs and runs[-1][0] == key:
             runs[-1][1].append(index)
         else:
@@ -68,7 +68,7 @@ def render_regular_plan(out: Renderer, title: str, plan: KVCachePlan) -> None:
     out.table(
         [Column("#", "right"), Column("group"), Column("layers", "right"),
          Column("page", "right"), Column("blocks/request", "right")],
-        group_rows(plan),
+        group_rows(plan, [group_label(g) for g in plan.groups], required_per_group(plan)),
         title="groups",
     )
     staged = len(plan.device_pools) > 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, Tag
+from pydantic import Field, Tag, ValidatorFunctionWrapHandler, field_validator
 
 from hisparse_plan.models.base import (
     BY_KIND,
@@ -16,6 +16,7 @@ from hisparse_plan.models.base import (
 )
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.layer_specs import (
+    LAYER_SPEC_CLASSES,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     LayerSpec,
@@ -36,6 +37,18 @@ class UniformTypeSpec(Model):
         default=0, description="Derived: the sum of the members' pages. Checked if given."
     )
     specs: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)]
+
+    @field_validator("specs", mode="wrap")
+    @classmethod
+    def _built_members(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
+        """Members that are built specs are taken as they are, as pydantic takes any built
+        model; only other input (JSON) goes through the kind dispatch."""
+        if isinstance(value, dict) and value and all(
+            type(spec) in LAYER_SPEC_CLASSES and isinstance(name, str) and name
+            for name, spec in value.items()
+        ):
+            return value
+        return handler(value)
 
     def model_post_init(self, context: object, /) -> None:
         for name, spec in self.specs.items():

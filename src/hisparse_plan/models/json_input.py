@@ -73,15 +73,15 @@ def load_request_json(text: str | bytes) -> dict[str, Any]:
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal duplicated
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                duplicated = True
-                marked = _Duplicated(pairs)
-                marked.key = key
-                return marked
-            result[key] = value
-        return result
+        result = dict(pairs)
+        if len(result) == len(pairs):  # the common case, decided without a Python loop
+            return result
+        duplicated = True
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        marked = _Duplicated(pairs)
+        marked.key = key
+        return marked
 
     try:
         data = json.loads(text, object_pairs_hook=pairs_hook)

@@ -16,7 +16,7 @@ from pydantic import Field, Tag
 
 from hisparse_plan.models.base import BY_KIND, ByteCount, Model, PositiveInt
 from hisparse_plan.models.derived import store_derived
-from hisparse_plan.models.dtypes import DType, dtype_size
+from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
 _PAGE_DOC = "Derived: the padded page if the layer has one, else H * N * C. Checked if given."
 _ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (SPEC 7.4)."
@@ -61,6 +61,10 @@ class LayerSpecBase(Model):
     @property
     def padded_page_bytes(self) -> int | None:
         """The padded page (SPEC 7.1); None when the layer has none."""
+        return self._padded(self.natural_page_bytes)
+
+    def _padded(self, natural: int) -> int | None:
+        """The padded page of a layer whose natural page is `natural`."""
         return None
 
     @property
@@ -76,8 +80,9 @@ class LayerSpecBase(Model):
         self._derive()
 
     def _derive(self) -> None:
-        padded = self.padded_page_bytes
-        page = self.natural_page_bytes if padded is None else padded
+        natural = self.natural_page_bytes
+        padded = self._padded(natural)
+        page = natural if padded is None else padded
         store_derived(self, "page_size_bytes", page, "the padded page, else H * N * C")
 
 
@@ -91,7 +96,7 @@ class AttentionLayerSpec(LayerSpecBase):
 
     @property
     def dtype_size(self) -> int:
-        return dtype_size(self.dtype)
+        return DTYPE_SIZE[self.dtype]
 
     @property
     def heads(self) -> int:
@@ -105,8 +110,7 @@ class AttentionLayerSpec(LayerSpecBase):
     def view_dtype(self) -> DType:
         return self.dtype
 
-    @property
-    def padded_page_bytes(self) -> int | None:
+    def _padded(self, natural: int) -> int | None:
         return self.page_size_padded
 
 
@@ -136,11 +140,9 @@ class LatentLayerSpec(AttentionLayerSpec):
             return self.state_content_bytes
         return self.head_size * self.dtype_size
 
-    @property
-    def padded_page_bytes(self) -> int | None:
+    def _padded(self, natural: int) -> int | None:
         if self.page_size_padded is not None:
             return self.page_size_padded
-        natural = self.natural_page_bytes
         if self.alignment is None or natural % self.alignment == 0:
             return None
         return -(-natural // self.alignment) * self.alignment
@@ -228,8 +230,7 @@ class MambaSpec(LayerSpecBase):
             for shape, dtype in zip(self.state_shapes, self.state_dtypes, strict=True)
         )
 
-    @property
-    def padded_page_bytes(self) -> int | None:
+    def _padded(self, natural: int) -> int | None:
         return self.page_size_padded
 
     def _derive(self) -> None:
@@ -251,3 +252,9 @@ LayerSpec = Annotated[
     BY_KIND,
 ]
 WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec
+
+LAYER_SPEC_CLASSES: frozenset[type] = frozenset({
+    MLASpec, FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
+    SlidingWindowMLASpec, MambaSpec,
+})
+"""The classes a `LayerSpec` may be (exactly; no subclasses)."""

@@ -9,7 +9,7 @@ from pydantic.config import ExtraValues
 
 from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
 from hisparse_plan.models.json_input import load_request_json
-from hisparse_plan.models.layer_specs import LayerSpec
+from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
 RESIDENT_SUFFIX = ".hisparse_resident"
@@ -117,7 +117,10 @@ class PlanRequest(Model):
 def spec_key(spec: LayerSpec) -> tuple[object, ...]:
     """A hashable key, equal for two specs exactly when every field is equal: what "the same
     spec" means (SPEC 4, 7.1); the planner groups layers by it."""
-    return tuple(_frozen(value) for value in spec.__dict__.values())
+    values = tuple(spec.__dict__.values())
+    if isinstance(spec, MambaSpec):  # the one kind with list fields
+        return tuple(_frozen(value) for value in values)
+    return values
 
 
 def _frozen(value: object) -> object:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import NamedTuple
 
 from hisparse_plan.errors import PlanError
@@ -75,21 +76,23 @@ def hot_packs(source: list[tuple[str, MLASpec]], indexer_page: int) -> list[HotP
     grows while its pages fit one block of the indexer group. Units are never split, so a unit
     larger than an indexer block gets a pack of its own.
     """
-    units: list[list[tuple[str, MLASpec]]] = []
-    for layer in source:
-        if layer[1].is_index_group_leader or not units:
-            units.append([layer])
+    starts: list[int] = []  # where each unit begins, in source order
+    sizes: list[int] = []
+    for position, (_, spec) in enumerate(source):
+        if spec.is_index_group_leader or not starts:
+            starts.append(position)
+            sizes.append(spec.page_size_bytes)
         else:
-            units[-1].append(layer)
-    packs: list[list[tuple[str, MLASpec]]] = []
+            sizes[-1] += spec.page_size_bytes
+    bounds: list[int] = []  # where each pack begins
     filled = 0
-    for unit in units:
-        size = sum(spec.page_size_bytes for _, spec in unit)
-        if not packs or (packs[-1] and filled + size > indexer_page):
-            packs.append([])
+    for start, size in zip(starts, sizes, strict=True):
+        if not bounds or filled + size > indexer_page:
+            bounds.append(start)
             filled = 0
-        packs[-1].extend(unit)
         filled += size
+    bounds.append(len(source))
+    packs = [source[begin:end] for begin, end in pairwise(bounds)]
     return [_one_page(pack) for pack in packs]
 
 

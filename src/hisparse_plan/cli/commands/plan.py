@@ -7,7 +7,7 @@ import argparse
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
 from hisparse_plan.cli.memory_render import render_rank_memory
-from hisparse_plan.cli.regular_render import render_regular_plan
+from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import (
@@ -78,29 +78,10 @@ def _label(group: KVCacheGroup) -> str:
     return LABELS.get(group.spec.kind, f"regular ({group.spec.kind})")
 
 
-def group_rows(plan: KVCachePlan, bounds: PoolBounds) -> list[list[str]]:
-    """Runs of alike groups (same label, page and blocks per request) on one row each."""
+def hisparse_group_rows(plan: KVCachePlan, bounds: PoolBounds) -> list[list[str]]:
     blocks = {demand.group: demand.blocks for demand in bounds.demands}
-    runs: list[tuple[tuple[str, int, int], list[int]]] = []
-    for index, group in enumerate(plan.groups):
-        need = blocks.get(index, bounds.host_required)
-        key = (_label(group), group.spec.page_size_bytes, need)
-        if runs and runs[-1][0] == key:
-            runs[-1][1].append(index)
-        else:
-            runs.append((key, [index]))
-    rows = []
-    for (label, page, need), members in runs:
-        counts = [len(plan.groups[i].layer_names) for i in members]
-        span = str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}"
-        rows.append([
-            span,
-            label if len(members) == 1 else f"{label} x{len(members)}",
-            str(counts[0]) if len(counts) == 1 else "+".join(map(str, counts)),
-            format_size(page),
-            str(need),
-        ])
-    return rows
+    needs = [blocks.get(index, bounds.host_required) for index in range(len(plan.groups))]
+    return group_rows(plan, [_label(group) for group in plan.groups], needs)
 
 
 def render_plan(out: Renderer, source: Source, plan: KVCachePlan) -> None:
@@ -111,7 +92,7 @@ def render_plan(out: Renderer, source: Source, plan: KVCachePlan) -> None:
     out.table(
         [Column("#", "right"), Column("group"), Column("layers", "right"),
          Column("page", "right"), Column("blocks/request", "right")],
-        group_rows(plan, bounds),
+        hisparse_group_rows(plan, bounds),
         title="groups",
     )
     pools = []
