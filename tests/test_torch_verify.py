@@ -20,12 +20,12 @@ from hisparse_plan.torch.binding import bind_views
 from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.verify_layers import read_raw, select_blocks
 from hisparse_plan.views import plan_views
+from planning_support import plan_or_none
 from strategies import hisparse_requests
 from torch_support import (
     SMALL_GOLDEN,
     exact_fit_plan,
     golden_plan,
-    plan_or_none,
     small_plan,
     tampered,
     tensor_index,

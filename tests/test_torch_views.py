@@ -11,7 +11,8 @@ pytest.importorskip("torch")  # the backend is an extra: skip without it
 from golden import CASES, load
 from hisparse_plan.torch import TORCH_DTYPES, BackendError, allocate, check_bound, meta_check
 from hisparse_plan.views import plan_views
-from torch_support import golden_plan, plan_or_none, small_plan, tampered, tensor_index, torch
+from planning_support import plan_or_none
+from torch_support import golden_plan, small_plan, tampered, tensor_index, torch
 
 PLANNED = [case for case in CASES if "error" not in load(case)[1]]
 """The golden cases that plan (the others expect a refusal)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import os
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 import hisparse_plan as hp
 from golden import load
+from planning_support import quiet_plan
 
 torch = pytest.importorskip("torch")
 
@@ -21,17 +21,8 @@ SMALL_GOLDEN = "bf16_small_with_full_attention"
 MIB = 2**20
 
 
-def plan_of(request: dict[str, Any]) -> hp.KVCachePlan:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", hp.PlanWarning)
-        return hp.plan(hp.PlanRequest.model_validate(request))
-
-
-def plan_or_none(request: dict[str, Any]) -> hp.KVCachePlan | None:
-    try:
-        return plan_of(request)
-    except hp.PlanError:
-        return None
+plan_of = quiet_plan
+"""The torch tests plan through the one quiet helper, planning_support."""
 
 
 def golden_plan(case: str) -> hp.KVCachePlan:

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hisparse_plan.models.base import GIB
 from hisparse_plan.torch.errors import HostMemoryError
 
 HOST_RAM_FRACTION = 0.95
 """Leave 5% for the engine itself: a pool at 100% of MemAvailable starves everything else."""
 
-GIB = 2**30
 
 _UNLIMITED = 2**60
 """cgroup v1 reports "no limit" as a huge number near 2**63; anything above this is no limit."""
