@@ -100,14 +100,14 @@ def summary(plan: KVCachePlan) -> str:
 
 def request_layers(request: PlanRequest) -> list[Layer]:
     """The layers in request order, equal specs as one object (grouping compares identity)."""
-    canonical: dict[int, object] = {}
-    by_key: dict[tuple[object, ...], object] = {}
+    canonical: dict[int, LayerSpec] = {}
+    by_key: dict[tuple[object, ...], LayerSpec] = {}
     layers: list[Layer] = []
     for name, spec in request.layers.items():
         same = canonical.get(id(spec))
         if same is None:
             same = canonical[id(spec)] = by_key.setdefault(spec_key(spec), spec)
-        layers.append((name, same))  # type: ignore[arg-type]
+        layers.append((name, same))
     return layers
 
 
