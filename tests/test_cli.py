@@ -387,3 +387,12 @@ def test_console_script() -> None:
     assert bad.stdout == ""
     assert bad.stderr.startswith("error: argument --gpu-mem: invalid size 'lots'")
     assert len(bad.stderr.splitlines()) == 1
+
+
+def test_a_host_pool_sweep_refuses_a_fixed_host_pool(cli: Run) -> None:
+    code, out, err = cli("capacity", "deepseek-v3.2", "--sweep", "host-pool",
+                         "--host-pool", "64GiB")
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: --host-pool cannot be combined with --sweep host-pool")
+    assert err.count("\n") == 1

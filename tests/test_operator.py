@@ -379,3 +379,9 @@ def test_tune_results_are_tagged() -> None:
     answer = smallest_host_pool(SMALL_REQUEST, 2)
     assert isinstance(answer, HostPoolTune)
     assert answer.mode == "host-pool"
+
+
+def test_an_unreachable_target_is_refused_without_overflow() -> None:
+    request = build_request(load_preset("deepseek-v3.2").architecture, Settings())
+    with pytest.raises(hp.CapacityError, match="no GPU can"):
+        smallest_host_pool(request, 1e308)

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models import Capacity, KVCachePlan, PlanRequest
-from hisparse_plan.models.base import ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import GIB, INT64_MAX, ByteCount, Model, PositiveInt
 from hisparse_plan.operator.bounds import Binding, Metric, metric_value, pool_bounds
 from hisparse_plan.planning import plan as make_plan
 from hisparse_plan.presets import Settings, host_pool_gib, override_request
@@ -185,24 +185,30 @@ def _gpu_binds(probe: KVCachePlan, target: float, metric: Metric) -> CapacityErr
     reach = float(bounds.device_bound(metric))
     blocks = bounds.device_blocks_for(Fraction(target), metric)
     device = probe.device_pool
+    needed = blocks * bounds.bytes_per_block
+    if needed > INT64_MAX:
+        fix = (f"no GPU can: it takes more than 2**63-1 bytes of KV cache in blocks of "
+               f"{bounds.bytes_per_block} bytes")
+    elif device.num_blocks_override is not None:
+        fix = (f"set num_blocks_override to at least {blocks} ({blocks} blocks of "
+               f"{bounds.bytes_per_block} bytes)")
+    else:
+        fix = (f"raise the GPU memory to at least {needed} bytes ({_gib(needed)}) ({blocks} "
+               f"blocks of {bounds.bytes_per_block} bytes)")
     if device.num_blocks_override is not None:
         how = f"num_blocks_override {device.num_blocks_override} blocks"
-        fix = f"set num_blocks_override to at least {blocks}"
     else:
         how = (
             f"{device.available_bytes} bytes ({_gib(device.available_bytes)}) of GPU memory "
             f"({probe.num_blocks} blocks)"
         )
-        needed = blocks * bounds.bytes_per_block
-        fix = f"raise the GPU memory to at least {needed} bytes ({_gib(needed)})"
     return CapacityError(
         f"the GPU binds: {how} hold at most {reach:.4f} concurrent "
         f"{probe.workload.max_model_len}-token requests ({metric}), short of the target "
-        f"{target} whatever the host pool; {fix} ({blocks} blocks of "
-        f"{bounds.bytes_per_block} bytes)",
+        f"{target} whatever the host pool; {fix}",
         field="device.available_bytes",
     )
 
 
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.2f} GiB"
+    return f"{nbytes / GIB:.2f} GiB"

@@ -49,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep is None and (args.plot is not None or args.points is not None):
         flag = "--plot" if args.plot is not None else "--points"
         raise CommandError(f"{flag} needs --sweep max-model-len or --sweep host-pool")
+    if args.sweep == "host-pool" and getattr(args, "host_pool", None) is not None:
+        raise CommandError(
+            "--host-pool cannot be combined with --sweep host-pool: the sweep sets the host "
+            "pool at each point; give the sizes with --points"
+        )
     source = resolve_source(args)
     out = Renderer(plain=args.plain)
     if args.sweep is None:
