@@ -8,9 +8,10 @@ import math
 from hisparse_plan.errors import PlanError, PlanInvariantError
 from hisparse_plan.models import DevicePool, KVCachePlan, UniformTypeSpec, Workload
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
-from hisparse_plan.rules.buckets import SpecBucket, buckets_of, spec_buckets
+from hisparse_plan.rules.buckets import SpecBucket, spec_buckets, stage_buckets
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
 from hisparse_plan.rules.host import host_block_stride, host_blocks_needed
+from hisparse_plan.rules.pool_memory import pool_blocks, usable_bytes
 from hisparse_plan.rules.required import buckets_required, longest_fitting
 
 
@@ -67,19 +68,14 @@ def stage_groups(plan: KVCachePlan) -> list[list[list[SpecBucket]]]:
         names = set(pool.layers)
         groups = []
         for group in device:
-            spec = group.spec
-            if isinstance(spec, UniformTypeSpec):
-                buckets = buckets_of({n: m for n, m in spec.specs.items() if n in names})
-                if not buckets:
-                    raise PlanInvariantError(
-                        f"device_pools[{stage}] holds no layer of the uniform_type group "
-                        f"{group.layer_names[0]!r}...; expected a part of it on every stage "
-                        "(SPEC 7.6)",
-                        layer=group.layer_names[0],
-                    )
-            else:
-                kept = [n for n in group.layer_names if n in names]
-                buckets = [SpecBucket(spec, kept)] if kept else []
+            buckets = stage_buckets(group.spec, group.layer_names, names)
+            if not buckets and isinstance(group.spec, UniformTypeSpec):
+                raise PlanInvariantError(
+                    f"device_pools[{stage}] holds no layer of the uniform_type group "
+                    f"{group.layer_names[0]!r}...; expected a part of it on every stage "
+                    "(SPEC 7.6)",
+                    layer=group.layer_names[0],
+                )
             groups.append(buckets)
         projected.append(groups)
     return projected
@@ -98,19 +94,13 @@ def _check_device_pools(plan: KVCachePlan, device: list[list[SpecBucket]]) -> No
             raise PlanInvariantError(f"{what}: {error}") from error
         _agree(f"{what}.bytes_per_block", pool.bytes_per_block, per_block,
                f"the widest group block in {pool.layout.value}, aligned")
-        if pool.num_blocks_override is not None:
-            fitting.append(pool.num_blocks_override)
-        else:
-            fitting.append(pool.available_bytes // per_block)
+        fitting.append(pool_blocks(pool.available_bytes, per_block, pool.num_blocks_override))
     _agree("num_blocks", plan.num_blocks, min(fitting),
            "the override, or the least over stages of available_bytes // bytes_per_block")
 
 
 def _usable(pool: DevicePool) -> int:
-    """The pool's memory (available, or override blocks) less the null block."""
-    if pool.num_blocks_override is not None:
-        return (pool.num_blocks_override - 1) * pool.bytes_per_block
-    return pool.available_bytes - pool.bytes_per_block
+    return usable_bytes(pool.available_bytes, pool.bytes_per_block, pool.num_blocks_override)
 
 
 def _check_admission(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:

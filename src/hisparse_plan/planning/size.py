@@ -10,7 +10,8 @@ from hisparse_plan.models import DeviceConfig, UniformTypeSpec
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.block_bytes import bytes_per_block
-from hisparse_plan.rules.buckets import SpecBucket, buckets_of
+from hisparse_plan.rules.buckets import SpecBucket, stage_buckets
+from hisparse_plan.rules.pool_memory import pool_blocks, pool_memory, usable_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,21 +29,15 @@ class StageSizing:
 
     @property
     def memory(self) -> int:
-        """The bytes the stage's pool may take: available, or override blocks."""
-        if self.num_blocks_override is not None:
-            return self.num_blocks_override * self.bytes_per_block
-        return self.available_bytes
+        return pool_memory(self.available_bytes, self.bytes_per_block, self.num_blocks_override)
 
     @property
     def usable(self) -> int:
-        """Memory less the null block, which is never handed to a request."""
-        return self.memory - self.bytes_per_block
+        return usable_bytes(self.available_bytes, self.bytes_per_block, self.num_blocks_override)
 
     @property
     def fitting_blocks(self) -> int:
-        if self.num_blocks_override is not None:
-            return self.num_blocks_override
-        return self.available_bytes // self.bytes_per_block
+        return pool_blocks(self.available_bytes, self.bytes_per_block, self.num_blocks_override)
 
 
 def size_stages(
@@ -107,12 +102,7 @@ def project(groups: list[PlannedGroup], names: set[str], stage: int) -> list[lis
     projected = []
     for index, group in enumerate(groups):
         spec = group.group.spec
-        if isinstance(spec, UniformTypeSpec):
-            # The stage's members by spec, in their own order of first appearance.
-            buckets = buckets_of({n: s for n, s in spec.specs.items() if n in names})
-        else:
-            kept = [name for name in group.group.layer_names if name in names]
-            buckets = [SpecBucket(spec, kept)] if kept else []
+        buckets = stage_buckets(spec, group.group.layer_names, names)
         if not buckets and isinstance(spec, UniformTypeSpec):
             first = group.group.layer_names[0]
             raise PlanError(

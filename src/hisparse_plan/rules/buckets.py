@@ -52,3 +52,13 @@ def buckets_of(specs: dict[str, LayerSpec]) -> list[SpecBucket]:
             by_identity[id(spec)] = bucket
         bucket.names.append(name)
     return buckets
+
+
+def stage_buckets(spec: GroupSpec, layer_names: list[str], stage: set[str]) -> list[SpecBucket]:
+    """A group's buckets projected onto one pipeline stage's layers (SPEC 7.6 step 2): a
+    uniform_type group keeps the stage's members, by spec in their own order of first
+    appearance; any other group keeps the stage's layers. Empty when the stage holds none."""
+    if isinstance(spec, UniformTypeSpec):
+        return buckets_of({name: member for name, member in spec.specs.items() if name in stage})
+    kept = [name for name in layer_names if name in stage]
+    return [SpecBucket(spec, kept)] if kept else []
