@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, Tag, ValidatorFunctionWrapHandler, field_validator
@@ -26,6 +27,9 @@ from hisparse_plan.models.layer_specs import (
     SlidingWindowSpec,
 )
 
+_BLOCK_SIZE = attrgetter("block_size")
+_PAGE_SIZE = attrgetter("page_size_bytes")
+
 
 class UniformTypeSpec(Model):
     """Several layer specs of one family (SPEC 7.2) sharing one block table: a block holds one
@@ -43,22 +47,27 @@ class UniformTypeSpec(Model):
     def _built_members(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
         """Members that are built specs are taken as they are, as pydantic takes any built
         model; only other input (JSON) goes through the kind dispatch."""
-        if isinstance(value, dict) and value and all(
-            type(spec) in LAYER_SPEC_CLASSES and isinstance(name, str) and name
-            for name, spec in value.items()
+        if (
+            isinstance(value, dict)
+            and value
+            and LAYER_SPEC_CLASSES.issuperset(map(type, value.values()))
+            and set(map(type, value)) == {str}
+            and "" not in value
         ):
             return value
         return handler(value)
 
     def model_post_init(self, context: object, /) -> None:
-        for name, spec in self.specs.items():
-            if spec.block_size != self.block_size:
-                raise ValueError(
-                    f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
-                    f"got {spec.block_size}"
-                )
+        if set(map(_BLOCK_SIZE, self.specs.values())) != {self.block_size}:
+            name, spec = next(
+                (n, s) for n, s in self.specs.items() if s.block_size != self.block_size
+            )
+            raise ValueError(
+                f"specs[{name!r}].block_size: expected the group's {self.block_size}, "
+                f"got {spec.block_size}"
+            )
         freeze(self, "specs", self.specs)
-        page = sum(spec.page_size_bytes for spec in self.specs.values())
+        page = sum(map(_PAGE_SIZE, self.specs.values()))
         store_derived(self, "page_size_bytes", page, "sum of the members' pages")
 
 

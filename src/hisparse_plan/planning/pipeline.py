@@ -100,15 +100,10 @@ def summary(plan: KVCachePlan) -> str:
 
 def request_layers(request: PlanRequest) -> list[Layer]:
     """The layers in request order, equal specs as one object (grouping compares identity)."""
-    canonical: dict[int, LayerSpec] = {}
-    by_key: dict[tuple[object, ...], LayerSpec] = {}
-    layers: list[Layer] = []
-    for name, spec in request.layers.items():
-        same = canonical.get(id(spec))
-        if same is None:
-            same = canonical[id(spec)] = by_key.setdefault(spec_key(spec), spec)
-        layers.append((name, same))
-    return layers
+    canonical: dict[tuple[object, ...], LayerSpec] = {}
+    specs = request.layers.values()
+    same = map(canonical.setdefault, map(spec_key, specs), specs)
+    return list(zip(request.layers, same, strict=True))
 
 
 def _trace_tensor(index: int, tensor: KVCacheTensor, stage: int, trace: Trace) -> None:

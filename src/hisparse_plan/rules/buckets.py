@@ -38,6 +38,8 @@ def spec_buckets(spec: GroupSpec, layer_names: list[str]) -> list[SpecBucket]:
 def buckets_of(specs: dict[str, LayerSpec]) -> list[SpecBucket]:
     """Layers by spec, in order of first appearance: identity first (a validated request shares
     one object per distinct spec), then equality of every field."""
+    if len(set(map(id, specs.values()))) == 1:  # one shared object, the usual uniform group
+        return [SpecBucket(next(iter(specs.values())), list(specs))]
     by_identity: dict[int, SpecBucket] = {}
     by_fields: dict[str, SpecBucket] = {}
     buckets: list[SpecBucket] = []
