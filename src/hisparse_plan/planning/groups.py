@@ -30,6 +30,14 @@ class PlannedGroup:
         return sum(bucket.block_bytes for bucket in self.buckets)
 
 
+def first_of_each_spec(layers: Sequence[Layer]) -> list[Layer]:
+    """The first layer of each distinct spec object, in request order."""
+    specs = [spec for _, spec in layers]
+    # Walking backwards leaves each spec's earliest layer in the map.
+    earliest = dict(zip(map(id, reversed(specs)), reversed(layers), strict=True))
+    return [earliest[key] for key in dict.fromkeys(map(id, specs))]
+
+
 def single_spec_group(
     spec: GroupSpec, names: list[str], role: GroupRole = "default"
 ) -> PlannedGroup:

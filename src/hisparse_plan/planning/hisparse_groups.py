@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import (
@@ -16,7 +17,13 @@ from hisparse_plan.models import (
     MLASpec,
     PlanRequest,
 )
-from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
+from hisparse_plan.planning.groups import (
+    Layer,
+    PlannedGroup,
+    first_of_each_spec,
+    single_spec_group,
+    uniform_group,
+)
 from hisparse_plan.planning.regular_groups import regular_groups
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
@@ -35,7 +42,8 @@ class HisparseGrouping:
 def hisparse_groups(
     request: PlanRequest, hisparse: HisparseConfig, layers: list[Layer], trace: Trace
 ) -> HisparseGrouping:
-    refuse_deferred(request, layers)
+    distinct = first_of_each_spec(layers)
+    refuse_deferred(request, distinct)
     index_topk = request.model.index_topk
     if index_topk is None:
         raise PlanError(
@@ -43,26 +51,10 @@ def hisparse_groups(
             "an integer >= 1, got null",
             field="model.index_topk",
         )
-    mla: list[tuple[str, MLASpec]] = []
-    others: list[Layer] = []
-    for layer in layers:
-        if isinstance(layer[1], MLASpec):
-            mla.append(layer)  # type: ignore[arg-type]
-        else:
-            others.append(layer)
-    block_size = _one_block_size(mla)
+    block_size = _one_block_size([layer for layer in distinct if isinstance(layer[1], MLASpec)])
+    source, indexer, others = _by_role(layers, distinct)
     regular = regular_groups(others, request.device.kv_cache_layout, trace)
-    if any(spec.model_version == "deepseek_v4" for _, spec in mla):
-        name = next(n for n, spec in mla if spec.model_version == "deepseek_v4")
-        raise UnsupportedRequestError(
-            f"layers[{name!r}].model_version: 'deepseek_v4' is not supported by HiSparse "
-            "planning (SPEC 5.3)",
-            field=f"layers[{name!r}].model_version",
-        )
-    source: list[tuple[str, MLASpec]] = []
-    indexer: list[tuple[str, MLASpec]] = []
-    for layer in mla:
-        (source if layer[1].cache_role == "sparse" else indexer).append(layer)
+    _refuse_deepseek_v4(distinct)
     if not source or not indexer:
         raise PlanError(
             "layers: HiSparse needs both sparse (source) layers and indexer layers; got "
@@ -70,7 +62,8 @@ def hisparse_groups(
             field="layers",
         )
     hot = hot_buffer(
-        [spec for _, spec in source], index_topk, hisparse.max_decode_query_len,
+        [spec for _, spec in distinct if isinstance(spec, MLASpec) and spec.cache_role == "sparse"],
+        index_topk, hisparse.max_decode_query_len,
         hisparse.device_buffer_size, block_size,
     )
     trace.add("group", "5.4", "hot rows per request", hot.rows,
@@ -92,8 +85,9 @@ def hisparse_groups(
     return HisparseGrouping(uniform_group(source, "hisparse_source"), device, hot, block_size)
 
 
-def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
-    """What SPEC 4.1 and 7.11 defer for HiSparse requests."""
+def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
+    """What SPEC 4.1, 5.3 and 7.11 defer for HiSparse requests (`distinct`: the first layer of
+    each spec)."""
     if request.device.pipeline_stages is not None:
         raise UnsupportedRequestError(
             "device.pipeline_stages: HiSparse plans one stage (SPEC 7.11); expected null",
@@ -105,10 +99,7 @@ def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
             "false",
             field="model.auto_fit_max_model_len",
         )
-    distinct: dict[int, Layer] = {}
-    for layer in layers:
-        distinct.setdefault(id(layer[1]), layer)
-    for name, spec in distinct.values():
+    for name, spec in distinct:
         if not isinstance(spec, MLASpec):
             continue
         for attribute, default in (
@@ -122,6 +113,34 @@ def refuse_deferred(request: PlanRequest, layers: list[Layer]) -> None:
                     f"take it yet (SPEC 7.11); expected {default}, got {value}",
                     field=f"layers[{name!r}].{attribute}",
                 )
+
+
+def _refuse_deepseek_v4(distinct: list[Layer]) -> None:
+    for name, spec in distinct:
+        if isinstance(spec, MLASpec) and spec.model_version == "deepseek_v4":
+            raise UnsupportedRequestError(
+                f"layers[{name!r}].model_version: 'deepseek_v4' is not supported by HiSparse "
+                "planning (SPEC 5.3)",
+                field=f"layers[{name!r}].model_version",
+            )
+
+
+def _by_role(
+    layers: list[Layer], distinct: list[Layer]
+) -> tuple[list[tuple[str, MLASpec]], list[tuple[str, MLASpec]], list[Layer]]:
+    """Source (sparse MLA), indexer (indexer MLA) and other layers, each in request order."""
+    source: list[tuple[str, MLASpec]] = []
+    indexer: list[tuple[str, MLASpec]] = []
+    others: list[Layer] = []
+    part: dict[int, list[Any]] = {}
+    for _, spec in distinct:
+        if not isinstance(spec, MLASpec):
+            part[id(spec)] = others
+        else:
+            part[id(spec)] = source if spec.cache_role == "sparse" else indexer
+    for layer in layers:
+        part[id(layer[1])].append(layer)
+    return source, indexer, others
 
 
 def _one_block_size(mla: Sequence[Layer]) -> int:
