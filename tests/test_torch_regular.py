@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 import hisparse_plan as hp
-from hisparse_plan.torch import allocate, check_bound, verify
+from hisparse_plan.torch import HostMemory, HostMemoryError, allocate, check_bound, verify
+from hisparse_plan.torch import pools as pools_module
 from hisparse_plan.views import plan_views
 from torch_support import (
     MIB,
@@ -61,3 +62,15 @@ def test_the_qwen3_next_shape_verifies() -> None:
 @pytest.mark.parametrize("stage", range(4))
 def test_each_pipeline_stage_verifies(stage: int) -> None:
     _check(plan_of(pipeline_small_request()), stage)
+
+
+def test_a_stage_pool_that_does_not_fit_is_named_by_its_stage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plan = plan_of(pipeline_small_request())
+    size = plan.device_pools[2].size
+    monkeypatch.setattr(pools_module, "available_host_memory",
+                        lambda: HostMemory(size, "MemAvailable (test)"))
+    with pytest.raises(HostMemoryError, match=r"^the CPU stage 2 device pool: ") as caught:
+        allocate(plan, device="cpu", pin=False, stage=2)
+    assert caught.value.requested == size

@@ -79,18 +79,21 @@ def pin_device_index(device: torch.device) -> int:
     return torch.cuda.current_device()
 
 
-def allocate_device_pool(nbytes: int, device: torch.device) -> torch.Tensor:
-    """One flat uint8 buffer of exactly `nbytes` on `device`."""
+def allocate_device_pool(
+    nbytes: int, device: torch.device, name: str = "device"
+) -> torch.Tensor:
+    """One flat uint8 buffer of exactly `nbytes` on `device`; `name` says which pool ("device",
+    or "stage k device" for a pipeline stage) in errors."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         if nbytes > free:
             raise BackendError(
-                f"the device pool needs {gib(nbytes)}, but {device} has {gib(free)} free of "
+                f"the {name} pool needs {gib(nbytes)}, but {device} has {gib(free)} free of "
                 f"{gib(total)}; expected the plan's device.available_bytes to fit what is free"
             )
     try:
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
     except torch.OutOfMemoryError as error:
         raise BackendError(
-            f"allocating the device pool of {gib(nbytes)} on {device} failed: {error}"
+            f"allocating the {name} pool of {gib(nbytes)} on {device} failed: {error}"
         ) from error

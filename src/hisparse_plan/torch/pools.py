@@ -209,6 +209,7 @@ def allocate(
         host_bytes = host_pool_bytes(plan)
         check_host_views(plan, host_bytes)
     device_bytes = _device_pool_bytes(plan, index)
+    device_name = pool_name(plan, index)
     in_ram = device_bytes if target.type == "cpu" else 0
     chunks: list[Chunk] = []
     if pin and host_bytes is not None:
@@ -217,14 +218,15 @@ def allocate(
         )
     if target.type == "meta" or host_bytes is None:
         if target.type != "meta":
-            check_host_fits(in_ram, available_host_memory(), what="the CPU device pool")
+            check_host_fits(in_ram, available_host_memory(), what=f"the CPU {device_name} pool")
         host = None if host_bytes is None else MetaHostBuffer(host_bytes)
-        return _done(plan, HostState(host), allocate_device_pool(device_bytes, target), index)
+        device_pool = allocate_device_pool(device_bytes, target, device_name)
+        return _done(plan, HostState(host), device_pool, index)
     gpu = target.index if target.type == "cuda" else None
     if host_pool_name is None:
         what = "the host pool" if target.type != "cpu" else "the host and CPU device pools"
         check_host_fits(host_bytes + in_ram, available_host_memory(), what=what)
-        device_pool = allocate_device_pool(device_bytes, target)
+        device_pool = allocate_device_pool(device_bytes, target, device_name)
         state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages), ram_counted=host_bytes)
         _guarded(state, lambda buffer: _place_and_prefault(
             state, buffer, numa_node, gpu, threads, progress))
