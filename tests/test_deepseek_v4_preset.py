@@ -146,3 +146,47 @@ def test_hf_config_plans_like_the_preset(cli: Run, tmp_path: Path) -> None:
     code, by_name, err = cli("plan", "deepseek-v4-flash", *words)
     assert code == 0, err
     assert json.loads(by_file) == json.loads(by_name)
+
+
+# vLLM 0.33's own planner (get_global_kv_cache_groups, then get_kv_cache_configs; BLNHC, 60 GiB,
+# max_model_len 65536, 8192 batched tokens) on the 167 specs its DeepSeek-V4 modules register
+# for DeepSeek-V4-Flash (benchmarks/vllm_v4_flash.py derives them and runs it again):
+# five packed uniform_type groups, as (block size, page bytes, layers, first layer) ...
+VLLM_GROUPS = [
+    (64, 823680, 22, "model.layers.0.attn.swa_cache"),
+    (64, 786240, 21, "model.layers.1.attn.swa_cache"),
+    (256, 1002240, 62, "model.layers.2.attn.indexer.k_cache"),
+    (4, 870912, 42, "model.layers.2.attn.indexer.compressor.state_cache"),
+    (8, 656640, 20, "model.layers.3.attn.compressor.state_cache"),
+]
+# ... its KVCacheTensors, as (layers, first layer, layer_stride, block_stride, offset) ...
+VLLM_TENSORS = [
+    (22, "model.layers.0.attn.swa_cache", 37440, 1002240, 0),
+    (21, "model.layers.1.attn.swa_cache", 37440, 1002240, 0),
+    (21, "model.layers.2.attn.indexer.k_cache", 8640, 1002240, 0),
+    (21, "model.layers.2.attn", 37440, 1002240, 181440),
+    (20, "model.layers.3.attn", 1728, 1002240, 967680),
+    (21, "model.layers.2.attn.indexer.compressor.state_cache", 8640, 1002240, 0),
+    (21, "model.layers.2.attn.compressor.state_cache", 32832, 1002240, 181440),
+    (20, "model.layers.3.attn.compressor.state_cache", 32832, 1002240, 0),
+]
+# ... and its pool: num_blocks, bytes per block, and get_max_concurrency_for_kv_cache_config.
+VLLM_NUM_BLOCKS, VLLM_BYTES_PER_BLOCK, VLLM_MAX_CONCURRENCY = 64280, 1002240, 17.806094
+
+
+def test_plan_by_name_is_vllms_plan(cli: Run) -> None:
+    code, out, err = cli("plan", "deepseek-v4-flash", "--gpu-mem", "60GiB", "--max-model-len",
+                         "65536", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert [(g["spec"]["kind"], g["spec"]["block_size"], g["spec"]["page_size_bytes"],
+             len(g["layer_names"]), g["layer_names"][0]) for g in plan["groups"]] == [
+        ("uniform_type", *group) for group in VLLM_GROUPS]
+    assert [(len(t["layers"]), t["layers"][0], t["layer_stride"], t["block_stride"], t["offset"])
+            for t in plan["tensors"]] == VLLM_TENSORS
+    assert plan["num_blocks"] == VLLM_NUM_BLOCKS
+    (pool,) = plan["device_pools"]
+    assert (pool["bytes_per_block"], pool["size"]) == (
+        VLLM_BYTES_PER_BLOCK, VLLM_NUM_BLOCKS * VLLM_BYTES_PER_BLOCK)
+    assert round(plan["capacity"]["max_concurrency"], 6) == VLLM_MAX_CONCURRENCY
+    hp.check_plan(hp.KVCachePlan.model_validate_json(out))
