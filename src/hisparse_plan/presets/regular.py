@@ -14,6 +14,15 @@ Per layer, what kind of cache it keeps, read the way vLLM 0.33's model code read
   multiple of it, else sliding window;
 - else `sliding_window` alone: every layer slides (Mistral-style); else every layer is full.
 
+A DeepSeek-V4 config (`model_type` "deepseek_v4", or one that has `compress_ratios` or
+`compress_rates`) is read as transformers' `DeepseekV4Config` hands it to vLLM: with
+`layer_types` (`sliding_attention`, `compressed_sparse_attention`,
+`heavily_compressed_attention`), layer `i` compresses `compress_rates[layer_types[i]]` tokens
+into one state (default rates 4 and 128; none for `sliding_attention`); else by the checkpoint's
+own per-layer `compress_ratios` (0 = none; entries past `num_hidden_layers` belong to the MTP
+layers). Every layer keeps a sliding-window cache; ratio 4 ("csa") adds a compressed cache and
+an indexer, ratio 128 ("hca") a compressed cache (see `deepseek_v4_request`).
+
 One token of an attention layer keeps `num_key_value_heads` keys and values of `head_dim`
 (else `hidden_size // num_attention_heads`) elements. A linear-attention layer keeps a conv
 state `[linear_conv_kernel_dim - 1, 2 * linear_num_key_heads * linear_key_head_dim +
@@ -28,13 +37,19 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PositiveInt = Annotated[int, Field(ge=1)]
-LayerKind = Literal["full", "sliding", "chunked", "linear"]
+LayerKind = Literal["full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca"]
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
     "chunked_attention": "chunked",
     "linear_attention": "linear",
 }
+COMPRESSED_KINDS: Final[dict[int, LayerKind]] = {1: "sliding_mla", 4: "csa", 128: "hca"}
+"""A DeepSeek-V4 layer's kind by its compress ratio (vLLM 0.33 builds compressors for 4 and
+128 only; 1 is a sliding-window cache alone)."""
+V4_COMPRESS_RATES: Final = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+"""transformers' default `compress_rates` of DeepseekV4Config."""
+V4_LAYER_TYPES: Final = ("sliding_attention", *V4_COMPRESS_RATES)
 NOPE_INTERVAL: Final = 4
 """transformers' default `no_rope_layer_interval` for Llama 4."""
 LINEAR_FIELDS: Final = (
@@ -67,10 +82,34 @@ class RegularArchitecture(BaseModel):
     linear_value_head_dim: PositiveInt | None = None
     linear_conv_kernel_dim: PositiveInt | None = None
     num_nextn_predict_layers: Annotated[int, Field(ge=0)] = 0
+    compress_ratios: list[Annotated[int, Field(ge=0)]] | None = None
+    compress_rates: dict[str, Annotated[int, Field(ge=0)]] | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    index_head_dim: PositiveInt | None = None
+
+    @property
+    def compressed_mla(self) -> bool:
+        """A DeepSeek-V4 model: compressed and sliding-window MLA caches."""
+        return (
+            self.model_type == "deepseek_v4"
+            or self.compress_ratios is not None
+            or self.compress_rates is not None
+        )
+
+    def compress_ratios_per_layer(self) -> list[int]:
+        """Each decoder layer's compress ratio as vLLM 0.33 reads it (1: sliding window only)."""
+        layers = range(self.num_hidden_layers)
+        if self.layer_types is not None:
+            rates = self.compress_rates or V4_COMPRESS_RATES
+            return [max(1, rates.get(self.layer_types[i], 0)) for i in layers]
+        ratios = self.compress_ratios or []
+        return [max(1, ratios[i]) for i in layers]
 
     @model_validator(mode="after")
     def _kinds_are_complete(self) -> RegularArchitecture:
         layers = self.num_hidden_layers
+        if self.compressed_mla:
+            return self._compressed_kinds_are_complete()
         for name in ("layer_types", "no_rope_layers"):
             values = getattr(self, name)
             if values and len(values) < layers:
@@ -97,6 +136,37 @@ class RegularArchitecture(BaseModel):
                 )
         return self
 
+    def _compressed_kinds_are_complete(self) -> RegularArchitecture:
+        layers = self.num_hidden_layers
+        if self.layer_types is None and self.compress_ratios is None:
+            raise ValueError(
+                "compress_ratios: a DeepSeek-V4 config needs it or layer_types; got neither"
+            )
+        for name in ("layer_types", "compress_ratios"):
+            values = getattr(self, name)
+            if values is not None and len(values) < layers:
+                raise ValueError(
+                    f"{name}: expected an entry for each of the {layers} layers, got {len(values)}"
+                )
+        if self.layer_types is not None:
+            unknown = sorted(set(self.layer_types[:layers]) - set(V4_LAYER_TYPES))
+            if unknown:
+                raise ValueError(
+                    f"layer_types: expected {', '.join(V4_LAYER_TYPES)}, got {', '.join(unknown)}"
+                )
+        odd = sorted(set(self.compress_ratios_per_layer()) - set(COMPRESSED_KINDS))
+        if odd:
+            raise ValueError(
+                f"compress_ratios: expected 0, 4 or 128 (the compressors vLLM 0.33 builds), got "
+                f"{', '.join(map(str, odd))}"
+            )
+        for name in ("sliding_window", "qk_rope_head_dim", "head_dim"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: a DeepSeek-V4 config needs it; got none")
+        if "csa" in self.layer_kinds() and self.index_head_dim is None:
+            raise ValueError("index_head_dim: ratio-4 layers have an indexer; got none")
+        return self
+
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
@@ -104,6 +174,8 @@ class RegularArchitecture(BaseModel):
     def layer_kinds(self) -> list[LayerKind]:
         """Each decoder layer's cache kind, in model order."""
         layers = range(self.num_hidden_layers)
+        if self.compressed_mla:
+            return [COMPRESSED_KINDS[ratio] for ratio in self.compress_ratios_per_layer()]
         if self.layer_types is not None:
             return [LAYER_TYPES[self.layer_types[i]] for i in layers]
         if self.full_attention_interval is not None:

@@ -45,7 +45,7 @@ NOT_FOR_REGULAR: Final = {
 
 
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
-    _refuse_unplannable(settings)
+    refuse_unplannable(settings, DTYPE, "its layers are regular attention")
     tp = settings.tp or 1
     kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
     head = arch.head_size
@@ -75,16 +75,19 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     )
 
 
-def _refuse_unplannable(settings: Settings) -> None:
-    if settings.kv_dtype not in (None, DTYPE):
+def refuse_unplannable(settings: Settings, dtype: str, why: str) -> None:
+    """Refuse the settings a regular model cannot take: another cache dtype than `dtype` (the
+    one its caches are planned in, `why`), and the HiSparse and MTP ones."""
+    if settings.kv_dtype not in (None, dtype):
         raise ConfigError(
-            f"kv_dtype: {settings.kv_dtype} is the sparse-MLA format; this model's layers are "
-            f"regular attention: expected {DTYPE}",
+            f"kv_dtype: this model's caches are planned in {dtype} ({why}): expected {dtype}, "
+            f"got {settings.kv_dtype}",
             field="kv_dtype",
         )
     if settings.hisparse:
         raise ConfigError(
-            "hisparse: this model has no sparse-MLA layers for HiSparse to offload",
+            "hisparse: this model is planned without HiSparse (no sparse-MLA source layers for "
+            "it to offload)",
             field="hisparse",
         )
     for name, what in NOT_FOR_REGULAR.items():

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.presets.architecture import ModelArchitecture
+from hisparse_plan.presets.deepseek_v4_request import build_deepseek_v4_request
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import row_geometry
 from hisparse_plan.presets.regular import RegularArchitecture
@@ -43,6 +44,8 @@ Architecture = ModelArchitecture | RegularArchitecture
 def build_request(arch: Architecture, settings: Settings = NO_SETTINGS) -> PlanRequest:
     """A request for `arch`: the preset defaults overlaid with `settings`."""
     if isinstance(arch, RegularArchitecture):
+        if arch.compressed_mla:
+            return build_deepseek_v4_request(arch, settings)
         return build_regular_request(arch, settings)
     chosen = replace(DEFAULTS, **settings.given())
     with_hisparse = chosen.hisparse is not False
