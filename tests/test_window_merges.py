@@ -1,6 +1,6 @@
-"""SPEC 7.12, narrowed: sliding_window_mla layers that share a window but differ are refused only
-where vLLM 0.33 would merge them into one spec (its uniform-spec test, its unified-pages
-bucketing); elsewhere each keeps its own spec, as DeepSeek-V4's compressor states need."""
+"""SPEC 7.12: sliding_window_mla layers that share a window but differ are refused exactly where
+vLLM 0.33 would merge them into one spec (its uniform-spec test, its unified-pages bucketing);
+elsewhere each keeps its own spec, as DeepSeek-V4's compressor states need."""
 
 from __future__ import annotations
 
@@ -73,11 +73,34 @@ def test_all_sliding_window_mla_layers_vllm_would_merge_are_refused() -> None:
 
 def test_unified_pages_merge_is_refused() -> None:
     """Beside a full-attention layer, at a layer-outer layout, vLLM pads both pages to the
-    largest and then joins a and b into one bucket with a's 16-token blocks."""
+    largest and then joins a and b into one bucket, whose groups take a's 16-token blocks
+    whenever the group size keeps a and b together (see the one-page case below)."""
     request = _request({"f": FULL, "a": SWMLA, "b": {**SWMLA, "block_size": 32}}, "LBNHC")
     with pytest.raises(hp.PlanError, match=r"layers\['b'\]: .*unified-pages bucketing "
                        r"\(7\.3\.2\) must be identical .*expected the spec of 'a'.*block_size"):
         hp.plan(request)
+
+
+def test_unified_pages_of_one_size_in_a_block_outermost_layout_are_refused() -> None:
+    """One distinct page: even a block-outermost layout unifies pages (7.3 rule 3 needs more
+    than one page). vLLM 0.33 joins a and b into one bucket and, with two f layers setting the
+    group size to 2, plans them as one group of 16-token blocks: b's 32-token blocks lost."""
+    one_page = {**FULL, "num_kv_heads": 1, "head_size": 288}  # 16 * 576 * 2 bytes, like a's
+    b = {**SWMLA, "block_size": 32, "head_size": 288}  # 32 * 288 * 2 bytes: the same page
+    request = _request({"f": one_page, "f2": one_page, "a": SWMLA, "b": b}, "BLHNC")
+    with pytest.raises(hp.PlanError, match=r"layers\['b'\]: .*unified-pages bucketing"):
+        hp.plan(request)
+
+
+def test_packed_groups_keep_each_layers_own_spec() -> None:
+    """Pages that differ in a block-outermost layout are packed (7.3.1): a and b keep their own
+    block sizes and pages, as in vLLM 0.33, so nothing is refused."""
+    request = _request({"f": FULL, "a": SWMLA, "b": {**SWMLA, "block_size": 32}}, "BLHNC")
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    assert [(g.layer_names, g.spec.block_size, g.spec.page_size_bytes) for g in plan.groups] == [
+        (["f"], 16, 65536), (["a"], 16, 18432), (["b"], 32, 36864),
+    ]
 
 
 def test_layers_vllm_never_merges_plan_as_one_family() -> None:

@@ -8,12 +8,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hisparse_plan.models import KVCacheLayout
-from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
+from hisparse_plan.planning.groups import (
+    Layer,
+    PlannedGroup,
+    first_of_each_spec,
+    single_spec_group,
+    uniform_group,
+)
 from hisparse_plan.planning.packed import packed_groups
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.planning.unified import unified_groups
 from hisparse_plan.rules.families import one_family
 from hisparse_plan.rules.pages import check_pages
+from hisparse_plan.rules.window_merges import refuse_uniform_merge
 
 
 def regular_groups(
@@ -23,7 +30,9 @@ def regular_groups(
     if not layers:
         return []
     check_pages(layers)
-    distinct = list({id(spec): spec for _, spec in layers}.values())
+    first_layers = first_of_each_spec(layers)
+    refuse_uniform_merge(first_layers)
+    distinct = [spec for _, spec in first_layers]
     if len(distinct) == 1:
         trace.add("group", "7.3 rule 1", "strategy", "uniform spec",
                   lambda: f"all {len(layers)} layers are one {distinct[0].kind} spec")

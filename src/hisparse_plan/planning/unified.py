@@ -19,6 +19,7 @@ from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
 from hisparse_plan.rules.families import one_family
+from hisparse_plan.rules.window_merges import refuse_bucket_merge
 
 
 class _CannotUnify(Exception):
@@ -39,6 +40,7 @@ def unified_groups(layers: Sequence[Layer], trace: Trace) -> list[PlannedGroup]:
     for name, spec in unified:
         buckets.setdefault(id(spec), []).append(name)
         spec_of[id(spec)] = spec
+    refuse_bucket_merge([(names[0], spec_of[key]) for key, names in buckets.items()])
     counts = [len(names) for names in buckets.values()]
     smallest, largest = min(counts), max(counts)
     group_size = largest if 2 * largest < 3 * smallest else smallest
