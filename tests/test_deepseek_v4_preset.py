@@ -115,6 +115,7 @@ def test_settings_it_cannot_take_are_refused(settings: Settings, field: str) -> 
 @pytest.mark.parametrize(("change", "message"), [
     ({"compress_ratios": None}, "compress_ratios: a DeepSeek-V4 config needs it or layer_types"),
     ({"compress_ratios": [0] * 42}, "an entry for each of the 43 layers, got 42"),
+    ({"compress_ratios": []}, "an entry for each of the 43 layers, got 0"),
     ({"compress_ratios": [0, 2] * 22}, "expected 0, 4 or 128 .* got 2"),
     ({"layer_types": ["full_attention"] * 43}, "layer_types: expected sliding_attention"),
     ({"index_head_dim": None}, "index_head_dim: ratio-4 layers have an indexer"),

@@ -147,6 +147,7 @@ def test_regular_architecture_checks_its_fields() -> None:
     assert RegularArchitecture.model_validate(base).layer_kinds() == ["full"] * 4
     for extra, message in (
         ({"layer_types": ["full_attention"]}, "an entry for each of the 4 layers"),
+        ({"layer_types": []}, "an entry for each of the 4 layers, got 0"),
         ({"layer_types": ["cross_attention"] * 4}, "got cross_attention"),
         ({"sliding_window_pattern": 2}, "sliding_window"),
         ({"full_attention_interval": 2}, "linear_num_key_heads"),

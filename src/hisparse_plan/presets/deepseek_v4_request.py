@@ -31,15 +31,8 @@ from typing import Any, Final
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.regular import RegularArchitecture
-from hisparse_plan.presets.regular_request import refuse_unplannable
-from hisparse_plan.presets.settings import (
-    DEFAULTS,
-    Settings,
-    context_length,
-    device_section,
-    model_section,
-    scheduler_section,
-)
+from hisparse_plan.presets.regular_request import refuse_unplannable, regular_plan_request
+from hisparse_plan.presets.settings import Settings, context_length
 
 KV_DTYPE: Final = "fp8_ds_mla"
 LAYER: Final = "model.layers.{}.attn"
@@ -76,17 +69,8 @@ def build_deepseek_v4_request(arch: RegularArchitecture, settings: Settings) -> 
                               **latent}
             caches[f"{prefix}.compressor.state_cache"] = _state(HEAD_DIM, ratio)
         decoder_layers.append(caches)
-    chosen = Settings(**{**DEFAULTS.given(), **settings.given()})
     max_model_len = context_length(arch.max_position_embeddings, settings)
-    return PlanRequest.model_validate(
-        {
-            "layers": {name: spec for layer in decoder_layers for name, spec in layer.items()},
-            "model": model_section(max_model_len, chosen, None),
-            "hisparse": None,
-            "device": device_section(chosen, {}, [list(layer) for layer in decoder_layers]),
-            "scheduler": scheduler_section(chosen, {}),
-        }
-    )
+    return regular_plan_request(decoder_layers, max_model_len, settings)
 
 
 def _index_keys(index_head_dim: int) -> dict[str, Any]:

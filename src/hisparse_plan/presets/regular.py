@@ -32,6 +32,7 @@ linear_num_value_heads * linear_value_head_dim]` and a recurrent state
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -107,21 +108,9 @@ class RegularArchitecture(BaseModel):
 
     @model_validator(mode="after")
     def _kinds_are_complete(self) -> RegularArchitecture:
-        layers = self.num_hidden_layers
         if self.compressed_mla:
             return self._compressed_kinds_are_complete()
-        for name in ("layer_types", "no_rope_layers"):
-            values = getattr(self, name)
-            if values and len(values) < layers:
-                raise ValueError(
-                    f"{name}: expected an entry for each of the {layers} layers, got {len(values)}"
-                )
-        if self.layer_types is not None:
-            unknown = sorted(set(self.layer_types[:layers]) - set(LAYER_TYPES))
-            if unknown:
-                raise ValueError(
-                    f"layer_types: expected {', '.join(LAYER_TYPES)}, got {', '.join(unknown)}"
-                )
+        self._one_entry_per_layer(("layer_types", "no_rope_layers"), LAYER_TYPES)
         kinds = set(self.layer_kinds())
         if "sliding" in kinds and self.sliding_window is None:
             raise ValueError("sliding_window: sliding-window layers need it; got none")
@@ -136,24 +125,28 @@ class RegularArchitecture(BaseModel):
                 )
         return self
 
-    def _compressed_kinds_are_complete(self) -> RegularArchitecture:
+    def _one_entry_per_layer(self, names: tuple[str, ...], layer_types: Collection[str]) -> None:
+        """Each of the per-layer lists `names` covers every layer; layer_types are known."""
         layers = self.num_hidden_layers
-        if self.layer_types is None and self.compress_ratios is None:
-            raise ValueError(
-                "compress_ratios: a DeepSeek-V4 config needs it or layer_types; got neither"
-            )
-        for name in ("layer_types", "compress_ratios"):
+        for name in names:
             values = getattr(self, name)
             if values is not None and len(values) < layers:
                 raise ValueError(
                     f"{name}: expected an entry for each of the {layers} layers, got {len(values)}"
                 )
         if self.layer_types is not None:
-            unknown = sorted(set(self.layer_types[:layers]) - set(V4_LAYER_TYPES))
+            unknown = sorted(set(self.layer_types[:layers]) - set(layer_types))
             if unknown:
                 raise ValueError(
-                    f"layer_types: expected {', '.join(V4_LAYER_TYPES)}, got {', '.join(unknown)}"
+                    f"layer_types: expected {', '.join(layer_types)}, got {', '.join(unknown)}"
                 )
+
+    def _compressed_kinds_are_complete(self) -> RegularArchitecture:
+        if self.layer_types is None and self.compress_ratios is None:
+            raise ValueError(
+                "compress_ratios: a DeepSeek-V4 config needs it or layer_types; got neither"
+            )
+        self._one_entry_per_layer(("layer_types", "compress_ratios"), V4_LAYER_TYPES)
         odd = sorted(set(self.compress_ratios_per_layer()) - set(COMPRESSED_KINDS))
         if odd:
             raise ValueError(

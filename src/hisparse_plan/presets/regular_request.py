@@ -63,6 +63,14 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             decoder_layers.append({LINEAR_LAYER.format(i): linear})
         else:
             decoder_layers.append({ATTENTION_LAYER.format(i): _attention(arch, kind, attention)})
+    return regular_plan_request(decoder_layers, max_model_len, settings)
+
+
+def regular_plan_request(
+    decoder_layers: list[dict[str, Any]], max_model_len: int, settings: Settings
+) -> PlanRequest:
+    """The request without HiSparse: each decoder layer's caches (name -> spec), in order, and
+    the preset defaults overlaid with `settings` (pipeline stages split by decoder layer)."""
     chosen = Settings(**{**DEFAULTS.given(), **settings.given()})
     return PlanRequest.model_validate(
         {
