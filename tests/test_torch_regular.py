@@ -8,7 +8,15 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 import hisparse_plan as hp
-from hisparse_plan.torch import HostMemory, HostMemoryError, allocate, check_bound, verify
+from hisparse_plan.presets import Settings, build_request, load_preset
+from hisparse_plan.torch import (
+    HostMemory,
+    HostMemoryError,
+    allocate,
+    check_bound,
+    meta_check,
+    verify,
+)
 from hisparse_plan.torch import pools as pools_module
 from hisparse_plan.views import plan_views
 from torch_support import (
@@ -51,6 +59,25 @@ def test_a_regular_golden_shape_verifies(case: str) -> None:
     assert plan.host_pool is None
     assert {group.spec.kind for group in plan.groups} == SHRUNK[case]
     _check(plan)
+
+
+def test_the_deepseek_v4_flash_preset_verifies() -> None:
+    """Compressed MLA, sliding-window MLA and float32 compressor states, each padded to 576
+    bytes, in packed groups of four block sizes: every page written and read back in place."""
+    preset = load_preset("deepseek-v4-flash")
+    small = Settings(gpu_mem_bytes=64 * MIB, max_model_len=1024, max_num_batched_tokens=64)
+    plan = plan_of(build_request(preset.architecture, small).model_dump(mode="json"))
+    assert {group.spec.block_size for group in plan.groups} == {4, 8, 64, 256}
+    _check(plan)
+
+
+def test_the_deepseek_v4_flash_plan_binds_at_full_size_on_meta() -> None:
+    preset = load_preset("deepseek-v4-flash")
+    full = Settings(gpu_mem_bytes=60 * 2**30, max_model_len=65536)
+    plan = plan_of(build_request(preset.architecture, full).model_dump(mode="json"))
+    report = meta_check(plan)
+    assert report.device_bytes == plan.device_pool.size == 64280 * 1002240
+    assert len(report.views) == 167
 
 
 def test_the_qwen3_next_shape_verifies() -> None:
