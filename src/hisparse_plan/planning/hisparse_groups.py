@@ -62,8 +62,7 @@ def hisparse_groups(
             field="layers",
         )
     hot = hot_buffer(
-        [spec for _, spec in distinct if isinstance(spec, MLASpec) and spec.cache_role == "sparse"],
-        index_topk, hisparse.max_decode_query_len,
+        [spec for _, spec in source], index_topk, hisparse.max_decode_query_len,
         hisparse.device_buffer_size, block_size,
     )
     trace.add("group", "5.4", "hot rows per request", hot.rows,
@@ -132,7 +131,7 @@ def _by_role(
     source: list[tuple[str, MLASpec]] = []
     indexer: list[tuple[str, MLASpec]] = []
     others: list[Layer] = []
-    part: dict[int, list[Any]] = {}
+    part: dict[int, list[Any]] = {}  # each spec's list (Any: the MLA lists are narrower)
     for _, spec in distinct:
         if not isinstance(spec, MLASpec):
             part[id(spec)] = others
