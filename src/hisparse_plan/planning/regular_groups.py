@@ -29,8 +29,8 @@ def regular_groups(
     """The groups of SPEC 7.3 over `layers` (request order); none for no layers."""
     if not layers:
         return []
-    check_pages(layers)
     first_layers = first_of_each_spec(layers)
+    check_pages(first_layers)
     refuse_uniform_merge(first_layers)
     distinct = [spec for _, spec in first_layers]
     if len(distinct) == 1:

@@ -10,14 +10,11 @@ from hisparse_plan.models import LatentLayerSpec, LayerSpec, MambaSpec
 Layer = tuple[str, LayerSpec]
 
 
-def check_pages(layers: Sequence[Layer]) -> None:
-    """Refuse an empty page, a Mamba padding below its states, and the 7.12 asymmetries."""
-    seen: set[int] = set()
+def check_pages(distinct: Sequence[Layer]) -> None:
+    """Refuse an empty page, a Mamba padding below its states, and latent layers that differ
+    only in alignment (7.12). `distinct`: each distinct spec once, with its first layer."""
     alignments: dict[tuple[object, ...], tuple[str, LatentLayerSpec]] = {}
-    for name, spec in layers:
-        if id(spec) in seen:
-            continue
-        seen.add(id(spec))
+    for name, spec in distinct:
         _check_page(name, spec)
         if isinstance(spec, LatentLayerSpec):
             twin_name, twin = alignments.setdefault(_all_but_alignment(spec), (name, spec))
