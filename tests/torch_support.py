@@ -41,19 +41,25 @@ def small_plan() -> hp.KVCachePlan:
     return plan_of(small_request())
 
 
-def exact_fit_plan() -> hp.KVCachePlan:
-    """Indexer pages half the source page: the indexer group and every resident and hot group
-    fill the device block exactly, so one page less of block stride overlaps the next block."""
-    sparse = {"kind": "mla", "block_size": 16, "head_size": 64, "dtype": "bfloat16",
+def four_sparse_layers(source_head: int, indexer_head: int) -> dict[str, Any]:
+    """Four bfloat16 DeepSeek-style layer pairs (a leading sparse layer and its indexer) in
+    16-token blocks, with the given head sizes."""
+    sparse = {"kind": "mla", "block_size": 16, "head_size": source_head, "dtype": "bfloat16",
               "cache_role": "sparse", "is_index_group_leader": True}
-    indexer = {"kind": "mla", "block_size": 16, "head_size": 32, "dtype": "bfloat16",
+    indexer = {"kind": "mla", "block_size": 16, "head_size": indexer_head, "dtype": "bfloat16",
                "cache_role": "indexer"}
     layers: dict[str, Any] = {}
     for i in range(4):
         layers[f"model.layers.{i}.self_attn.attn"] = sparse
         layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    return layers
+
+
+def exact_fit_plan() -> hp.KVCachePlan:
+    """Indexer pages half the source page: the indexer group and every resident and hot group
+    fill the device block exactly, so one page less of block stride overlaps the next block."""
     return plan_of({
-        "layers": layers,
+        "layers": four_sparse_layers(64, 32),
         "model": {"max_model_len": 256, "index_topk": 32},
         "hisparse": {"host_pool_gib": 64 * 8192 / 2**30},
         "device": {"available_bytes": MIB},
@@ -152,17 +158,9 @@ def shared_plan(head_size: int = 36, blocks: int = 256) -> hp.KVCachePlan:
     """A plan with a shared host pool whose source page (4 layers x 16 tokens x head_size
     bfloat16 values, 4608 bytes by default) is not a multiple of 4096, so the pool's
     block_stride (8192) is wider than what its tensors stride per block: a 2 MiB pool."""
-    sparse = {"kind": "mla", "block_size": 16, "head_size": head_size, "dtype": "bfloat16",
-              "cache_role": "sparse", "is_index_group_leader": True}
-    indexer = {"kind": "mla", "block_size": 16, "head_size": 16, "dtype": "bfloat16",
-               "cache_role": "indexer"}
-    layers: dict[str, Any] = {}
-    for i in range(4):
-        layers[f"model.layers.{i}.self_attn.attn"] = sparse
-        layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
     stride = -(-4 * 16 * head_size * 2 // 4096) * 4096
     return plan_of({
-        "layers": layers,
+        "layers": four_sparse_layers(head_size, 16),
         "model": {"max_model_len": 256, "index_topk": 32},
         "hisparse": {"host_pool_gib": blocks * stride / 2**30, "shared_host_pool": True},
         "device": {"available_bytes": MIB},
