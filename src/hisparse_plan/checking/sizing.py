@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import DevicePool, KVCachePlan, UniformTypeSpec, Workload
+from hisparse_plan.models import DevicePool, KVCachePlan, Workload
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
 from hisparse_plan.rules.buckets import SpecBucket, spec_buckets, stage_buckets
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
@@ -58,26 +58,16 @@ def _check_host_pool(plan: KVCachePlan, source: list[SpecBucket]) -> None:
 
 def stage_groups(plan: KVCachePlan) -> list[list[list[SpecBucket]]]:
     """Every device group's buckets projected onto each stage's layers (SPEC 7.6): a group
-    keeps the stage's layers, a uniform_type group its members in their own order."""
+    keeps the stage's layers, a uniform_type group its members in their own order; a group
+    with none of the stage's layers has no bucket there."""
     device = [g for g in plan.groups if g.role != "hisparse_source"]
     projected = []
-    for stage, pool in enumerate(plan.device_pools):
+    for pool in plan.device_pools:
         if pool.layers is None:
             projected.append([spec_buckets(g.spec, g.layer_names) for g in device])
             continue
         names = set(pool.layers)
-        groups = []
-        for group in device:
-            buckets = stage_buckets(group.spec, group.layer_names, names)
-            if not buckets and isinstance(group.spec, UniformTypeSpec):
-                raise PlanInvariantError(
-                    f"device_pools[{stage}] holds no layer of the uniform_type group "
-                    f"{group.layer_names[0]!r}...; expected a part of it on every stage "
-                    "(SPEC 7.6)",
-                    layer=group.layer_names[0],
-                )
-            groups.append(buckets)
-        projected.append(groups)
+        projected.append([stage_buckets(g.spec, g.layer_names, names) for g in device])
     return projected
 
 
