@@ -146,5 +146,6 @@ def test_v4_shaped_request_at_a_layer_outer_layout_takes_the_full_allocation_fal
     assert (group.spec.block_size, group.spec.page_size_bytes) == (256, 4317696)
     assert {member.kind for member in group.spec.specs.values()} == {"mla"}
     swa = group.spec.specs["model.layers.0.attn.swa_cache"]
-    assert swa.kind == "mla" and swa.sliding_window == 128
+    assert swa.kind == "mla"
+    assert swa.sliding_window == 128
     assert (plan.num_blocks, round(plan.capacity.max_concurrency, 6)) == (994, 3.882812)

@@ -10,7 +10,7 @@ from hisparse_plan.models import DevicePool, KVCachePlan, Workload
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
 from hisparse_plan.rules.buckets import SpecBucket, spec_buckets, stage_buckets
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
-from hisparse_plan.rules.host import host_block_stride, host_blocks_needed
+from hisparse_plan.rules.host import host_block_stride, host_blocks_needed, longest_request_held
 from hisparse_plan.rules.pool_memory import pool_blocks, usable_bytes
 from hisparse_plan.rules.required import buckets_required, longest_fitting
 
@@ -115,8 +115,13 @@ def _check_admission(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
             longest_fitting(pool.bytes_per_block, _usable(pool), blocks, workload.max_model_len)
             for pool in plan.device_pools
         )
+        source = [g for g in plan.groups if g.role == "hisparse_source"]
+        if plan.host_pool is not None and source:
+            held = longest_request_held(plan.host_pool.num_blocks, source[0].spec.block_size)
+            longest = min(longest, held)
         _agree("fitted_max_model_len", plan.fitted_max_model_len, longest,
-               f"the longest length <= {workload.max_model_len} that fits every stage")
+               f"the longest length <= {workload.max_model_len} that fits every stage (and the "
+               "host pool)")
 
 
 def _check_capacity(
