@@ -8,6 +8,8 @@ from types import TracebackType
 
 import torch
 
+from hisparse_plan.checking import check_plan
+from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import bind_view, bind_views
 from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
@@ -17,7 +19,7 @@ from hisparse_plan.torch.devices import (
     parse_device,
     pin_device_index,
 )
-from hisparse_plan.torch.errors import BackendError
+from hisparse_plan.torch.errors import BackendError, UnsoundPlanError
 from hisparse_plan.torch.host import (
     OS_PAGE,
     HostBuffer,
@@ -51,12 +53,15 @@ class Pools:
     while the pools are in use pinned: releasing it (or letting it be collected) unpins the
     host pool and returns its pages; the last process to release a shared host pool removes
     it.
+
+    Built by `allocate` only, for a plan `check_plan` proved sound; `plan` is read-only (and
+    the plan frozen), so `views()` never binds two layers' pages onto one byte.
     """
 
     def __init__(
         self, plan: KVCachePlan, host: HostState, device: torch.Tensor, stage: int = 0
     ) -> None:
-        self.plan = plan
+        self._plan = plan
         self.stage = stage
         """The pipeline stage whose device pool this is (0 for a one-stage plan)."""
         self._device: torch.Tensor | None = device
@@ -78,6 +83,11 @@ class Pools:
             f"{pool_name(plan, stage)} pool: {gib(device.numel())} on {device.device}",
         ])
         self._finalizer = weakref.finalize(self, suppress_close_errors, self._state)
+
+    @property
+    def plan(self) -> KVCachePlan:
+        """The plan these pools were allocated for, proven sound by `check_plan`."""
+        return self._plan
 
     @property
     def released(self) -> bool:
@@ -186,13 +196,15 @@ def allocate(
     and the summary says why); a number binds it there or raises. `progress(step, done,
     total)` reports the "prefault" and "register" steps.
 
-    Everything that can be refused is refused before memory is touched: an unknown device,
-    CUDA or pinning where there is no CUDA, a host pool above 95% of available RAM (a shared
-    pool counts only in the process that creates it), a device pool above the GPU's free
-    memory, a pool no chunking can register. A failure or interrupt midway (Ctrl-C included)
-    frees whatever was already allocated, unregistering before unmapping. `registrar`
-    replaces CUDA registration (for tests).
+    Everything that can be refused is refused before memory is touched: a plan `check_plan`
+    refuses (`UnsoundPlanError`, with check_plan's message; the proof costs the same for any
+    num_blocks), an unknown device, CUDA or pinning where there is no CUDA, a host pool above
+    95% of available RAM (a shared pool counts only in the process that creates it), a device
+    pool above the GPU's free memory, a pool no chunking can register. A failure or interrupt
+    midway (Ctrl-C included) frees whatever was already allocated, unregistering before
+    unmapping. `registrar` replaces CUDA registration (for tests).
     """
+    check_sound(plan)
     target = parse_device(device)
     check_pin(pin, target, own_registrar=registrar is not None)
     threads = default_prefault_threads() if prefault_threads is None else prefault_threads
@@ -240,6 +252,18 @@ def allocate(
         _guarded(state, lambda buffer: _register(
             state, Registration(buffer.address, pinning), chunks, threads, progress))
     return _done(plan, state, device_pool, index)
+
+
+def check_sound(plan: KVCachePlan) -> None:
+    """Refuse a plan `check_plan` refuses (layer_stride 0 loaded from JSON, say): its views
+    could overlap across block ids, and only `verify` would notice, after the fact."""
+    try:
+        check_plan(plan)
+    except PlanInvariantError as error:
+        raise UnsoundPlanError(
+            f"allocate refuses a plan that check_plan does not prove sound: {error}",
+            tensor=error.tensor, layer=error.layer, block=error.block,
+        ) from error
 
 
 def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage: int) -> Pools:
