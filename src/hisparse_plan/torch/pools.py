@@ -36,6 +36,7 @@ from hisparse_plan.torch.hostpool import (
     host_pool_bytes,
     suppress_close_errors,
 )
+from hisparse_plan.torch.locks import DEFAULT_LOCK_TIMEOUT_S
 from hisparse_plan.torch.numa import NumaPlacement, place
 from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
 from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
@@ -124,7 +125,16 @@ class Pools:
         """Every layer's tensor by name: [num_blocks, H, N, C] in the layer's dtype for
         attention layers, [num_blocks, page_bytes] uint8 for resident and hot layers and for
         Mamba states (their natural bytes). Only this stage's layers (and host layers)."""
+        self.check_shared("binding views on it")
         return bind_views(self.plan, self.host, self.device, self.stage)
+
+    def check_shared(self, doing: str = "using it") -> None:
+        """Raise `BackendError` if the shared host pool's file no longer has its size: another
+        process of this user shrank it, and touching a page past its end would kill this
+        process (SIGBUS). Asked before binding views and by `verify`; nothing can stop a
+        shrink in between, since any process of the file's owner may resize it."""
+        self._check_live()
+        self._state.check_size(doing)
 
     def view(self, name: str) -> torch.Tensor:
         """Layer `name`'s tensor, as in `views()`; a layer of another pipeline stage (or one
@@ -136,6 +146,8 @@ class Pools:
         if pool is None:
             raise BackendError(f"layer {name!r} is host-resident, but there is no host pool "
                                "buffer; expected a plan with a host_pool")
+        if view.host_resident:
+            self.check_shared("binding a view on it")
         return bind_view(view, pool)
 
     def release(self) -> None:
@@ -176,6 +188,7 @@ def allocate(
     numa_node: int | None = None,
     progress: Progress | None = None,
     stage: int | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Pools:
     """Allocate the plan's pools: the host pool page-aligned and sized by `host_pool_bytes`,
     placed on a NUMA node, prefaulted on `prefault_threads` threads (default up to 8; 0 skips
@@ -191,10 +204,12 @@ def allocate(
     `host_pool_name`: for a plan whose `host_pool.shared` is true, the host pool lives in
     shared memory under that name (module `shm`): the first process creates it, the others
     attach it (same size required), each registers it with CUDA for itself, and the last to
-    release it removes it. `numa_node`: None places the host pool on the node of the GPU the
-    device pool is on where the machine says which (a preference; where it cannot, a WARNING
-    and the summary says why); a number binds it there or raises. `progress(step, done,
-    total)` reports the "prefault" and "register" steps.
+    release it removes it. Its files are this user's alone (mode 0600, no symbolic links, the
+    planned size); a name another user took is refused saying so, and the lock that orders
+    the ranks is waited for at most `lock_timeout_s` seconds. `numa_node`: None places the
+    host pool on the node of the GPU the device pool is on where the machine says which (a
+    preference; where it cannot, a WARNING and the summary says why); a number binds it there
+    or raises. `progress(step, done, total)` reports the "prefault" and "register" steps.
 
     Everything that can be refused is refused before memory is touched: a plan `check_plan`
     refuses (`UnsoundPlanError`, with check_plan's message; the proof costs the same for any
@@ -245,7 +260,7 @@ def allocate(
     else:
         state, device_pool = _shared_host(
             host_pool_name, host_bytes, device_bytes, target, in_ram, huge_pages, numa_node,
-            threads, progress,
+            threads, progress, lock_timeout_s,
         )
     if pin:
         pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
@@ -275,11 +290,12 @@ def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage:
 def _shared_host(
     name: str, host_bytes: int, device_bytes: int, target: torch.device, in_ram: int,
     huge_pages: bool, numa_node: int | None, threads: int, progress: Progress | None,
+    lock_timeout_s: float,
 ) -> tuple[HostState, torch.Tensor]:
     """Create or attach the shared host pool, and allocate the device pool meanwhile (after
     the RAM check, which depends on whether this process creates the pool)."""
     gpu = target.index if target.type == "cuda" else None
-    with claim(name) as held:
+    with claim(name, lock_timeout_s=lock_timeout_s) as held:
         creating = held.existing is None
         counted = host_bytes if creating else 0
         what = f"the shared host pool {name!r}" + (" (created here)" if creating else
@@ -291,7 +307,7 @@ def _shared_host(
             check_free_space(host_bytes)
         device_pool = allocate_device_pool(device_bytes, target)
         segment = held.create(host_bytes) if creating else held.attach(host_bytes)
-        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, path=segment.path),
+        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, segment=segment),
                           segment=segment, ram_counted=counted)
         if creating:
             # Under the guard: no other process touches a page before it is placed.
@@ -318,6 +334,7 @@ def _register(
     state: HostState, registration: Registration, chunks: list[Chunk], threads: int,
     progress: Progress | None,
 ) -> None:
+    state.check_size("registering it with CUDA")
     # Held by the state before the first call, so an undo sees every chunk it registers.
     state.registration = registration
     registration.register(chunks, threads=max(1, threads), progress=progress)
