@@ -143,6 +143,21 @@ def test_a_lock_name_that_is_another_users_link_creates_nothing(
 
 
 @AS_ROOT
+def test_a_lock_file_of_another_user_is_refused(name: str) -> None:
+    # Theirs, open to all: they could hold it (stalling every rank) or read who holds it.
+    intruder = Intruder(NOBODY, "squat", lock_path(name), 0, "666", "unheld")
+    try:
+        with pytest.raises(BackendError, match=(
+                rf"{lock_path(name)} belongs to uid {NOBODY} \(mode 0666\), not to this "
+                "process's uid 0")):
+            shared(name)
+    finally:
+        intruder.done()
+    assert os.stat(lock_path(name)).st_uid == NOBODY
+    assert not os.path.lexists(pool_path(name))
+
+
+@AS_ROOT
 def test_a_directory_at_the_pool_name_is_refused_and_leaves_no_lock(name: str) -> None:
     intruder = Intruder(NOBODY, "directory", pool_path(name))
     try:

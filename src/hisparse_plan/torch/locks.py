@@ -87,7 +87,9 @@ def lock_holder(fd: int, locks: Path = PROC_LOCKS) -> int | None:
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF"; a waiter has "->" after the id.
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
-            return int(fields[4]) if fields[4].isdigit() else None
+            if fields[4].isdigit() and int(fields[4]) > 0:  # 0: in a pid namespace not ours
+                return int(fields[4])
+            break
     try:
         noted = os.pread(fd, 32, 0).decode(errors="replace").strip()
     except OSError:
