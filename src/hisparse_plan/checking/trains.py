@@ -86,6 +86,9 @@ def page_runs(view: LayerView) -> PageRuns:
 
 def tensor_trains(views: list[LayerView]) -> list[Train]:
     """The trains of one tensor's layers (`views` in the tensor's layer order)."""
+    views = [view for view in views if 0 not in view.shape]  # a page of no element: no byte
+    if not views:
+        return []
     pages = [page_runs(view) for view in views]
     merged = _interleaved_tensor(views, pages)
     if merged is not None:
