@@ -10,6 +10,7 @@ from hisparse_plan.checking.meaning import check_meaning
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.checking.trains import pool_trains
+from hisparse_plan.errors import PlanError, PlanInvariantError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of
 
@@ -32,6 +33,17 @@ def check_plan(
     """
     if not isinstance(plan, KVCachePlan):
         plan = KVCachePlan.model_validate(plan)
+    try:
+        _check(plan, request)
+    except PlanInvariantError:
+        raise
+    except PlanError as error:
+        # A rule shared with the planner refused part of the plan; callers catch
+        # PlanInvariantError for every broken invariant.
+        raise PlanInvariantError(str(error)) from error
+
+
+def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None) -> None:
     specs = spec_of(plan)
     check_structure(plan, specs)
     check_meaning(plan)

@@ -108,18 +108,19 @@ READ_ONLY = AfterValidator(_frozen_list)
 
 
 @contextmanager
-def built_for(field: str) -> Iterator[None]:
+def built_for(field: str, what: str) -> Iterator[None]:
     """Models the planner builds from a request's layers (a uniform group, a padded page):
     a value they refuse, such as a page sum past int64, is a PlanError naming `field`, the
-    request's layer, instead of a ValidationError about a model the caller never wrote."""
+    request's layer, instead of a ValidationError about a model the caller never wrote.
+    `what` says what was being built for it ("its uniform_type group")."""
     try:
         yield
     except ValidationError as error:
         first = error.errors(include_url=False, include_input=False)[0]
         reason = str(first["msg"]).removeprefix("Value error, ")
         where = ".".join(str(step) for step in first["loc"])
-        what = f"{where}: " if where and not reason.startswith(where) else ""
+        at = f"{where}: " if where and not reason.startswith(where) else ""
         raise PlanError(
-            f"{field}: the planner's {error.title} for it is refused: {what}{reason}",
+            f"{field}: {what} cannot be built: {at}{reason}",
             field=field,
         ) from error
