@@ -15,6 +15,7 @@ from hisparse_plan.cli.arg_types import (
     size_arg,
 )
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
+from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings, titled
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
@@ -93,6 +94,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
     group.add_argument("--max-concurrent-batches", type=positive_int, metavar="N",
                        help="batches in flight, e.g. with pipeline parallelism (default 1)")
     add_deployment_arguments(group)
+    add_engine_arguments(parser.add_argument_group("how vLLM runs it (defaults: vLLM's)"))
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +112,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return deployment_settings(args, Settings(
+    return engine_settings(args, deployment_settings(args, Settings(
         kv_dtype=args.kv_dtype,
         block_size=args.block_size,
         max_model_len=args.max_model_len,
@@ -122,7 +124,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         tp=args.tp,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_concurrent_batches=args.max_concurrent_batches,
-    ))
+    )))
 
 
 def resolve_source(args: argparse.Namespace) -> Source:
@@ -144,13 +146,18 @@ def resolve_source(args: argparse.Namespace) -> Source:
     if args.model is not None:
         preset = load_preset(args.model)
         request = build_request(preset.architecture, settings)
-        return Source(request, preset.title, preset.sparse_architecture, kv_dtype)
+        title = titled(preset.title, settings, request)
+        return Source(request, title, preset.sparse_architecture, kv_dtype)
     if args.hf_config is not None:
         check_regular_file(args.hf_config, "--hf-config")
         arch = load_config_file(args.hf_config)
-        title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
+        request = build_request(arch, settings)
+        title = titled(
+            f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else ""),
+            settings, request,
+        )
         sparse = arch if isinstance(arch, ModelArchitecture) else None
-        return Source(build_request(arch, settings), title, sparse, kv_dtype)
+        return Source(request, title, sparse, kv_dtype)
     raw = read_input(args.request, "--request")
     request = override_request(PlanRequest.model_validate_json(raw), settings)
     return Source(request, f"request {args.request}", None, None)

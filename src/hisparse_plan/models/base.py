@@ -108,11 +108,12 @@ READ_ONLY = AfterValidator(_frozen_list)
 
 
 @contextmanager
-def built_for(field: str, what: str) -> Iterator[None]:
+def built_for(field: str | None, what: str) -> Iterator[None]:
     """Models the planner builds from a request's layers (a uniform group, a padded page):
     a value they refuse, such as a page sum past int64, is a PlanError naming `field`, the
     request's layer, instead of a ValidationError about a model the caller never wrote.
-    `what` says what was being built for it ("its uniform_type group")."""
+    `what` says what was being built for it ("its uniform_type group"); with no `field`, the
+    message starts with `what`."""
     try:
         yield
     except ValidationError as error:
@@ -120,7 +121,5 @@ def built_for(field: str, what: str) -> Iterator[None]:
         reason = str(first["msg"]).removeprefix("Value error, ")
         where = ".".join(str(step) for step in first["loc"])
         at = f"{where}: " if where and not reason.startswith(where) else ""
-        raise PlanError(
-            f"{field}: {what} cannot be built: {at}{reason}",
-            field=field,
-        ) from error
+        named = "" if field is None else f"{field}: "
+        raise PlanError(f"{named}{what} cannot be built: {at}{reason}", field=field) from error
