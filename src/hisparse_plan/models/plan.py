@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import READ_ONLY, ByteCount, LayerName, Model, PositiveInt
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
-LayerNames = Annotated[list[LayerName], Field(min_length=1)]
+LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
 Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -60,7 +60,7 @@ class DevicePool(Model):
     size: ByteCount = Field(description="bytes_per_block * num_blocks.")
     available_bytes: ByteCount
     num_blocks_override: PositiveInt | None
-    layers: list[LayerName] | None = Field(
+    layers: Annotated[list[LayerName], READ_ONLY] | None = Field(
         default=None,
         description="The pipeline stage's layers; null when one stage holds every layer.",
     )
@@ -107,18 +107,18 @@ class Capacity(Model):
 class KVCachePlan(Model):
     schema_version: Literal[1] = 1
     num_blocks: PositiveInt
-    groups: Annotated[list[KVCacheGroup], Field(min_length=1)]
-    tensors: Annotated[list[KVCacheTensor], Field(min_length=1)]
+    groups: Annotated[list[KVCacheGroup], Field(min_length=1), READ_ONLY]
+    tensors: Annotated[list[KVCacheTensor], Field(min_length=1), READ_ONLY]
     host_pool: HostPool | None
     capacity: Capacity
     fitted_max_model_len: PositiveInt | None = Field(
         default=None, description="The length the plan was sized for when auto-fit was asked."
     )
-    device_pools: Annotated[list[DevicePool], Field(min_length=1)] = Field(
+    device_pools: Annotated[list[DevicePool], Field(min_length=1), READ_ONLY] = Field(
         description="One pool per pipeline stage, in stage order."
     )
     workload: Workload
-    warnings: list[str] = Field(default_factory=list)
+    warnings: Annotated[list[str], READ_ONLY] = Field(default_factory=list, validate_default=True)
 
     @property
     def device_pool(self) -> DevicePool:
