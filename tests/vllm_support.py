@@ -112,7 +112,7 @@ class Speculative:
 @contextlib.contextmanager
 def _triton_check_satisfied() -> Iterator[None]:
     """vLLM 0.34's CPU platform refuses x86 without Triton while building a config."""
-    triton_utils = importlib.import_module("vllm.triton_utils")
+    triton_utils: Any = importlib.import_module("vllm.triton_utils")
     saved = triton_utils.HAS_TRITON
     triton_utils.HAS_TRITON = True
     try:
