@@ -84,6 +84,8 @@ class Workload(Model):
         default=None, description="HiSparse: hot rows per request, as planned."
     )
     max_decode_query_len: PositiveInt | None = None
+    mamba_cache_mode: Literal["none", "align"] = "none"
+    decode_context_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @property
     def max_in_flight_tokens(self) -> int:
