@@ -59,6 +59,15 @@ def vllm_answer(inputs: vs.VllmInputs) -> Any:
         return error
 
 
+def case_inputs(case: str) -> vs.VllmInputs:
+    """vLLM's inputs for a golden case, skipped where the installed vLLM cannot express it."""
+    request = golden.load(case)[0]
+    reason = vs.inexpressible(request)
+    if reason is not None:
+        pytest.skip(reason)
+    return vs.vllm_inputs(request)
+
+
 def retention(inputs: vs.VllmInputs) -> int | None:
     """The engine's prefix_cache_retention_interval, which a KVCacheConfig carries."""
     interval: int | None = inputs.config.cache_config.prefix_cache_retention_interval
@@ -74,8 +83,8 @@ def adapter_plan(inputs: vs.VllmInputs) -> hp.KVCachePlan:
 @pytest.mark.parametrize("case", golden.CASES)
 def test_vllm_reproduces_the_golden_plans(case: str) -> None:
     """vLLM's planner on a real config gives the golden plan (or refuses a reject case)."""
-    request, expected = golden.load(case)
-    inputs = vs.vllm_inputs(request)
+    expected = golden.load(case)[1]
+    inputs = case_inputs(case)
     if expected.get("error"):
         with pytest.raises((ValueError, AssertionError, NotImplementedError)):
             vs.run_vllm(inputs)
@@ -99,7 +108,7 @@ def test_pipeline_stages_and_auto_fit_give_vllms_configs_per_stage() -> None:
 
 @pytest.mark.parametrize("case", ONE_STAGE)
 def test_to_kv_cache_config_equals_vllm(case: str) -> None:
-    inputs = vs.vllm_inputs(golden.load(case)[0])
+    inputs = case_inputs(case)
     answer = vllm_answer(inputs)
     if isinstance(answer, BaseException):
         with pytest.raises(hp.PlanError):
@@ -117,7 +126,7 @@ def test_to_kv_cache_config_equals_vllm(case: str) -> None:
 
 @pytest.mark.parametrize("case", ONE_STAGE)
 def test_builder_plugged_in_gives_vllms_configs(case: str) -> None:
-    inputs = vs.vllm_inputs(golden.load(case)[0])
+    inputs = case_inputs(case)
     answer = vllm_answer(inputs)
     if isinstance(answer, BaseException):
         # Our PlanError, or vLLM's own admission check: nothing internal.
@@ -136,7 +145,7 @@ def test_builder_plugged_in_gives_vllms_configs(case: str) -> None:
 @pytest.mark.parametrize("num_blocks", [1, 7])
 def test_builder_places_any_block_count_as_vllm(case: str, num_blocks: int) -> None:
     """Probes and profiling ask for a few blocks: placed without admission, as vLLM does."""
-    inputs = vs.vllm_inputs(golden.load(case)[0])
+    inputs = case_inputs(case)
     if isinstance(vllm_answer(inputs), BaseException):
         pytest.skip("vLLM refuses this request")
     with vs.vllm_world(vs.DEFAULT_BUILDER, inputs.shared_host_pool):
@@ -225,7 +234,6 @@ def _full(**changes: Any) -> Any:
         (kv.CircularBufferSpec(block_size=16, num_kv_heads=1, head_size=128,
                                dtype=torch.bfloat16), "CircularBufferSpec is not supported"),
         (_full(num_head_slots=4), "num_head_slots"),
-        (_full(attention_chunk_size=64), "attention_chunk_size"),
         (_full(dtype=torch.float64), "dtype"),
         (_full(block_stride_alignment=importlib.import_module(
             "vllm.v1.attention.backend").MultipleOf(16)), "kernel blocks"),
@@ -323,3 +331,10 @@ def test_pipeline_workers_share_kv_cache_zeroing() -> None:
     assert [vs.canonical(config) for config in ours] == [vs.canonical(c) for c in theirs]
     assert [c.needs_kv_cache_zeroing for c in ours] == [c.needs_kv_cache_zeroing for c in theirs]
     assert [c.needs_kv_cache_zeroing for c in ours] == [True, True]
+
+
+@pytest.mark.skipif(vs.IS_034, reason="vLLM 0.34's MambaSpec has state_alignment")
+def test_state_alignment_is_refused_by_vllm_033_naming_the_field() -> None:
+    plan = hp.plan(golden.load("modes_mamba_state_alignment")[0])
+    with pytest.raises(hp.PlanError, match=r"state_alignment.*expected 1, got 16"):
+        to_kv_cache_configs(plan)

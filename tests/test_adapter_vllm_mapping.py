@@ -49,7 +49,7 @@ def _attention(spec: Any, **attrs: Any) -> dict[str, Any]:
         "head_size": spec.head_size, "dtype": f"torch.{spec.dtype}",
         "page_size_padded": spec.page_size_padded, "num_head_slots": None,
         "block_stride_alignment": spec.block_stride_alignment, "kv_quant_mode": 0,
-        "max_tp_shards": None, "dcp_sharded": getattr(spec, "dcp_sharded", True),
+        "max_tp_shards": None, "dcp_sharded": spec.dcp_sharded,
         "state_content_bytes": None,
         "tokens_per_state": 1, **attrs,
     }
@@ -82,10 +82,9 @@ def vllm_like(spec: LayerSpec) -> Any:
                     num_speculative_blocks=spec.num_speculative_blocks,
                     block_stride_alignment=spec.block_stride_alignment, num_heads=1,
                     tokens_per_state=-1, tp_replicated=False, mamba_cache_mode="none",
-                    state_alignment=getattr(spec, "state_alignment", 1),
-                    num_prefill_checkpoint_blocks=getattr(spec, "num_prefill_checkpoint_blocks", 0),
-                    prefill_checkpoint_alignment=getattr(spec, "prefill_checkpoint_alignment",
-                                                         None))
+                    state_alignment=spec.state_alignment,
+                    num_prefill_checkpoint_blocks=spec.num_prefill_checkpoint_blocks,
+                    prefill_checkpoint_alignment=spec.prefill_checkpoint_alignment)
     kv = _attention(spec, head_size_v=spec.head_size_v)
     if isinstance(spec, SlidingWindowSpec):
         return fake("SlidingWindowSpec", sliding_window=spec.sliding_window,
@@ -115,6 +114,9 @@ def settings_of(request: hp.PlanRequest) -> EngineSettings:
             max_decode_query_len=hisparse.max_decode_query_len,
             shared_host_pool=hisparse.shared_host_pool,
         ),
+        mamba_cache_mode=request.model.mamba_cache_mode,
+        disable_hybrid_kv_cache_manager=request.scheduler.disable_hybrid_kv_cache_manager,
+        decode_context_parallel_size=request.scheduler.decode_context_parallel_size,
     )
 
 
@@ -171,7 +173,6 @@ _FULL = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
         ({"num_head_slots": 4}, "num_head_slots"),
         ({"state_content_bytes": 100}, "state_content_bytes"),
         ({"tokens_per_state": Fraction(1, 2)}, "tokens_per_state"),
-        ({"attention_chunk_size": 64}, "attention_chunk_size"),
         ({"dtype": "torch.float64"}, "dtype"),
         ({"block_stride_alignment": fake("MultipleOf", base=16)}, "kernel blocks"),
     ],

@@ -172,13 +172,20 @@ class VllmRun:
     config: Any
 
 
+def inexpressible(request: dict[str, Any]) -> str | None:
+    """Why the installed vLLM cannot state this request, or None."""
+    aligned = any(layer.get("state_alignment", 1) != 1 for layer in request["layers"].values())
+    if aligned and not IS_034:
+        return f"vLLM {VLLM_VERSION}'s MambaSpec has no state_alignment"
+    return None
+
+
 def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
     """vLLM spec objects and engine config equivalent to a plan request (SPEC 4, 4.1)."""
     validated = PlanRequest.model_validate(request)
     model = validated.model
-    mamba_cache_mode: str = getattr(model, "mamba_cache_mode", "none")
     specs = {
-        name: fresh_layer_spec(spec, 0, mamba_cache_mode)
+        name: fresh_layer_spec(spec, 0, model.mamba_cache_mode)
         for name, spec in validated.layers.items()
     }
     device = validated.device
@@ -193,14 +200,12 @@ def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
     cache = config.cache_config
     cache.kv_cache_layout = device.kv_cache_layout.value
     cache.num_gpu_blocks_override = device.num_blocks_override
-    cache.mamba_cache_mode = mamba_cache_mode
+    cache.mamba_cache_mode = model.mamba_cache_mode
     config.scheduler_config.max_num_batched_tokens = scheduler.max_num_batched_tokens
-    config.scheduler_config.disable_hybrid_kv_cache_manager = getattr(
-        scheduler, "disable_hybrid_kv_cache_manager", False
+    config.scheduler_config.disable_hybrid_kv_cache_manager = (
+        scheduler.disable_hybrid_kv_cache_manager
     )
-    config.parallel_config.decode_context_parallel_size = getattr(
-        scheduler, "decode_context_parallel_size", 1
-    )
+    config.parallel_config.decode_context_parallel_size = scheduler.decode_context_parallel_size
     _concurrency(config, scheduler.max_concurrent_batches)
     config.case_lookahead_tokens = scheduler.num_prefill_lookahead_tokens
     config.speculative_config = None

@@ -29,6 +29,7 @@ from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.groups import PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
+from hisparse_plan.planning.one_manager import one_manager_layers
 from hisparse_plan.planning.pipeline import request_layers
 from hisparse_plan.planning.regular_groups import regular_groups
 from hisparse_plan.planning.trace import Trace
@@ -38,6 +39,9 @@ def planned_groups(request: PlanRequest) -> list[PlannedGroup]:
     """The groups `plan()` would make, from its group stage alone: grouping never depends on
     memory or on the pipeline stages, which vLLM sizes and checks per worker later."""
     layers = request_layers(request)
+    if request.scheduler.disable_hybrid_kv_cache_manager:
+        # One KV cache manager: local layers promoted before grouping, as plan() does.
+        layers = one_manager_layers(layers, Trace())
     if request.hisparse is None:
         return regular_groups(layers, request.device.kv_cache_layout, Trace())
     grouping = hisparse_groups(request, request.hisparse, layers, Trace())

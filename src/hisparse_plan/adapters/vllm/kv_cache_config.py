@@ -78,9 +78,8 @@ def to_kv_cache_configs(
     `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
     fields the contract does not carry; without it those take vLLM's defaults.
     """
-    mamba_cache_mode: str = getattr(plan.workload, "mamba_cache_mode", "none")
     groups = vllm_groups(
-        plan.groups, plan.workload.extra_window_tokens, layer_specs, mamba_cache_mode
+        plan.groups, plan.workload.extra_window_tokens, layer_specs, plan.workload.mamba_cache_mode
     )
     if len(plan.device_pools) == 1:
         return [assemble(plan.num_blocks, plan.tensors, groups, plan.host_pool,

@@ -156,10 +156,11 @@ def _latent_layer(reader: _Reader, kind: str) -> LayerDict:
 
 def _mla(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
-    reader.require("sliding_window", (None,), "on an MLA layer (a promoted sliding_window_mla)")
     reader.require("attention_chunk_size", (None,), "on an MLA layer")
     role = reader.get("cache_role")
     layer = _latent_layer(reader, "mla")
+    # Set on a sliding_window_mla layer vLLM promoted to full allocation.
+    layer["sliding_window"] = reader.get("sliding_window")
     layer["cache_role"] = getattr(role, "value", role)
     layer["is_index_group_leader"] = reader.get("is_index_group_leader")
     layer["topk_buffer_width"] = reader.get("topk_buffer_width")
@@ -187,9 +188,10 @@ def _sliding_window_mla(reader: _Reader, extra_tokens: int) -> LayerDict:
 
 def _full_attention(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
-    reader.require("attention_chunk_size", (None,), "on a full-attention layer")
     layer = _kv_layer(reader, "full_attention")
+    # Set on a sliding-window or chunked-local layer vLLM promoted to full allocation.
     layer["sliding_window"] = reader.get("sliding_window")
+    layer["attention_chunk_size"] = reader.get("attention_chunk_size")
     return layer
 
 

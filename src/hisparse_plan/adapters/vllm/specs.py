@@ -47,7 +47,7 @@ def _mamba_spec(
     spec: MambaSpec, mamba_cache_mode: str, common: dict[str, VllmObject]
 ) -> VllmObject:
     kv = interface()
-    state_alignment: int = getattr(spec, "state_alignment", 1)
+    state_alignment = spec.state_alignment
     if state_alignment != 1:
         if "state_alignment" not in {field.name for field in dataclasses.fields(kv.MambaSpec)}:
             raise PlanError(
@@ -61,8 +61,8 @@ def _mamba_spec(
         dtypes=tuple(_torch_dtype(dtype) for dtype in spec.state_dtypes),
         page_size_padded=spec.page_size_padded,
         num_speculative_blocks=spec.num_speculative_blocks,
-        num_prefill_checkpoint_blocks=getattr(spec, "num_prefill_checkpoint_blocks", 0),
-        prefill_checkpoint_alignment=getattr(spec, "prefill_checkpoint_alignment", None),
+        num_prefill_checkpoint_blocks=spec.num_prefill_checkpoint_blocks,
+        prefill_checkpoint_alignment=spec.prefill_checkpoint_alignment,
         mamba_cache_mode=mamba_cache_mode,
         **common,
     )
@@ -82,7 +82,7 @@ def fresh_layer_spec(
     common.update(
         num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
         dtype=_torch_dtype(spec.dtype), page_size_padded=spec.page_size_padded,
-        dcp_sharded=getattr(spec, "dcp_sharded", True),
+        dcp_sharded=spec.dcp_sharded,
     )
     if isinstance(spec, MLASpec | SlidingWindowMLASpec):
         common.update(
@@ -95,6 +95,7 @@ def fresh_layer_spec(
                 sliding_window=spec.sliding_window, extra_retained_tokens=extra_tokens, **common
             )
         return kv.MLAAttentionSpec(
+            sliding_window=spec.sliding_window,
             cache_role=kv.SparseCacheRole(spec.cache_role),
             is_index_group_leader=spec.is_index_group_leader,
             topk_buffer_width=spec.topk_buffer_width,
@@ -110,7 +111,10 @@ def fresh_layer_spec(
             attention_chunk_size=spec.attention_chunk_size, **common
         )
     if isinstance(spec, FullAttentionSpec):
-        return kv.FullAttentionSpec(sliding_window=spec.sliding_window, **common)
+        return kv.FullAttentionSpec(
+            sliding_window=spec.sliding_window, attention_chunk_size=spec.attention_chunk_size,
+            **common,
+        )
     raise TypeError(f"no vLLM spec for {type(spec).__name__}")
 
 
