@@ -27,7 +27,7 @@ def compare_plan(plan: KVCachePlan, request: PlanRequest) -> CapacityComparison:
         raise UnsupportedRequestError(
             "capacity compares a HiSparse plan against the same model without HiSparse; "
             "expected a request with hisparse settings, got a regular one (its plan already is "
-            "the all-GPU plan: see `plan`)",
+            "the all-GPU plan: see `plan`, and `capacity --compare` for its deployments)",
             field="hisparse",
         )
     baseline = baseline_capacity(request)
