@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
-    result = explain(source.request, architecture=source.architecture, kv_dtype=source.kv_dtype)
+    result = explain(source.request, architecture=source.config or source.architecture,
+                     kv_dtype=source.kv_dtype)
     if args.section is not None:
         result = _sections(result, args.section)
     if args.json:
