@@ -65,7 +65,9 @@ def test_all_sliding_window_mla_layers_vllm_would_merge_are_refused() -> None:
         hp.plan(request)
     message = str(refused.value)
     assert message.startswith("layers['y']: sliding_window_mla layers that share window 64")
-    assert "uniform-spec test must be identical (SPEC 7.12)" in message
+    assert "uniform-spec test must be identical (see docs/planning-rules.md#window-merges)" in (
+        message
+    )
     assert "expected the spec of 'x', got one that differs in" in message
     assert "head_size" in message
     assert refused.value.field == "layers['y']"

@@ -1,10 +1,10 @@
-"""How one layer stores its cache (SPEC sections 4, 4.1, 5.1 and 7.1).
+"""How one layer stores its cache (see docs/planning-rules.md#requests, #pages).
 
 Every kind knows its page's logical shape `[H, N, C]` (heads, stored states per block, content
 bytes of one state of one head), its natural page `H * N * C`, and its page: the padded page
 where it has one, else the natural page. `page_size_bytes` is derived from those and checked
 when given. A page of 0 bytes or a padding below the natural page validates (the planner refuses
-them with a PlanError naming the layer, SPEC 5.13).
+them with a PlanError naming the layer, see docs/planning-rules.md#pages).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
 _PAGE_DOC = "Derived: the padded page if the layer has one, else H * N * C. Checked if given."
-_ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (SPEC 7.4)."
+_ALIGN_DOC = (
+    "The stride between two blocks of this layer must be a multiple of this (see "
+    "docs/planning-rules.md#device-pool)."
+)
 _PADDED_DOC = (
     "The page is this many bytes (>= the natural page): set by the engine (Mamba) or by the "
-    "planner when it pads pages to one size (SPEC 7.3.2)."
+    "planner when it pads pages to one size (see docs/planning-rules.md#unified-pages)."
 )
 
 
@@ -60,7 +63,7 @@ class LayerSpecBase(Model):
 
     @property
     def padded_page_bytes(self) -> int | None:
-        """The padded page (SPEC 7.1); None when the layer has none."""
+        """The padded page (see docs/planning-rules.md#pages); None when the layer has none."""
         return self._padded(self.natural_page_bytes)
 
     def _padded(self, natural: int) -> int | None:
@@ -73,7 +76,7 @@ class LayerSpecBase(Model):
 
     @property
     def align(self) -> int:
-        """align(layer) of SPEC 7.1."""
+        """align(layer) of docs/planning-rules.md#pages."""
         return 1 if self.block_stride_alignment is None else self.block_stride_alignment
 
     def model_post_init(self, context: object, /) -> None:
@@ -195,7 +198,8 @@ class KVLayerSpec(AttentionLayerSpec):
 
 class FullAttentionSpec(KVLayerSpec):
     """Every past token's K and V. `sliding_window` is set only on a sliding-window layer
-    promoted to full allocation (SPEC 7.3.3): it keeps full blocks but stays its own spec."""
+    promoted to full allocation (see docs/planning-rules.md#full-allocation-fallback): it keeps
+    full blocks but stays its own spec."""
 
     kind: Literal["full_attention"] = "full_attention"
     sliding_window: PositiveInt | None = None

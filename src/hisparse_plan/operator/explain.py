@@ -21,17 +21,19 @@ from hisparse_plan.presets import (
     row_geometry,
 )
 from hisparse_plan.presets.kv_dtypes import FP8_TILE, SCALE_BYTES
+from hisparse_plan.rule_docs import rule_doc
 
 Number = int | float
 Value = int | float | str
 Inputs = dict[str, int | float | str]
 SECTION_TITLES: Final = {
-    "pages": "pages (SPEC 5.1, 7.1)",
-    "group": "groups (SPEC 5.2-5.6, 7.3)",
-    "size": "pools: host and device (SPEC 5.7, 5.8, 7.4, 7.6)",
-    "admit": "admission (SPEC 5.12, 7.7, 7.8)",
-    "place": "tensors (SPEC 5.9, 7.5)",
-    "report": "capacity (SPEC 5.10, 7.9)",
+    "pages": "pages (see docs/planning-rules.md#pages)",
+    "group": "groups (see docs/planning-rules.md#hisparse-groups, #grouping)",
+    "size": "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
+    "#pipeline-stages)",
+    "admit": "admission (see docs/planning-rules.md#admission, #auto-fit)",
+    "place": "tensors (see docs/planning-rules.md#placement)",
+    "report": "capacity (see docs/planning-rules.md#capacity)",
 }
 """One section per planning stage, in the order the stages run."""
 
@@ -94,7 +96,7 @@ def explain(
 def _decision_step(decision: Decision) -> Step:
     value = decision.value
     shown: Value = value if isinstance(value, int | float | str) else str(value)
-    formula = f"{decision.why} (SPEC {decision.rule})"
+    formula = f"{decision.why} (see {rule_doc(decision.rule)})"
     return Step(name=decision.subject, value=shown, formula=formula, inputs={})
 
 

@@ -89,12 +89,14 @@ def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
     each spec)."""
     if request.device.pipeline_stages is not None:
         raise UnsupportedRequestError(
-            "device.pipeline_stages: HiSparse plans one stage (SPEC 7.11); expected null",
+            "device.pipeline_stages: HiSparse plans one stage (see "
+            "docs/planning-rules.md#deferred-modes); expected null",
             field="device.pipeline_stages",
         )
     if request.model.auto_fit_max_model_len:
         raise UnsupportedRequestError(
-            "model.auto_fit_max_model_len: HiSparse does not auto-fit (SPEC 7.11); expected "
+            "model.auto_fit_max_model_len: HiSparse does not auto-fit (see "
+            "docs/planning-rules.md#deferred-modes); expected "
             "false",
             field="model.auto_fit_max_model_len",
         )
@@ -109,7 +111,8 @@ def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
             if value != default:
                 raise UnsupportedRequestError(
                     f"layers[{name!r}].{attribute}: HiSparse source and indexer layers do not "
-                    f"take it yet (SPEC 7.11); expected {default}, got {value}",
+                    "take it yet (see docs/planning-rules.md#deferred-modes); expected "
+                    f"{default}, got {value}",
                     field=f"layers[{name!r}].{attribute}",
                 )
 
@@ -119,7 +122,7 @@ def _refuse_deepseek_v4(distinct: list[Layer]) -> None:
         if isinstance(spec, MLASpec) and spec.model_version == "deepseek_v4":
             raise UnsupportedRequestError(
                 f"layers[{name!r}].model_version: 'deepseek_v4' is not supported by HiSparse "
-                "planning (SPEC 5.3)",
+                "planning (see docs/planning-rules.md#hisparse-groups)",
                 field=f"layers[{name!r}].model_version",
             )
 

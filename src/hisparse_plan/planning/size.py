@@ -108,7 +108,8 @@ def project(groups: list[PlannedGroup], names: set[str], stage: int) -> list[lis
             raise PlanError(
                 f"device.pipeline_stages[{stage}]: holds no layer of the uniform_type group "
                 f"{index} (first layer {first!r}); expected every stage to hold at least one "
-                "layer of each uniform_type group (SPEC 7.6; vLLM 0.33 would place other "
+                "layer of each uniform_type group (see docs/planning-rules.md#pipeline-stages; "
+                "vLLM 0.33 would place other "
                 "stages' layers here)",
                 field=f"device.pipeline_stages[{stage}]",
             )

@@ -85,7 +85,7 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
             raise PlanError(
                 f"layers[{name!r}]: scaling its block size to "
                 f"{scaled.block_size} gives a {scaled.page_size_bytes}-byte page; expected "
-                f"the largest page {largest} (SPEC 7.3.2)",
+                f"the largest page {largest} (see docs/planning-rules.md#unified-pages)",
                 field=f"layers[{name!r}]",
             )
         return scaled
@@ -97,7 +97,7 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
         raise PlanError(
             f"layers[{name!r}]: its page is padded to alignment {spec.alignment} "
             f"({page} bytes), so it cannot also be padded to the largest page {largest} "
-            "(SPEC 7.3.2)",
+            "(see docs/planning-rules.md#unified-pages)",
             field=f"layers[{name!r}].alignment",
         )
     return _replace(spec, page_size_padded=largest)
@@ -116,7 +116,8 @@ def full_allocation_fallback(
     )
     if has[SlidingWindowMLASpec] or has[ChunkedLocalAttentionSpec] or not has[SlidingWindowSpec]:
         raise PlanError(
-            f"layers[{stop.name!r}]: {why}; the full-allocation fallback (SPEC 7.3.3) needs "
+            f"layers[{stop.name!r}]: {why}; the full-allocation fallback (see "
+            "docs/planning-rules.md#full-allocation-fallback) needs "
             "sliding-window layers and no sliding_window_mla or chunked_local_attention layer",
             field=f"layers[{stop.name!r}]",
         )
@@ -134,7 +135,8 @@ def full_allocation_fallback(
     if not one_family([spec for _, spec in result]):
         raise PlanError(
             f"layers[{stop.name!r}]: {why}, and with sliding-window layers promoted to full "
-            "attention the layers are still not one family (SPEC 7.3.3)",
+            "attention the layers are still not one family (see "
+            "docs/planning-rules.md#full-allocation-fallback)",
             field=f"layers[{stop.name!r}]",
         )
     trace.add("group", "7.3.3", "strategy", "full-allocation fallback",

@@ -56,7 +56,8 @@ def _refuse(
     )
     raise PlanError(
         f"layers[{name!r}]: sliding_window_mla layers that share window {spec.sliding_window} "
-        f"and that vLLM 0.33 would merge in {where} must be identical (SPEC 7.12); expected "
+        f"and that vLLM 0.33 would merge in {where} must be identical (see "
+        "docs/planning-rules.md#window-merges); expected "
         f"the spec of {twin_name!r}, got one that differs in {differing}",
         field=f"layers[{name!r}]",
     )

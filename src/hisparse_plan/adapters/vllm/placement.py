@@ -81,7 +81,8 @@ def _refuse_empty_uniform(index: int, group: VllmObject) -> None:
     raise PlanError(
         f"device.pipeline_stages: this worker's stage holds no layer of the uniform_type group "
         f"{index} (first layer {first!r}); expected every stage to hold at least one layer of "
-        "each uniform_type group (SPEC 7.6 step 2; vLLM 0.33 would place other stages' layers "
+        "each uniform_type group (see docs/planning-rules.md#pipeline-stages; vLLM 0.33 would "
+        "place other stages' layers "
         "here)",
         field="device.pipeline_stages",
     )

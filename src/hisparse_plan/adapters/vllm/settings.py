@@ -126,7 +126,7 @@ def _refuse_unsupported(vllm_config: VllmObject) -> None:
         if value != expected:
             raise UnsupportedRequestError(
                 f"vllm_config.{field}: expected {expected!r}, got {value!r}; this mode is "
-                "deferred (SPEC 7.11)",
+                "deferred (see docs/planning-rules.md#deferred-modes)",
                 field=f"vllm_config.{field}",
             )
 
