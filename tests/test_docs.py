@@ -109,7 +109,8 @@ PLAN_MODELS: list[type[BaseModel]] = [
 
 @pytest.mark.parametrize("model", PLAN_MODELS, ids=lambda m: m.__name__)
 def test_plan_models_and_fields_are_described(model: type[BaseModel]) -> None:
-    assert model.__doc__ and model.__doc__.strip()
+    assert model.__doc__
+    assert model.__doc__.strip()
     for name, field in model.model_fields.items():
         if name == "kind":
             continue
