@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,3 +186,21 @@ def test_help_shows_per_model_defaults(cli: Run) -> None:
                  "--kv-cache-memory-bytes", "--num-gpu-blocks-override",
                  "--gpu-memory-utilization", "--max-num-batched-tokens", "--block-size"):
         assert f"{flag} " in flat or f"{flag}," in flat, flag
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_vllm_serve_lines_and_their_plans() -> None:
+    """Each `vllm serve` line of the README's table sits beside a `hisparse-plan` line with the
+    same flags that plans."""
+    from hisparse_plan.cli.main import main
+
+    rows = re.findall(r"^\s*\| `(vllm serve [^`]+)` \| `(hisparse-plan [^`]+)` \|$",
+                      README.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert len(rows) >= 3
+    for serve, ours in rows:
+        vllm_flags = {word for word in shlex.split(serve) if word.startswith("-")}
+        our_flags = {word for word in shlex.split(ours) if word.startswith("-")}
+        assert vllm_flags <= our_flags, (serve, ours)
+        assert main([*shlex.split(ours)[1:], "--json"]) == 0, ours

@@ -58,8 +58,10 @@ def describe(title: str, plan: KVCachePlan, kv_dtype: str | None = None) -> str:
         f"max_model_len {plan.max_model_len}",
         plan.device_pools[0].layout.value,
     ]
-    if plan.fitted_max_model_len is not None:
+    if plan.fitted_max_model_len not in (None, plan.workload.max_model_len):
         parts[2] += f" (auto-fit from {plan.workload.max_model_len})"
+    elif plan.fitted_max_model_len is not None:
+        parts[2] += " (auto-fit: all of it fits)"
     if len(plan.device_pools) > 1:
         parts.append(f"pp {len(plan.device_pools)}")
     return f"{title}: " + ", ".join(parts)
