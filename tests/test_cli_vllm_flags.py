@@ -168,6 +168,7 @@ def test_expert_parallel_splits_the_weights_over_dp(cli: Run) -> None:
                        "--enable-expert-parallel", "--plain")
     assert code == 0
     assert "weights (1/8 of the model)" in out
+    assert "memory per rank (8 ranks: tp x dp x pp)" in out
     code, _, err = cli("plan", "deepseek-v3.2", "--gpu", "h200", "-dp", "8")
     assert code == 2
     assert "leaves no KV cache" in err

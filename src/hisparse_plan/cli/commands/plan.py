@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     breakdown = rank_memory(args)
     if breakdown is not None:
         out.line()
-        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem))
+        split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
+        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem), split)
     return 0
 
 
