@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import hisparse_plan as hp
+from cli_support import Run
 from golden import GOLDEN
 from hisparse_plan.models import plan as plan_models
 from hisparse_plan.models.group_specs import HisparseHotSpec, HisparseResidentSpec, UniformTypeSpec
@@ -122,3 +123,13 @@ def test_plan_contract_names_every_plan_field() -> None:
     for model in PLAN_MODELS[:7]:
         for name in model.model_fields:
             assert f"`{name}`" in text, f"{model.__name__}.{name}"
+
+
+def test_docs_command_prints_what_messages_cite(cli: Run) -> None:
+    code, out, err = cli("docs")
+    assert (code, err) == (0, "")
+    assert out == (DOCS / "planning-rules.md").read_text(encoding="utf-8")
+    assert "## Admission" in out
+    code, out, _ = cli("docs", "plan-contract", "--path")
+    assert code == 0
+    assert Path(out.strip()) == DOCS / "plan-contract.md"

@@ -7,7 +7,10 @@ maps it to. The docs are in the source tree and, installed, in `hisparse_plan/do
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
+
+from hisparse_plan.errors import PlanError
 
 RULES_DOC: Final = "docs/planning-rules.md"
 CONTRACT_DOC: Final = "docs/plan-contract.md"
@@ -37,3 +40,22 @@ def rule_doc(rule: str) -> str:
         if number == prefix or number.startswith(prefix + "."):
             return f"{RULES_DOC}#{anchor}"
     return RULES_DOC
+
+
+DOC_NAMES: Final = ("planning-rules", "plan-contract")
+
+
+def doc_path(name: str) -> Path:
+    """Where the doc `name` (planning-rules or plan-contract) is: inside the installed package
+    (`hisparse_plan/docs/`, where the wheel puts it), else in a source checkout's `docs/`."""
+    if name not in DOC_NAMES:
+        raise PlanError(f"docs: expected one of {', '.join(DOC_NAMES)}, got {name!r}",
+                        field="docs")
+    packaged = Path(__file__).resolve().parent / "docs" / f"{name}.md"
+    if packaged.is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "docs" / f"{name}.md"
+    if checkout.is_file():
+        return checkout
+    raise PlanError(f"docs: {name}.md is neither in the package nor beside it; reinstall "
+                    "hisparse-plan", field="docs")
