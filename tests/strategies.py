@@ -216,7 +216,7 @@ def any_layer_spec(draw: st.DrawFn, *, block_size: int, kinds: list[str]) -> dic
         if rarely(draw, 3):
             natural = sum(math.prod(shape) * DTYPE_SIZE[dtype] for shape, dtype in zip(
                 spec["state_shapes"], spec["state_dtypes"], strict=True))
-            spec["page_size_padded"] = natural + draw(st.integers(-2, 4096))
+            spec["page_size_padded"] = max(1, natural + draw(st.integers(-2, 4096)))
         if rarely(draw, 3):
             spec["num_speculative_blocks"] = draw(st.integers(0, 3))
     else:

@@ -13,6 +13,8 @@ import pytest
 from cli_support import Run
 
 GIB = 2**30
+BLOCK = 64
+"""vLLM 0.34's default block size, which the presets take."""
 
 
 def planned(cli: Run, *argv: str) -> dict[str, Any]:
@@ -31,7 +33,7 @@ def page(plan: dict[str, Any]) -> int:
 def test_tensor_parallel_splits_kv_heads(cli: Run, flag: str) -> None:
     one = planned(cli, "llama-3-8b")
     two = planned(cli, "llama-3-8b", flag, "2")
-    assert page(one) == 16 * 2 * 8 * 128 * 2  # 16 tokens, K and V, 8 heads of 128, bf16
+    assert page(one) == BLOCK * 2 * 8 * 128 * 2  # K and V, 8 heads of 128, bf16
     assert page(two) == page(one) // 2
 
 
@@ -52,12 +54,12 @@ def test_data_parallel_multiplies_node_concurrency(cli: Run, flag: str) -> None:
 @pytest.mark.parametrize(
     ("model", "value", "dtype", "row_page"),
     [
-        ("llama-3-8b", "auto", "bfloat16", 65536),
-        ("llama-3-8b", "bfloat16", "bfloat16", 65536),
-        ("llama-3-8b", "fp8", "uint8", 32768),
-        ("llama-3-8b", "fp8_e4m3", "uint8", 32768),
-        ("llama-3-8b", "fp8_e5m2", "uint8", 32768),
-        ("gemma-3-27b", "fp8", "uint8", 16 * 2 * 16 * 128),
+        ("llama-3-8b", "auto", "bfloat16", BLOCK * 4096),
+        ("llama-3-8b", "bfloat16", "bfloat16", BLOCK * 4096),
+        ("llama-3-8b", "fp8", "uint8", BLOCK * 2048),
+        ("llama-3-8b", "fp8_e4m3", "uint8", BLOCK * 2048),
+        ("llama-3-8b", "fp8_e5m2", "uint8", BLOCK * 2048),
+        ("gemma-3-27b", "fp8", "uint8", BLOCK * 2 * 16 * 128),
         ("deepseek-v3.2", "fp8", "fp8_ds_mla", 64 * 656),
         ("deepseek-v3.2", "fp8_e4m3", "fp8_ds_mla", 64 * 656),
         ("deepseek-v3.2", "fp8_ds_mla", "fp8_ds_mla", 64 * 656),
@@ -101,7 +103,7 @@ def test_kv_cache_dtypes_a_model_cannot_take(
 
 
 def test_block_size(cli: Run) -> None:
-    assert page(planned(cli, "llama-3-8b", "--block-size", "32")) == 2 * 65536
+    assert page(planned(cli, "llama-3-8b", "--block-size", "32")) == 32 * 4096
 
 
 def test_max_num_seqs_caps_what_one_rank_serves(cli: Run) -> None:
@@ -144,14 +146,16 @@ def test_num_gpu_blocks_override(cli: Run) -> None:
 
 @pytest.mark.parametrize("auto", ["auto", "-1"])
 def test_max_model_len_auto_fits_a_regular_model(cli: Run, auto: str) -> None:
-    plan = planned(cli, "llama-3-70b", "--gpu-mem", "10GiB", "--max-model-len", auto)
+    plan = planned(cli, "llama-3-70b", "--gpu-mem", "10GiB", "--max-model-len", auto,
+                   "--vllm", "0.33")
     assert plan["workload"]["max_model_len"] == 131072  # max_position_embeddings
     assert plan["fitted_max_model_len"] == 32752  # what 10 GiB holds, as the planner fits it
 
 
 def test_max_model_len_auto_fits_a_hisparse_model(cli: Run) -> None:
     fitted = planned(cli, "deepseek-v3.2", "--host-pool", "2GiB", "--max-model-len", "auto")
-    length = fitted["workload"]["max_model_len"]
+    assert fitted["workload"]["max_model_len"] == 163840
+    length = fitted["fitted_max_model_len"]
     assert 0 < length < 163840
     code, _, err = cli("plan", "deepseek-v3.2", "--host-pool", "2GiB",
                        "--max-model-len", str(length + 1))
@@ -160,7 +164,10 @@ def test_max_model_len_auto_fits_a_hisparse_model(cli: Run) -> None:
 
 
 def test_max_model_len_auto_keeps_a_length_that_fits(cli: Run) -> None:
-    assert planned(cli, "deepseek-v3.2", "--max-model-len", "auto") == planned(cli, "deepseek-v3.2")
+    auto = planned(cli, "deepseek-v3.2", "--max-model-len", "auto")
+    fixed = planned(cli, "deepseek-v3.2")
+    assert auto["fitted_max_model_len"] == 163840
+    assert (auto["num_blocks"], auto["capacity"]) == (fixed["num_blocks"], fixed["capacity"])
 
 
 def test_expert_parallel_splits_the_weights_over_dp(cli: Run) -> None:
@@ -179,7 +186,7 @@ def test_help_shows_per_model_defaults(cli: Run) -> None:
     assert code == 0
     flat = " ".join(out.split())
     assert "Default: per model (fp8_ds_mla for DeepSeek sparse MLA, auto otherwise)" in flat
-    assert "Default: per model (64 for DeepSeek sparse MLA, 16 for attention" in flat
+    assert "Default: per model (64 for DeepSeek sparse MLA, vLLM's default for attention" in flat
     assert "(default fp8_ds_mla)" not in flat
     assert "(default 64)" not in flat
     for flag in ("-tp", "--tensor-parallel-size", "-pp", "--pipeline-parallel-size", "-dp",

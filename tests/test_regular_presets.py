@@ -28,15 +28,26 @@ from hisparse_plan.presets import (
 GIB = 2**30
 
 # case -> the command-line words after `plan`: a preset and the case's memory, length, layout.
+# The regular_* cases are vLLM 0.33's plans in the modes of that round (prefix caching off for
+# Qwen3-Next, the hybrid manager kept for Llama-4); modes_llama4 is vLLM's default for Llama-4.
+V033 = ["--vllm", "0.33"]
 CASES: dict[str, list[str]] = {
-    "regular_llama3_8b_bf16": ["llama-3-8b", "--gpu-mem", "60GiB", "--max-model-len", "8192"],
-    "regular_gemma3_27b_swa": ["gemma-3-27b", "--gpu-mem", "40GiB", "--max-model-len", "131072"],
-    "regular_gpt_oss_120b": ["gpt-oss-120b", "--gpu-mem", "60GiB", "--max-model-len", "131072"],
+    "regular_llama3_8b_bf16": ["llama-3-8b", "--gpu-mem", "60GiB", "--max-model-len", "8192",
+                               *V033],
+    "regular_gemma3_27b_swa": ["gemma-3-27b", "--gpu-mem", "40GiB", "--max-model-len", "131072",
+                               *V033],
+    "regular_gpt_oss_120b": ["gpt-oss-120b", "--gpu-mem", "60GiB", "--max-model-len", "131072",
+                             *V033],
     "regular_llama4_scout_chunked_local": [
-        "llama-4-scout", "--gpu-mem", "60GiB", "--max-model-len", "262144",
+        "llama-4-scout", "--gpu-mem", "60GiB", "--max-model-len", "262144", *V033,
+        "--enable-hybrid-kv-cache-manager",
+    ],
+    "modes_llama4_scout_hybrid_manager_off": [
+        "llama-4-scout", "--gpu-mem", "60GiB", "--max-model-len", "131072", *V033,
     ],
     "regular_qwen3_next_80b_mamba": [
-        "qwen3-next-80b", "--gpu-mem", "60GiB", "--max-model-len", "262144",
+        "qwen3-next-80b", "--gpu-mem", "60GiB", "--max-model-len", "262144", *V033,
+        "--no-enable-prefix-caching",
     ],
     "regular_deepseek_v32_no_hisparse_lbnhc": [
         "deepseek-v3.2", "--no-hisparse", "--gpu-mem", "64424509440", "--max-model-len",
@@ -44,10 +55,10 @@ CASES: dict[str, list[str]] = {
     ],
     "regular_llama3_70b_pp4_autofit": [
         "llama-3-70b", "--pp", "4", "--stage-gpu-mem", "9GiB,10GiB,10GiB,12GiB",
-        "--max-model-len", "131072", "--auto-fit",
+        "--max-model-len", "131072", "--auto-fit", *V033,
     ],
     "regular_reject_llama3_70b_too_little_memory": [
-        "llama-3-70b", "--gpu-mem", "8GiB", "--max-model-len", "131072",
+        "llama-3-70b", "--gpu-mem", "8GiB", "--max-model-len", "131072", *V033,
     ],
 }
 
@@ -86,6 +97,9 @@ def test_preset_request_is_the_golden_request(case: str) -> None:
         pp=4 if "--pp" in argv else None,
         stage_gpu_mem_bytes=(9 * GIB, 10 * GIB, 10 * GIB, 12 * GIB) if "--pp" in argv else None,
         auto_fit=True if "--auto-fit" in argv else None,
+        vllm="0.33" if "0.33" in argv else None,
+        prefix_caching=False if "--no-enable-prefix-caching" in argv else None,
+        hybrid_kv_cache_manager=True if "--enable-hybrid-kv-cache-manager" in argv else None,
     )
     request = build_request(load_preset(argv[0]).architecture, settings)
     assert request == hp.PlanRequest.model_validate(golden_request)
@@ -112,17 +126,41 @@ def test_pp_beyond_the_layers_is_refused(pp: int) -> None:
 
 def test_qwen3_next_block_size_is_vllms_alignment() -> None:
     arch = load_preset("qwen3-next-80b").architecture
-    request = build_request(arch, Settings(max_model_len=4096))
+    old = Settings(max_model_len=4096, vllm="0.33", prefix_caching=False)
+    request = build_request(arch, old)
     specs = {spec.kind: spec for spec in request.layers.values()}
     # ceil(1,097,728 / (16 * 2048)) * 16 = 544 tokens; the Mamba page padded to 544 * 2048.
     assert specs["full_attention"].block_size == 544
     assert specs["mamba"].block_size == 4096
     assert specs["mamba"].page_size_bytes == 544 * 2048
+    assert request.model.mamba_cache_mode == "none"
     # With TP 2 each rank keeps half the states and one KV head: the alignment follows.
-    halved = build_request(arch, Settings(max_model_len=4096, tp=2))
+    halved = build_request(arch, Settings(max_model_len=4096, tp=2, vllm="0.33",
+                                          prefix_caching=False))
     half = {spec.kind: spec for spec in halved.layers.values()}
     assert half["full_attention"].num_kv_heads == 1  # type: ignore[union-attr]
     assert half["full_attention"].block_size == 16 * -(-548864 // (16 * 1024))
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_qwen3_next_by_default_runs_in_align_mode(version: str) -> None:
+    """Prefix caching on (vLLM's default): align mode, the Mamba block is the attention block,
+    and FlashInfer's checkpoint grid of 64 tokens gives 64 * ceil(1,097,728 / (64 * 2048)) =
+    576 tokens on either version; one prefill checkpoint block per Mamba layer."""
+    arch = load_preset("qwen3-next-80b").architecture
+    request = build_request(arch, Settings(max_model_len=4096, vllm=version))  # type: ignore[arg-type]
+    specs = {spec.kind: spec for spec in request.layers.values()}
+    mamba = specs["mamba"]
+    assert isinstance(mamba, hp.MambaSpec)
+    assert request.model.mamba_cache_mode == "align"
+    assert specs["full_attention"].block_size == mamba.block_size == 576
+    assert mamba.page_size_bytes == 576 * 2048
+    assert (mamba.num_prefill_checkpoint_blocks, mamba.prefill_checkpoint_alignment) == (1, 576)
+    plan = hp.plan(request)
+    mamba_groups = [g for g in plan.groups if g.spec.kind == "mamba"]
+    assert mamba_groups
+    # 2 state blocks + 1 checkpoint per Mamba group, ceil(4096 / 576) for the attention group
+    assert sum(1 for _ in mamba_groups) * 3 + 8 == plan.num_blocks / plan.capacity.max_concurrency
 
 
 def test_regular_settings_that_do_not_apply_are_refused() -> None:
@@ -157,14 +195,16 @@ def test_regular_architecture_checks_its_fields() -> None:
 
 
 def test_regular_plan_summary(cli: Run) -> None:
-    code, out, err = cli("plan", "gemma-3-27b", "--gpu-mem", "40GiB", "--plain")
+    code, out, err = cli("plan", "gemma-3-27b", "--gpu-mem", "40GiB", "--plain", "--vllm", "0.33")
     assert code == 0, err
-    assert out.startswith("Gemma-3-27B: no HiSparse, block 16, max_model_len 131072, BLNHC")
+    assert out.startswith(
+        "Gemma-3-27B (vLLM 0.33 defaults, hybrid KV cache manager on): no HiSparse, block 16, "
+        "max_model_len 131072, BLNHC")
     assert "sliding_window x6" in out
     assert "32768 blocks / 11654 blocks per request" in out
     code, out, err = cli("plan", "llama-3-70b", "--pp", "4", "--stage-gpu-mem",
                          "9GiB,10GiB,10GiB,12GiB", "--max-model-len", "131072", "--auto-fit",
-                         "--plain")
+                         "--plain", "--vllm", "0.33")
     assert code == 0, err
     assert "max_model_len 117936 (auto-fit from 131072)" in out
     assert [line.split()[:2] for line in out.splitlines() if line.startswith("stage 3")] == [
@@ -195,7 +235,8 @@ def test_hf_config_of_a_regular_model(cli: Run, tmp_path: Path) -> None:
               "text_config": load_preset("gemma-3-27b").architecture.model_dump(exclude_none=True)}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    code, out, err = cli("plan", "--hf-config", str(path), "--gpu-mem", "40GiB", "--json")
+    code, out, err = cli("plan", "--hf-config", str(path), "--gpu-mem", "40GiB", "--json",
+                         "--vllm", "0.33")
     assert code == 0, err
     assert project(json.loads(out)) == load("regular_gemma3_27b_swa")[1]
     path.write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 64}))

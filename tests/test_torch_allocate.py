@@ -15,12 +15,13 @@ from hisparse_plan.torch import (
     HostMemory,
     HostMemoryError,
     Pools,
+    UnsoundPlanError,
     allocate,
     available_host_memory,
 )
 from hisparse_plan.torch import pools as pools_module
 from hisparse_plan.torch.host import HostBuffer
-from torch_support import golden_plan, small_plan, tampered, torch
+from torch_support import golden_plan, shrunk_plan, small_plan, tampered, torch
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA refusals")
 
@@ -140,22 +141,16 @@ def test_a_64_gib_pool_is_refused_here_or_fits() -> None:
 
 
 def test_plan_without_host_pool_gives_none() -> None:
-    plan = small_plan()
-
-    def device_only(dumped: dict[str, object]) -> None:
-        tensors = dumped["tensors"]
-        assert isinstance(tensors, list)
-        dumped["tensors"] = [t for t in tensors if not t["host_resident"]]
-        dumped["host_pool"] = None
-
-    with allocate(tampered(plan, device_only), device="cpu", pin=False) as pools:
+    plan = shrunk_plan("regular_llama3_8b_bf16")
+    assert plan.host_pool is None
+    with allocate(plan, device="cpu", pin=False) as pools:
         assert pools.host is None
         views = pools.views()
         assert views
         assert all(view.device.type == "cpu" for view in views.values())
 
 
-def test_tensors_disagreeing_on_pool_size_are_refused() -> None:
+def test_tensors_disagreeing_on_pool_size_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = small_plan()
 
     def grow(dumped: dict[str, object]) -> None:
@@ -163,9 +158,14 @@ def test_tensors_disagreeing_on_pool_size_are_refused() -> None:
         assert isinstance(tensors, list)
         tensors[1]["size"] += 1
 
+    bad = tampered(plan, grow)
+    with pytest.raises(UnsoundPlanError, match=r"check_plan does not prove sound"):
+        allocate(bad, device="cpu", pin=False)
+    # The backend's own guard, behind check_plan, says the same.
+    monkeypatch.setattr(pools_module, "check_sound", lambda plan: None)
     with pytest.raises(BackendError, match=rf"tensors\[1\] .* expected {plan.device_pool.size}, "
                                            r"the plan's device_pool.size"):
-        allocate(tampered(plan, grow), device="cpu", pin=False)
+        allocate(bad, device="cpu", pin=False)
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x", "cpu:0", "", "CUDA"])

@@ -85,7 +85,7 @@ def test_a_block_stride_without_the_padding_fails_verify() -> None:
         dumped["tensors"][0]["block_stride"] = 2 * MAMBA_STATE
 
     bad = tampered(plan, unpad)
-    with allocate(bad, device="cpu", pin=False, prefault_threads=0) as pools, \
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools, \
             pytest.raises(VerifyError, match=r"verify failed \(block ids\)"):
         verify(bad, pools)
 

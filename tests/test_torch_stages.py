@@ -10,7 +10,15 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 import hisparse_plan as hp
-from hisparse_plan.torch import BackendError, VerifyError, allocate, bind_views, verify
+from hisparse_plan.torch import (
+    BackendError,
+    UnsoundPlanError,
+    VerifyError,
+    allocate,
+    bind_views,
+    verify,
+)
+from hisparse_plan.torch import pools as pools_module
 from hisparse_plan.views import plan_views
 from torch_support import pipeline_small_request, plan_of, small_plan, tampered, torch
 
@@ -87,14 +95,16 @@ def test_a_fault_in_a_stage_fails_that_stage_only(plan: hp.KVCachePlan) -> None:
         dumped["tensors"][index]["layer_stride"] //= 2
 
     bad = tampered(plan, overlap)
-    with _cpu(bad, 3) as pools, pytest.raises(VerifyError) as caught:
+    with _cpu(plan, 3) as pools, pytest.raises(VerifyError) as caught:
         verify(bad, pools)
     assert caught.value.layer in STAGE_LAYERS[3]
-    with _cpu(bad, 1) as pools:
+    with _cpu(plan, 1) as pools:
         assert verify(bad, pools).layers == 2
 
 
-def test_a_tensor_that_disagrees_with_its_stage_pool_is_refused(plan: hp.KVCachePlan) -> None:
+def test_a_tensor_that_disagrees_with_its_stage_pool_is_refused(
+    plan: hp.KVCachePlan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     index = next(i for i, t in enumerate(plan.tensors) if t.layers[0] == STAGE_LAYERS[2][0])
 
     def grow(dumped: dict[str, Any]) -> None:
@@ -102,6 +112,11 @@ def test_a_tensor_that_disagrees_with_its_stage_pool_is_refused(plan: hp.KVCache
 
     bad = tampered(plan, grow)
     size = plan.device_pools[2].size
+    for stage in (2, 1):  # an unsound plan is refused whole, for every stage
+        with pytest.raises(UnsoundPlanError, match="check_plan does not prove sound"):
+            _cpu(bad, stage)
+    # Behind check_plan, the backend's own guard names the tensor and its stage's pool.
+    monkeypatch.setattr(pools_module, "check_sound", lambda plan: None)
     with pytest.raises(BackendError, match=(
             rf"tensors\[{index}\] \('model.layers.4.self_attn.attn'\) says its pool has "
             rf"{size + 4096} bytes; expected {size}, the plan's device_pools\[2\].size")):

@@ -169,7 +169,7 @@ def test_shifted_offset_into_another_tensor_of_the_group() -> None:
 
     bad = tampered(plan, shift)
     with pytest.raises(VerifyError) as caught:
-        run(bad)
+        run(bad, on=plan)
     error = caught.value
     # The second tensor's block 0 now covers the first tensor's last page: layer 1, block 129.
     assert (error.tensor, error.layer, error.block) == (

@@ -9,7 +9,15 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from golden import CASES, load
-from hisparse_plan.torch import TORCH_DTYPES, BackendError, allocate, check_bound, meta_check
+from hisparse_plan.torch import (
+    TORCH_DTYPES,
+    BackendError,
+    UnsoundPlanError,
+    allocate,
+    bind_views,
+    check_bound,
+    meta_check,
+)
 from hisparse_plan.views import plan_views
 from planning_support import plan_or_none
 from torch_support import golden_plan, small_plan, tampered, tensor_index, torch
@@ -85,9 +93,12 @@ def test_a_view_past_the_pool_is_a_backend_error() -> None:
         if block < blocks
     )
     offset = tensor.offset + layer * tensor.layer_stride
-    with allocate(bad, device="cpu", pin=False, prefault_threads=0) as pools, \
+    with pytest.raises(UnsoundPlanError):
+        allocate(bad, device="cpu", pin=False, prefault_threads=0)
+    # Bound by hand on the sound plan's pools, the binding's own check names it.
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools, \
             pytest.raises(BackendError) as caught:
-        pools.views()
+        bind_views(bad, pools.host, pools.device)
     assert str(caught.value) == (
         f"tensors[{index}] layer {tensor.layers[layer]!r}: block {block}'s page ends at byte "
         f"{offset + block * tensor.block_stride + page}, past the device pool's {size} bytes; "
@@ -102,9 +113,12 @@ def test_a_misaligned_view_is_a_backend_error() -> None:
     def shift(dumped: dict[str, Any]) -> None:
         dumped["tensors"][index]["offset"] += 1
 
-    with allocate(tampered(plan, shift), device="cpu", pin=False, prefault_threads=0) as pools, \
+    bad = tampered(plan, shift)
+    with pytest.raises(UnsoundPlanError):
+        allocate(bad, device="cpu", pin=False, prefault_threads=0)
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools, \
             pytest.raises(BackendError, match="offset 1 is not a multiple of the bfloat16 size 2"):
-        pools.views()
+        bind_views(bad, pools.host, pools.device)
 
 
 def test_meta_check_of_deepseek_v32() -> None:
@@ -160,6 +174,8 @@ def test_meta_check_refuses_a_view_past_the_pool() -> None:
     def shift(dumped: dict[str, Any]) -> None:
         dumped["tensors"][0]["offset"] += 41984
 
-    with pytest.raises(BackendError, match=r"tensors\[0\] layer 'model.layers.60.self_attn.attn'"
-                                           r": block 26831's page ends at byte 68717437952"):
+    with pytest.raises(UnsoundPlanError, match=(
+            r"check_plan does not prove sound: tensors\[0\] layer 'model.layers.60.self_attn.attn' "
+            r"block 26831 ends at byte 68717437952, past the host pool's")) as caught:
         meta_check(tampered(plan, shift))
+    assert (caught.value.tensor, caught.value.block) == (0, 26831)

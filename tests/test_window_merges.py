@@ -65,9 +65,7 @@ def test_all_sliding_window_mla_layers_vllm_would_merge_are_refused() -> None:
         hp.plan(request)
     message = str(refused.value)
     assert message.startswith("layers['y']: sliding_window_mla layers that share window 64")
-    assert "uniform-spec test must be identical (see docs/planning-rules.md#window-merges)" in (
-        message
-    )
+    assert "uniform-spec test must be identical;" in message
     assert "expected the spec of 'x', got one that differs in" in message
     assert "head_size" in message
     assert refused.value.field == "layers['y']"
@@ -79,7 +77,7 @@ def test_unified_pages_merge_is_refused() -> None:
     whenever the group size keeps a and b together (see the one-page case below)."""
     request = _request({"f": FULL, "a": SWMLA, "b": {**SWMLA, "block_size": 32}}, "LBNHC")
     with pytest.raises(hp.PlanError, match=r"layers\['b'\]: .*unified-pages bucketing "
-                       r"\(7\.3\.2\) must be identical .*expected the spec of 'a'.*block_size"):
+                       r"\(7\.3\.2\) must be identical; expected the spec of 'a'.*block_size"):
         hp.plan(request)
 
 
@@ -136,7 +134,18 @@ def test_v4_shaped_request_plans_with_each_layers_own_spec(layout: str) -> None:
     assert plan.device_pool.bytes_per_block == 8640 + 37440 + 1728
 
 
-def test_v4_shaped_request_at_a_layer_outer_layout_cannot_unify() -> None:
-    """As in vLLM 0.33: the indexer page does not divide the largest page."""
-    with pytest.raises(hp.PlanError, match="pages cannot be unified"):
-        hp.plan(_request(V4_LAYERS, "LBNHC"))
+def test_v4_shaped_request_at_a_layer_outer_layout_takes_the_full_allocation_fallback() -> None:
+    """The indexer page does not divide the largest page, so pages cannot be unified; vLLM 0.34
+    (unlike 0.33) then gives the sliding_window_mla layers full allocation at the MLA layers'
+    256-token blocks: one uniform_type group (figures checked against vLLM 0.34)."""
+    request = _request(V4_LAYERS, "LBNHC")
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    (group,) = plan.groups
+    assert isinstance(group.spec, UniformTypeSpec)
+    assert (group.spec.block_size, group.spec.page_size_bytes) == (256, 4317696)
+    assert {member.kind for member in group.spec.specs.values()} == {"mla"}
+    swa = group.spec.specs["model.layers.0.attn.swa_cache"]
+    assert swa.kind == "mla"
+    assert swa.sliding_window == 128
+    assert (plan.num_blocks, round(plan.capacity.max_concurrency, 6)) == (994, 3.882812)

@@ -31,6 +31,7 @@ from hisparse_plan.models import (
     UniformTypeSpec,
     Workload,
 )
+from hisparse_plan.operator.refit import refit_after_warmup
 from hisparse_plan.planning import plan
 
 __version__ = "0.1.0"
@@ -65,4 +66,5 @@ __all__ = [
     "__version__",
     "check_plan",
     "plan",
+    "refit_after_warmup",
 ]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import DevicePool, KVCachePlan, UniformTypeSpec, Workload
+from hisparse_plan.models import DevicePool, KVCachePlan, Workload
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
 from hisparse_plan.rules.buckets import SpecBucket, spec_buckets, stage_buckets
 from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
-from hisparse_plan.rules.host import host_block_stride, host_blocks_needed
+from hisparse_plan.rules.host import host_block_stride, host_blocks_needed, longest_request_held
 from hisparse_plan.rules.pool_memory import pool_blocks, usable_bytes
 from hisparse_plan.rules.required import buckets_required, longest_fitting
 
@@ -58,26 +58,16 @@ def _check_host_pool(plan: KVCachePlan, source: list[SpecBucket]) -> None:
 
 def stage_groups(plan: KVCachePlan) -> list[list[list[SpecBucket]]]:
     """Every device group's buckets projected onto each stage's layers (SPEC 7.6): a group
-    keeps the stage's layers, a uniform_type group its members in their own order."""
+    keeps the stage's layers, a uniform_type group its members in their own order; a group
+    with none of the stage's layers has no bucket there."""
     device = [g for g in plan.groups if g.role != "hisparse_source"]
     projected = []
-    for stage, pool in enumerate(plan.device_pools):
+    for pool in plan.device_pools:
         if pool.layers is None:
             projected.append([spec_buckets(g.spec, g.layer_names) for g in device])
             continue
         names = set(pool.layers)
-        groups = []
-        for group in device:
-            buckets = stage_buckets(group.spec, group.layer_names, names)
-            if not buckets and isinstance(group.spec, UniformTypeSpec):
-                raise PlanInvariantError(
-                    f"device_pools[{stage}] holds no layer of the uniform_type group "
-                    f"{group.layer_names[0]!r}...; expected a part of it on every stage "
-                    "(see docs/planning-rules.md#pipeline-stages)",
-                    layer=group.layer_names[0],
-                )
-            groups.append(buckets)
-        projected.append(groups)
+        projected.append([stage_buckets(g.spec, g.layer_names, names) for g in device])
     return projected
 
 
@@ -126,8 +116,13 @@ def _check_admission(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
             longest_fitting(pool.bytes_per_block, _usable(pool), blocks, workload.max_model_len)
             for pool in plan.device_pools
         )
+        source = [g for g in plan.groups if g.role == "hisparse_source"]
+        if plan.host_pool is not None and source:
+            held = longest_request_held(plan.host_pool.num_blocks, source[0].spec.block_size)
+            longest = min(longest, held)
         _agree("fitted_max_model_len", plan.fitted_max_model_len, longest,
-               f"the longest length <= {workload.max_model_len} that fits every stage")
+               f"the longest length <= {workload.max_model_len} that fits every stage (and the "
+               "host pool)")
 
 
 def _check_capacity(

@@ -16,11 +16,11 @@ from hisparse_plan.cli.arg_types import (
     size_arg,
 )
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
+from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings, titled
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.models import KVCacheLayout, PlanRequest
-from hisparse_plan.operator.fit import longest_fitting_request
 from hisparse_plan.presets import (
     DEFAULTS,
     Architecture,
@@ -109,8 +109,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                             "auto otherwise)")
     group.add_argument("--block-size", type=positive_int, metavar="TOKENS",
                        help="tokens per KV-cache block. Default: per model (64 for DeepSeek "
-                            "sparse MLA, 16 for attention, the Mamba-aligned size for hybrids, "
-                            "vLLM's own for DeepSeek-V4)")
+                            "sparse MLA, vLLM's default for attention: 16 on 0.33, 64 on 0.34; "
+                            "the Mamba-aligned size for hybrids, vLLM's own for DeepSeek-V4)")
     group.add_argument("-tp", "--tensor-parallel-size", "--tp", dest="tp", type=positive_int,
                        metavar="N", help=TP_HELP)
     group.add_argument("--max-num-seqs", type=positive_int, metavar="N",
@@ -125,6 +125,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                        help="use N device blocks whatever the memory holds, as vLLM's (for "
                             "tests and reproducing a run); default: what the memory holds")
     add_deployment_arguments(group)
+    add_engine_arguments(parser.add_argument_group("how vLLM runs it (defaults: vLLM's)"))
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,7 +146,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     """The Settings the flags give, before the model is known (the cache dtype and an `auto`
     max_model_len are resolved per model in `resolve_source`)."""
     length = args.max_model_len
-    return deployment_settings(args, Settings(
+    return engine_settings(args, deployment_settings(args, Settings(
         block_size=args.block_size,
         max_model_len=None if length == AUTO else length,
         gpu_mem_bytes=args.gpu_mem,
@@ -156,7 +157,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         tp=args.tp,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_concurrent_batches=args.max_concurrent_batches,
-    ))
+    )))
 
 
 def resolve_source(args: argparse.Namespace) -> Source:
@@ -191,7 +192,7 @@ def resolve_source(args: argparse.Namespace) -> Source:
         )
     raw = read_input(args.request, "--request")
     request = PlanRequest.model_validate_json(raw)
-    if args.max_model_len == AUTO and request.hisparse is None:
+    if args.max_model_len == AUTO:
         settings = replace(settings, auto_fit=True)
     request = override_request(request, settings)
     return Source(_finished(request, args), f"request {args.request}", None, None)
@@ -212,24 +213,18 @@ def _from_architecture(
     kv_dtype: KVDtype | None = None
     if args.kv_dtype is not None:
         kv_dtype = resolve_kv_cache_dtype(args.kv_dtype, sparse_mla=sparse_mla)
-    hisparse = isinstance(arch, ModelArchitecture) and not args.no_hisparse
     auto = args.max_model_len == AUTO or (args.max_model_len is None and default_length == AUTO)
-    settings = replace(settings, kv_dtype=kv_dtype,
-                       auto_fit=True if auto and not hisparse else settings.auto_fit)
+    settings = replace(settings, kv_dtype=kv_dtype, auto_fit=True if auto else settings.auto_fit)
     request = _finished(build_request(arch, settings), args)
     sparse = arch if isinstance(arch, ModelArchitecture) else None
     shown = kv_dtype or (DEFAULTS.kv_dtype if sparse_mla else "bfloat16")
-    return Source(request, title, sparse, shown, config=arch)
+    return Source(request, titled(title, settings, request), sparse, shown, config=arch)
 
 
 def _finished(request: PlanRequest, args: argparse.Namespace) -> PlanRequest:
-    """`request` with what is set after it is built: a block-count override, and a HiSparse
-    max_model_len fitted to the memory when `auto` asks (the planner auto-fits only regular
-    plans)."""
-    if args.num_gpu_blocks_override is not None:
-        data = request.model_dump(mode="json")
-        data["device"]["num_blocks_override"] = args.num_gpu_blocks_override
-        request = PlanRequest.model_validate(data)
-    if args.max_model_len == AUTO and request.hisparse is not None:
-        request = longest_fitting_request(request)
-    return request
+    """`request` with what is set after it is built: a block-count override."""
+    if args.num_gpu_blocks_override is None:
+        return request
+    data = request.model_dump(mode="json")
+    data["device"]["num_blocks_override"] = args.num_gpu_blocks_override
+    return PlanRequest.model_validate(data)

@@ -19,9 +19,11 @@ from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
 _PAGE_DOC = "Derived: the padded page if the layer has one, else H * N * C. Checked if given."
-_ALIGN_DOC = (
-    "The stride between two blocks of this layer must be a multiple of this (see "
-    "docs/planning-rules.md#device-pool)."
+_ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (see "
+"docs/planning-rules.md#device-pool)."
+_DCP_DOC = (
+    "Decode context parallelism shards this layer's token positions across the DCP ranks "
+    "(vLLM's AttentionSpec.dcp_sharded); false for a replicated cache such as a draft model's."
 )
 _PADDED_DOC = (
     "The page is this many bytes (>= the natural page): set by the engine (Mamba) or by the "
@@ -96,6 +98,7 @@ class AttentionLayerSpec(LayerSpecBase):
     dtype: DType = "bfloat16"
     num_kv_heads: PositiveInt = 1
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
+    dcp_sharded: bool = Field(default=True, description=_DCP_DOC)
 
     @property
     def dtype_size(self) -> int:
@@ -160,12 +163,16 @@ class LatentLayerSpec(AttentionLayerSpec):
 
 
 class MLASpec(LatentLayerSpec):
-    """A multi-head latent attention layer: a sparse (source) layer or an indexer's keys."""
+    """A multi-head latent attention layer: a sparse (source) layer or an indexer's keys.
+
+    `sliding_window` is set only on a sliding_window_mla layer promoted to full allocation (the
+    full-allocation fallback, or the hybrid manager disabled): it keeps full blocks."""
 
     kind: Literal["mla"] = "mla"
     cache_role: Literal["sparse", "indexer"] = "sparse"
     is_index_group_leader: bool = False
     topk_buffer_width: PositiveInt | None = None
+    sliding_window: PositiveInt | None = None
 
 
 class SlidingWindowMLASpec(LatentLayerSpec):
@@ -197,12 +204,13 @@ class KVLayerSpec(AttentionLayerSpec):
 
 
 class FullAttentionSpec(KVLayerSpec):
-    """Every past token's K and V. `sliding_window` is set only on a sliding-window layer
-    promoted to full allocation (see docs/planning-rules.md#full-allocation-fallback): it keeps
-    full blocks but stays its own spec."""
+    """Every past token's K and V. `sliding_window` / `attention_chunk_size` are set only on a
+    sliding-window / chunked-local layer promoted to full allocation (the full-allocation
+    fallback, or the hybrid manager disabled): it keeps full blocks and remembers its window."""
 
     kind: Literal["full_attention"] = "full_attention"
     sliding_window: PositiveInt | None = None
+    attention_chunk_size: PositiveInt | None = None
 
 
 class SlidingWindowSpec(KVLayerSpec):
@@ -219,18 +227,32 @@ StateShape = Annotated[list[PositiveInt], Field(min_length=1)]
 
 
 class MambaSpec(LayerSpecBase):
-    """Recurrent states (Mamba, linear attention): one block holds every state of a request."""
+    """Recurrent states (Mamba, linear attention): one block holds every state of a request.
+
+    Each state starts at a multiple of `state_alignment` bytes (vLLM 0.34), so each state's bytes
+    are rounded up to it. In align mode (`model.mamba_cache_mode`) a request also keeps
+    `num_prefill_checkpoint_blocks` extra state blocks for prefix-cache checkpoints."""
 
     kind: Literal["mamba"] = "mamba"
     state_shapes: Annotated[list[StateShape], Field(min_length=1)]
     state_dtypes: Annotated[list[DType], Field(min_length=1)]
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
     num_speculative_blocks: Annotated[int, Field(ge=0, le=2**31)] = 0
+    state_alignment: PositiveInt = Field(
+        default=1, description="Each state is rounded up to a multiple of this many bytes."
+    )
+    num_prefill_checkpoint_blocks: Annotated[int, Field(ge=0, le=2**31)] = Field(
+        default=0, description="Align mode: extra state blocks a request keeps for checkpoints."
+    )
+    prefill_checkpoint_alignment: PositiveInt | None = Field(
+        default=None, description="Tokens between two prefill checkpoints (null: none)."
+    )
 
     @property
     def content_bytes(self) -> int:
+        align = self.state_alignment
         return sum(
-            prod(shape) * dtype_size(dtype)
+            -(-prod(shape) * dtype_size(dtype) // align) * align
             for shape, dtype in zip(self.state_shapes, self.state_dtypes, strict=True)
         )
 
@@ -242,6 +264,12 @@ class MambaSpec(LayerSpecBase):
             raise ValueError(
                 f"state_dtypes: expected one dtype per state shape ({len(self.state_shapes)}), "
                 f"got {len(self.state_dtypes)}"
+            )
+        padded = self.page_size_padded
+        if padded is not None and padded % self.state_alignment:
+            raise ValueError(
+                f"page_size_padded: expected a multiple of state_alignment "
+                f"{self.state_alignment}, got {padded}"
             )
         super()._derive()
 

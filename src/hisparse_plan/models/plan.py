@@ -116,6 +116,14 @@ class Workload(Model):
     max_decode_query_len: PositiveInt | None = Field(
         default=None, description="HiSparse: rows of one decode query (1 + speculative tokens)."
     )
+    mamba_cache_mode: Literal["none", "align"] = Field(
+        default="none",
+        description="Mamba states per request: one (none), or block-aligned checkpoints for "
+        "prefix caching (align).",
+    )
+    decode_context_parallel_size: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="DCP ranks that shard a layer's token positions at decode."
+    )
 
     @property
     def max_in_flight_tokens(self) -> int:

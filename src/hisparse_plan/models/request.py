@@ -3,7 +3,7 @@ docs/planning-rules.md#requests)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field
 from pydantic.config import ExtraValues
@@ -34,6 +34,13 @@ class ModelConfig(Model):
         default=False,
         description="max_model_len is the longest wanted; the plan may shorten it (see "
         "docs/planning-rules.md#auto-fit).",
+    )
+    mamba_cache_mode: Literal["none", "align"] = Field(
+        default="none",
+        description=(
+            "How Mamba states are cached: 'align' (vLLM's mode with prefix caching on) keeps "
+            "2 + speculative + checkpoint state blocks per request."
+        ),
     )
 
 
@@ -94,6 +101,17 @@ class SchedulerConfig(Model):
     num_prefill_lookahead_tokens: Annotated[int, Field(ge=0, le=2**31)] = Field(
         default=0,
         description="Prefill tokens a speculative drafter reads past the scheduled range.",
+    )
+    disable_hybrid_kv_cache_manager: bool = Field(
+        default=False,
+        description=(
+            "vLLM's hybrid KV cache manager is off: sliding-window and chunked-local layers are "
+            "promoted to full allocation before grouping."
+        ),
+    )
+    decode_context_parallel_size: Annotated[int, Field(ge=1, le=2**31)] = Field(
+        default=1,
+        description="Decode context parallelism: a rank holds 1/dcp of a sharded layer's tokens.",
     )
 
     @property

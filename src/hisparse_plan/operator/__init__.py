@@ -1,6 +1,6 @@
 """Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, deployments
-side by side, `max_model_len auto` for HiSparse, and plans explained number by number. Pure
-functions returning models; nothing here prints."""
+side by side, and plans explained number by number. Pure functions returning models; nothing
+here prints."""
 
 from hisparse_plan.operator.baseline import (
     BaselineCapacity,
@@ -19,7 +19,6 @@ from hisparse_plan.operator.deployments import (
     deployment_grid,
 )
 from hisparse_plan.operator.explain import Explanation, Section, Step, explain
-from hisparse_plan.operator.fit import longest_fitting_request
 from hisparse_plan.operator.schema import json_schemas
 from hisparse_plan.operator.sweep import (
     SWEEP_AXES,
@@ -69,7 +68,6 @@ __all__ = [
     "deployment_grid",
     "explain",
     "json_schemas",
-    "longest_fitting_request",
     "pool_bounds",
     "smallest_host_pool",
     "sweep",

@@ -23,7 +23,6 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
 from hisparse_plan.operator.bounds import Binding, pool_bounds
-from hisparse_plan.operator.fit import longest_fitting_request
 from hisparse_plan.planning import plan as make_plan
 from hisparse_plan.presets import Architecture, ModelArchitecture, Settings, build_request
 from hisparse_plan.presets.catalog import Weights
@@ -198,12 +197,9 @@ def _planned(
             hisparse=None if deployment.hisparse else False,
             host_pool_bytes=settings.host_pool_bytes if deployment.hisparse else None,
             device_buffer_size=settings.device_buffer_size if deployment.hisparse else None,
-            auto_fit=True if auto and not deployment.hisparse else settings.auto_fit,
+            auto_fit=True if auto else settings.auto_fit,
         )
-        request = build_request(arch, chosen)
-        if auto and deployment.hisparse:
-            request = longest_fitting_request(request)
-        plan = make_plan(request)
+        plan = make_plan(build_request(arch, chosen))
     except PlanError as error:
         return refused.model_copy(update={"refusal": " ".join(str(error).split()),
                                           "kv_cache_bytes": None if breakdown is None

@@ -54,8 +54,18 @@ def admit(
     fitted = None
     if auto_fit:
         fitted = min(longest_fitting(stage, blocks, length) for stage in stages)
+        if longest_for_host is not None and longest_for_host < fitted:
+            # vLLM's HiSparse search plans the host pool at each length it tries.
+            fitted = longest_for_host
+            if fitted == 0:
+                raise CapacityError(
+                    "hisparse.host_pool_gib: auto-fit found no length that fits: the host pool "
+                    "holds no block beyond the null block and the copy-on-write tail",
+                    field="hisparse.host_pool_gib",
+                )
         trace.add("admit", "7.8", "fitted_max_model_len", fitted,
-                  lambda: f"largest L <= {length} whose request fits every stage's usable bytes")
+                  lambda: f"largest L <= {length} whose request fits every stage's usable bytes"
+                  + ("" if longest_for_host is None else " and the host pool"))
         if fitted == 0:
             stage = min(stages, key=lambda s: longest_fitting(s, blocks, length))
             raise CapacityError(

@@ -12,6 +12,7 @@ from hisparse_plan.rules.host import (
     host_block_stride,
     host_blocks_needed,
     host_budget_bytes,
+    longest_request_held,
 )
 
 
@@ -23,7 +24,7 @@ def host_blocks(source_page: int, hisparse: HisparseConfig) -> int:
 
 def longest_request_for_host(source_page: int, hisparse: HisparseConfig, block_size: int) -> int:
     """The longest request the host pool holds beside the null block and copy-on-write tail."""
-    return max(host_blocks(source_page, hisparse) - SPARE_HOST_BLOCKS, 0) * block_size
+    return longest_request_held(host_blocks(source_page, hisparse), block_size)
 
 
 def plan_host_pool(

@@ -33,6 +33,7 @@ from hisparse_plan.planning.admit import Admission, admit, group_required
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
 from hisparse_plan.planning.host_pool import longest_request_for_host, plan_host_pool
+from hisparse_plan.planning.one_manager import one_manager_layers
 from hisparse_plan.planning.place import check_placeable, place_pool
 from hisparse_plan.planning.regular_groups import regular_groups
 from hisparse_plan.planning.size import StageSizing, size_stages
@@ -71,6 +72,8 @@ def _validated(request: PlanRequest | Mapping[str, object]) -> PlanRequest:
 
 def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
     layers = request_layers(request)
+    if request.scheduler.disable_hybrid_kv_cache_manager:
+        layers = one_manager_layers(layers, trace)
     if trace.enabled:
         _trace_pages(layers, trace)
     if request.hisparse is None:
@@ -148,6 +151,8 @@ def _workload(request: PlanRequest, **hisparse: int | None) -> Workload:
         max_num_batched_tokens=scheduler.max_num_batched_tokens,
         max_concurrent_batches=scheduler.max_concurrent_batches,
         num_prefill_lookahead_tokens=scheduler.num_prefill_lookahead_tokens,
+        mamba_cache_mode=request.model.mamba_cache_mode,
+        decode_context_parallel_size=scheduler.decode_context_parallel_size,
         **hisparse,
     )
 
@@ -189,12 +194,12 @@ def _plan_hisparse(
         max_decode_query_len=hisparse.max_decode_query_len,
     )
     admission = admit(
-        stages, grouping.device, workload, auto_fit=False,
+        stages, grouping.device, workload, auto_fit=request.model.auto_fit_max_model_len,
         longest_for_host=longest_request_for_host(source_page, hisparse, grouping.block_size),
         trace=trace,
     )
     host = plan_host_pool(
-        source_page, hisparse, workload.max_model_len, grouping.block_size, trace
+        source_page, hisparse, admission.max_model_len, grouping.block_size, trace
     )
     check_layout(stages[0].groups, layout, "the device groups")
     host_tensors = place_pool(

@@ -20,6 +20,7 @@ from hisparse_plan.planning.trace import Trace
 from hisparse_plan.planning.unified import unified_groups
 from hisparse_plan.rules.families import one_family
 from hisparse_plan.rules.pages import check_pages
+from hisparse_plan.rules.uniform_spec import merged_spec
 from hisparse_plan.rules.window_merges import refuse_uniform_merge
 
 
@@ -33,10 +34,11 @@ def regular_groups(
     check_pages(first_layers)
     refuse_uniform_merge(first_layers)
     distinct = [spec for _, spec in first_layers]
-    if len(distinct) == 1:
+    merged = merged_spec(distinct)
+    if merged is not None:
         trace.add("group", "7.3 rule 1", "strategy", "uniform spec",
-                  lambda: f"all {len(layers)} layers are one {distinct[0].kind} spec")
-        return [single_spec_group(distinct[0], [name for name, _ in layers])]
+                  lambda: f"all {len(layers)} layers are one {merged.kind} spec")
+        return [single_spec_group(merged, [name for name, _ in layers])]
     if one_family(distinct):
         trace.add("group", "7.3 rule 2", "strategy", "uniform type",
                   lambda: f"{len(layers)} layers of {len(distinct)} specs are one family "

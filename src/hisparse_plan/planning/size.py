@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.models import DeviceConfig, UniformTypeSpec
+from hisparse_plan.models import DeviceConfig
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.block_bytes import bytes_per_block
@@ -54,7 +54,7 @@ def size_stages(
     for index, (names, available) in enumerate(stages):
         projected = (
             [group.buckets for group in groups] if names is None
-            else project(groups, set(names), index)
+            else project(groups, set(names))
         )
         per_block = bytes_per_block(projected, layout)
         if trace.enabled:
@@ -97,21 +97,7 @@ def check_stages(device: DeviceConfig, layers: list[Layer]) -> None:
         )
 
 
-def project(groups: list[PlannedGroup], names: set[str], stage: int) -> list[list[SpecBucket]]:
-    """Each group kept with only the stage's layers (SPEC 7.6 step 2)."""
-    projected = []
-    for index, group in enumerate(groups):
-        spec = group.group.spec
-        buckets = stage_buckets(spec, group.group.layer_names, names)
-        if not buckets and isinstance(spec, UniformTypeSpec):
-            first = group.group.layer_names[0]
-            raise PlanError(
-                f"device.pipeline_stages[{stage}]: holds no layer of the uniform_type group "
-                f"{index} (first layer {first!r}); expected every stage to hold at least one "
-                "layer of each uniform_type group (see docs/planning-rules.md#pipeline-stages; "
-                "vLLM 0.33 would place other "
-                "stages' layers here)",
-                field=f"device.pipeline_stages[{stage}]",
-            )
-        projected.append(buckets)
-    return projected
+def project(groups: list[PlannedGroup], names: set[str]) -> list[list[SpecBucket]]:
+    """Each group kept with only the stage's layers (SPEC 7.6 step 2): a group that holds none
+    of them stays, with no layers and no tensor, as in vLLM 0.34."""
+    return [stage_buckets(group.group.spec, group.group.layer_names, names) for group in groups]

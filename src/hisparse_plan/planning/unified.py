@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
     LayerSpec,
     MambaSpec,
     MLASpec,
@@ -19,6 +18,7 @@ from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
 from hisparse_plan.rules.families import one_family
+from hisparse_plan.rules.promotion import full_block_size, is_local, promote
 from hisparse_plan.rules.window_merges import refuse_bucket_merge
 
 
@@ -78,6 +78,13 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
     if page == largest:
         return spec
     if isinstance(spec, MambaSpec):
+        if largest % spec.state_alignment:
+            raise PlanError(
+                f"layers[{name!r}].state_alignment: padding its page to the largest page "
+                f"{largest} needs a multiple of state_alignment {spec.state_alignment}; expected "
+                "pages that line up (vLLM fails here with an assertion)",
+                field=f"layers[{name!r}].state_alignment",
+            )
         return _replace(spec, page_size_padded=largest)
     if largest % page == 0:
         scaled = _replace(spec, block_size=spec.block_size * (largest // page))
@@ -106,55 +113,42 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
 def full_allocation_fallback(
     layers: Sequence[Layer], stop: _CannotUnify, trace: Trace
 ) -> list[PlannedGroup]:
-    """7.3.3: sliding-window layers beside MLA take full blocks, in one uniform_type group."""
+    """7.3.3: sliding-window layers (sliding_window_mla too, as in vLLM 0.34) beside MLA take
+    full blocks, in one uniform_type group."""
     specs = [spec for _, spec in layers]
-    has = {kind: any(isinstance(s, kind) for s in specs) for kind in (
-        SlidingWindowMLASpec, ChunkedLocalAttentionSpec, MLASpec, SlidingWindowSpec)}
+    has_chunked = any(isinstance(s, ChunkedLocalAttentionSpec) for s in specs)
+    has_mla = any(isinstance(s, MLASpec) for s in specs)
+    has_window = any(isinstance(s, SlidingWindowSpec | SlidingWindowMLASpec) for s in specs)
     why = (
         f"pages cannot be unified: the MLA page of {stop.name!r} ({stop.spec.page_size_bytes} "
         f"bytes) does not divide the largest page {stop.page} and MLA pages cannot be padded"
     )
-    if has[SlidingWindowMLASpec] or has[ChunkedLocalAttentionSpec] or not has[SlidingWindowSpec]:
+    if has_chunked or not (has_mla and has_window):
         raise PlanError(
-            f"layers[{stop.name!r}]: {why}; the full-allocation fallback (see "
-            "docs/planning-rules.md#full-allocation-fallback) needs "
-            "sliding-window layers and no sliding_window_mla or chunked_local_attention layer",
+            f"layers[{stop.name!r}]: {why}; the full-allocation fallback needs sliding-window "
+            "layers beside the MLA layers and no chunked_local_attention layer",
             field=f"layers[{stop.name!r}]",
         )
-    block_sizes = {s.block_size for s in specs if isinstance(s, FullAttentionSpec | MLASpec)}
+    block_size = full_block_size(specs)
     promoted: dict[int, LayerSpec] = {}
     result = []
     for name, spec in layers:
-        if isinstance(spec, SlidingWindowSpec):
+        if is_local(spec):
             new = promoted.get(id(spec))
             if new is None:
-                new = promoted[id(spec)] = _promote(spec, block_sizes)
+                new = promoted[id(spec)] = promote(spec, block_size)
             result.append((name, new))
         else:
             result.append((name, spec))
     if not one_family([spec for _, spec in result]):
         raise PlanError(
             f"layers[{stop.name!r}]: {why}, and with sliding-window layers promoted to full "
-            "attention the layers are still not one family (see "
-            "docs/planning-rules.md#full-allocation-fallback)",
+            "attention the layers are still not one family",
             field=f"layers[{stop.name!r}]",
         )
     trace.add("group", "7.3.3", "strategy", "full-allocation fallback",
               lambda: f"{why}; {len(promoted)} sliding-window spec(s) promoted to full")
     return [uniform_group(result)]
-
-
-def _promote(spec: SlidingWindowSpec, block_sizes: set[int]) -> FullAttentionSpec:
-    block_size = next(iter(block_sizes)) if len(block_sizes) == 1 else spec.block_size
-    return FullAttentionSpec(
-        block_size=block_size,
-        num_kv_heads=spec.num_kv_heads,
-        head_size=spec.head_size,
-        head_size_v=spec.head_size_v,
-        dtype=spec.dtype,
-        block_stride_alignment=spec.block_stride_alignment,
-        sliding_window=spec.sliding_window,
-    )
 
 
 def _replace(spec: LayerSpec, **changes: int) -> LayerSpec:

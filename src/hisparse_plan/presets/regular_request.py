@@ -1,15 +1,20 @@
-"""A plan request for a regular model (no HiSparse), with vLLM's default block sizes.
+"""A plan request for a regular model (no HiSparse), as vLLM runs it by default.
 
 Layer names are vLLM's: `model.layers.{i}.self_attn.attn` for attention layers and
 `model.layers.{i}.linear_attn` for linear-attention (Mamba-style) layers.
 
-Block sizes: 16 tokens for attention layers (vLLM's default), unless `block_size` is given.
-A hybrid model with linear-attention layers gets the block size and Mamba page padding that
-vLLM 0.33's config step (`Platform._align_hybrid_block_size`) derives: with one token's
-attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba state page `m`, the
-attention block is `a * ceil(m / (a * t))` tokens, `a = max(16, block_size)`, and the Mamba
-page is padded to `block * t` bytes. A Mamba layer's block_size is max_model_len (one state
-per request; no prefix caching).
+Block sizes: the vLLM version's default for attention layers (16 tokens on 0.33, 64 on 0.34),
+unless `block_size` is given. A hybrid model with linear-attention layers gets the block size
+and Mamba page padding that vLLM's config step (`Platform._align_hybrid_block_size`) derives:
+with one token's attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba state
+page `m`, the attention block is `a * ceil(m / (a * t))` tokens, `a = max(16, block_size)`, and
+the Mamba page is padded to `block * t` bytes.
+
+With prefix caching (vLLM's default) a hybrid runs in Mamba align mode: the Mamba block is the
+attention block, and, as on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), each Mamba layer
+exports one prefill checkpoint per request (`num_prefill_checkpoint_blocks` 1, on a grid of one
+Mamba block), which makes `a` a multiple of 64 too. Without prefix caching a Mamba layer's
+block_size is max_model_len (one state per request).
 
 Cache dtype: bfloat16 by default; `fp8_e4m3` or `fp8_e5m2` (vLLM's `--kv-cache-dtype fp8`)
 store one byte an element as `uint8`, as vLLM does, halving every attention page. Mamba
@@ -30,6 +35,7 @@ from hisparse_plan.presets.settings import (
     DEFAULTS,
     Settings,
     context_length,
+    default_block_size,
     device_section,
     model_section,
     scheduler_section,
@@ -37,10 +43,10 @@ from hisparse_plan.presets.settings import (
 
 ATTENTION_LAYER: Final = "model.layers.{}.self_attn.attn"
 LINEAR_LAYER: Final = "model.layers.{}.linear_attn"
-DEFAULT_BLOCK_SIZE: Final = 16
-"""vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, which its attention backends keep."""
 KERNEL_BLOCK: Final = 16
 """The smallest kernel block of vLLM's default (FlashAttention) backend."""
+CHECKPOINT_ALIGNMENT: Final = 64
+"""FlashInfer's Gated DeltaNet prefill emits checkpoints on multiples of 64 tokens."""
 DTYPE: Final = "bfloat16"
 """The model dtype: what Mamba states hold, and attention caches unless fp8 is asked."""
 FP8_STORAGE: Final[DType] = "uint8"
@@ -61,11 +67,13 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     head = arch.head_size
     kinds = arch.layer_kinds()
     max_model_len = context_length(arch.max_position_embeddings, settings)
-    block_size = settings.block_size or DEFAULT_BLOCK_SIZE
+    block_size = default_block_size(settings)
+    align_mode = settings.prefix_caching is not False
     linear: dict[str, Any] | None = None
     if "linear" in kinds:
         linear, block_size = _linear_spec(
-            arch, tp, kv_heads, block_size, max_model_len, cache_dtype
+            arch, tp, kv_heads, block_size, max_model_len if not align_mode else None,
+            cache_dtype,
         )
     attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
                  "dtype": cache_dtype}
@@ -75,22 +83,34 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             decoder_layers.append({LINEAR_LAYER.format(i): linear})
         else:
             decoder_layers.append({ATTENTION_LAYER.format(i): _attention(arch, kind, attention)})
-    return regular_plan_request(decoder_layers, max_model_len, settings)
+    return regular_plan_request(
+        decoder_layers, max_model_len, settings,
+        mamba_cache_mode="align" if linear is not None and align_mode else None,
+        chunked_local="chunked" in kinds,
+    )
 
 
 def regular_plan_request(
-    decoder_layers: list[dict[str, Any]], max_model_len: int, settings: Settings
+    decoder_layers: list[dict[str, Any]],
+    max_model_len: int,
+    settings: Settings,
+    *,
+    mamba_cache_mode: str | None = None,
+    chunked_local: bool = False,
 ) -> PlanRequest:
     """The request without HiSparse: each decoder layer's caches (name -> spec), in order, and
     the preset defaults overlaid with `settings` (pipeline stages split by decoder layer)."""
     chosen = Settings(**{**DEFAULTS.given(), **settings.given()})
+    model = model_section(max_model_len, chosen, None)
+    if mamba_cache_mode is not None:
+        model["mamba_cache_mode"] = mamba_cache_mode
     return PlanRequest.model_validate(
         {
             "layers": {name: spec for layer in decoder_layers for name, spec in layer.items()},
-            "model": model_section(max_model_len, chosen, None),
+            "model": model,
             "hisparse": None,
             "device": device_section(chosen, {}, [list(layer) for layer in decoder_layers]),
-            "scheduler": scheduler_section(chosen, {}),
+            "scheduler": scheduler_section(chosen, {}, chunked_local=chunked_local),
         }
     )
 
@@ -142,11 +162,14 @@ def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any])
 
 
 def _linear_spec(
-    arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int, max_model_len: int,
-    cache_dtype: DType,
+    arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int,
+    max_model_len: int | None, cache_dtype: DType,
 ) -> tuple[dict[str, Any], int]:
     """The linear-attention layer spec, and the attention block size vLLM aligns to it (from
-    the attention page in `cache_dtype`)."""
+    the attention page in `cache_dtype`).
+
+    `max_model_len` None: align mode (prefix caching), where the Mamba block is the attention
+    block and each layer keeps one prefill checkpoint."""
     for field, total in (("linear_num_value_heads", arch.linear_num_value_heads or 0),
                          ("linear_num_key_heads", arch.linear_num_key_heads or 0)):
         if total % tp:
@@ -158,14 +181,19 @@ def _linear_spec(
     state_bytes = sum(math.prod(shape) for shape in shapes) * dtype_size(DTYPE)
     token_bytes = 2 * kv_heads * arch.head_size * dtype_size(cache_dtype)
     align = max(KERNEL_BLOCK, block_size)
+    if max_model_len is None:
+        align = math.lcm(align, CHECKPOINT_ALIGNMENT)
     aligned = align * -(-state_bytes // (align * token_bytes))
     block_size = max(block_size, aligned)
     spec: dict[str, Any] = {
         "kind": "mamba",
-        "block_size": max_model_len,
+        "block_size": block_size if max_model_len is None else max_model_len,
         "state_shapes": shapes,
         "state_dtypes": [DTYPE] * len(shapes),
     }
+    if max_model_len is None:
+        spec["num_prefill_checkpoint_blocks"] = 1
+        spec["prefill_checkpoint_alignment"] = block_size
     if block_size * token_bytes != state_bytes:
         spec["page_size_padded"] = block_size * token_bytes
     return spec, block_size

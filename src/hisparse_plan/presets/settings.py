@@ -17,6 +17,11 @@ EXACT_FLOAT_BYTES: Final = 2**53
 """Below this, bytes / 2**30 is an exact float and int(gib * 2**30) gives the bytes back."""
 
 Speculative = Literal["mtp"]
+VllmVersion = Literal["0.33", "0.34"]
+VLLM_VERSIONS: Final[tuple[VllmVersion, ...]] = ("0.33", "0.34")
+DEFAULT_VLLM: Final[VllmVersion] = "0.34"
+VLLM_BLOCK_SIZE: Final[dict[VllmVersion, int]] = {"0.33": 16, "0.34": 64}
+"""vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, which its attention backends keep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,14 @@ class Settings:
     """Let the plan shorten max_model_len to what fits (see docs/planning-rules.md#auto-fit)."""
     speculative: Speculative | None = None
     """"mtp": the model's next-n (MTP) draft layers join the plan."""
+    vllm: VllmVersion | None = None
+    """The vLLM release whose defaults the plan takes (block size); default 0.34."""
+    prefix_caching: bool | None = None
+    """vLLM's prefix caching (on by default): Mamba hybrids then cache states in align mode."""
+    hybrid_kv_cache_manager: bool | None = None
+    """vLLM's hybrid KV cache manager; None: vLLM's default (off for chunked-local models)."""
+    dcp: int | None = None
+    """Decode context parallel ranks (vLLM's -dcp), out of the tensor-parallel ones."""
 
     def given(self) -> dict[str, Any]:
         """The fields that were set."""
@@ -73,6 +86,28 @@ max_position_embeddings. Regular presets take the same memory, layout and schedu
 
 LAYER_SHAPING: Final = ("kv_dtype", "block_size", "hisparse", "pp", "speculative")
 """Settings that change the layers or stages, which a request file fixes."""
+
+
+def vllm_version(settings: Settings) -> VllmVersion:
+    return settings.vllm or DEFAULT_VLLM
+
+
+def default_block_size(settings: Settings) -> int:
+    """The attention block size: the chosen one, else the vLLM version's default."""
+    return settings.block_size or VLLM_BLOCK_SIZE[vllm_version(settings)]
+
+
+def context_parallel(settings: Settings) -> int:
+    """The decode context parallel size, which must divide the tensor-parallel ranks (vLLM
+    carves the DCP ranks out of them)."""
+    dcp, tp = settings.dcp or 1, settings.tp or 1
+    if tp % dcp:
+        raise ConfigError(
+            f"dcp: decode context parallel ranks come out of the tensor-parallel ones: expected "
+            f"a divisor of tp {tp}, got {dcp}",
+            field="dcp",
+        )
+    return dcp
 
 
 def context_length(max_position_embeddings: int, settings: Settings) -> int:
@@ -148,9 +183,23 @@ def device_section(
 
 
 def scheduler_section(
-    settings: Settings, base: dict[str, Any], lookahead: int | None = None
+    settings: Settings,
+    base: dict[str, Any],
+    lookahead: int | None = None,
+    *,
+    chunked_local: bool = False,
 ) -> dict[str, Any]:
+    """The scheduler section; vLLM disables the hybrid KV cache manager for a model with
+    chunked-local layers unless it is asked to keep it (`chunked_local`)."""
     section = dict(base)
+    manager = settings.hybrid_kv_cache_manager
+    if manager is False or (manager is None and chunked_local):
+        section["disable_hybrid_kv_cache_manager"] = True
+    elif manager:
+        section.pop("disable_hybrid_kv_cache_manager", None)
+    dcp = context_parallel(settings)
+    if dcp > 1 or settings.dcp is not None:
+        section["decode_context_parallel_size"] = dcp
     if settings.max_num_batched_tokens is not None:
         section["max_num_batched_tokens"] = settings.max_num_batched_tokens
     if settings.max_concurrent_batches is not None:

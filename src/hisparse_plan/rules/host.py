@@ -23,3 +23,9 @@ def host_block_stride(source_page: int, shared: bool) -> int:
 def host_blocks_needed(max_model_len: int, block_size: int) -> int:
     """One max_model_len request, the null block and a copy-on-write tail."""
     return ceil_div(max_model_len, block_size) + SPARE_HOST_BLOCKS
+
+
+def longest_request_held(num_blocks: int, block_size: int) -> int:
+    """The longest request a host pool of `num_blocks` holds beside the spare blocks (the bound
+    HiSparse's auto-fit and its admission estimate stop at)."""
+    return max(num_blocks - SPARE_HOST_BLOCKS, 0) * block_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
     GroupSpec,
@@ -30,20 +31,38 @@ def required_blocks(spec: GroupSpec, length: int, workload: Workload) -> int:
     if isinstance(spec, UniformTypeSpec):
         return max(required_blocks(member, length, workload) for member in spec.specs.values())
     inflight = workload.max_in_flight_tokens
+    dcp = workload.decode_context_parallel_size
     if isinstance(spec, SlidingWindowSpec | SlidingWindowMLASpec):
+        if spec.dcp_sharded and dcp > 1:
+            raise PlanError(
+                f"scheduler.decode_context_parallel_size: expected 1 beside a DCP-sharded "
+                f"{spec.kind} layer (window {spec.sliding_window}), got {dcp}; decode context "
+                "parallelism cannot shard a sliding window (vLLM refuses it too)",
+                field="scheduler.decode_context_parallel_size",
+            )
         # The window may start mid-block, hence one block more.
         window = spec.sliding_window - 1 + workload.extra_window_tokens + inflight
         return ceil_div(min(window, length), spec.block_size) + 1
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return ceil_div(min(spec.attention_chunk_size + inflight, length), spec.block_size)
     if isinstance(spec, MambaSpec):
-        return 1 + spec.num_speculative_blocks
+        return mamba_state_blocks(spec, workload.mamba_cache_mode)
     if isinstance(spec, HisparseResidentSpec):
         return ceil_div(min(inflight, length), spec.block_size)
     if isinstance(spec, HisparseHotSpec):
         return spec.blocks_per_request
-    # full_attention (a promoted sliding-window layer too) and mla
+    # full_attention (a promoted local layer too) and mla; a DCP rank holds 1/dcp of the tokens
+    if spec.dcp_sharded and dcp > 1:
+        length = ceil_div(length, dcp)
     return ceil_div(length, spec.block_size)
+
+
+def mamba_state_blocks(spec: MambaSpec, mamba_cache_mode: str) -> int:
+    """State blocks a request holds: the running state and speculative ones; align mode also
+    keeps the state of the last full block and the prefill checkpoints."""
+    if mamba_cache_mode == "align":
+        return 2 + spec.num_speculative_blocks + spec.num_prefill_checkpoint_blocks
+    return 1 + spec.num_speculative_blocks
 
 
 def steady_blocks(spec: GroupSpec, blocks: int) -> int:

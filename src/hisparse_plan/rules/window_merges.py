@@ -1,8 +1,8 @@
-"""SPEC 7.12: sliding_window_mla specs that vLLM 0.33 would merge although they differ.
+"""SPEC 7.12: sliding_window_mla specs that vLLM would merge although they differ.
 
-vLLM 0.33 merges sliding_window_mla specs comparing only what `merge_key` holds (not block size,
-sizes, dtype or alignment) and plans the merged layers with the first one's page and block
-size. It merges in two places: its uniform-spec test (7.3 rule 1) and its unified-pages
+vLLM merges sliding_window_mla specs comparing only what `merge_key` holds (not block size,
+sizes or dtype; 0.34 added alignment) and plans the merged layers with the first one's page and
+block size. It merges in two places: its uniform-spec test (7.3 rule 1) and its unified-pages
 bucketing (7.3.2, which joins buckets whose specs merge). A planner refuses exactly there.
 Elsewhere (one family, packed groups) each layer keeps its own spec, so layers that share a
 window but differ, like DeepSeek-V4's compressor states, are planned soundly.
@@ -19,9 +19,10 @@ Layer = tuple[str, LayerSpec]
 
 
 def merge_key(spec: SlidingWindowMLASpec) -> tuple[object, ...]:
-    """What vLLM 0.33's sliding_window_mla merge compares; specs with one key merge."""
+    """What vLLM 0.34's sliding_window_mla merge compares; specs with one key merge (it also
+    refuses to merge specs of different DCP sharding)."""
     return (spec.sliding_window, spec.cache_dtype, spec.compress_ratio, spec.model_version,
-            spec.block_stride_alignment)
+            spec.block_stride_alignment, spec.alignment, spec.dcp_sharded)
 
 
 def refuse_uniform_merge(distinct: Sequence[Layer]) -> None:
@@ -56,8 +57,7 @@ def _refuse(
     )
     raise PlanError(
         f"layers[{name!r}]: sliding_window_mla layers that share window {spec.sliding_window} "
-        f"and that vLLM 0.33 would merge in {where} must be identical (see "
-        "docs/planning-rules.md#window-merges); expected "
+        f"and that vLLM would merge in {where} must be identical; expected "
         f"the spec of {twin_name!r}, got one that differs in {differing}",
         field=f"layers[{name!r}]",
     )

@@ -19,6 +19,7 @@ from hisparse_plan.torch.errors import (
     BackendError,
     HostMemoryError,
     RegistrationError,
+    UnsoundPlanError,
     VerifyError,
 )
 from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
@@ -47,6 +48,7 @@ __all__ = [
     "Registration",
     "RegistrationError",
     "SharedPool",
+    "UnsoundPlanError",
     "VerifyError",
     "VerifyReport",
     "allocate",

@@ -1,13 +1,21 @@
 """What the torch backend raises: every refusal is a `BackendError`, a sibling of `PlanError`
-under `HisparsePlanError` (which catches both)."""
+under `HisparsePlanError` (which catches both). An unsound plan is refused with
+`UnsoundPlanError`, which is both: a `BackendError` and the `PlanInvariantError` that
+`check_plan` raised."""
 
 from __future__ import annotations
 
-from hisparse_plan.errors import HisparsePlanError
+from hisparse_plan.errors import HisparsePlanError, PlanInvariantError
 
 
 class BackendError(HisparsePlanError):
     """Pools cannot be allocated, bound or released as the plan asks."""
+
+
+class UnsoundPlanError(BackendError, PlanInvariantError):
+    """`allocate` was given a plan `check_plan` refuses (two pages sharing a byte, a view
+    outside its pool, a number that does not follow from the others): no memory is touched.
+    `tensor`, `layer` and `block` are those of `check_plan`'s error."""
 
 
 class HostMemoryError(BackendError):

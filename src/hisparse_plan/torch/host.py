@@ -22,12 +22,12 @@ import mmap
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 from hisparse_plan.torch.errors import BackendError, HostMemoryError
 from hisparse_plan.torch.hostmem import gib
+from hisparse_plan.torch.shm import SharedSegment
 from hisparse_plan.torch.tasks import LOG, Progress, run_tasks
 
 OS_PAGE = mmap.PAGESIZE
@@ -53,7 +53,7 @@ def default_prefault_threads() -> int:
 
 class HostBuffer:
     """A page-aligned mapping of `nbytes`, exposed as a flat uint8 tensor: anonymous and
-    private, or with `path` the shared mapping of that file (a shared host pool).
+    private, or with `segment` the shared mapping of that pool file (a shared host pool).
 
     The tensor holds a reference to the mapping, so the memory stays mapped while any view of
     it lives, and is unmapped when the last one goes. `release` returns the physical pages at
@@ -62,14 +62,14 @@ class HostBuffer:
     """
 
     def __init__(
-        self, nbytes: int, *, huge_pages: bool = True, path: Path | None = None
+        self, nbytes: int, *, huge_pages: bool = True, segment: SharedSegment | None = None
     ) -> None:
         if nbytes < 1:
             raise BackendError(f"the host pool must have at least 1 byte; got {nbytes}")
-        self.shared = path is not None
-        self._path = path
+        self.shared = segment is not None
+        self._segment = segment
         try:
-            self._map: mmap.mmap | None = _map(nbytes, path)
+            self._map: mmap.mmap | None = _map(nbytes, segment)
         except OSError as error:
             raise HostMemoryError(
                 f"mapping the host pool of {gib(nbytes)} failed: {error}",
@@ -100,11 +100,13 @@ class HostBuffer:
             return
         span = PREFAULT_TASK_PAGES * OS_PAGE
         starts = range(0, self.nbytes, span)
+        if self._segment is not None:
+            self._segment.check_size("prefaulting it")
         populate = _populate_supported(self.address)
-        if not populate and self._path is not None:
+        if not populate and self._segment is not None:
             # Touching a shared page the tmpfs cannot back raises SIGBUS and kills the process;
             # fallocate reserves the space first and fails with ENOSPC instead.
-            _fallocate(self._path, self.nbytes)
+            _fallocate(self._segment, self.nbytes)
         touch = _populate if populate else self._touch
         LOG.debug("prefaulting %s on %d thread(s) (%s)", gib(self.nbytes), threads,
                   "MADV_POPULATE_WRITE" if populate else "one write per page")
@@ -194,28 +196,28 @@ def _populate(buffer: HostBuffer, start: int, end: int) -> None:
                        f"failed: {os.strerror(code)}")
 
 
-def _map(nbytes: int, path: Path | None) -> mmap.mmap:
+def _map(nbytes: int, segment: SharedSegment | None) -> mmap.mmap:
     protection = mmap.PROT_READ | mmap.PROT_WRITE
-    if path is None:
+    if segment is None:
         return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=protection)
     # A descriptor of its own: mmap keeps a duplicate of it for as long as the mapping lives,
     # and that must not be the one holding the shared pool's flock (module shm), or a stray
-    # view would keep the pool counted as held.
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    # view would keep the pool counted as held. It is checked to be the held file, at its size.
+    fd = segment.open_for_mapping()
     try:
         return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=protection)
     finally:
         os.close(fd)
 
 
-def _fallocate(path: Path, nbytes: int) -> None:
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+def _fallocate(segment: SharedSegment, nbytes: int) -> None:
+    fd = segment.open_for_mapping()
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as error:
         raise HostMemoryError(
             f"reserving the shared host pool of {gib(nbytes)} failed ({error.strerror}): "
-            f"{path.parent} cannot hold it",
+            f"{segment.path.parent} cannot hold it",
             requested=nbytes, available=0,
         ) from error
     finally:

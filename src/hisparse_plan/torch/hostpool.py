@@ -96,6 +96,11 @@ class HostState:
     def shared(self) -> SharedPool | None:
         return None if self.segment is None else self.segment.info()
 
+    def check_size(self, doing: str) -> None:
+        """A shared pool's file still has its size (see `SharedSegment.check_size`)."""
+        if self.segment is not None:
+            self.segment.check_size(doing)
+
     def abort(self) -> None:
         """Undo a failed allocation (no view was handed out): unmap at once, unless some
         chunk may still be registered."""

@@ -8,6 +8,8 @@ from types import TracebackType
 
 import torch
 
+from hisparse_plan.checking import check_plan
+from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.binding import bind_view, bind_views
 from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
@@ -17,7 +19,7 @@ from hisparse_plan.torch.devices import (
     parse_device,
     pin_device_index,
 )
-from hisparse_plan.torch.errors import BackendError
+from hisparse_plan.torch.errors import BackendError, UnsoundPlanError
 from hisparse_plan.torch.host import (
     OS_PAGE,
     HostBuffer,
@@ -39,6 +41,7 @@ from hisparse_plan.torch.hostpool import (
     host_pool_bytes,
     suppress_close_errors,
 )
+from hisparse_plan.torch.locks import DEFAULT_LOCK_TIMEOUT_S
 from hisparse_plan.torch.numa import NumaPlacement, place
 from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
 from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
@@ -56,12 +59,15 @@ class Pools:
     while the pools are in use pinned: releasing it (or letting it be collected) unpins the
     host pool and returns its pages; the last process to release a shared host pool removes
     it.
+
+    Built by `allocate` only, for a plan `check_plan` proved sound; `plan` is read-only (and
+    the plan frozen), so `views()` never binds two layers' pages onto one byte.
     """
 
     def __init__(
         self, plan: KVCachePlan, host: HostState, device: torch.Tensor, stage: int = 0
     ) -> None:
-        self.plan = plan
+        self._plan = plan
         self.stage = stage
         """The pipeline stage whose device pool this is (0 for a one-stage plan)."""
         self._device: torch.Tensor | None = device
@@ -83,6 +89,11 @@ class Pools:
             f"{pool_name(plan, stage)} pool: {gib(device.numel())} on {device.device}",
         ])
         self._finalizer = weakref.finalize(self, suppress_close_errors, self._state)
+
+    @property
+    def plan(self) -> KVCachePlan:
+        """The plan these pools were allocated for, proven sound by `check_plan`."""
+        return self._plan
 
     @property
     def released(self) -> bool:
@@ -119,7 +130,16 @@ class Pools:
         """Every layer's tensor by name: [num_blocks, H, N, C] in the layer's dtype for
         attention layers, [num_blocks, page_bytes] uint8 for resident and hot layers and for
         Mamba states (their natural bytes). Only this stage's layers (and host layers)."""
+        self.check_shared("binding views on it")
         return bind_views(self.plan, self.host, self.device, self.stage)
+
+    def check_shared(self, doing: str = "using it") -> None:
+        """Raise `BackendError` if the shared host pool's file no longer has its size: another
+        process of this user shrank it, and touching a page past its end would kill this
+        process (SIGBUS). Asked before binding views and by `verify`; nothing can stop a
+        shrink in between, since any process of the file's owner may resize it."""
+        self._check_live()
+        self._state.check_size(doing)
 
     def view(self, name: str) -> torch.Tensor:
         """Layer `name`'s tensor, as in `views()`; a layer of another pipeline stage (or one
@@ -131,6 +151,8 @@ class Pools:
         if pool is None:
             raise BackendError(f"layer {name!r} is host-resident, but there is no host pool "
                                "buffer; expected a plan with a host_pool")
+        if view.host_resident:
+            self.check_shared("binding a view on it")
         return bind_view(view, pool)
 
     def release(self) -> None:
@@ -171,6 +193,7 @@ def allocate(
     numa_node: int | None = None,
     progress: Progress | None = None,
     stage: int | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Pools:
     """Allocate the plan's pools: the host pool page-aligned and sized by `host_pool_bytes`,
     placed on a NUMA node, prefaulted on `prefault_threads` threads (default up to 8; 0 skips
@@ -186,18 +209,22 @@ def allocate(
     `host_pool_name`: for a plan whose `host_pool.shared` is true, the host pool lives in
     shared memory under that name (module `shm`): the first process creates it, the others
     attach it (same size required), each registers it with CUDA for itself, and the last to
-    release it removes it. `numa_node`: None places the host pool on the node of the GPU the
-    device pool is on where the machine says which (a preference; where it cannot, a WARNING
-    and the summary says why); a number binds it there or raises. `progress(step, done,
-    total)` reports the "prefault" and "register" steps.
+    release it removes it. Its files are this user's alone (mode 0600, no symbolic links, the
+    planned size); a name another user took is refused saying so, and the lock that orders
+    the ranks is waited for at most `lock_timeout_s` seconds. `numa_node`: None places the
+    host pool on the node of the GPU the device pool is on where the machine says which (a
+    preference; where it cannot, a WARNING and the summary says why); a number binds it there
+    or raises. `progress(step, done, total)` reports the "prefault" and "register" steps.
 
-    Everything that can be refused is refused before memory is touched: an unknown device,
-    CUDA or pinning where there is no CUDA, a host pool above 95% of available RAM (a shared
-    pool counts only in the process that creates it), a device pool above the GPU's free
-    memory, a pool no chunking can register. A failure or interrupt midway (Ctrl-C included)
-    frees whatever was already allocated, unregistering before unmapping. `registrar`
-    replaces CUDA registration (for tests).
+    Everything that can be refused is refused before memory is touched: a plan `check_plan`
+    refuses (`UnsoundPlanError`, with check_plan's message; the proof costs the same for any
+    num_blocks), an unknown device, CUDA or pinning where there is no CUDA, a host pool above
+    95% of available RAM (a shared pool counts only in the process that creates it), a device
+    pool above the GPU's free memory, a pool no chunking can register. A failure or interrupt
+    midway (Ctrl-C included) frees whatever was already allocated, unregistering before
+    unmapping. `registrar` replaces CUDA registration (for tests).
     """
+    check_sound(plan)
     target = parse_device(device)
     check_pin(pin, target, own_registrar=registrar is not None)
     threads = default_prefault_threads() if prefault_threads is None else prefault_threads
@@ -239,13 +266,25 @@ def allocate(
     else:
         state, device_pool = _shared_host(
             host_pool_name, host_bytes, device_bytes, target, in_ram, huge_pages, numa_node,
-            threads, progress,
+            threads, progress, lock_timeout_s,
         )
     if pin:
         pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
         _guarded(state, lambda buffer: _register(
             state, Registration(buffer.address, pinning), chunks, threads, progress))
     return _done(plan, state, device_pool, index)
+
+
+def check_sound(plan: KVCachePlan) -> None:
+    """Refuse a plan `check_plan` refuses (layer_stride 0 loaded from JSON, say): its views
+    could overlap across block ids, and only `verify` would notice, after the fact."""
+    try:
+        check_plan(plan)
+    except PlanInvariantError as error:
+        raise UnsoundPlanError(
+            f"allocate refuses a plan that check_plan does not prove sound: {error}",
+            tensor=error.tensor, layer=error.layer, block=error.block,
+        ) from error
 
 
 def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage: int) -> Pools:
@@ -257,11 +296,12 @@ def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage:
 def _shared_host(
     name: str, host_bytes: int, device_bytes: int, target: torch.device, in_ram: int,
     huge_pages: bool, numa_node: int | None, threads: int, progress: Progress | None,
+    lock_timeout_s: float,
 ) -> tuple[HostState, torch.Tensor]:
     """Create or attach the shared host pool, and allocate the device pool meanwhile (after
     the RAM check, which depends on whether this process creates the pool)."""
     gpu = target.index if target.type == "cuda" else None
-    with claim(name) as held:
+    with claim(name, lock_timeout_s=lock_timeout_s) as held:
         creating = held.existing is None
         counted = host_bytes if creating else 0
         what = f"the shared host pool {name!r}" + (" (created here)" if creating else
@@ -273,7 +313,7 @@ def _shared_host(
             check_free_space(host_bytes)
         device_pool = allocate_device_pool(device_bytes, target)
         segment = held.create(host_bytes) if creating else held.attach(host_bytes)
-        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, path=segment.path),
+        state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, segment=segment),
                           segment=segment, ram_counted=counted)
         if creating:
             # Under the guard: no other process touches a page before it is placed.
@@ -300,6 +340,7 @@ def _register(
     state: HostState, registration: Registration, chunks: list[Chunk], threads: int,
     progress: Progress | None,
 ) -> None:
+    state.check_size("registering it with CUDA")
     # Held by the state before the first call, so an undo sees every chunk it registers.
     state.registration = registration
     registration.register(chunks, threads=max(1, threads), progress=progress)

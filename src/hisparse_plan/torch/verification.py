@@ -122,6 +122,7 @@ def verify(
     if chunk_bytes is not None and chunk_bytes < 1:
         raise BackendError(f"chunk_bytes is {chunk_bytes}; expected at least 1")
     device_pool = pools.device
+    pools.check_shared("verifying it")
     if device_pool.device.type == "meta":
         raise BackendError(
             "verify needs real buffers, and meta pools hold no bytes; use meta_check(plan) to "

@@ -1,0 +1,173 @@
+"""vLLM 0.34 and the modes vLLM runs by default (SPEC 7.13), pinned to figures vLLM 0.34's own
+planner gave for the same requests (its engine flow on CPU: get_global_kv_cache_groups,
+get_kv_cache_configs, finalize_extensible_kv_cache, get_max_concurrency_for_kv_cache_config).
+The four golden `modes_*` cases pin align mode, the disabled hybrid manager, DCP 8 and
+state_alignment; these tests pin the rest and the refusals."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+import hisparse_plan as hp
+from golden import load
+from hisparse_plan.models import MambaSpec
+
+GIB = 2**30
+ATTN = {"kind": "full_attention", "block_size": 16, "num_kv_heads": 8, "head_size": 128}
+SLIDING = {**ATTN, "kind": "sliding_window", "sliding_window": 128}
+CHUNKED = {**ATTN, "kind": "chunked_local_attention", "attention_chunk_size": 8192}
+MAMBA = {"kind": "mamba", "block_size": 16, "state_shapes": [[3, 4096], [8, 64, 64]],
+         "state_dtypes": ["bfloat16", "bfloat16"]}
+
+
+def _request(layers: dict[str, Any], **scheduler: Any) -> dict[str, Any]:
+    return {
+        "layers": layers,
+        "model": {"max_model_len": 4096},
+        "device": {"available_bytes": 8 * GIB, "kv_cache_layout": "BLNHC"},
+        "scheduler": scheduler,
+    }
+
+
+def test_a_stage_without_a_layer_of_a_group_plans_as_vllm_034() -> None:
+    """vLLM 0.34: stage 0 keeps the sliding group with no layers and places no tensor for it;
+    16384 blocks and max concurrency 16384 / 513 on both sides."""
+    request = _request({"l0": ATTN, "l1": {**SLIDING, "head_size": 64, "sliding_window": 64},
+                        "l2": {**ATTN, "head_size": 64}})
+    request["device"]["pipeline_stages"] = [
+        {"layers": ["l0"], "available_bytes": GIB},
+        {"layers": ["l1", "l2"], "available_bytes": GIB},
+    ]
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    assert plan.num_blocks == 16384
+    assert plan.capacity.max_concurrency == pytest.approx(31.937621832358673, rel=1e-15)
+    assert [(t.layers, t.size, t.offset, t.layer_stride, t.block_stride) for t in plan.tensors] == [
+        (["l0"], GIB, 0, 65536, 65536),
+        (["l2"], GIB // 2, 0, 32768, 32768),
+        (["l1"], GIB // 2, 0, 32768, 32768),
+    ]
+
+
+def test_refit_after_warmup_keeps_vllm_034_figures() -> None:
+    """finalize_extensible_kv_cache with the measured block counts: Llama-3-8B at 50 GiB keeps
+    25600 blocks (concurrency 50); Llama-3-70B on 4 stages at 8 GiB each re-fits its auto-fitted
+    length to 104832 tokens with 6553 blocks."""
+    request, _ = load("regular_llama3_8b_bf16")
+    plan = hp.plan(request)
+    refitted = hp.refit_after_warmup(request, plan, 50 * GIB)
+    hp.check_plan(refitted)
+    assert (refitted.num_blocks, refitted.capacity.max_concurrency) == (25600, 50.0)
+    assert [t.size for t in refitted.tensors] == [25600 * plan.device_pool.bytes_per_block]
+    assert [(t.offset, t.layer_stride, t.block_stride) for t in refitted.tensors] == [
+        (t.offset, t.layer_stride, t.block_stride) for t in plan.tensors]
+    staged, _ = load("regular_llama3_70b_pp4_autofit")
+    refitted = hp.refit_after_warmup(staged, hp.plan(staged), [8 * GIB] * 4)
+    assert (refitted.num_blocks, refitted.fitted_max_model_len) == (6553, 104832)
+    assert round(refitted.capacity.max_concurrency, 6) == 1.000153
+
+
+def test_refit_never_grows_and_refuses_what_no_longer_fits() -> None:
+    request, _ = load("regular_llama3_8b_bf16")
+    plan = hp.plan(request)
+    assert hp.refit_after_warmup(request, plan, 80 * GIB).num_blocks == plan.num_blocks
+    with pytest.raises(hp.CapacityError, match="estimated max_model_len"):
+        hp.refit_after_warmup(request, plan, 3 * plan.device_pool.bytes_per_block)
+    with pytest.raises(hp.PlanError, match=r"measured_bytes: expected one figure per"):
+        hp.refit_after_warmup(request, plan, [GIB, GIB])
+    other = copy.deepcopy(request)
+    other["model"]["max_model_len"] = 4096
+    with pytest.raises(hp.PlanInvariantError):
+        hp.refit_after_warmup(other, plan, GIB)
+
+
+def test_align_mode_counts_two_state_blocks_and_checkpoints() -> None:
+    layers = {"a": ATTN, "m": {**MAMBA, "num_speculative_blocks": 1,
+                               "num_prefill_checkpoint_blocks": 2}}
+    request = _request(layers)
+    request["device"]["kv_cache_layout"] = "BLHNC"
+    none = hp.plan(request)
+    request["model"]["mamba_cache_mode"] = "align"
+    align = hp.plan(request)
+    hp.check_plan(align, request=request)
+    attention_blocks = 4096 // 16
+    assert none.capacity.max_concurrency == none.num_blocks / (attention_blocks + 1 + 1)
+    assert align.capacity.max_concurrency == align.num_blocks / (attention_blocks + 2 + 1 + 2)
+
+
+def test_state_alignment_rounds_each_state() -> None:
+    spec = MambaSpec.model_validate({**MAMBA, "state_shapes": [[3], [5]],
+                                     "state_dtypes": ["float32", "bfloat16"],
+                                     "state_alignment": 64})
+    assert spec.page_size_bytes == 64 + 64
+    with pytest.raises(ValueError, match="page_size_padded: expected a multiple of state_align"):
+        MambaSpec.model_validate({**MAMBA, "state_alignment": 64, "page_size_padded": 98400})
+
+
+def test_unified_pages_that_break_state_alignment_are_refused() -> None:
+    """vLLM pads the Mamba page to the largest page and then fails an assertion."""
+    request = _request({"a": ATTN, "m": {**MAMBA, "state_shapes": [[3]],
+                                         "state_dtypes": ["float32"], "state_alignment": 3000}})
+    request["device"]["kv_cache_layout"] = "LBNHC"
+    with pytest.raises(hp.PlanError, match=r"layers\['m'\]\.state_alignment"):
+        hp.plan(request)
+
+
+def test_dcp_divides_the_tokens_of_sharded_layers_only() -> None:
+    layers = {"s": ATTN, "r": {**ATTN, "dcp_sharded": False}}
+    request = _request(layers, decode_context_parallel_size=4)
+    request["device"]["kv_cache_layout"] = "BLHNC"
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    # the two are no family (one sharded, one not): two groups, 4096 / 4 / 16 and 4096 / 16
+    assert len(plan.groups) == 2
+    assert plan.capacity.max_concurrency == plan.num_blocks / (64 + 256)
+
+
+def test_dcp_beside_a_sharded_sliding_window_is_refused() -> None:
+    request = _request({"a": ATTN, "w": SLIDING}, decode_context_parallel_size=2)
+    with pytest.raises(hp.PlanError, match="decode_context_parallel_size: expected 1 beside"):
+        hp.plan(request)
+    request["layers"]["w"] = {**SLIDING, "dcp_sharded": False}
+    hp.check_plan(hp.plan(request), request=request)
+
+
+def test_hybrid_manager_off_promotes_local_layers() -> None:
+    """gpt-oss-like: sliding and full layers become one full_attention spec (one group, one
+    tensor), as vLLM's unify_hybrid_kv_cache_specs makes them."""
+    request = _request({"w0": SLIDING, "f0": ATTN, "w1": SLIDING, "f1": ATTN},
+                       disable_hybrid_kv_cache_manager=True)
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    (group,) = plan.groups
+    assert group.spec.kind == "full_attention"
+    assert [t.layers for t in plan.tensors] == [["w0", "f0", "w1", "f1"]]
+    assert plan.capacity.max_concurrency == plan.num_blocks / 256
+
+
+def test_hybrid_manager_off_refuses_what_one_manager_cannot_plan() -> None:
+    request = _request({"a": ATTN, "m": MAMBA}, disable_hybrid_kv_cache_manager=True)
+    with pytest.raises(hp.PlanError, match="disable_hybrid_kv_cache_manager: with the hybrid"):
+        hp.plan(request)
+    mixed = _request({"w": SLIDING, "c": CHUNKED, "f": ATTN},
+                     disable_hybrid_kv_cache_manager=True)
+    plan = hp.plan(mixed)  # both promoted; their remembered window and chunk keep them apart
+    hp.check_plan(plan, request=mixed)
+
+
+def test_hisparse_auto_fit_stops_at_the_host_pool() -> None:
+    request, _ = load("deepseek_v32_fp8")
+    request = copy.deepcopy(request)
+    request["model"]["auto_fit_max_model_len"] = True
+    request["hisparse"]["host_pool_gib"] = 4
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    assert plan.host_pool is not None
+    fitted = plan.fitted_max_model_len
+    assert fitted is not None
+    assert fitted < 163840
+    # the longest request the host pool holds beside the null block and copy-on-write tail
+    assert fitted == (plan.host_pool.num_blocks - 2) * 64
