@@ -102,3 +102,14 @@ def test_plot_memory_needs_compare(cli: Run) -> None:
     code, _, err = cli("capacity", "deepseek-v3.2", "--plot-memory", "x.png")
     assert code == 2
     assert "--plot-memory and --node-gpus need --compare" in err
+
+
+def test_a_refused_plan_still_shows_where_the_gpu_memory_went(cli: Run) -> None:
+    result = compared(cli, "llama-3-70b", "--gpu", "h100", "-tp", "2")
+    refused = result.results[0]  # 141 GB of weights over 2 H100s leave 1.93 GiB: no request fits
+    assert refused.refusal is not None
+    assert "see docs/planning-rules.md#admission" in refused.refusal
+    memory = refused.memory
+    assert memory is not None
+    assert memory.kv_cache_pool == 0
+    assert memory.kv_cache_left_over == refused.kv_cache_bytes

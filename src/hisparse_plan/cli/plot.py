@@ -92,6 +92,10 @@ def _save(figure: Figure, path: str, flag: str) -> None:
         raise CommandError(f"{flag} {path}: {error}") from None
 
 
+GIVEN = "KV memory per GPU given"
+"""The panel of deployments whose KV memory was given (--gpu-mem), not derived from a GPU."""
+
+
 def _variant(result: DeploymentResult) -> str:
     """The cache variant by what was asked (a refused deployment resolved nothing)."""
     d = result.deployment
@@ -117,7 +121,7 @@ def plot_deployments(comparison: DeploymentComparison, path: str) -> None:
     planned = [r for r in comparison.results if r.refusal is None]
     if not planned:
         raise CommandError("--plot: every deployment was refused, nothing to draw")
-    gpus = list(dict.fromkeys(r.deployment.gpu or "given" for r in comparison.results))
+    gpus = list(dict.fromkeys(r.deployment.gpu or GIVEN for r in comparison.results))
     splits = list(dict.fromkeys(_split(r) for r in comparison.results))
     variants = list(dict.fromkeys(_variant(r) for r in comparison.results))
     figure = _figure(max(6.0, 3.2 * len(gpus)), 4.2)
@@ -127,7 +131,7 @@ def plot_deployments(comparison: DeploymentComparison, path: str) -> None:
     for panel, gpu in zip(panels, gpus, strict=True):
         for v, variant in enumerate(variants):
             for s, split in enumerate(splits):
-                found = [r for r in comparison.results if (r.deployment.gpu or "given") == gpu
+                found = [r for r in comparison.results if (r.deployment.gpu or GIVEN) == gpu
                          and _split(r) == split and _variant(r) == variant]
                 if not found:
                     continue
@@ -159,6 +163,10 @@ def _split(result: DeploymentResult) -> str:
     return f"tp{d.tp} dp{d.dp}" + (f" pp{d.pp}" if d.pp > 1 else "")
 
 
+def _preferred(result: DeploymentResult) -> tuple[bool, bool]:
+    return (result.refusal is None, result.deployment.hisparse)
+
+
 MEMORY_PARTS = (
     ("weights", "weights", "C0"),
     ("activation reserve", "activation_reserve", "C1"),
@@ -171,12 +179,18 @@ def plot_memory(comparison: DeploymentComparison, path: str) -> None:
     """Where one GPU's memory goes in each deployment (stacked GiB: weights, activation
     reserve, KV-cache pool, the rest held back), and beside it each GPU's share of the HiSparse
     host pool (the pool of a DP rank over its TP ranks)."""
-    shown: dict[str, DeploymentResult] = {}
+    # One bar per GPU and split: a planned variant before a refused one, HiSparse first (its
+    # host pool is drawn beside).
+    best: dict[str, DeploymentResult] = {}
     for result in comparison.results:
-        if result.memory is not None:
-            key = f"{result.deployment.gpu} {_split(result)}"
-            if key not in shown or result.deployment.hisparse:
-                shown.setdefault(key, result)
+        key = f"{result.deployment.gpu} {_split(result)}"
+        held = best.get(key)
+        if result.memory is not None and (held is None or _preferred(result) > _preferred(held)):
+            best[key] = result
+    shown = {
+        key + (" (refused)" if result.refusal is not None else ""): result
+        for key, result in best.items()
+    }
     if not shown:
         raise CommandError("--plot-memory: no deployment has a GPU's memory to draw (give GPUs, "
                            "not --gpu-mem, and a model whose weights fit)")

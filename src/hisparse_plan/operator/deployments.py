@@ -84,7 +84,9 @@ class DeploymentResult(Model):
     host_pool_bytes: ByteCount | None = Field(
         description="HiSparse: the host pool of one DP rank (shared by its TP ranks)."
     )
-    memory: RankMemory | None = Field(description="One rank's GPU memory, with a GPU.")
+    memory: RankMemory | None = Field(
+        description="One rank's GPU memory, with a GPU whose memory the weights leave some of."
+    )
     refusal: str | None = Field(description="Why this deployment cannot be planned.")
 
 
@@ -201,9 +203,17 @@ def _planned(
         )
         plan = make_plan(build_request(arch, chosen))
     except PlanError as error:
-        return refused.model_copy(update={"refusal": " ".join(str(error).split()),
-                                          "kv_cache_bytes": None if breakdown is None
-                                          else breakdown.kv_cache})
+        # Where the weights fit but the plan is refused, the GPU's memory is still shown: its
+        # KV-cache memory all left over.
+        memory = None if breakdown is None else RankMemory(
+            hbm=breakdown.hbm, held_back=breakdown.held_back, weights=breakdown.weights,
+            activation_reserve=breakdown.activation_reserve, kv_cache_pool=0,
+            kv_cache_left_over=breakdown.kv_cache,
+        )
+        return refused.model_copy(update={
+            "refusal": " ".join(str(error).split()), "memory": memory,
+            "kv_cache_bytes": None if breakdown is None else breakdown.kv_cache,
+        })
     per_rank = plan.capacity.max_concurrency
     if max_num_seqs is not None:
         per_rank = min(per_rank, float(max_num_seqs))
