@@ -212,3 +212,14 @@ def test_readme_vllm_serve_lines_and_their_plans() -> None:
         our_flags = {word for word in shlex.split(ours) if word.startswith("-")}
         assert vllm_flags <= our_flags, (serve, ours)
         assert main([*shlex.split(ours)[1:], "--json"]) == 0, ours
+
+
+def test_capacity_with_auto_compares_both_at_the_fitted_length(cli: Run) -> None:
+    code, out, err = cli("capacity", "deepseek-v3.2", "--max-model-len", "auto",
+                         "--host-pool", "4GiB", "--json")
+    assert (code, err) == (0, ""), err
+    comparison = json.loads(out)
+    length = comparison["max_model_len"]
+    assert 0 < length < 163840
+    # the baseline is one group of the 122 MLA layers: ceil(L / 64) blocks at the same L
+    assert comparison["baseline"]["blocks_per_request"] == -(-length // 64)

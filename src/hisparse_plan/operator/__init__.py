@@ -9,7 +9,12 @@ from hisparse_plan.operator.baseline import (
     baseline_plan,
 )
 from hisparse_plan.operator.bounds import Binding, GroupDemand, Metric, PoolBounds, pool_bounds
-from hisparse_plan.operator.compare import CapacityComparison, compare, compare_plan
+from hisparse_plan.operator.compare import (
+    CapacityComparison,
+    compare,
+    compare_plan,
+    fitted_request,
+)
 from hisparse_plan.operator.deployments import (
     Deployment,
     DeploymentComparison,
@@ -67,6 +72,7 @@ __all__ = [
     "default_points",
     "deployment_grid",
     "explain",
+    "fitted_request",
     "json_schemas",
     "pool_bounds",
     "smallest_host_pool",

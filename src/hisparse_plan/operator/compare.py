@@ -45,6 +45,18 @@ def compare_plan(plan: KVCachePlan, request: PlanRequest) -> CapacityComparison:
     )
 
 
+def fitted_request(request: PlanRequest) -> PlanRequest:
+    """`request` at the length its auto-fit finds, without auto-fit: so that HiSparse and its
+    baseline (and every sweep point) are compared at one max_model_len. Unchanged without
+    auto-fit."""
+    if not request.model.auto_fit_max_model_len:
+        return request
+    data = request.model_dump(mode="json")
+    data["model"]["max_model_len"] = make_plan(request).max_model_len
+    data["model"]["auto_fit_max_model_len"] = False
+    return PlanRequest.model_validate(data)
+
+
 def compare(request: PlanRequest) -> CapacityComparison:
     """Plan `request` with HiSparse and without, and set their capacities side by side."""
     return compare_plan(make_plan(request), request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
@@ -26,6 +27,7 @@ from hisparse_plan.operator import (
     SweepAxis,
     compare,
     default_points,
+    fitted_request,
     sweep,
 )
 from hisparse_plan.rules.host import host_budget_bytes
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             "pool at each point; give the sizes with --points"
         )
     source = resolve_source(args)
+    # --max-model-len auto: HiSparse, its baseline and a sweep compare at the fitted length.
+    source = dataclasses.replace(source, request=fitted_request(source.request))
     out = Renderer(plain=args.plain)
     if args.sweep is None:
         comparison = compare(source.request)
