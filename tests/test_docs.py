@@ -16,6 +16,15 @@ from cli_support import Run
 from golden import GOLDEN
 from hisparse_plan.models import plan as plan_models
 from hisparse_plan.models.group_specs import HisparseHotSpec, HisparseResidentSpec, UniformTypeSpec
+from hisparse_plan.models.layer_specs import LAYER_SPEC_CLASSES
+from hisparse_plan.models.request import (
+    DeviceConfig,
+    HisparseConfig,
+    ModelConfig,
+    PipelineStage,
+    PlanRequest,
+    SchedulerConfig,
+)
 from hisparse_plan.planning import plan_traced
 from hisparse_plan.presets import Settings, build_request, load_preset
 from hisparse_plan.rule_docs import ANCHORS, rule_doc
@@ -133,3 +142,17 @@ def test_docs_command_prints_what_messages_cite(cli: Run) -> None:
     code, out, _ = cli("docs", "plan-contract", "--path")
     assert code == 0
     assert Path(out.strip()) == DOCS / "plan-contract.md"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [*sorted(LAYER_SPEC_CLASSES, key=lambda m: m.__name__), PlanRequest, ModelConfig,
+     HisparseConfig, DeviceConfig, PipelineStage, SchedulerConfig],
+    ids=lambda m: m.__name__,
+)
+def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None:
+    assert model.__doc__ and model.__doc__.strip()
+    for name, field in model.model_fields.items():
+        if name in ("kind", "model", "device", "scheduler"):
+            continue  # the tag, and sections whose own models are described
+        assert field.description, f"{model.__name__}.{name}"
