@@ -151,7 +151,8 @@ def test_docs_command_prints_what_messages_cite(cli: Run) -> None:
     ids=lambda m: m.__name__,
 )
 def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None:
-    assert model.__doc__ and model.__doc__.strip()
+    assert model.__doc__
+    assert model.__doc__.strip()
     for name, field in model.model_fields.items():
         if name in ("kind", "model", "device", "scheduler"):
             continue  # the tag, and sections whose own models are described
