@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,10 +81,25 @@ def test_table_numbers_refusals(cli: Run) -> None:
     assert any(line.startswith("(1) gpu: NVIDIA H100") for line in lines)
 
 
-def test_compare_needs_a_preset(cli: Run) -> None:
-    code, out, err = cli("capacity", "--hf-config", "x.json", "--compare")
-    assert (code, out) == (2, "")
-    assert "--compare needs a model preset" in err
+def test_compare_needs_one_model(cli: Run, tmp_path: Path) -> None:
+    for argv in (["--request", "x.json"], [], ["llama-3-8b", "--hf-config", "x.json"]):
+        code, out, err = cli("capacity", *argv, "--compare")
+        assert (code, out) == (2, "")
+        assert "--compare needs exactly one of MODEL or --hf-config FILE" in err
+
+
+def test_compare_a_config_json_on_given_memory(cli: Run, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "hidden_size": 1024, "max_position_embeddings": 4096,
+    }))
+    result = compared(cli, "--hf-config", str(config), "--gpu-mem", "1GiB")
+    assert len(result.results) == 4 * 2
+    assert all(r.refusal is None for r in result.results)
+    on_gpus = compared(cli, "--hf-config", str(config), "--gpu", "h100")
+    assert all(r.refusal is not None and "no parameter count" in r.refusal
+               for r in on_gpus.results)
 
 
 def test_compare_pictures(cli: Run, tmp_path: Path) -> None:

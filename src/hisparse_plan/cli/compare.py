@@ -11,6 +11,7 @@ import argparse
 
 from hisparse_plan.cli.arg_types import AUTO, positive_int
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import check_regular_file
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import settings_from
@@ -23,7 +24,8 @@ from hisparse_plan.operator.deployments import (
     compare_deployments,
     deployment_grid,
 )
-from hisparse_plan.presets import ModelArchitecture, load_preset
+from hisparse_plan.presets import Architecture, ModelArchitecture, load_config_file, load_preset
+from hisparse_plan.presets.catalog import Length, Weights
 from hisparse_plan.presets.hardware import DEFAULT_ACTIVATION_RESERVE, DEFAULT_UTILIZATION
 
 BINDS = {"host": "host", "device": "GPU", "both": "both", "gpu": "GPU"}
@@ -49,15 +51,24 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    if args.model is None:
-        raise CommandError("--compare needs a model preset (MODEL): each deployment is built "
-                           "from the model's config and weights")
+    if args.request is not None or (args.model is None) == (args.hf_config is None):
+        raise CommandError("--compare needs exactly one of MODEL or --hf-config FILE: each "
+                           "deployment is built from the model's config (a request file fixes "
+                           "one deployment's layers; see `plan`)")
     for flag, value in (("--sweep", args.sweep), ("--points", args.points),
                         ("--stage-gpu-mem", args.stage_gpu_mem)):
         if value is not None:
             raise CommandError(f"{flag} cannot combine with --compare")
-    preset = load_preset(args.model)
-    arch = preset.architecture
+    arch: Architecture
+    weights: Weights | None = None
+    default_length: Length | None = None
+    if args.model is not None:
+        preset = load_preset(args.model)
+        arch, title = preset.architecture, preset.title
+        weights, default_length = preset.weights, preset.default_max_model_len
+    else:
+        check_regular_file(args.hf_config, "--hf-config")
+        arch, title = load_config_file(args.hf_config), args.hf_config
     given_memory = args.gpu_mem is not None or args.kv_cache_memory is not None
     if given_memory and args.gpu is not None:
         raise CommandError("--compare: --gpu and --gpu-mem/--kv-cache-memory-bytes both set the "
@@ -83,14 +94,14 @@ def run_compare(args: argparse.Namespace) -> int:
     }))
     reserve = args.activation_reserve
     result = compare_deployments(
-        preset.title, arch, grid, settings,
-        weights=preset.weights,
+        title, arch, grid, settings,
+        weights=weights,
         gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
         activation_reserve=DEFAULT_ACTIVATION_RESERVE if reserve is None else reserve,
         expert_parallel=args.enable_expert_parallel,
         max_num_seqs=args.max_num_seqs,
         auto_max_model_len=args.max_model_len == AUTO or (
-            args.max_model_len is None and preset.default_max_model_len == AUTO
+            args.max_model_len is None and default_length == AUTO
         ),
     )
     if args.plot is not None or args.plot_memory is not None:
