@@ -4,6 +4,8 @@ carries the docs; every plan model and field is described."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 import tomllib
 from pathlib import Path
@@ -157,3 +159,19 @@ def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None
         if name in ("kind", "model", "device", "scheduler"):
             continue  # the tag, and sections whose own models are described
         assert field.description, f"{model.__name__}.{name}"
+
+
+PUBLIC_MODULES = ("hisparse_plan", "hisparse_plan.planning", "hisparse_plan.checking",
+                  "hisparse_plan.views", "hisparse_plan.exchange", "hisparse_plan.operator",
+                  "hisparse_plan.presets", "hisparse_plan.rules", "hisparse_plan.adapters.vllm")
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_public_docstrings_cite_the_docs_not_the_spec(name: str) -> None:
+    """What `help()` shows a user: the module and everything it exports."""
+    module = importlib.import_module(name)
+    assert "SPEC" not in (module.__doc__ or ""), name
+    for export in getattr(module, "__all__", []):
+        value = getattr(module, export)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert "SPEC" not in (inspect.getdoc(value) or ""), f"{name}.{export}"

@@ -48,7 +48,7 @@ class EngineSettings:
 def request_dict(
     specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int
 ) -> dict[str, object]:
-    """The request of SPEC 4 / 4.1 as JSON-shaped data."""
+    """The plan request (docs/planning-rules.md#requests) as JSON-shaped data."""
     hisparse = settings.hisparse
     return {
         "layers": layer_dicts(specs, settings.extra_window_tokens),
