@@ -41,9 +41,9 @@ TP_HELP: Final = (
     "tensor-parallel ranks (default 1), as vLLM's: a regular model's KV heads and linear "
     "states are split over them. For HiSparse every rank keeps the same replicated MLA cache, "
     "so with N > 1 the ranks map ONE host pool (shared_host_pool, blocks aligned to 4096 bytes) "
-    "and --host-pool is that node-wide pool (one per data-parallel rank with -dp), not a per-rank "
-    "one. --gpu-mem stays per GPU; the plan and "
-    "its concurrency hold for each rank and for the TP group alike"
+    "and --host-pool is that node-wide pool (one per data-parallel rank with -dp), not a "
+    "per-rank one. --gpu-mem stays per GPU; the plan and its concurrency hold for each rank and "
+    "for the TP group alike"
 )
 
 
