@@ -146,16 +146,17 @@ def render_deployments(
     if sparse:
         columns.append(Column("host/node", "right"))
     rows = []
-    notes = []
-    for index, result in enumerate(comparison.results, 1):
+    notes: dict[str, int] = {}
+    """Each distinct refusal, numbered once: rows refused alike share its number."""
+    for result in comparison.results:
         d = result.deployment
         row = [d.gpu or "given", deployment_label(result), result.kv_dtype or d.kv_cache_dtype]
         if sparse:
             row.append("on" if d.hisparse else "off")
         kv = "-" if result.kv_cache_bytes is None else format_size(result.kv_cache_bytes)
         if result.refusal is not None:
-            row += [kv, "-", "-", "-", f"refused ({index})"]
-            notes.append(f"({index}) {result.refusal}")
+            number = notes.setdefault(result.refusal, len(notes) + 1)
+            row += [kv, "-", "-", "-", f"refused ({number})"]
         else:
             row += [kv, str(result.max_model_len), concurrency(result.per_rank_concurrency),
                     concurrency(result.node_concurrency), BINDS[result.binding or "gpu"]]
@@ -164,5 +165,5 @@ def render_deployments(
             row.append("-" if host is None else format_size(d.dp * host))
         rows.append(row)
     out.table(columns, rows)
-    for note in notes:
-        out.line(note)
+    for reason, number in notes.items():
+        out.line(f"({number}) {reason}")
