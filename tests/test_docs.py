@@ -175,3 +175,18 @@ def test_public_docstrings_cite_the_docs_not_the_spec(name: str) -> None:
         value = getattr(module, export)
         if inspect.isfunction(value) or inspect.isclass(value):
             assert "SPEC" not in (inspect.getdoc(value) or ""), f"{name}.{export}"
+
+
+def test_installed_docs_are_found_inside_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the wheel puts them (force-include to hisparse_plan/docs/), and nowhere else."""
+    from hisparse_plan import rule_docs
+
+    package = tmp_path / "site-packages" / "hisparse_plan"
+    (package / "docs").mkdir(parents=True)
+    (package / "docs" / "planning-rules.md").write_text("# Planning rules\n")
+    monkeypatch.setattr(rule_docs, "__file__", str(package / "rule_docs.py"))
+    assert rule_docs.doc_path("planning-rules") == package / "docs" / "planning-rules.md"
+    with pytest.raises(hp.PlanError, match="neither in the package nor beside it"):
+        rule_docs.doc_path("plan-contract")
