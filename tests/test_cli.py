@@ -129,7 +129,8 @@ def test_plan_hf_config(cli: Run, tmp_path: Path) -> None:
     (["plan", "llama-3"], ["unknown model 'llama-3'", "deepseek-v3.2"]),
     (["plan", "glm-5", "--gpu-mem", "60XB"], ["argument --gpu-mem: invalid size '60XB'"]),
     (["plan", "glm-5", "--host-pool", "0"], ["argument --host-pool: expected a size above 0"]),
-    (["plan", "glm-5", "--tp", "0"], ["argument --tp: expected at least 1"]),
+    (["plan", "glm-5", "--tp", "0"],
+     ["argument -tp/--tensor-parallel-size/--tp: expected at least 1"]),
     (["plan", "glm-5", "--spec-tokens", "two"], ["argument --spec-tokens: invalid count"]),
     (["plan", "glm-5", "--max-model-len", "12.5k"], ["argument --max-model-len"]),
     (["plan", "glm-5", "--layout", "XYZ"], ["argument --layout: invalid choice"]),
@@ -210,7 +211,7 @@ def test_capacity_sweeps(cli: Run, renderer: str) -> None:
     row = next(line for line in lines if line.split()[:2] == ["1", "TiB"])
     assert row.split()[2:] == ["31.80", "39.68", "8.18", "3.89x", "GPU"]
     code, out, _ = cli("capacity", "deepseek-v3.2", "--sweep", "max-model-len", "--points",
-                       "4096,16k,4m")
+                       "4096,16k,4m", "--allow-long-context")
     assert code == 0
     assert "refused at 4194304: hisparse.host_pool_gib" in out
 
@@ -327,7 +328,8 @@ def test_explain_json_and_sections(cli: Run) -> None:
     assert not any(s.title.startswith("model config") for s in explanation.sections)
     code, out, _ = cli("explain", "glm-5", "--section", "HOST", "--json")
     assert [s.title for s in Explanation.model_validate_json(out).sections] == [
-        "pools: host and device (SPEC 5.7, 5.8, 7.4, 7.6)"]
+        "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
+        "#pipeline-stages)"]
     refused(*cli("explain", "glm-5", "--section", "nothing"),
             "--section 'nothing' matches no section; expected a word from one of: model config, "
             "pages, groups, pools: host and device, admission, tensors, capacity")

@@ -170,7 +170,7 @@ def test_stdin_is_read_up_to_the_cap_and_no_further(
     (["plan", "deepseek-v3.2", "--max-model-len", "99999999999999999999m"],
      "argument --max-model-len: invalid token count"),
     (["plan", "deepseek-v3.2", "--tp", "99999999999999999999999"],
-     "argument --tp: expected at most 9223372036854775807"),
+     "argument -tp/--tensor-parallel-size/--tp: expected at most 9223372036854775807"),
     (["plan", "deepseek-v3.2", "--block-size", "99999999999999999"], "does not fit in int64"),
     (["plan", "deepseek-v3.2", "--spec-tokens", "1" * 5000], "argument --spec-tokens"),
 ])

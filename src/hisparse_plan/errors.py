@@ -37,7 +37,7 @@ class LayoutError(PlanError):
 
 
 class PlanInvariantError(PlanError):
-    """`check_plan` found a plan that breaks an invariant (SPEC 5.11).
+    """`check_plan` found a plan that breaks an invariant (see docs/planning-rules.md#invariants).
 
     `tensor` is the index into `plan.tensors`, `layer` the layer name and `block` the block id
     of the first violation, each None when the violation is not about one.

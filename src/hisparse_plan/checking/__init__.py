@@ -1,4 +1,5 @@
-"""`check_plan`: prove a plan sound (SPEC 5.11) and, given its request, that it answers it."""
+"""`check_plan`: prove a plan sound (docs/planning-rules.md#invariants) and, given its
+request, that it answers it."""
 
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def _check_family(index: int, group: KVCacheGroup) -> None:
     spec = group.spec
     if isinstance(spec, UniformTypeSpec) and not one_family(list(spec.specs.values())):
         raise _fail(index, group, "is a uniform_type group whose members are not one family "
-                    "(SPEC 7.2); expected members that may share one block table")
+                    "(see docs/planning-rules.md#families); expected members that may share one "
+                    "block table")
 
 
 def _check_flags(index: int, group: KVCacheGroup, role: GroupRole, *, transfer: bool) -> None:
@@ -59,21 +60,22 @@ def _check_flags(index: int, group: KVCacheGroup, role: GroupRole, *, transfer: 
     if got != (role, host, transfer):
         raise _fail(index, group, f"has role {got[0]!r}, host_resident {got[1]}, "
                     f"enable_kv_transfer {got[2]}; expected {role!r}, {host}, {transfer} "
-                    "(SPEC 5.6, 6.1)")
+                    "(see docs/planning-rules.md#hisparse-groups, docs/plan-contract.md)")
 
 
 def _members(index: int, group: KVCacheGroup, cache_role: str) -> list[tuple[str, MLASpec]]:
     spec = group.spec
     if not isinstance(spec, UniformTypeSpec):
         raise _fail(index, group, f"has kind {spec.kind!r}; expected uniform_type over the "
-                    f"{cache_role} MLA layers (SPEC 5.6)")
+                    f"{cache_role} MLA layers (see docs/planning-rules.md#hisparse-groups)")
     members = []
     for name, member in spec.specs.items():
         if not isinstance(member, MLASpec) or member.cache_role != cache_role:
             role = member.cache_role if isinstance(member, MLASpec) else member.kind
             raise PlanInvariantError(
                 f"groups[{index}] holds {name!r} ({role}); expected only MLA layers with "
-                f"cache_role {cache_role!r} in this group (SPEC 5.3, 5.6)",
+                f"cache_role {cache_role!r} in this group (see "
+                "docs/planning-rules.md#hisparse-groups)",
                 layer=name,
             )
         members.append((name, member))
@@ -85,7 +87,7 @@ def _check_hisparse(plan: KVCachePlan) -> None:
     if len(groups) < 4:
         raise PlanInvariantError(
             f"the plan has a host pool but {len(groups)} groups; expected source, indexer and "
-            "at least one resident and one hot group (SPEC 5.6)"
+            "at least one resident and one hot group (see docs/planning-rules.md#hisparse-groups)"
         )
     _check_flags(0, groups[0], "hisparse_source", transfer=True)
     _check_flags(1, groups[1], "hisparse_indexer", transfer=True)
@@ -94,7 +96,7 @@ def _check_hisparse(plan: KVCachePlan) -> None:
     block_size = groups[0].spec.block_size
     if groups[1].spec.block_size != block_size:
         raise _fail(1, groups[1], f"has block_size {groups[1].spec.block_size}; expected the "
-                    f"source group's {block_size} (SPEC 5.3)")
+                    f"source group's {block_size} (see docs/planning-rules.md#hisparse-groups)")
     try:
         packs = hot_packs(source, sum(spec.page_size_bytes for _, spec in indexer))
     except PlanError as error:
@@ -113,7 +115,8 @@ def _check_hisparse(plan: KVCachePlan) -> None:
         if index >= len(groups):
             raise PlanInvariantError(
                 f"the plan has {len(groups)} groups; expected {len(packs)} resident and "
-                f"{len(packs)} hot groups after the indexer (SPEC 5.5, 5.6)"
+                f"{len(packs)} hot groups after the indexer (see "
+                "docs/planning-rules.md#resident-and-hot-packs, #hisparse-groups)"
             )
         _check_derived(index, groups[index], suffix, pack.names, pack.page, block_size, blocks)
     for index in range(2 + len(expected), len(groups)):
@@ -124,7 +127,8 @@ def _check_hisparse(plan: KVCachePlan) -> None:
             and any(isinstance(m, MLASpec) for m in group.spec.specs.values())
         ):
             raise _fail(index, group, f"({group.spec.kind}) comes after the hot groups; expected "
-                        "only regular groups of non-MLA layers there (SPEC 5.2, 5.6)")
+                        "only regular groups of non-MLA layers there (see "
+                        "docs/planning-rules.md#hisparse-groups)")
 
 
 def _hot_blocks(plan: KVCachePlan, source: list[tuple[str, MLASpec]], block_size: int) -> int:
@@ -145,7 +149,8 @@ def _hot_blocks(plan: KVCachePlan, source: list[tuple[str, MLASpec]], block_size
     if workload.top_k != hot.top_k:
         raise PlanInvariantError(
             f"workload.top_k is {workload.top_k}; expected {hot.top_k}, the largest "
-            "topk_buffer_width (or index_topk) of the source layers (SPEC 5.4)"
+            "topk_buffer_width (or index_topk) of the source layers (see "
+            "docs/planning-rules.md#hot-buffer)"
         )
     return ceil_div(hot.rows, block_size)
 
@@ -163,15 +168,18 @@ def _check_derived(
     names = [name + suffix for name in sources]
     if group.layer_names != names:
         raise _fail(index, group, f"lists {group.layer_names[:3]}...; expected the pack "
-                    f"{names[:3]}... (SPEC 5.5: units packed in order into indexer blocks)")
+                    f"{names[:3]}... (see docs/planning-rules.md#resident-and-hot-packs: units "
+                    "packed in order into indexer blocks)")
     spec = group.spec
     kind = "hisparse_resident" if hot_blocks is None else "hisparse_hot"
     if spec.kind != kind or spec.block_size != block_size or spec.page_size_bytes != page:
         raise _fail(index, group, f"is {spec.kind} with block_size {spec.block_size} and page "
                     f"{spec.page_size_bytes}; expected {kind} with the source block_size "
-                    f"{block_size} and the pack's page {page} (SPEC 5.5)")
+                    f"{block_size} and the pack's page {page} (see "
+                    "docs/planning-rules.md#resident-and-hot-packs)")
     if hot_blocks is not None and isinstance(spec, HisparseHotSpec | HisparseResidentSpec):
         blocks = getattr(spec, "blocks_per_request", None)
         if blocks != hot_blocks:
             raise _fail(index, group, f"holds {blocks} hot blocks per request; expected "
-                        f"ceil(device_buffer_size / block_size) = {hot_blocks} (SPEC 5.4)")
+                        f"ceil(device_buffer_size / block_size) = {hot_blocks} (see "
+                        "docs/planning-rules.md#hot-buffer)")

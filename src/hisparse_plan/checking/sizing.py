@@ -108,7 +108,8 @@ def _check_admission(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
         if usable <= 0 or needed > usable:
             raise PlanInvariantError(
                 f"device_pools[{index}] leaves {usable} usable bytes; one {length}-token request "
-                f"needs {needed} (SPEC 5.12, 7.7): the plan admits a request that cannot fit"
+                f"needs {needed} (see docs/planning-rules.md#admission): the plan admits a "
+                "request that cannot fit"
             )
     if plan.fitted_max_model_len is not None:
         longest = min(
@@ -135,7 +136,7 @@ def _check_capacity(
     required = [buckets_required(b, length, workload) for b in device]
     if source is None:
         expected = regular_capacity(plan.num_blocks, required)
-        formula = "SPEC 7.9"
+        formula = "docs/planning-rules.md#capacity"
     else:
         if plan.host_pool is None:
             raise PlanInvariantError("the plan has a hisparse_source group but no host pool")
@@ -143,7 +144,7 @@ def _check_capacity(
             plan.num_blocks, device_specs, required,  # type: ignore[arg-type]
             plan.host_pool.num_blocks, buckets_required(source, length, workload),
         )
-        formula = "SPEC 5.10"
+        formula = "docs/planning-rules.md#capacity"
     _agree("capacity.max_concurrency", plan.capacity.max_concurrency,
            expected.max_concurrency, formula)
     _agree("capacity.steady_state_concurrency", plan.capacity.steady_state_concurrency,

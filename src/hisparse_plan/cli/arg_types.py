@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import Final, Literal
 
 from hisparse_plan.cli.sizes import parse_size, parse_tokens
 from hisparse_plan.models import INT64_MAX
+
+AUTO: Final = "auto"
+"""`--max-model-len auto`: the longest length that fits, as vLLM's auto (or -1)."""
 
 
 def size_arg(text: str) -> int:
@@ -32,6 +36,13 @@ def positive_tokens(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected at least 1 token, got {text!r}")
     return value
+
+
+def max_model_len_arg(text: str) -> int | Literal["auto"]:
+    """A token count above 0, or `auto` (vLLM's spelling; `-1` is its other one)."""
+    if text.strip().lower() in (AUTO, "-1"):
+        return AUTO
+    return positive_tokens(text)
 
 
 def _whole(text: str, minimum: int) -> int:

@@ -35,9 +35,22 @@ def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--no-hisparse", action="store_true",
                        help="plan a sparse-MLA preset (deepseek-v3.2, glm-5) without HiSparse: "
                             "every latent and indexer cache a regular layer on the GPU")
-    group.add_argument("--pp", type=positive_int, metavar="N",
-                       help="pipeline stages (default 1): decoder layers split as vLLM splits "
-                            "them, each stage with --gpu-mem (or its --stage-gpu-mem)")
+    group.add_argument("-pp", "--pipeline-parallel-size", "--pp", dest="pp",
+                       type=positive_int, metavar="N",
+                       help="pipeline stages (default 1), as vLLM's: decoder layers split as "
+                            "vLLM splits them, each stage with --gpu-mem (or its "
+                            "--stage-gpu-mem)")
+    group.add_argument("-dp", "--data-parallel-size", "--dp", dest="dp", type=positive_int,
+                       metavar="N",
+                       help="data-parallel ranks (default 1), as vLLM's; with DP attention "
+                            "(how DeepSeek is served) each rank holds its own requests in its "
+                            "own KV cache (and HiSparse host pool), so the node serves N x one "
+                            "rank's concurrency. Weights are replicated per DP rank unless "
+                            "--enable-expert-parallel")
+    group.add_argument("--enable-expert-parallel", action="store_true",
+                       help="as vLLM's: MoE experts sharded over the tp x dp ranks; with --gpu "
+                            "the weights are then estimated as split over tp x dp x pp ranks "
+                            "(the experts are nearly all of a MoE model's weights)")
     group.add_argument("--stage-gpu-mem", type=size_list, metavar="LIST",
                        help="KV-cache memory of each pipeline stage, e.g. 9GiB,10GiB,10GiB,12GiB")
     group.add_argument("--auto-fit", action="store_true",
@@ -48,14 +61,17 @@ def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
                             "--gpu-memory-utilization - weights (the preset's "
                             "parameters over --tp x --pp ranks) - --activation-reserve")
     group.add_argument("--gpu-memory-utilization", metavar="F",
-                       help=f"share of HBM vLLM may use (default {DEFAULT_UTILIZATION}); "
-                            "with --gpu")
+                       help="share of the GPU's memory the engine may use, as vLLM's "
+                            f"(default {DEFAULT_UTILIZATION}); needs --gpu (the memory it is a "
+                            "share of)")
     group.add_argument("--activation-reserve", type=size_arg, metavar="SIZE",
                        help="HBM kept for activations, CUDA graphs and the CUDA context "
                             f"(default {DEFAULT_ACTIVATION_RESERVE // 2**30}GiB); with --gpu")
-    group.add_argument("--kv-cache-memory", type=positive_size, metavar="SIZE",
-                       help="KV-cache memory per GPU, as vLLM's --kv-cache-memory: overrides "
-                            "the --gpu estimate (the same as --gpu-mem)")
+    group.add_argument("--kv-cache-memory-bytes", "--kv-cache-memory", dest="kv_cache_memory",
+                       type=positive_size, metavar="SIZE",
+                       help="KV-cache memory per GPU, as vLLM's --kv-cache-memory-bytes (which "
+                            "ignores --gpu-memory-utilization): overrides the --gpu estimate "
+                            "(the same as --gpu-mem)")
     group.add_argument("--speculative", choices=["mtp"],
                        help="speculative decoding by MTP: the model's num_nextn_predict_layers "
                             "draft layers join the plan")
@@ -110,8 +126,15 @@ def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:
     return memory_breakdown(
         find_gpu(args.gpu),
         preset.weights,
-        tp=args.tp or 1,
+        tp=weight_shards(args),
         pp=args.pp or 1,
         gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
         activation_reserve=DEFAULT_ACTIVATION_RESERVE if reserve is None else reserve,
     )
+
+
+def weight_shards(args: argparse.Namespace) -> int:
+    """The ranks of one pipeline stage that split the weights: tp, or tp x dp when experts are
+    sharded over the data-parallel ranks too (--enable-expert-parallel)."""
+    tp: int = args.tp or 1
+    return tp * (args.dp or 1) if args.enable_expert_parallel else tp

@@ -21,6 +21,7 @@ from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.commands import (
     capacity,
     diff,
+    docs,
     explain,
     manifest,
     models,
@@ -51,6 +52,7 @@ COMMANDS: tuple[Command, ...] = (
     manifest.COMMAND,
     diff.COMMAND,
     models.COMMAND,
+    docs.COMMAND,
 )
 DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
 """Set to 1 to let an internal error's traceback through."""

@@ -27,8 +27,10 @@ def memory_rows(
 
 
 def render_rank_memory(
-    out: Renderer, breakdown: MemoryBreakdown, plan: KVCachePlan, kv_override: int | None
+    out: Renderer, breakdown: MemoryBreakdown, plan: KVCachePlan, kv_override: int | None,
+    split: str = "tp x pp",
 ) -> None:
+    """The rows, their total (the HBM), and over how many ranks (`split`) the weights went."""
     rows = memory_rows(breakdown, plan, kv_override)
     total = sum(nbytes for _, nbytes in rows)
     table = [[what, str(nbytes), format_size(nbytes)] for what, nbytes in rows]
@@ -36,5 +38,5 @@ def render_rank_memory(
     out.table(
         [Column("one rank's HBM"), Column("bytes", "right"), Column("", "right")],
         table,
-        title=f"memory per rank ({breakdown.ranks} ranks: tp x pp)",
+        title=f"memory per rank ({breakdown.ranks} ranks: {split})",
     )

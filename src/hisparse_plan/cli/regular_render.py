@@ -48,23 +48,29 @@ def group_rows(plan: KVCachePlan, labels: list[str], needs: list[int]) -> list[l
     return rows
 
 
-def describe(title: str, plan: KVCachePlan) -> str:
+def describe(title: str, plan: KVCachePlan, kv_dtype: str | None = None) -> str:
+    """One line: the model, its cache dtype when not the model's bfloat16, block sizes,
+    context, layout and stages."""
     block_sizes = sorted({group.spec.block_size for group in plan.groups})
     parts = [
-        "no HiSparse",
+        "no HiSparse" if kv_dtype in (None, "bfloat16") else f"no HiSparse, {kv_dtype}",
         "block " + "/".join(map(str, block_sizes)),
         f"max_model_len {plan.max_model_len}",
         plan.device_pools[0].layout.value,
     ]
-    if plan.fitted_max_model_len is not None:
+    if plan.fitted_max_model_len not in (None, plan.workload.max_model_len):
         parts[2] += f" (auto-fit from {plan.workload.max_model_len})"
+    elif plan.fitted_max_model_len is not None:
+        parts[2] += " (auto-fit: all of it fits)"
     if len(plan.device_pools) > 1:
         parts.append(f"pp {len(plan.device_pools)}")
     return f"{title}: " + ", ".join(parts)
 
 
-def render_regular_plan(out: Renderer, title: str, plan: KVCachePlan) -> None:
-    out.heading(describe(title, plan))
+def render_regular_plan(
+    out: Renderer, title: str, plan: KVCachePlan, kv_dtype: str | None = None
+) -> None:
+    out.heading(describe(title, plan, kv_dtype))
     out.table(
         [Column("#", "right"), Column("group"), Column("layers", "right"),
          Column("page", "right"), Column("blocks/request", "right")],

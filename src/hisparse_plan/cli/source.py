@@ -4,14 +4,15 @@ shape it. Shared by every subcommand that plans."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from hisparse_plan.cli.arg_types import (
+    AUTO,
+    max_model_len_arg,
     non_negative_int,
     positive_int,
     positive_size,
-    positive_tokens,
     size_arg,
 )
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
@@ -22,9 +23,10 @@ from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
     DEFAULTS,
-    KV_DTYPES,
+    Architecture,
     KVDtype,
     ModelArchitecture,
+    RegularArchitecture,
     Settings,
     build_request,
     load_config_file,
@@ -32,12 +34,16 @@ from hisparse_plan.presets import (
     override_request,
     preset_names,
 )
+from hisparse_plan.presets.catalog import Length
+from hisparse_plan.presets.kv_dtypes import VLLM_KV_CACHE_DTYPES, resolve_kv_cache_dtype
 
 TP_HELP: Final = (
-    "tensor-parallel ranks on one node (default 1). With N > 1 the ranks map ONE host pool "
-    "(shared_host_pool, blocks aligned to 4096 bytes) and --host-pool is that node-wide pool, "
-    "not a per-rank one; --gpu-mem stays per GPU. Every rank keeps the same replicated MLA "
-    "cache, so the plan and its concurrency hold for each rank and for the node"
+    "tensor-parallel ranks (default 1), as vLLM's: a regular model's KV heads and linear "
+    "states are split over them. For HiSparse every rank keeps the same replicated MLA cache, "
+    "so with N > 1 the ranks map ONE host pool (shared_host_pool, blocks aligned to 4096 bytes) "
+    "and --host-pool is that node-wide pool (one per data-parallel rank with -dp), not a "
+    "per-rank one. --gpu-mem stays per GPU; the plan and its concurrency hold for each rank and "
+    "for the TP group alike"
 )
 
 
@@ -48,7 +54,10 @@ class Source:
     request: PlanRequest
     title: str
     architecture: ModelArchitecture | None
+    """The sparse-MLA config fields, for a model HiSparse plans."""
     kv_dtype: KVDtype | None
+    config: Architecture | None = None
+    """The config fields of a preset or config.json, of any kind."""
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,35 +73,57 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool = True) -> None:
+    """The hardware and serving flags, under vLLM's names and meanings where vLLM has the flag
+    (`vllm serve --help`); the older spellings stay as aliases."""
     group = parser.add_argument_group(
         "hardware and serving (defaults: the preset request; with --request: the file's)",
-        SIZE_HELP,
+        f"{SIZE_HELP}. vLLM's flags keep vLLM's names and meanings.",
     )
     group.add_argument("--gpu-mem", type=size_arg, metavar="SIZE",
-                       help="GPU memory for the KV cache, per GPU (preset default 60GiB)")
+                       help="GPU memory for the KV cache, per GPU (preset default 60GiB; the "
+                            "same as --kv-cache-memory-bytes)")
     if host_pool:
         group.add_argument("--host-pool", type=positive_size, metavar="SIZE",
-                           help="pinned host (DRAM) pool for the source cache (preset default "
-                                "64GiB); with --tp N > 1, the one pool the node's ranks share")
-    group.add_argument("--max-model-len", type=positive_tokens, metavar="TOKENS",
-                       help="longest request, e.g. 131072 or 128k (preset default: the model's "
-                            "max_position_embeddings)")
+                           help="pinned host (DRAM) pool for the source cache (HiSparse; preset "
+                                "default 64GiB): one per data-parallel rank, shared by its "
+                                "--tensor-parallel-size ranks")
+    group.add_argument("--max-model-len", type=max_model_len_arg, metavar="TOKENS",
+                       help="longest request, e.g. 131072 or 128k (k = 1024 here; vLLM reads "
+                            "128k as 128000); 'auto' (or -1) = the longest that fits the GPU "
+                            "memory, up to the model's max_position_embeddings, as vLLM's "
+                            "auto. Default: per model, its max_position_embeddings (auto for "
+                            "llama-4-scout, whose 10M tokens fit no GPU)")
     group.add_argument("--spec-tokens", type=non_negative_int, metavar="N",
                        help="speculative tokens per decode step (default 0): decode queries are "
                             "1 + N rows")
     group.add_argument("--device-buffer", type=positive_int, metavar="ROWS",
-                       help="hot rows per request (default (1 + N + 1) * index_topk)")
+                       help="hot rows per request (HiSparse; default (1 + N + 1) * index_topk)")
     group.add_argument("--layout", type=str.upper, choices=[lay.value for lay in KVCacheLayout],
-                       help="device KV-cache layout (preset default BLNHC)")
-    group.add_argument("--kv-dtype", choices=KV_DTYPES,
-                       help="KV-cache dtype of a preset or config.json (default fp8_ds_mla)")
+                       help="device KV-cache layout (default BLNHC)")
+    group.add_argument("--kv-cache-dtype", "--kv-dtype", dest="kv_dtype",
+                       choices=VLLM_KV_CACHE_DTYPES, metavar="DTYPE",
+                       help="KV-cache dtype, as vLLM's: auto (the model dtype, bfloat16), fp8 "
+                            "(= fp8_e4m3), fp8_e4m3, fp8_e5m2, bfloat16; fp8 halves a regular "
+                            "model's KV rows, and is fp8_ds_mla (656-byte rows) for DeepSeek "
+                            "sparse MLA. Default: per model (fp8_ds_mla for DeepSeek sparse MLA, "
+                            "auto otherwise)")
     group.add_argument("--block-size", type=positive_int, metavar="TOKENS",
-                       help="tokens per block of a preset or config.json (default 64)")
-    group.add_argument("--tp", type=positive_int, metavar="N", help=TP_HELP)
+                       help="tokens per KV-cache block. Default: per model (64 for DeepSeek "
+                            "sparse MLA, vLLM's default for attention: 16 on 0.33, 64 on 0.34; "
+                            "the Mamba-aligned size for hybrids, vLLM's own for DeepSeek-V4)")
+    group.add_argument("-tp", "--tensor-parallel-size", "--tp", dest="tp", type=positive_int,
+                       metavar="N", help=TP_HELP)
+    group.add_argument("--max-num-seqs", type=positive_int, metavar="N",
+                       help="most requests one engine (data-parallel rank) runs at once, as "
+                            "vLLM's: the served concurrency is the smaller of it and what the "
+                            "pools hold (default: not capped here)")
     group.add_argument("--max-num-batched-tokens", type=positive_int, metavar="N",
                        help="scheduler token budget per step (default 8192)")
     group.add_argument("--max-concurrent-batches", type=positive_int, metavar="N",
                        help="batches in flight, e.g. with pipeline parallelism (default 1)")
+    group.add_argument("--num-gpu-blocks-override", type=positive_int, metavar="N",
+                       help="use N device blocks whatever the memory holds, as vLLM's (for "
+                            "tests and reproducing a run); default: what the memory holds")
     add_deployment_arguments(group)
     add_engine_arguments(parser.add_argument_group("how vLLM runs it (defaults: vLLM's)"))
 
@@ -112,10 +143,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The Settings the flags give, before the model is known (the cache dtype and an `auto`
+    max_model_len are resolved per model in `resolve_source`)."""
+    length = args.max_model_len
     return engine_settings(args, deployment_settings(args, Settings(
-        kv_dtype=args.kv_dtype,
         block_size=args.block_size,
-        max_model_len=args.max_model_len,
+        max_model_len=None if length == AUTO else length,
         gpu_mem_bytes=args.gpu_mem,
         host_pool_bytes=getattr(args, "host_pool", None),
         device_buffer_size=args.device_buffer,
@@ -142,22 +175,56 @@ def resolve_source(args: argparse.Namespace) -> Source:
             f"(presets: {', '.join(preset_names())})"
         )
     settings = settings_from(args)
-    kv_dtype = settings.kv_dtype or DEFAULTS.kv_dtype
     if args.model is not None:
         preset = load_preset(args.model)
-        request = build_request(preset.architecture, settings)
-        title = titled(preset.title, settings, request)
-        return Source(request, title, preset.sparse_architecture, kv_dtype)
+        return _from_architecture(
+            args, settings, preset.architecture, preset.title, preset.default_max_model_len
+        )
     if args.hf_config is not None:
         check_regular_file(args.hf_config, "--hf-config")
         arch = load_config_file(args.hf_config)
-        request = build_request(arch, settings)
-        title = titled(
-            f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else ""),
-            settings, request,
+        title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
+        return _from_architecture(args, settings, arch, title, None)
+    if args.kv_dtype is not None:
+        raise CommandError(
+            "--kv-cache-dtype: kv_dtype shapes the layers, which a request file fixes; change "
+            "its layers, or plan a model preset or a config.json instead"
         )
-        sparse = arch if isinstance(arch, ModelArchitecture) else None
-        return Source(request, title, sparse, kv_dtype)
     raw = read_input(args.request, "--request")
-    request = override_request(PlanRequest.model_validate_json(raw), settings)
-    return Source(request, f"request {args.request}", None, None)
+    request = PlanRequest.model_validate_json(raw)
+    if args.max_model_len == AUTO:
+        settings = replace(settings, auto_fit=True)
+    request = override_request(request, settings)
+    return Source(_finished(request, args), f"request {args.request}", None, None)
+
+
+def _from_architecture(
+    args: argparse.Namespace,
+    settings: Settings,
+    arch: Architecture,
+    title: str,
+    default_length: Length | None,
+) -> Source:
+    """A preset's or a config.json's request: the cache dtype resolved for this model, an
+    `auto` max_model_len (asked, or the preset's default) fitted to the memory."""
+    sparse_mla = isinstance(arch, ModelArchitecture) or (
+        isinstance(arch, RegularArchitecture) and arch.compressed_mla
+    )
+    kv_dtype: KVDtype | None = None
+    if args.kv_dtype is not None:
+        kv_dtype = resolve_kv_cache_dtype(args.kv_dtype, sparse_mla=sparse_mla)
+    auto = args.max_model_len == AUTO or (args.max_model_len is None and default_length == AUTO)
+    settings = replace(settings, kv_dtype=kv_dtype, auto_fit=True if auto else settings.auto_fit)
+    request = _finished(build_request(arch, settings), args)
+    sparse = arch if isinstance(arch, ModelArchitecture) else None
+    shown = kv_dtype or (DEFAULTS.kv_dtype if sparse_mla else "bfloat16")
+    return Source(request, titled(title, settings, request), sparse, shown, config=arch)
+
+
+def _finished(request: PlanRequest, args: argparse.Namespace) -> PlanRequest:
+    """`request` with what is set after it is built: a block-count override."""
+    if args.num_gpu_blocks_override is None:
+        return request
+    data = request.model_dump(mode="json")
+    data["device"]["num_blocks_override"] = args.num_gpu_blocks_override
+    return PlanRequest.model_validate(data)

@@ -51,7 +51,8 @@ class MemoryRegion(Model):
         "bytes_per_block * num_blocks."
     )
     block_stride: PositiveInt = Field(
-        description="The pool's block stride (SPEC 5.7): bytes_per_block, except a shared host "
+        description="The pool's block stride (see docs/planning-rules.md#host-pool): "
+        "bytes_per_block, except a shared host "
         "pool's, rounded up to 4096 for the shared mapping."
     )
     layout: Annotated[KVCacheLayout, Field(strict=False)]

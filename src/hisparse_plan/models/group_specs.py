@@ -1,4 +1,5 @@
-"""What one block of a cache group holds (SPEC sections 5.1, 5.5, 6 and 6.1)."""
+"""What one block of a cache group holds (see docs/planning-rules.md#pages,
+#resident-and-hot-packs, docs/plan-contract.md)."""
 
 from __future__ import annotations
 
@@ -32,15 +33,18 @@ _PAGE_SIZE = attrgetter("page_size_bytes")
 
 
 class UniformTypeSpec(Model):
-    """Several layer specs of one family (SPEC 7.2) sharing one block table: a block holds one
+    """Several layer specs of one family (see docs/planning-rules.md#families) sharing one block
+    table: a block holds one
     page of every member."""
 
     kind: Literal["uniform_type"] = "uniform_type"
-    block_size: PositiveInt
+    block_size: PositiveInt = Field(description="Tokens one block covers, for every member.")
     page_size_bytes: ByteCount = Field(
         default=0, description="Derived: the sum of the members' pages. Checked if given."
     )
-    specs: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)]
+    specs: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)] = Field(
+        description="Layer name -> that layer's own spec."
+    )
 
     @field_validator("specs", mode="wrap")
     @classmethod
@@ -75,8 +79,8 @@ class HisparseResidentSpec(Model):
     """GPU pages that keep a request's most recent source rows until they reach host memory."""
 
     kind: Literal["hisparse_resident"] = "hisparse_resident"
-    block_size: PositiveInt
-    page_size_bytes: PositiveInt
+    block_size: PositiveInt = Field(description="The source layers' block size.")
+    page_size_bytes: PositiveInt = Field(description="The pack's source page.")
 
     align: ClassVar[int] = 1
     """Byte rows: no block-stride alignment."""
@@ -86,9 +90,11 @@ class HisparseHotSpec(Model):
     """A request's fixed GPU buffer for the top-k rows its indexer selected."""
 
     kind: Literal["hisparse_hot"] = "hisparse_hot"
-    block_size: PositiveInt
-    page_size_bytes: PositiveInt
-    blocks_per_request: PositiveInt
+    block_size: PositiveInt = Field(description="The source layers' block size.")
+    page_size_bytes: PositiveInt = Field(description="The pack's source page.")
+    blocks_per_request: PositiveInt = Field(
+        description="ceil(device_buffer_size / block_size): the hot buffer of one request."
+    )
 
     align: ClassVar[int] = 1
     """Byte rows: no block-stride alignment."""

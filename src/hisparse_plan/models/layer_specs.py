@@ -1,10 +1,10 @@
-"""How one layer stores its cache (SPEC sections 4, 4.1, 5.1 and 7.1).
+"""How one layer stores its cache (see docs/planning-rules.md#requests, #pages).
 
 Every kind knows its page's logical shape `[H, N, C]` (heads, stored states per block, content
 bytes of one state of one head), its natural page `H * N * C`, and its page: the padded page
 where it has one, else the natural page. `page_size_bytes` is derived from those and checked
 when given. A page of 0 bytes or a padding below the natural page validates (the planner refuses
-them with a PlanError naming the layer, SPEC 5.13).
+them with a PlanError naming the layer, see docs/planning-rules.md#pages).
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
 _PAGE_DOC = "Derived: the padded page if the layer has one, else H * N * C. Checked if given."
-_ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (SPEC 7.4)."
+_ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of this (see "
+"docs/planning-rules.md#device-pool)."
 _DCP_DOC = (
     "Decode context parallelism shards this layer's token positions across the DCP ranks "
     "(vLLM's AttentionSpec.dcp_sharded); false for a replicated cache such as a draft model's."
 )
 _PADDED_DOC = (
     "The page is this many bytes (>= the natural page): set by the engine (Mamba) or by the "
-    "planner when it pads pages to one size (SPEC 7.3.2)."
+    "planner when it pads pages to one size (see docs/planning-rules.md#unified-pages)."
 )
 
 
@@ -34,7 +35,7 @@ class LayerSpecBase(Model):
     """Fields and page arithmetic every kind shares."""
 
     kind: str
-    block_size: PositiveInt
+    block_size: PositiveInt = Field(description="Tokens one block covers.")
     block_stride_alignment: PositiveInt | None = Field(default=None, description=_ALIGN_DOC)
     page_size_bytes: ByteCount = Field(default=0, description=_PAGE_DOC)
 
@@ -64,7 +65,7 @@ class LayerSpecBase(Model):
 
     @property
     def padded_page_bytes(self) -> int | None:
-        """The padded page (SPEC 7.1); None when the layer has none."""
+        """The padded page (see docs/planning-rules.md#pages); None when the layer has none."""
         return self._padded(self.natural_page_bytes)
 
     def _padded(self, natural: int) -> int | None:
@@ -77,7 +78,7 @@ class LayerSpecBase(Model):
 
     @property
     def align(self) -> int:
-        """align(layer) of SPEC 7.1."""
+        """align(layer) of docs/planning-rules.md#pages."""
         return 1 if self.block_stride_alignment is None else self.block_stride_alignment
 
     def model_post_init(self, context: object, /) -> None:
@@ -93,9 +94,9 @@ class LayerSpecBase(Model):
 class AttentionLayerSpec(LayerSpecBase):
     """A layer that stores `num_kv_heads` rows of `head_size` elements per stored token."""
 
-    head_size: PositiveInt
-    dtype: DType = "bfloat16"
-    num_kv_heads: PositiveInt = 1
+    head_size: PositiveInt = Field(description="Elements of one head's row (K for K/V layers).")
+    dtype: DType = Field(default="bfloat16", description="What the cache tensor holds.")
+    num_kv_heads: PositiveInt = Field(default=1, description="KV heads this rank keeps.")
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
     dcp_sharded: bool = Field(default=True, description=_DCP_DOC)
 
@@ -125,12 +126,18 @@ class LatentLayerSpec(AttentionLayerSpec):
     `compress_ratio` tokens fold into one stored state; `alignment` pads the page.
     """
 
-    cache_dtype: str | None = None
+    cache_dtype: str | None = Field(
+        default=None, description="The engine's cache format name, e.g. fp8_ds_mla."
+    )
     state_content_bytes: PositiveInt | None = Field(
         default=None, description="Bytes of one packed token row (e.g. 656 for fp8_ds_mla)."
     )
-    model_version: str | None = None
-    compress_ratio: PositiveInt = 1
+    model_version: str | None = Field(
+        default=None, description="A model family whose cache has its own rules (deepseek_v4)."
+    )
+    compress_ratio: PositiveInt = Field(
+        default=1, description="Tokens folded into one stored state."
+    )
     alignment: PositiveInt | None = Field(
         default=None, description="The page is padded up to a multiple of this many bytes."
     )
@@ -168,24 +175,35 @@ class MLASpec(LatentLayerSpec):
     full-allocation fallback, or the hybrid manager disabled): it keeps full blocks."""
 
     kind: Literal["mla"] = "mla"
-    cache_role: Literal["sparse", "indexer"] = "sparse"
-    is_index_group_leader: bool = False
-    topk_buffer_width: PositiveInt | None = None
-    sliding_window: PositiveInt | None = None
+    cache_role: Literal["sparse", "indexer"] = Field(
+        default="sparse",
+        description="sparse: the latent rows (HiSparse's source); indexer: the indexer keys.",
+    )
+    is_index_group_leader: bool = Field(
+        default=False, description="This layer runs its own indexer (starts a hot unit)."
+    )
+    topk_buffer_width: PositiveInt | None = Field(
+        default=None, description="Top-k rows this layer reads; null: the model's index_topk."
+    )
+    sliding_window: PositiveInt | None = Field(
+        default=None, description="Set only on a sliding-window layer promoted to full blocks."
+    )
 
 
 class SlidingWindowMLASpec(LatentLayerSpec):
     """A latent cache that keeps only the last `sliding_window` tokens (DeepSeek-V4)."""
 
     kind: Literal["sliding_window_mla"] = "sliding_window_mla"
-    sliding_window: PositiveInt
-    model_version: Literal["deepseek_v4"] | None = None
+    sliding_window: PositiveInt = Field(description="Tokens of the window.")
+    model_version: Literal["deepseek_v4"] | None = Field(
+        default=None, description="deepseek_v4 for DeepSeek-V4's caches."
+    )
 
 
 class KVLayerSpec(AttentionLayerSpec):
     """A layer with separate K and V rows of `head_size` and `head_size_v` elements."""
 
-    num_kv_heads: PositiveInt
+    num_kv_heads: PositiveInt = Field(description="KV heads this rank keeps.")
     head_size_v: PositiveInt | None = Field(default=None, description="Defaults to head_size.")
 
     @property
@@ -208,18 +226,26 @@ class FullAttentionSpec(KVLayerSpec):
     fallback, or the hybrid manager disabled): it keeps full blocks and remembers its window."""
 
     kind: Literal["full_attention"] = "full_attention"
-    sliding_window: PositiveInt | None = None
-    attention_chunk_size: PositiveInt | None = None
+    sliding_window: PositiveInt | None = Field(
+        default=None, description="The window of a promoted sliding-window layer."
+    )
+    attention_chunk_size: PositiveInt | None = Field(
+        default=None, description="The chunk of a promoted chunked-local layer."
+    )
 
 
 class SlidingWindowSpec(KVLayerSpec):
+    """K and V of the last `sliding_window` tokens (and a drafter's extra tokens)."""
+
     kind: Literal["sliding_window"] = "sliding_window"
-    sliding_window: PositiveInt
+    sliding_window: PositiveInt = Field(description="Tokens of the window.")
 
 
 class ChunkedLocalAttentionSpec(KVLayerSpec):
+    """K and V of the current `attention_chunk_size`-token chunk (Llama 4's local layers)."""
+
     kind: Literal["chunked_local_attention"] = "chunked_local_attention"
-    attention_chunk_size: PositiveInt
+    attention_chunk_size: PositiveInt = Field(description="Tokens of one attention chunk.")
 
 
 StateShape = Annotated[list[PositiveInt], Field(min_length=1), READ_ONLY]
@@ -233,10 +259,16 @@ class MambaSpec(LayerSpecBase):
     `num_prefill_checkpoint_blocks` extra state blocks for prefix-cache checkpoints."""
 
     kind: Literal["mamba"] = "mamba"
-    state_shapes: Annotated[list[StateShape], Field(min_length=1), READ_ONLY]
-    state_dtypes: Annotated[list[DType], Field(min_length=1), READ_ONLY]
+    state_shapes: Annotated[list[StateShape], Field(min_length=1), READ_ONLY] = Field(
+        description="Each state's shape (e.g. conv, recurrent), one rank's share."
+    )
+    state_dtypes: Annotated[list[DType], Field(min_length=1), READ_ONLY] = Field(
+        description="Each state's element type, one per shape."
+    )
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
-    num_speculative_blocks: Annotated[int, Field(ge=0, le=2**31)] = 0
+    num_speculative_blocks: Annotated[int, Field(ge=0, le=2**31)] = Field(
+        default=0, description="Extra state blocks a request keeps for speculative decoding."
+    )
     state_alignment: PositiveInt = Field(
         default=1, description="Each state is rounded up to a multiple of this many bytes."
     )

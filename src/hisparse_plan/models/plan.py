@@ -1,4 +1,5 @@
-"""The plan contract (SPEC section 6), with the pool and workload facts it was sized from."""
+"""The plan contract (see docs/plan-contract.md), with the pool and workload facts it was sized
+from."""
 
 from __future__ import annotations
 
@@ -17,49 +18,74 @@ Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class KVCacheGroup(Model):
-    """Layers that share one block table."""
+    """Layers that share one block table: a block id given to a request holds one page of
+    every layer of the group (see docs/plan-contract.md#kvcachegroup)."""
 
-    layer_names: LayerNames
-    spec: GroupSpec
-    role: GroupRole
-    host_resident: bool
-    enable_kv_transfer: bool
+    layer_names: LayerNames = Field(
+        description="The group's layers, in order; HiSparse's derived layers end in "
+        "'.hisparse_resident' or '.hisparse_hot'."
+    )
+    spec: GroupSpec = Field(description="What one block of the group holds (kind, block_size, "
+                            "page_size_bytes, and the kind's own fields).")
+    role: GroupRole = Field(
+        description="hisparse_source (the host-resident latent rows), hisparse_indexer, or "
+        "default."
+    )
+    host_resident: bool = Field(description="True only for the source group: its blocks are "
+                                "in the host pool.")
+    enable_kv_transfer: bool = Field(
+        description="Whether a KV connector may move the group's blocks (false for resident "
+        "and hot groups, which hold copies)."
+    )
 
 
 class KVCacheTensor(Model):
     """Same-spec layers in one pool: layer `layers[l]`'s page of block `b` starts at
     `offset + l * layer_stride + b * block_stride` bytes into the pool."""
 
-    size: ByteCount
-    layers: LayerNames
-    layer_stride: ByteCount
-    block_stride: ByteCount
-    offset: ByteCount
-    host_resident: bool
+    size: ByteCount = Field(description="Bytes of the pool the tensor is a view of.")
+    layers: LayerNames = Field(description="Same-spec layers, in order: layers[l] is index l.")
+    layer_stride: ByteCount = Field(
+        description="Bytes from one layer's page to the next layer's, same block."
+    )
+    block_stride: ByteCount = Field(
+        description="Bytes from one block's page to the next block's, same layer."
+    )
+    offset: ByteCount = Field(description="Where layer 0's page of block 0 starts in the pool.")
+    host_resident: bool = Field(description="True for a tensor of the host pool.")
 
 
 class HostPool(Model):
-    """The pinned host pool holding the source group."""
+    """The pinned host pool holding the source group (see docs/planning-rules.md#host-pool)."""
 
-    num_blocks: PositiveInt
+    num_blocks: PositiveInt = Field(description="Host blocks: budget_bytes // block_stride.")
     block_stride: PositiveInt = Field(
         description="Source page, rounded up to 4096 bytes when the pool is shared."
     )
-    shared: bool
+    shared: bool = Field(description="Tensor-parallel ranks on one node map this one pool.")
     bytes_per_block: PositiveInt = Field(description="What the host tensors stride per block.")
     size: ByteCount = Field(description="bytes_per_block * num_blocks: what the tensors span.")
     budget_bytes: ByteCount = Field(description="int(host_pool_gib * 2**30).")
-    layout: Annotated[KVCacheLayout, Field(strict=False)] = KVCacheLayout.LBNHC
+    layout: Annotated[KVCacheLayout, Field(strict=False)] = Field(
+        default=KVCacheLayout.LBNHC, description="The host tensors' layout."
+    )
 
 
 class DevicePool(Model):
     """A GPU pool (one per pipeline stage) that every non-source group overlays from byte 0."""
 
-    layout: Annotated[KVCacheLayout, Field(strict=False)]
-    bytes_per_block: PositiveInt
+    layout: Annotated[KVCacheLayout, Field(strict=False)] = Field(
+        description="Physical order of the axes L, B, H, N, C, outermost first."
+    )
+    bytes_per_block: PositiveInt = Field(
+        description="One block of every device group, aligned (see "
+        "docs/planning-rules.md#device-pool)."
+    )
     size: ByteCount = Field(description="bytes_per_block * num_blocks.")
-    available_bytes: ByteCount
-    num_blocks_override: PositiveInt | None
+    available_bytes: ByteCount = Field(
+        description="GPU memory the stage was given for its KV cache."
+    )
+    num_blocks_override: PositiveInt | None = Field(description="The override asked for, if any.")
     layers: Annotated[list[LayerName], READ_ONLY] | None = Field(
         default=None,
         description="The pipeline stage's layers; null when one stage holds every layer.",
@@ -71,9 +97,13 @@ class Workload(Model):
     re-derived without its request."""
 
     max_model_len: PositiveInt = Field(description="As requested (before any auto-fit).")
-    max_num_batched_tokens: PositiveInt
-    max_concurrent_batches: PositiveInt
-    num_prefill_lookahead_tokens: Annotated[int, Field(ge=0)] = 0
+    max_num_batched_tokens: PositiveInt = Field(description="The scheduler's tokens per step.")
+    max_concurrent_batches: PositiveInt = Field(
+        description="Batches in flight; times max_num_batched_tokens: the tokens in flight."
+    )
+    num_prefill_lookahead_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Tokens a speculative drafter reads past the scheduled range."
+    )
     index_topk: PositiveInt | None = Field(
         default=None, description="HiSparse: the model's index_topk, as requested."
     )
@@ -83,9 +113,17 @@ class Workload(Model):
     device_buffer_size: PositiveInt | None = Field(
         default=None, description="HiSparse: hot rows per request, as planned."
     )
-    max_decode_query_len: PositiveInt | None = None
-    mamba_cache_mode: Literal["none", "align"] = "none"
-    decode_context_parallel_size: Annotated[int, Field(ge=1)] = 1
+    max_decode_query_len: PositiveInt | None = Field(
+        default=None, description="HiSparse: rows of one decode query (1 + speculative tokens)."
+    )
+    mamba_cache_mode: Literal["none", "align"] = Field(
+        default="none",
+        description="Mamba states per request: one (none), or block-aligned checkpoints for "
+        "prefix caching (align).",
+    )
+    decode_context_parallel_size: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="DCP ranks that shard a layer's token positions at decode."
+    )
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -93,32 +131,62 @@ class Workload(Model):
 
     @property
     def extra_window_tokens(self) -> int:
-        """Tokens sliding-window layers keep below their window for a drafter (SPEC 7.1)."""
+        """Tokens sliding-window layers keep below their window for a drafter (see
+        docs/planning-rules.md#pages)."""
         return max(0, self.num_prefill_lookahead_tokens - 1)
 
 
 class Capacity(Model):
-    """How many max_model_len requests the pools hold (SPEC 5.10)."""
+    """How many max_model_len requests the pools hold (see docs/planning-rules.md#capacity)."""
 
-    max_concurrency: Concurrency
-    steady_state_concurrency: Concurrency | None
+    max_concurrency: Concurrency = Field(
+        description="Concurrent max_model_len requests the pools hold, each with its whole "
+        "window."
+    )
+    steady_state_concurrency: Concurrency | None = Field(
+        description="HiSparse: the same once requests read from host and keep only their last "
+        "resident pages; null for regular plans."
+    )
 
 
 class KVCachePlan(Model):
-    schema_version: Literal[1] = 1
-    num_blocks: PositiveInt
-    groups: Annotated[list[KVCacheGroup], Field(min_length=1), READ_ONLY]
-    tensors: Annotated[list[KVCacheTensor], Field(min_length=1), READ_ONLY]
-    host_pool: HostPool | None
-    capacity: Capacity
+    """Where every byte of the KV cache lives: the groups that share block tables, the tensors
+    that place each layer's pages in a pool, the pools, and what they hold. Every field is
+    described in docs/plan-contract.md; the rules that decide them in docs/planning-rules.md.
+    A plan is frozen, and dumps to JSON that validates back to an equal plan."""
+
+    schema_version: Literal[1] = Field(
+        default=1, description="1; fields may be added within it, none changes meaning."
+    )
+    num_blocks: PositiveInt = Field(
+        description="Blocks of every device pool (the fewest any pipeline stage holds, or the "
+        "override)."
+    )
+    groups: Annotated[list[KVCacheGroup], Field(min_length=1), READ_ONLY] = Field(
+        description="The cache groups, in order: layers that share one block table."
+    )
+    tensors: Annotated[list[KVCacheTensor], Field(min_length=1), READ_ONLY] = Field(
+        description="Every layer's pages: the host tensors first, then each stage's device "
+        "tensors."
+    )
+    host_pool: HostPool | None = Field(
+        description="The pinned host pool of the HiSparse source layers; null for a regular "
+        "plan."
+    )
+    capacity: Capacity = Field(description="How many max_model_len requests the pools hold.")
     fitted_max_model_len: PositiveInt | None = Field(
         default=None, description="The length the plan was sized for when auto-fit was asked."
     )
     device_pools: Annotated[list[DevicePool], Field(min_length=1), READ_ONLY] = Field(
         description="One pool per pipeline stage, in stage order."
     )
-    workload: Workload
-    warnings: Annotated[list[str], READ_ONLY] = Field(default_factory=list, validate_default=True)
+    workload: Workload = Field(
+        description="The request's figures that sizes, admission and capacity came from."
+    )
+    warnings: Annotated[list[str], READ_ONLY] = Field(
+        default_factory=list, validate_default=True,
+        description="Conditions that plan but waste memory (also raised as PlanWarning).",
+    )
 
     @property
     def device_pool(self) -> DevicePool:

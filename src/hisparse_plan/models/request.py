@@ -1,4 +1,5 @@
-"""The plan request: what the model is, and what memory and scheduler it runs with (SPEC 4)."""
+"""The plan request: what the model is, and what memory and scheduler it runs with (see
+docs/planning-rules.md#requests)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,18 @@ MAX_HOST_POOL_GIB = 2.0**33
 
 
 class ModelConfig(Model):
-    max_model_len: PositiveInt
+    """What the model serves: the longest request, and (HiSparse) the indexer's top-k."""
+
+    max_model_len: PositiveInt = Field(
+        description="The longest request in tokens: one must fit beside the null block."
+    )
     index_topk: PositiveInt | None = Field(
         default=None, description="Top-k rows the indexer selects; HiSparse needs it."
     )
     auto_fit_max_model_len: bool = Field(
         default=False,
-        description="max_model_len is the longest wanted; the plan may shorten it (SPEC 7.8).",
+        description="max_model_len is the longest wanted; the plan may shorten it (see "
+        "docs/planning-rules.md#auto-fit).",
     )
     mamba_cache_mode: Literal["none", "align"] = Field(
         default="none",
@@ -47,6 +53,8 @@ class ModelConfig(Model):
 
 
 class HisparseConfig(Model):
+    """HiSparse's settings: the host pool budget and the per-request hot buffer."""
+
     host_pool_gib: float = Field(
         gt=0, lt=MAX_HOST_POOL_GIB, allow_inf_nan=False,
         description="Host budget; int(host_pool_gib * 2**30) bytes.",
@@ -63,23 +71,41 @@ class HisparseConfig(Model):
 class PipelineStage(Model):
     """One pipeline stage: the layers it holds and the GPU bytes its KV cache may take."""
 
-    layers: Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
-    available_bytes: ByteCount
+    layers: Annotated[list[LayerName], Field(min_length=1), READ_ONLY] = Field(
+        description="The stage's layers (request names)."
+    )
+    available_bytes: ByteCount = Field(description="GPU bytes the stage's KV cache may take.")
 
 
 class DeviceConfig(Model):
-    available_bytes: ByteCount
-    kv_cache_layout: Annotated[KVCacheLayout, Field(strict=False)] = KVCacheLayout.BLNHC
-    num_blocks_override: PositiveInt | None = None
+    """The GPU memory for the KV cache and how the device pool lays it out."""
+
+    available_bytes: ByteCount = Field(
+        description="GPU bytes the KV cache may take (0 with pipeline_stages)."
+    )
+    kv_cache_layout: Annotated[KVCacheLayout, Field(strict=False)] = Field(
+        default=KVCacheLayout.BLNHC,
+        description="Physical order of the axes L, B, H, N, C of the device pool.",
+    )
+    num_blocks_override: PositiveInt | None = Field(
+        default=None, description="Use this many device blocks whatever the memory holds."
+    )
     pipeline_stages: Annotated[list[PipelineStage], Field(min_length=1), READ_ONLY] | None = Field(
         default=None,
-        description="One entry per stage, in order; replaces available_bytes (SPEC 4.1).",
+        description="One entry per stage, in order; replaces available_bytes (see "
+        "docs/planning-rules.md#requests).",
     )
 
 
 class SchedulerConfig(Model):
-    max_num_batched_tokens: PositiveInt = 8192
-    max_concurrent_batches: PositiveInt = 1
+    """The scheduler's budget, which sizes resident and windowed caches."""
+
+    max_num_batched_tokens: PositiveInt = Field(
+        default=8192, description="Tokens the scheduler runs per step."
+    )
+    max_concurrent_batches: PositiveInt = Field(
+        default=1, description="Batches in flight (e.g. pipeline parallelism)."
+    )
     num_prefill_lookahead_tokens: Annotated[int, Field(ge=0, le=2**31)] = Field(
         default=0,
         description="Prefill tokens a speculative drafter reads past the scheduled range.",
@@ -102,11 +128,16 @@ class SchedulerConfig(Model):
 
 
 class PlanRequest(Model):
-    """Layers in model order (the order is significant), then the budgets."""
+    """Layers in model order (the order is significant), then the budgets (see
+    docs/planning-rules.md#requests)."""
 
-    layers: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)]
+    layers: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)] = Field(
+        description="Layer name -> how it stores its cache, in model order."
+    )
     model: ModelConfig
-    hisparse: HisparseConfig | None = None
+    hisparse: HisparseConfig | None = Field(
+        default=None, description="HiSparse's settings; null plans a regular model."
+    )
     device: DeviceConfig
     scheduler: SchedulerConfig = SchedulerConfig()
 
@@ -149,7 +180,7 @@ class PlanRequest(Model):
 
 def spec_key(spec: LayerSpec) -> tuple[object, ...]:
     """A hashable key, equal for two specs exactly when every field is equal: what "the same
-    spec" means (SPEC 4, 7.1); the planner groups layers by it."""
+    spec" means (see docs/planning-rules.md#requests, #pages); the planner groups layers by it."""
     values = tuple(spec.__dict__.values())
     if isinstance(spec, MambaSpec):  # the one kind with list fields
         return tuple(_frozen(value) for value in values)

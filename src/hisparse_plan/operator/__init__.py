@@ -1,5 +1,6 @@
-"""Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, and plans
-explained number by number. Pure functions returning models; nothing here prints."""
+"""Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, deployments
+side by side, and plans explained number by number. Pure functions returning models; nothing
+here prints."""
 
 from hisparse_plan.operator.baseline import (
     BaselineCapacity,
@@ -8,7 +9,20 @@ from hisparse_plan.operator.baseline import (
     baseline_plan,
 )
 from hisparse_plan.operator.bounds import Binding, GroupDemand, Metric, PoolBounds, pool_bounds
-from hisparse_plan.operator.compare import CapacityComparison, compare, compare_plan
+from hisparse_plan.operator.compare import (
+    CapacityComparison,
+    compare,
+    compare_plan,
+    fitted_request,
+)
+from hisparse_plan.operator.deployments import (
+    Deployment,
+    DeploymentComparison,
+    DeploymentResult,
+    RankMemory,
+    compare_deployments,
+    deployment_grid,
+)
 from hisparse_plan.operator.explain import Explanation, Section, Step, explain
 from hisparse_plan.operator.schema import json_schemas
 from hisparse_plan.operator.sweep import (
@@ -33,11 +47,15 @@ __all__ = [
     "BestTune",
     "Binding",
     "CapacityComparison",
+    "Deployment",
+    "DeploymentComparison",
+    "DeploymentResult",
     "Explanation",
     "GroupDemand",
     "HostPoolTune",
     "Metric",
     "PoolBounds",
+    "RankMemory",
     "Section",
     "Step",
     "Sweep",
@@ -49,9 +67,12 @@ __all__ = [
     "baseline_plan",
     "best_concurrency",
     "compare",
+    "compare_deployments",
     "compare_plan",
     "default_points",
+    "deployment_grid",
     "explain",
+    "fitted_request",
     "json_schemas",
     "pool_bounds",
     "smallest_host_pool",

@@ -3,7 +3,8 @@
 The baseline request is the HiSparse request with HiSparse switched off: the same layers (every
 sparse latent and indexer cache becomes a regular `mla` layer on the GPU, beside any other
 layers), the same memory, layout and scheduler, no `index_topk` and no block-count override.
-The planner plans it as it plans any regular request (SPEC 7), so its groups, bytes per block,
+The planner plans it as it plans any regular request (see docs/planning-rules.md), so its groups,
+bytes per block,
 admission and capacity are the ones a vLLM engine without HiSparse would get. When that plan is
 refused (one max_model_len request does not fit on the GPU without HiSparse), the baseline
 holds no request and says why.

@@ -1,4 +1,5 @@
-"""What one request takes from each pool, and the concurrency each pool allows (SPEC 5.10).
+"""What one request takes from each pool, and the concurrency each pool allows (see
+docs/planning-rules.md#capacity).
 
 The plan reports only the smaller of the two pools' bounds; operators also need to know which
 one binds and by how much, so the terms are rebuilt here from the plan's groups with the

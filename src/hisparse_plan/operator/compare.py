@@ -27,7 +27,7 @@ def compare_plan(plan: KVCachePlan, request: PlanRequest) -> CapacityComparison:
         raise UnsupportedRequestError(
             "capacity compares a HiSparse plan against the same model without HiSparse; "
             "expected a request with hisparse settings, got a regular one (its plan already is "
-            "the all-GPU plan: see `plan`)",
+            "the all-GPU plan: see `plan`, and `capacity --compare` for its deployments)",
             field="hisparse",
         )
     baseline = baseline_capacity(request)
@@ -43,6 +43,18 @@ def compare_plan(plan: KVCachePlan, request: PlanRequest) -> CapacityComparison:
         binding=pool_bounds(plan).binding("max"),
         max_model_len=plan.workload.max_model_len,
     )
+
+
+def fitted_request(request: PlanRequest) -> PlanRequest:
+    """`request` at the length its auto-fit finds, without auto-fit: so that HiSparse and its
+    baseline (and every sweep point) are compared at one max_model_len. Unchanged without
+    auto-fit."""
+    if not request.model.auto_fit_max_model_len:
+        return request
+    data = request.model_dump(mode="json")
+    data["model"]["max_model_len"] = make_plan(request).max_model_len
+    data["model"]["auto_fit_max_model_len"] = False
+    return PlanRequest.model_validate(data)
 
 
 def compare(request: PlanRequest) -> CapacityComparison:

@@ -11,20 +11,29 @@ from typing import Final
 
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.base import Model
+from hisparse_plan.models.layer_specs import KVLayerSpec, MambaSpec
 from hisparse_plan.planning import Decision, plan_traced
-from hisparse_plan.presets import KVDtype, ModelArchitecture, row_geometry
+from hisparse_plan.presets import (
+    Architecture,
+    KVDtype,
+    ModelArchitecture,
+    RegularArchitecture,
+    row_geometry,
+)
 from hisparse_plan.presets.kv_dtypes import FP8_TILE, SCALE_BYTES
+from hisparse_plan.rule_docs import rule_doc
 
 Number = int | float
 Value = int | float | str
 Inputs = dict[str, int | float | str]
 SECTION_TITLES: Final = {
-    "pages": "pages (SPEC 5.1, 7.1)",
-    "group": "groups (SPEC 5.2-5.6, 7.3)",
-    "size": "pools: host and device (SPEC 5.7, 5.8, 7.4, 7.6)",
-    "admit": "admission (SPEC 5.12, 7.7, 7.8)",
-    "place": "tensors (SPEC 5.9, 7.5)",
-    "report": "capacity (SPEC 5.10, 7.9)",
+    "pages": "pages (see docs/planning-rules.md#pages)",
+    "group": "groups (see docs/planning-rules.md#hisparse-groups, #grouping)",
+    "size": "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
+    "#pipeline-stages)",
+    "admit": "admission (see docs/planning-rules.md#admission, #auto-fit)",
+    "place": "tensors (see docs/planning-rules.md#placement)",
+    "report": "capacity (see docs/planning-rules.md#capacity)",
 }
 """One section per planning stage, in the order the stages run."""
 
@@ -58,18 +67,21 @@ class Explanation(Model):
 def explain(
     request: PlanRequest,
     *,
-    architecture: ModelArchitecture | None = None,
+    architecture: Architecture | None = None,
     kv_dtype: KVDtype | None = None,
 ) -> Explanation:
     """Plan `request` and explain every decision of the plan.
 
     With the `architecture` (and `kv_dtype`) the request was built from, a first section
-    derives the layer geometry from the model's config.json fields.
+    ("model config") derives the layer geometry from the model's config.json fields, for a
+    sparse-MLA model and a regular one alike.
     """
     traced = plan_traced(request)
     sections = []
-    if architecture is not None:
+    if isinstance(architecture, ModelArchitecture):
         sections.append(_config_section(request, architecture, kv_dtype or "fp8_ds_mla"))
+    elif architecture is not None:
+        sections.append(_regular_config_section(request, architecture))
     by_stage: dict[str, list[Step]] = {stage: [] for stage in SECTION_TITLES}
     for decision in traced.trace.decisions:
         by_stage.setdefault(decision.stage, []).append(_decision_step(decision))
@@ -84,7 +96,7 @@ def explain(
 def _decision_step(decision: Decision) -> Step:
     value = decision.value
     shown: Value = value if isinstance(value, int | float | str) else str(value)
-    formula = f"{decision.why} (SPEC {decision.rule})"
+    formula = f"{decision.why} (see {rule_doc(decision.rule)})"
     return Step(name=decision.subject, value=shown, formula=formula, inputs={})
 
 
@@ -152,3 +164,44 @@ def _config_section(request: PlanRequest, arch: ModelArchitecture, kv_dtype: KVD
     )
 
 
+
+
+def _regular_config_section(request: PlanRequest, arch: RegularArchitecture) -> Section:
+    """A regular model's config fields and what they make: layers by kind, the KV row of one
+    token and the page of one block (from the request's first attention layer), a Mamba
+    state, and the context."""
+    kinds = arch.layer_kinds()
+    counts = ", ".join(f"{kinds.count(kind)} {kind}" for kind in dict.fromkeys(kinds))
+    steps = [
+        Step(name="layers", value=len(kinds), formula=f"num_hidden_layers: {counts}",
+             inputs={"num_hidden_layers": arch.num_hidden_layers}),
+    ]
+    attention = next((s for s in request.layers.values() if isinstance(s, KVLayerSpec)), None)
+    if attention is not None:
+        dtype_bytes = attention.page_size_bytes // (
+            attention.block_size * 2 * attention.num_kv_heads * attention.head_size
+        )
+        steps += [
+            _step("kv heads per rank", attention.num_kv_heads,
+                  "num_key_value_heads / tp (one, replicated, when tp exceeds them)",
+                  num_key_value_heads=arch.num_key_value_heads),
+            _step("head_size", attention.head_size,
+                  "head_dim, else hidden_size / num_attention_heads",
+                  hidden_size=arch.hidden_size, num_attention_heads=arch.num_attention_heads),
+            _step(f"token bytes ({attention.dtype})", 2 * attention.num_kv_heads
+                  * attention.head_size * dtype_bytes,
+                  "2 (K and V) * kv heads * head_size * dtype bytes", dtype_bytes=dtype_bytes),
+            _step("attention page bytes", attention.page_size_bytes,
+                  "block_size * token bytes", block_size=attention.block_size),
+        ]
+    mamba = next((s for s in request.layers.values() if isinstance(s, MambaSpec)), None)
+    if mamba is not None:
+        steps.append(_step("mamba page bytes", mamba.page_size_bytes,
+                           "conv + recurrent state bytes, padded to an attention page"))
+    length = request.model.max_model_len
+    steps.append(_step(
+        "max_model_len", length,
+        "max_position_embeddings" if length == arch.max_position_embeddings else "chosen",
+        max_position_embeddings=arch.max_position_embeddings,
+    ))
+    return Section(title="model config (config.json fields)", steps=steps)

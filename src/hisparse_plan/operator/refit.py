@@ -1,4 +1,4 @@
-"""The re-fit of vLLM 0.34's extensible KV cache (SPEC 7.13).
+"""The re-fit of vLLM 0.34's extensible KV cache (see docs/planning-rules.md#re-fit-after-warm-up).
 
 With the extensible KV cache, vLLM plans a reservation, captures CUDA graphs and warms up, and
 only then measures what memory is left. Every worker reports the blocks that memory holds; the

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal
 
-from hisparse_plan.errors import PlanError
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.base import GIB, Model, PositiveInt
 from hisparse_plan.operator.compare import CapacityComparison, compare
-from hisparse_plan.presets import Settings, override_request
+from hisparse_plan.presets import Settings, context_length, override_request
 
 SweepAxis = Literal["max-model-len", "host-pool"]
 SWEEP_AXES: Final[tuple[SweepAxis, ...]] = ("max-model-len", "host-pool")
@@ -46,8 +46,33 @@ def default_points(axis: SweepAxis, request: PlanRequest, longest: int | None = 
     return [*points, top]
 
 
-def sweep(request: PlanRequest, axis: SweepAxis, values: Iterable[int]) -> Sweep:
-    """Compare at each value of `axis`, the rest of `request` unchanged."""
+def sweep(
+    request: PlanRequest,
+    axis: SweepAxis,
+    values: Iterable[int],
+    *,
+    max_position_embeddings: int | None = None,
+    allow_long_context: bool = False,
+) -> Sweep:
+    """Compare at each value of `axis`, the rest of `request` unchanged.
+
+    A regular request (no HiSparse) is refused before any point: every point would be refused
+    alike. With the model's `max_position_embeddings`, a max-model-len point past it is refused
+    unless `allow_long_context` (as a preset's max_model_len is)."""
+    values = list(values)
+    if request.hisparse is None:
+        raise UnsupportedRequestError(
+            "capacity compares a HiSparse plan against the same model without HiSparse; "
+            "expected a request with hisparse settings, got a regular one (see `capacity "
+            "--compare` for its deployments, `plan` for its plan)",
+            field="hisparse",
+        )
+    if axis == "max-model-len" and max_position_embeddings is not None:
+        for value in values:
+            context_length(
+                max_position_embeddings,
+                Settings(max_model_len=value, allow_long_context=allow_long_context or None),
+            )
     points = []
     for value in values:
         settings = (

@@ -126,7 +126,7 @@ def _admit_stage(
         f"{field}: one {length}-token request needs {needed_blocks} blocks of "
         f"{stage.bytes_per_block} bytes = {needed} bytes ({needed / GIB:.2f} GiB){where}, but "
         f"{stage.memory} bytes less the null block leave {stage.usable} ({stage.usable / GIB:.2f} "
-        f"GiB); {estimate} (SPEC 5.12, 7.7)",
+        f"GiB); {estimate} (see docs/planning-rules.md#admission)",
         field=field,
     )
 

@@ -90,7 +90,8 @@ def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
     each spec)."""
     if request.device.pipeline_stages is not None:
         raise UnsupportedRequestError(
-            "device.pipeline_stages: HiSparse plans one stage (SPEC 7.11); expected null",
+            "device.pipeline_stages: HiSparse plans one stage (see "
+            "docs/planning-rules.md#deferred-modes); expected null",
             field="device.pipeline_stages",
         )
     dcp = request.scheduler.decode_context_parallel_size
@@ -119,7 +120,8 @@ def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
             if value != default:
                 raise UnsupportedRequestError(
                     f"layers[{name!r}].{attribute}: HiSparse source and indexer layers do not "
-                    f"take it yet (SPEC 7.11); expected {default}, got {value}",
+                    "take it yet (see docs/planning-rules.md#deferred-modes); expected "
+                    f"{default}, got {value}",
                     field=f"layers[{name!r}].{attribute}",
                 )
 
@@ -129,7 +131,7 @@ def _refuse_deepseek_v4(distinct: list[Layer]) -> None:
         if isinstance(spec, MLASpec) and spec.model_version == "deepseek_v4":
             raise UnsupportedRequestError(
                 f"layers[{name!r}].model_version: 'deepseek_v4' is not supported by HiSparse "
-                "planning (SPEC 5.3)",
+                "planning (see docs/planning-rules.md#hisparse-groups)",
                 field=f"layers[{name!r}].model_version",
             )
 

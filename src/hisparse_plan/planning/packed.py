@@ -121,7 +121,7 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
         raise PlanError(
             f"layers[{bucket.leader[0]!r}]: its packed bucket would split into {count} groups "
             f"but its page pattern repeats only {repeats} time(s), so a group would be empty "
-            "(SPEC 7.3.1 step 8; vLLM 0.33 fails here)",
+            "(see docs/planning-rules.md#packed-groups; vLLM 0.33 fails here)",
             field=f"layers[{bucket.leader[0]!r}]",
         )
     lost = next((names[repeats] for names in lists if len(names) > repeats), None)
@@ -130,7 +130,8 @@ def _split(bucket: _Bucket, count: int) -> list[PlannedGroup]:
             f"layers[{lost[0]!r}]: its bucket (led by {bucket.leader[0]!r}) is unbalanced "
             f"({_page_counts(bucket)}) and splits "
             f"into {count} groups of {repeats} pattern repeats, which leaves this layer in no "
-            "group (SPEC 7.3.1 step 8; vLLM 0.33 fails here); expected a balanced bucket",
+            "group (see docs/planning-rules.md#packed-groups; vLLM 0.33 fails here); expected a "
+            "balanced bucket",
             field=f"layers[{lost[0]!r}]",
         )
     groups = []

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """One number or choice: which stage made it, by which SPEC rule, and from what."""
+    """One number or choice: which stage made it, by which rule, and from what."""
 
     stage: str
     """group, size, admit, place or report."""
     rule: str
-    """The SPEC section, e.g. "7.3.2"."""
+    """The rule's number, e.g. "7.3.2" (`rule_docs.rule_doc` gives its section of
+    docs/planning-rules.md)."""
     subject: str
     """What was decided, e.g. "device_pools[0].bytes_per_block"."""
     value: object

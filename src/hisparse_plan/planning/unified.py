@@ -94,7 +94,7 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
             raise PlanError(
                 f"layers[{name!r}]: scaling its block size to "
                 f"{scaled.block_size} gives a {scaled.page_size_bytes}-byte page; expected "
-                f"the largest page {largest} (SPEC 7.3.2)",
+                f"the largest page {largest} (see docs/planning-rules.md#unified-pages)",
                 field=f"layers[{name!r}]",
             )
         return scaled
@@ -106,7 +106,7 @@ def _unify(name: str, spec: LayerSpec, largest: int) -> LayerSpec:
         raise PlanError(
             f"layers[{name!r}]: its page is padded to alignment {spec.alignment} "
             f"({page} bytes), so it cannot also be padded to the largest page {largest} "
-            "(SPEC 7.3.2)",
+            "(see docs/planning-rules.md#unified-pages)",
             field=f"layers[{name!r}].alignment",
         )
     return _replace(spec, page_size_padded=largest)

@@ -2,7 +2,10 @@
 
 An entry is a sparse-MLA model (planned with HiSparse by default) unless its `"kind"` is
 `"regular"`. `"weights"` gives the parameter count and the bits a parameter takes, for the
-per-rank weight estimate of a deployment (see `hardware`).
+per-rank weight estimate of a deployment (see `hardware`). `"default_max_model_len"` is the
+max_model_len the command plans when none is given: a token count, or `"auto"` (the longest
+that fits the memory, up to max_position_embeddings) for a model whose max_position_embeddings
+fits no GPU (Llama 4 Scout's 10M tokens); without it, max_position_embeddings.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.config_file import (
@@ -22,6 +25,8 @@ from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.regular import RegularArchitecture
 
 DATA_FILE = "models.json"
+Length = int | Literal["auto"]
+"""A max_model_len: tokens, or `auto` (the longest that fits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class Preset:
     weights: Weights | None = None
     source: str = ""
     """Where the config fields come from."""
+    default_max_model_len: Length | None = None
+    """The max_model_len planned when none is chosen; None: max_position_embeddings."""
 
     @property
     def sparse_architecture(self) -> ModelArchitecture | None:
@@ -72,9 +79,23 @@ def presets() -> dict[str, Preset]:
             architecture=_architecture(name, entry),
             weights=Weights(**entry["weights"]) if "weights" in entry else None,
             source=entry.get("source", ""),
+            default_max_model_len=_length(name, entry.get("default_max_model_len")),
         )
         for name, entry in raw.items()
     }
+
+
+def _length(name: str, value: object) -> Length | None:
+    if value is None:
+        return None
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    raise ConfigError(
+        f"preset {name}: default_max_model_len: expected a token count or 'auto', got {value!r}",
+        field="default_max_model_len",
+    )
 
 
 def _key(name: str) -> str:

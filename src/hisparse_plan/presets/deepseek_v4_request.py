@@ -87,7 +87,7 @@ def _state(dim: int, ratio: int) -> dict[str, Any]:
 
 
 def _refuse_unplannable(arch: RegularArchitecture, settings: Settings) -> None:
-    refuse_unplannable(settings, KV_DTYPE, "vLLM 0.33's FlashMLA sparse DeepSeek-V4 cache")
+    refuse_unplannable(settings, (KV_DTYPE,), "vLLM 0.33's FlashMLA sparse DeepSeek-V4 cache")
     if settings.block_size not in (None, CACHE_BLOCK):
         raise ConfigError(
             f"block_size: DeepSeek-V4's compressed caches use vLLM's {CACHE_BLOCK}-token blocks "

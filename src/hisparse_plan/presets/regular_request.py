@@ -15,6 +15,11 @@ attention block, and, as on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), 
 exports one prefill checkpoint per request (`num_prefill_checkpoint_blocks` 1, on a grid of one
 Mamba block), which makes `a` a multiple of 64 too. Without prefix caching a Mamba layer's
 block_size is max_model_len (one state per request).
+
+Cache dtype: bfloat16 by default; `fp8_e4m3` or `fp8_e5m2` (vLLM's `--kv-cache-dtype fp8`)
+store one byte an element as `uint8`, as vLLM does, halving every attention page. Mamba
+states keep bfloat16 (vLLM sizes them by the model dtype, not the KV-cache dtype), and the
+hybrid block alignment above uses the fp8 attention page.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from hisparse_plan.models import PlanRequest, dtype_size
+from hisparse_plan.models import DType, PlanRequest, dtype_size
 from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.kv_dtypes import REGULAR_DTYPES
 from hisparse_plan.presets.regular import LayerKind, RegularArchitecture
 from hisparse_plan.presets.settings import (
     DEFAULTS,
@@ -42,6 +48,9 @@ KERNEL_BLOCK: Final = 16
 CHECKPOINT_ALIGNMENT: Final = 64
 """FlashInfer's Gated DeltaNet prefill emits checkpoints on multiples of 64 tokens."""
 DTYPE: Final = "bfloat16"
+"""The model dtype: what Mamba states hold, and attention caches unless fp8 is asked."""
+FP8_STORAGE: Final[DType] = "uint8"
+"""vLLM stores every fp8 KV-cache format as uint8 (its STR_DTYPE_TO_TORCH_DTYPE)."""
 NOT_FOR_REGULAR: Final = {
     "host_pool_bytes": "a HiSparse host pool",
     "device_buffer_size": "a HiSparse hot buffer",
@@ -51,7 +60,8 @@ NOT_FOR_REGULAR: Final = {
 
 
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
-    refuse_unplannable(settings, DTYPE, "its layers are regular attention")
+    refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention")
+    cache_dtype: DType = DTYPE if settings.kv_dtype in (None, DTYPE) else FP8_STORAGE
     tp = settings.tp or 1
     kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
     head = arch.head_size
@@ -62,10 +72,11 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     linear: dict[str, Any] | None = None
     if "linear" in kinds:
         linear, block_size = _linear_spec(
-            arch, tp, kv_heads, block_size, max_model_len if not align_mode else None
+            arch, tp, kv_heads, block_size, max_model_len if not align_mode else None,
+            cache_dtype,
         )
     attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
-                 "dtype": DTYPE}
+                 "dtype": cache_dtype}
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         if kind == "linear":
@@ -104,13 +115,14 @@ def regular_plan_request(
     )
 
 
-def refuse_unplannable(settings: Settings, dtype: str, why: str) -> None:
-    """Refuse the settings a regular model cannot take: another cache dtype than `dtype` (the
-    one its caches are planned in, `why`), and the HiSparse and MTP ones."""
-    if settings.kv_dtype not in (None, dtype):
+def refuse_unplannable(settings: Settings, dtypes: tuple[str, ...], why: str) -> None:
+    """Refuse the settings a regular model cannot take: a cache dtype outside `dtypes` (the
+    ones its caches can be planned in, `why`), and the HiSparse and MTP ones."""
+    if settings.kv_dtype is not None and settings.kv_dtype not in dtypes:
+        expected = " or ".join(dtypes)
         raise ConfigError(
-            f"kv_dtype: this model's caches are planned in {dtype} ({why}): expected {dtype}, "
-            f"got {settings.kv_dtype}",
+            f"kv_dtype: this model's caches are planned in {expected} ({why}): expected "
+            f"{expected}, got {settings.kv_dtype}",
             field="kv_dtype",
         )
     if settings.hisparse:
@@ -151,9 +163,10 @@ def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any])
 
 def _linear_spec(
     arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int,
-    max_model_len: int | None,
+    max_model_len: int | None, cache_dtype: DType,
 ) -> tuple[dict[str, Any], int]:
-    """The linear-attention layer spec, and the attention block size vLLM aligns to it.
+    """The linear-attention layer spec, and the attention block size vLLM aligns to it (from
+    the attention page in `cache_dtype`).
 
     `max_model_len` None: align mode (prefix caching), where the Mamba block is the attention
     block and each layer keeps one prefill checkpoint."""
@@ -166,7 +179,7 @@ def _linear_spec(
             )
     shapes = arch.linear_state_shapes(tp)
     state_bytes = sum(math.prod(shape) for shape in shapes) * dtype_size(DTYPE)
-    token_bytes = 2 * kv_heads * arch.head_size * dtype_size(DTYPE)
+    token_bytes = 2 * kv_heads * arch.head_size * dtype_size(cache_dtype)
     align = max(KERNEL_BLOCK, block_size)
     if max_model_len is None:
         align = math.lcm(align, CHECKPOINT_ALIGNMENT)

@@ -127,11 +127,13 @@ def override_request(request: PlanRequest, settings: Settings) -> PlanRequest:
 
 
 def _touches_hisparse(settings: Settings) -> bool:
+    """Settings that only a HiSparse section holds. `tp` is not one: on a regular request it
+    changes nothing (its layers are already one rank's), and on a HiSparse one it only sets
+    the pool's sharing."""
     return any(
         value is not None
         for value in (
             settings.host_pool_bytes, settings.device_buffer_size, settings.spec_tokens,
-            settings.tp,
         )
     )
 

@@ -48,7 +48,7 @@ class Settings:
     stage_gpu_mem_bytes: tuple[int, ...] | None = None
     """KV-cache bytes of each pipeline stage (else gpu_mem_bytes for every stage)."""
     auto_fit: bool | None = None
-    """Let the plan shorten max_model_len to what fits (SPEC 7.8)."""
+    """Let the plan shorten max_model_len to what fits (see docs/planning-rules.md#auto-fit)."""
     speculative: Speculative | None = None
     """"mtp": the model's next-n (MTP) draft layers join the plan."""
     vllm: VllmVersion | None = None
@@ -176,7 +176,8 @@ def device_section(
             {"layers": layers, "available_bytes": nbytes}
             for layers, nbytes in zip(stage_layers(decoder_layers, pp), memory, strict=True)
         ]
-        # Each stage brings its own memory; the single-stage figure is unused (SPEC 4.1).
+        # Each stage brings its own memory; the single-stage figure is unused (see
+        # docs/planning-rules.md#requests).
         section["available_bytes"] = 0
     return section
 

@@ -1,4 +1,5 @@
-"""SPEC formulas as small pure functions: no planning state, no I/O.
+"""The planning rules (docs/planning-rules.md) as small pure functions: no planning state, no
+I/O.
 
 The planner's stages and the checker both call these, so each rule is written once.
 """

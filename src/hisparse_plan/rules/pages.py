@@ -21,7 +21,8 @@ def check_pages(distinct: Sequence[Layer]) -> None:
             if twin.alignment != spec.alignment:
                 raise PlanError(
                     f"layers[{name!r}].alignment: layers that differ only in alignment must "
-                    f"share one (SPEC 7.12); expected {twin.alignment} like {twin_name!r}, got "
+                    "share one (see docs/planning-rules.md#window-merges); expected "
+                    f"{twin.alignment} like {twin_name!r}, got "
                     f"{spec.alignment}",
                     field=f"layers[{name!r}].alignment",
                 )

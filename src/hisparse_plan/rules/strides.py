@@ -38,7 +38,8 @@ def axis_strides(
 
 
 def page_extents(spec: LayerSpecBase, layers: int, num_blocks: int) -> dict[Axis, int]:
-    """The logical shape `[L, B, H, N, C]` of `layers` layers of `spec` (SPEC 7.1)."""
+    """The logical shape `[L, B, H, N, C]` of `layers` layers of `spec` (see
+    docs/planning-rules.md#pages)."""
     return {
         "L": layers,
         "B": num_blocks,

@@ -35,14 +35,29 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / GIB:.2f} GiB ({nbytes} bytes)"
 
 
-def check_host_fits(requested: int, memory: HostMemory, *, what: str = "the host pool") -> None:
-    """Refuse `requested` bytes above HOST_RAM_FRACTION of what is available."""
+HOST_POOL_ADVICE = "Lower hisparse.host_pool_gib or free host memory"
+DEVICE_POOL_ADVICE = (
+    "Lower device.available_bytes (--gpu-mem), verify on --device meta or cuda, or free host "
+    "memory"
+)
+"""What to change when only a CPU device pool (no host pool) does not fit."""
+
+
+def check_host_fits(
+    requested: int,
+    memory: HostMemory,
+    *,
+    what: str = "the host pool",
+    advice: str = HOST_POOL_ADVICE,
+) -> None:
+    """Refuse `requested` bytes above HOST_RAM_FRACTION of what is available; `advice` says
+    what to lower (a plan without a host pool has no host_pool_gib to lower)."""
     allowed = int(memory.available * HOST_RAM_FRACTION)
     if requested > allowed:
         raise HostMemoryError(
             f"{what}: {gib(requested)} asked for, but only {gib(memory.available)} of host RAM "
             f"is available ({memory.source}); expected at most {HOST_RAM_FRACTION:.0%} of that, "
-            f"{gib(allowed)}. Lower hisparse.host_pool_gib or free host memory",
+            f"{gib(allowed)}. {advice}",
             requested=requested,
             available=memory.available,
         )

@@ -26,7 +26,12 @@ from hisparse_plan.torch.host import (
     MetaHostBuffer,
     default_prefault_threads,
 )
-from hisparse_plan.torch.hostmem import available_host_memory, check_host_fits, gib
+from hisparse_plan.torch.hostmem import (
+    DEVICE_POOL_ADVICE,
+    available_host_memory,
+    check_host_fits,
+    gib,
+)
 from hisparse_plan.torch.hostpool import (
     HostState,
     attached_placement,
@@ -245,7 +250,8 @@ def allocate(
         )
     if target.type == "meta" or host_bytes is None:
         if target.type != "meta":
-            check_host_fits(in_ram, available_host_memory(), what=f"the CPU {device_name} pool")
+            check_host_fits(in_ram, available_host_memory(), what=f"the CPU {device_name} pool",
+                            advice=DEVICE_POOL_ADVICE)
         host = None if host_bytes is None else MetaHostBuffer(host_bytes)
         device_pool = allocate_device_pool(device_bytes, target, device_name)
         return _done(plan, HostState(host), device_pool, index)

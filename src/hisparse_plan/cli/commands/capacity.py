@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
+from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.compare import add_compare_arguments, run_compare
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.serving import render_serving, serving_from
 from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
 from hisparse_plan.cli.source import (
     Source,
@@ -23,6 +27,7 @@ from hisparse_plan.operator import (
     SweepAxis,
     compare,
     default_points,
+    fitted_request,
     sweep,
 )
 from hisparse_plan.rules.host import host_budget_bytes
@@ -44,11 +49,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "doubling from 4096 tokens up to --max-model-len, or 16GiB to 1TiB; "
                             f"at most {MAX_POINTS} points")
     group.add_argument("--plot", metavar="FILE.png",
-                       help="draw the sweep as a PNG (needs the plot extra: matplotlib)")
+                       help="draw the sweep or the --compare table as a PNG (needs the plot "
+                            "extra: matplotlib)")
+    add_compare_arguments(parser)
     add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return run_compare(args)
+    if args.plot_memory is not None or args.node_gpus is not None:
+        raise CommandError("--plot-memory and --node-gpus need --compare")
     if args.sweep is None and (args.plot is not None or args.points is not None):
         flag = "--plot" if args.plot is not None else "--points"
         raise CommandError(f"{flag} needs --sweep max-model-len or --sweep host-pool")
@@ -58,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
             "pool at each point; give the sizes with --points"
         )
     source = resolve_source(args)
+    # --max-model-len auto: HiSparse, its baseline and a sweep compare at the fitted length.
+    source = dataclasses.replace(source, request=fitted_request(source.request))
     out = Renderer(plain=args.plain)
     if args.sweep is None:
         comparison = compare(source.request)
@@ -65,17 +78,24 @@ def run(args: argparse.Namespace) -> int:
             print(comparison.model_dump_json(indent=2))
         else:
             render_comparison(out, source, comparison)
+            serving = serving_from(args)
+            if serving.shown:
+                out.line()
+                render_serving(out, serving, comparison.hisparse.max_concurrency)
         return 0
     axis: SweepAxis = args.sweep
-    longest = args.max_model_len or (
-        source.architecture.max_position_embeddings if source.architecture else None
+    trained = source.config.max_position_embeddings if source.config is not None else None
+    chosen = args.max_model_len if isinstance(args.max_model_len, int) else None
+    longest = chosen or (
+        source.request.model.max_model_len if args.max_model_len == AUTO else trained
     )
     values = (
         _points(axis, args.points)
         if args.points is not None
         else default_points(axis, source.request, longest)
     )
-    result = sweep(source.request, axis, values)
+    result = sweep(source.request, axis, values, max_position_embeddings=trained,
+                   allow_long_context=args.allow_long_context)
     if args.plot is not None:
         from hisparse_plan.cli.plot import plot_sweep
 
@@ -178,7 +198,9 @@ COMMAND = Command(
     help="HiSparse against the all-GPU baseline on the same GPU memory",
     description="Concurrent max_model_len requests with HiSparse and with every layer "
     "(source, indexer and any other) on the GPU, side by side, and their ratio. The baseline "
-    "is the same request planned without HiSparse (a regular plan, SPEC 7), not a formula.",
+    "is the same request planned without HiSparse (a regular plan), not a formula. With "
+    "--compare: deployments side by side (GPU x tensor-parallel x data-parallel x KV-cache "
+    "dtype, and HiSparse on and off), for any model.",
     configure=configure,
     run=run,
 )

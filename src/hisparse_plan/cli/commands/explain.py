@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
-    result = explain(source.request, architecture=source.architecture, kv_dtype=source.kv_dtype)
+    result = explain(source.request, architecture=source.config or source.architecture,
+                     kv_dtype=source.kv_dtype)
     if args.section is not None:
         result = _sections(result, args.section)
     if args.json:
@@ -49,7 +50,8 @@ def _sections(result: Explanation, word: str) -> Explanation:
     """The sections whose title contains `word` (any case); a word that matches none is a
     refusal listing the titles there are, not an empty answer."""
     wanted = word.strip().lower()
-    kept = [s for s in result.sections if wanted and wanted in s.title.lower()]
+    # The name before the docs reference: "see docs/..." would match every section.
+    kept = [s for s in result.sections if wanted and wanted in s.title.split(" (")[0].lower()]
     if not kept:
         names = ", ".join(s.title.split(" (")[0] for s in result.sections)
         raise CommandError(
@@ -77,7 +79,8 @@ COMMAND = Command(
     name="explain",
     help="every number of a plan with the formula and inputs it came from",
     description="Show what each planning stage decided and why (group, size, admit, place, "
-    "report; SPEC 5 and 7), with the formula and its inputs beside every number; for a preset "
+    "report; docs/planning-rules.md), with the formula and its inputs beside every number; for a "
+    "preset "
     "or config.json, start from the config.json fields.",
     configure=configure,
     run=run,

@@ -9,6 +9,7 @@ from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
 from hisparse_plan.cli.memory_render import render_rank_memory
 from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.serving import render_serving, serving_from
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import (
     Source,
@@ -41,13 +42,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Renderer(plain=args.plain)
     if result.host_pool is None:
-        render_regular_plan(out, source.title, result)
+        render_regular_plan(out, source.title, result, source.kv_dtype)
     else:
         render_plan(out, source, result)
+    serving = serving_from(args)
+    if serving.shown:
+        out.line()
+        render_serving(out, serving, result.capacity.max_concurrency)
     breakdown = rank_memory(args)
     if breakdown is not None:
         out.line()
-        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem))
+        split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
+        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem), split)
     return 0
 
 

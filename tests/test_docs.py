@@ -1,0 +1,192 @@
+"""The docs that ship with the package: every reference a message, a docstring or the trace
+makes lands on a heading that exists; no user-facing text cites the internal SPEC; the wheel
+carries the docs; every plan model and field is described."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import hisparse_plan as hp
+from cli_support import Run
+from golden import GOLDEN
+from hisparse_plan.models import plan as plan_models
+from hisparse_plan.models.group_specs import HisparseHotSpec, HisparseResidentSpec, UniformTypeSpec
+from hisparse_plan.models.layer_specs import LAYER_SPEC_CLASSES
+from hisparse_plan.models.request import (
+    DeviceConfig,
+    HisparseConfig,
+    ModelConfig,
+    PipelineStage,
+    PlanRequest,
+    SchedulerConfig,
+)
+from hisparse_plan.planning import plan_traced
+from hisparse_plan.presets import Settings, build_request, load_preset
+from hisparse_plan.rule_docs import ANCHORS, rule_doc
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+SRC = REPO / "src" / "hisparse_plan"
+REFERENCE = re.compile(r"docs/([\w-]+\.md)((?:#[\w-]+)?(?:, #[\w-]+)*)")
+
+
+def slugs(path: Path) -> set[str]:
+    """GitHub's anchors for a Markdown file's headings."""
+    found = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_reference_in_the_source_lands_on_a_heading() -> None:
+    checked = 0
+    for path in SRC.rglob("*.py"):
+        for match in REFERENCE.finditer(path.read_text(encoding="utf-8")):
+            doc = DOCS / match.group(1)
+            assert doc.is_file(), f"{path}: {match.group(0)}"
+            for anchor in re.findall(r"#([\w-]+)", match.group(2)):
+                assert anchor in slugs(doc), f"{path}: #{anchor} not in {doc.name}"
+                checked += 1
+    assert checked > 30
+
+
+def test_rule_anchors_exist() -> None:
+    rules = slugs(DOCS / "planning-rules.md")
+    assert {anchor for _, anchor in ANCHORS} <= rules
+    assert rule_doc("7.3.2 step 1") == "docs/planning-rules.md#unified-pages"
+    assert rule_doc("5.12 / 7.7") == "docs/planning-rules.md#admission"
+    assert rule_doc("7.3") == "docs/planning-rules.md#grouping"
+    assert rule_doc("6.1") == "docs/plan-contract.md"
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3.2", "gemma-3-27b", "qwen3-next-80b"])
+def test_every_traced_rule_has_an_anchor(model: str) -> None:
+    request = build_request(load_preset(model).architecture, Settings(max_model_len=32768))
+    for decision in plan_traced(request).trace.decisions:
+        assert "#" in rule_doc(decision.rule), decision.rule
+
+
+def test_refusals_cite_the_docs_not_the_spec() -> None:
+    cases = sorted(GOLDEN.glob("*reject*.request.json"))
+    assert cases
+    for path in cases:
+        with pytest.raises(hp.PlanError) as refused:
+            hp.plan(hp.PlanRequest.model_validate_json(path.read_text()))
+        message = str(refused.value)
+        assert "SPEC" not in message, path.name
+        assert "../shared" not in message, path.name
+
+
+def test_admission_refusal_points_at_the_admission_rule() -> None:
+    request = build_request(load_preset("llama-3-70b").architecture,
+                            Settings(gpu_mem_bytes=2**30))
+    with pytest.raises(hp.PlanError, match=r"see docs/planning-rules\.md#admission"):
+        hp.plan(request)
+
+
+def test_no_user_facing_string_cites_the_spec() -> None:
+    """Messages raised and every docstring of the public models, errors, CLI and operator."""
+    public = ["models", "operator", "cli", "presets", "exchange", "errors.py", "__init__.py"]
+    for part in public:
+        root = SRC / part
+        for path in [root] if root.is_file() else root.rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"SPEC \d", text), path
+            assert "../shared" not in text, path
+
+
+def test_the_wheel_carries_the_docs() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    for doc in ("planning-rules.md", "plan-contract.md"):
+        assert included[f"docs/{doc}"] == f"hisparse_plan/docs/{doc}"
+        assert (DOCS / doc).is_file()
+
+
+PLAN_MODELS: list[type[BaseModel]] = [
+    plan_models.KVCachePlan, plan_models.KVCacheGroup, plan_models.KVCacheTensor,
+    plan_models.HostPool, plan_models.DevicePool, plan_models.Capacity, plan_models.Workload,
+    UniformTypeSpec, HisparseResidentSpec, HisparseHotSpec,
+]
+
+
+@pytest.mark.parametrize("model", PLAN_MODELS, ids=lambda m: m.__name__)
+def test_plan_models_and_fields_are_described(model: type[BaseModel]) -> None:
+    assert model.__doc__
+    assert model.__doc__.strip()
+    for name, field in model.model_fields.items():
+        if name == "kind":
+            continue
+        assert field.description, f"{model.__name__}.{name}"
+
+
+def test_plan_contract_names_every_plan_field() -> None:
+    text = (DOCS / "plan-contract.md").read_text(encoding="utf-8")
+    for model in PLAN_MODELS[:7]:
+        for name in model.model_fields:
+            assert f"`{name}`" in text, f"{model.__name__}.{name}"
+
+
+def test_docs_command_prints_what_messages_cite(cli: Run) -> None:
+    code, out, err = cli("docs")
+    assert (code, err) == (0, "")
+    assert out == (DOCS / "planning-rules.md").read_text(encoding="utf-8")
+    assert "## Admission" in out
+    code, out, _ = cli("docs", "plan-contract", "--path")
+    assert code == 0
+    assert Path(out.strip()) == DOCS / "plan-contract.md"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [*sorted(LAYER_SPEC_CLASSES, key=lambda m: m.__name__), PlanRequest, ModelConfig,
+     HisparseConfig, DeviceConfig, PipelineStage, SchedulerConfig],
+    ids=lambda m: m.__name__,
+)
+def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None:
+    assert model.__doc__
+    assert model.__doc__.strip()
+    for name, field in model.model_fields.items():
+        if name in ("kind", "model", "device", "scheduler"):
+            continue  # the tag, and sections whose own models are described
+        assert field.description, f"{model.__name__}.{name}"
+
+
+PUBLIC_MODULES = ("hisparse_plan", "hisparse_plan.planning", "hisparse_plan.checking",
+                  "hisparse_plan.views", "hisparse_plan.exchange", "hisparse_plan.operator",
+                  "hisparse_plan.presets", "hisparse_plan.rules", "hisparse_plan.adapters.vllm")
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_public_docstrings_cite_the_docs_not_the_spec(name: str) -> None:
+    """What `help()` shows a user: the module and everything it exports."""
+    module = importlib.import_module(name)
+    assert "SPEC" not in (module.__doc__ or ""), name
+    for export in getattr(module, "__all__", []):
+        value = getattr(module, export)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert "SPEC" not in (inspect.getdoc(value) or ""), f"{name}.{export}"
+
+
+def test_installed_docs_are_found_inside_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the wheel puts them (force-include to hisparse_plan/docs/), and nowhere else."""
+    from hisparse_plan import rule_docs
+
+    package = tmp_path / "site-packages" / "hisparse_plan"
+    (package / "docs").mkdir(parents=True)
+    (package / "docs" / "planning-rules.md").write_text("# Planning rules\n")
+    monkeypatch.setattr(rule_docs, "__file__", str(package / "rule_docs.py"))
+    assert rule_docs.doc_path("planning-rules") == package / "docs" / "planning-rules.md"
+    with pytest.raises(hp.PlanError, match="neither in the package nor beside it"):
+        rule_docs.doc_path("plan-contract")
