@@ -1,4 +1,4 @@
-"""Cost in heads: check_plan() on two-layer plans whose pages have 10^7 heads apart (LHBNC,
+"""Cost in heads: check_plan() on four-layer plans whose pages have 10^7 heads apart (LHBNC,
 BHLNC), beside one head, so the two figures can be compared. Each figure is one call.
 
     .venv/bin/python benchmarks/bench_check_extremes.py [--heads 1 10000000]
@@ -17,13 +17,13 @@ import hisparse_plan as hp
 
 
 def heads_request(heads: int, layout: str) -> dict[str, Any]:
-    """A full-attention and a sliding-window layer (two groups overlaying one pool)."""
+    """Full-attention and sliding-window layers, alternating: two groups of two layers
+    overlaying one pool, so BHLNC interleaves each tensor's layers head by head."""
     base = {"block_size": 16, "num_kv_heads": heads, "head_size": 128, "dtype": "bfloat16"}
+    full = {"kind": "full_attention", **base}
+    sliding = {"kind": "sliding_window", "sliding_window": 4096, **base}
     return {
-        "layers": {
-            "model.layers.0.attn": {"kind": "full_attention", **base},
-            "model.layers.1.attn": {"kind": "sliding_window", "sliding_window": 4096, **base},
-        },
+        "layers": {f"model.layers.{i}.attn": sliding if i % 2 else full for i in range(4)},
         "model": {"max_model_len": 1024},
         "device": {"available_bytes": 2**62, "kv_cache_layout": layout},
     }

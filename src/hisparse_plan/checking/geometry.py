@@ -141,7 +141,7 @@ def _check_lattice(pool: str, trains: list[Train], period: int, num_blocks: int)
     parts.sort(key=lambda part: (part.q, part.r))
     classes = [list(group) for _, group in groupby(parts, key=lambda part: part.q)]
     for members in classes:
-        _check_same_block(pool, members, period, 0, num_blocks)
+        _check_same_block(pool, members, period, num_blocks)
     for i, first in enumerate(classes):
         # Classes are sorted by q; only those that start within the reach of one of this
         # class's parts can meet it (walked by index: slicing the rest would copy it for every
@@ -156,17 +156,16 @@ def _check_lattice(pool: str, trains: list[Train], period: int, num_blocks: int)
             if distance % num_blocks:
                 _check_classes_apart(pool, reaching, second, period, num_blocks)
             else:
-                _check_same_block(pool, reaching + second, period, distance, num_blocks)
+                _check_same_block(pool, reaching + second, period, num_blocks)
 
 
 def _check_same_block(
-    pool: str, members: list[_Part], period: int, distance: int, num_blocks: int
+    pool: str, members: list[_Part], period: int, num_blocks: int
 ) -> None:
     """Parts that hold the same block id wherever they meet (their q agree mod num_blocks):
     one group's runs must not meet.
 
     Sorted by start, a set of runs overlaps somewhere exactly when two neighbours overlap.
-    `distance` is how many windows after the first part's q the later parts start.
     """
     by_group = sorted(members, key=lambda part: (part.train.group, part.r))
     for previous, part in pairwise(by_group):
