@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from hisparse_plan.models import PlanRequest, dtype_size
+from hisparse_plan.models import DType, PlanRequest, dtype_size
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.regular import LayerKind, RegularArchitecture
 from hisparse_plan.presets.settings import (
@@ -31,6 +31,11 @@ from hisparse_plan.presets.settings import (
 
 ATTENTION_LAYER: Final = "model.layers.{}.self_attn.attn"
 LINEAR_LAYER: Final = "model.layers.{}.linear_attn"
+MAMBA_LAYER: Final = "model.layers.{}.mixer"
+PARALLEL_MAMBA_LAYER: Final = "model.layers.{}.mamba.mamba"
+STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba"})
+MLA_BLOCK_SIZE: Final = 64
+"""The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
 DEFAULT_BLOCK_SIZE: Final = 16
 """vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, which its attention backends keep."""
 KERNEL_BLOCK: Final = 16
@@ -45,24 +50,54 @@ NOT_FOR_REGULAR: Final = {
 
 
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
-    refuse_unplannable(settings, DTYPE, "its layers are regular attention")
-    tp = settings.tp or 1
-    kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
-    head = arch.head_size
     kinds = arch.layer_kinds()
+    why = ("plain MLA: fp8_ds_mla is the sparse-MLA backends' format" if "mla" in kinds
+           else "its layers are regular attention")
+    refuse_unplannable(settings, DTYPE, why)
+    tp = settings.tp or 1
     max_model_len = context_length(arch.max_position_embeddings, settings)
     block_size = settings.block_size or DEFAULT_BLOCK_SIZE
-    linear: dict[str, Any] | None = None
-    if "linear" in kinds:
-        linear, block_size = _linear_spec(arch, tp, kv_heads, block_size, max_model_len)
+    if "mla" in kinds:
+        return _mla_request(arch, kinds, settings, max_model_len)
+    kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
+    head = arch.head_size
+    states: dict[str, Any] | None = None
+    if STATEFUL & set(kinds):
+        shapes, dtypes = _states(arch, tp)
+        states, block_size = _mamba_spec(shapes, dtypes, kv_heads * head, block_size,
+                                         max_model_len)
     attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
                  "dtype": DTYPE}
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
+        caches: dict[str, Any] = {}
         if kind == "linear":
-            decoder_layers.append({LINEAR_LAYER.format(i): linear})
-        else:
-            decoder_layers.append({ATTENTION_LAYER.format(i): _attention(arch, kind, attention)})
+            caches[LINEAR_LAYER.format(i)] = states
+        elif kind == "mamba":
+            caches[MAMBA_LAYER.format(i)] = states
+        elif kind == "full_and_mamba":
+            caches[ATTENTION_LAYER.format(i)] = _attention(arch, "full", attention)
+            caches[PARALLEL_MAMBA_LAYER.format(i)] = states
+        elif kind != "none":
+            caches[ATTENTION_LAYER.format(i)] = _attention(arch, kind, attention)
+        decoder_layers.append(caches)
+    return regular_plan_request(decoder_layers, max_model_len, settings)
+
+
+def _mla_request(
+    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, max_model_len: int
+) -> PlanRequest:
+    """Plain MLA (DeepSeek-V2/V3, Kimi-K2): one latent row of kv_lora_rank + qk_rope_head_dim
+    elements per token, the same on every tensor-parallel rank (vLLM replicates it)."""
+    odd = sorted(set(kinds) - {"mla"})
+    if odd:
+        raise ConfigError(
+            f"kinds: a model with MLA layers is planned with MLA layers only, got {', '.join(odd)}"
+        )
+    spec = {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
+            "head_size": (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0),
+            "dtype": DTYPE}
+    decoder_layers = [{ATTENTION_LAYER.format(i): spec} for i in range(len(kinds))]
     return regular_plan_request(decoder_layers, max_model_len, settings)
 
 
@@ -128,10 +163,10 @@ def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any])
     return {"kind": "full_attention", **base}
 
 
-def _linear_spec(
-    arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int, max_model_len: int
-) -> tuple[dict[str, Any], int]:
-    """The linear-attention layer spec, and the attention block size vLLM aligns to it."""
+def _states(arch: RegularArchitecture, tp: int) -> tuple[list[list[int]], list[DType]]:
+    """One rank's recurrent states of the model's linear-attention or Mamba layers."""
+    if arch.mamba is not None:
+        return arch.mamba.state_shapes(tp), arch.mamba.state_dtypes(DTYPE)
     for field, total in (("linear_num_value_heads", arch.linear_num_value_heads or 0),
                          ("linear_num_key_heads", arch.linear_num_key_heads or 0)):
         if total % tp:
@@ -140,8 +175,19 @@ def _linear_spec(
                 field="tp",
             )
     shapes = arch.linear_state_shapes(tp)
-    state_bytes = sum(math.prod(shape) for shape in shapes) * dtype_size(DTYPE)
-    token_bytes = 2 * kv_heads * arch.head_size * dtype_size(DTYPE)
+    return shapes, [DTYPE] * len(shapes)
+
+
+def _mamba_spec(
+    shapes: list[list[int]], dtypes: list[DType], token_elements: int, block_size: int,
+    max_model_len: int,
+) -> tuple[dict[str, Any], int]:
+    """The Mamba layer spec, and the attention block size vLLM aligns to it (`token_elements`:
+    one token's key elements on this rank, kv heads x head size)."""
+    state_bytes = sum(
+        math.prod(shape) * dtype_size(dtype) for shape, dtype in zip(shapes, dtypes, strict=True)
+    )
+    token_bytes = 2 * token_elements * dtype_size(DTYPE)
     align = max(KERNEL_BLOCK, block_size)
     aligned = align * -(-state_bytes // (align * token_bytes))
     block_size = max(block_size, aligned)
@@ -149,7 +195,7 @@ def _linear_spec(
         "kind": "mamba",
         "block_size": max_model_len,
         "state_shapes": shapes,
-        "state_dtypes": [DTYPE] * len(shapes),
+        "state_dtypes": dtypes,
     }
     if block_size * token_bytes != state_bytes:
         spec["page_size_padded"] = block_size * token_bytes
