@@ -159,6 +159,20 @@ def test_layer_types_that_vllm_would_override_are_refused() -> None:
         model_from_config(fields, origin="gemma-2", use_transformers=False)
 
 
+def test_layers_are_named_as_vllm_names_them() -> None:
+    assert "language_model.model.layers.0.self_attn.attn" in _layers("gemma-3-1b-it", wrap=True)
+    assert "model.layers.7.mixer.attn" in _layers("nemotron-h-4b-base-8k")
+    assert "model.layers.1.attn.attn" in _layers("gpt-oss-20b")
+    assert "model.layers.0.linear_attn" in _layers("qwen3-next-80b-a3b-instruct")
+
+
+def test_every_missing_field_is_named() -> None:
+    fields = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8}
+    with pytest.raises(ConfigError, match=r"hidden_size: missing.*and 1 more: "
+                                          r"max_position_embeddings"):
+        model_from_config(fields, origin="x", use_transformers=False)
+
+
 def test_missing_kv_heads_default_to_one_per_query_head() -> None:
     fields = config("llama-3.1-8b-instruct")
     del fields["num_key_value_heads"]
@@ -167,8 +181,13 @@ def test_missing_kv_heads_default_to_one_per_query_head() -> None:
     assert arch.num_key_value_heads == 32
 
 
-def _layers(name: str, tp: int = 1, **given: Any) -> dict[str, hp.models.LayerSpec]:
-    arch = load_config_file(CONFIGS / name / "config.json", use_transformers=False)
+def _layers(
+    name: str, tp: int = 1, *, wrap: bool = False, **given: Any
+) -> dict[str, hp.models.LayerSpec]:
+    fields = config(name)
+    if wrap:  # as a multimodal model's text_config
+        fields = {"model_type": "wrapper", "vision_config": {}, "text_config": fields}
+    arch = model_from_config(fields, origin=name, use_transformers=False)
     return dict(build_request(arch, Settings(tp=tp, max_model_len=8192, **given)).layers)
 
 
@@ -193,18 +212,19 @@ def test_mamba_states_are_vllms() -> None:
     assert nemotron.state_shapes == [[3, 1152], [14, 64, 128]]
     assert nemotron.state_dtypes == ["bfloat16", "float32"]
     falcon = _layers("falcon-h1-0.5b-instruct", tp=2)
-    falcon_mamba = falcon["model.layers.0.mamba.mamba"]
+    # vLLM's own names: layer i's mixer is model.{36 + i}.mixer.
+    falcon_mamba = falcon["model.36.mixer"]
     assert isinstance(falcon_mamba, MambaSpec)
     # One group over 2 ranks: replicated to 2 groups.
     assert falcon_mamba.state_shapes == [[3, (1536 + 2 * 2 * 128) // 2], [12, 64, 128]]
-    assert falcon["model.layers.0.self_attn.attn"].kind == "full_attention"
+    assert falcon["model.layers.0.attn"].kind == "full_attention"
     with pytest.raises(ConfigError, match="multiple of the tensor-parallel ranks"):
         _layers("nemotron-h-4b-base-8k", tp=32)
 
 
 def test_hybrid_attention_blocks_align_to_the_mamba_page() -> None:
     layers = _layers("ai21-jamba-mini-1.6")
-    attention = layers["model.layers.4.self_attn.attn"]
+    attention = layers["model.layers.4.attn"]
     mamba = layers["model.layers.0.mixer"]
     assert attention.page_size_bytes == mamba.page_size_bytes
     assert attention.block_size % 16 == 0

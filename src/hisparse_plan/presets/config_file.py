@@ -20,7 +20,7 @@ from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.hf_layers import layer_layout
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
-from hisparse_plan.presets.regular import RegularArchitecture
+from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
 SPARSE_MARKER = "kv_lora_rank"
@@ -28,6 +28,7 @@ SPARSE_MARKER = "kv_lora_rank"
 INDEXER_FIELDS: Final = ("index_topk", "index_head_dim", "indexer_types", "index_topk_pattern")
 SPARSE_TYPES: Final = frozenset({"deepseek_v32", "glm_moe_dsa"})
 V4_FIELDS: Final = ("compress_ratios", "compress_rates")
+WRAPPER_PREFIX: Final = "language_model."
 NO_TRANSFORMERS: Final = (
     "transformers would default it; install hisparse-plan[hf] (transformers) to read this config "
     "with transformers' defaults, or add the field"
@@ -57,7 +58,9 @@ def _validated(
         message = first["msg"].removeprefix("Value error, ")
         if missing:
             message = f"missing; {missing_why}"
-        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        others = [".".join(str(part) for part in e["loc"]) or "(whole config)"
+                  for e in error.errors()[1:]]
+        more = f" (and {len(others)} more: {', '.join(others)})" if others else ""
         where = f"{origin}: {field}" if field else origin
         raise ConfigError(f"{where}: {message}{got}{more}", field=field) from None
 
@@ -101,7 +104,8 @@ def model_from_config(
     if is_sparse_mla(fields):
         return architecture_from_config(config, origin=origin)
     hf_fields = transformers_text_fields(config, origin) if use_transformers else None
-    missing_why = NO_TRANSFORMERS
+    missing_why = NO_TRANSFORMERS if fields.get("model_type") else (
+        "expected in a model's config.json")
     if hf_fields is not None:
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
@@ -121,6 +125,10 @@ def model_from_config(
     except ConfigError as error:
         raise ConfigError(f"{origin}: {error}", field=error.field) from None
     merged["kinds"], merged["mamba"] = layout.kinds, layout.mamba
+    # vLLM's multimodal models keep the language model under `language_model.`.
+    prefix = WRAPPER_PREFIX if "vision_config" in config else ""
+    names = {**LayerNames().model_dump(), **layout.names}
+    merged["layer_names"] = LayerNames(**{key: prefix + value for key, value in names.items()})
     return _validated(RegularArchitecture, merged, origin, missing_why)
 
 

@@ -75,8 +75,11 @@ class Layout:
     """The kinds one architecture's rule gives, and the markers that rule reads."""
 
     def __init__(self, kinds: list[LayerKind], reads: tuple[str, ...],
-                 mamba: MambaGeometry | None = None) -> None:
+                 mamba: MambaGeometry | None = None, names: Mapping[str, str] | None = None
+                 ) -> None:
         self.kinds, self.reads, self.mamba = kinds, reads, mamba
+        self.names: Mapping[str, str] = names or {}
+        """`LayerNames` templates where vLLM's code for the model names layers otherwise."""
 
 
 def _given(fields: Fields, name: str) -> bool:
@@ -138,7 +141,8 @@ def _jamba(fields: Fields, layers: int) -> Layout:
         source="mamba_expand, mamba_d_state, mamba_d_conv",
     )
     return Layout(kinds, ("attn_layer_period", "attn_layer_offset", "layers_block_type",
-                          "layer_types", "sliding_window"), geometry)
+                          "layer_types", "sliding_window"), geometry,
+                  {"attention": "model.layers.{i}.attn"})
 
 
 def _nemotron_h(fields: Fields, layers: int) -> Layout:
@@ -174,7 +178,8 @@ def _nemotron_h(fields: Fields, layers: int) -> Layout:
         "source": "mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel",
     })
     return Layout(kinds, ("hybrid_override_pattern", "layer_types", "layers_block_type",
-                          "sliding_window"), geometry)
+                          "sliding_window"), geometry,
+                  {"attention": "model.layers.{i}.mixer.attn"})
 
 
 def _falcon_h1(fields: Fields, layers: int) -> Layout:
@@ -194,8 +199,10 @@ def _falcon_h1(fields: Fields, layers: int) -> Layout:
         conv_kernel=_int(fields, "mamba_d_conv", "Falcon-H1's Mamba conv kernel"),
         source="mamba_d_ssm, mamba_n_groups, mamba_n_heads, mamba_d_head, mamba_d_state",
     )
+    # vLLM names the Mamba mixer of layer i `model.{num_hidden_layers + i}.mixer`.
     return Layout(["full_and_mamba"] * layers, ("layers_block_type", "layer_types",
-                                               "sliding_window"), geometry)
+                                               "sliding_window"), geometry,
+                  {"attention": "model.layers.{i}.attn", "mamba": "model.{ni}.mixer"})
 
 
 def _qwen3_next(fields: Fields, layers: int) -> Layout:
@@ -222,7 +229,8 @@ def _gpt_oss(fields: Fields, layers: int) -> Layout:
                 "whatever layer_types says; this config's layer_types differs",
                 field="layer_types",
             )
-    return Layout(kinds, ("layer_types", "sliding_window"))
+    return Layout(kinds, ("layer_types", "sliding_window"),
+                  names={"attention": "model.layers.{i}.attn.attn"})
 
 
 def _gemma(fields: Fields, layers: int) -> Layout:

@@ -56,4 +56,9 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
     fields: dict[str, Any] = text.to_dict()
     raw = config.get("text_config") if text is not hf_config else config
     raw_fields = raw if isinstance(raw, Mapping) else config
-    return {**raw_fields, **fields}
+    merged = {**raw_fields, **fields}
+    if raw_fields.get("model_type") is not None:
+        # The file's own type picks vLLM's model code (kimi_k2 read by DeepSeek-V3's class, or
+        # a class another library re-registered under a second type, stays what it says).
+        merged["model_type"] = raw_fields["model_type"]
+    return merged

@@ -67,6 +67,20 @@ LINEAR_FIELDS: Final = (
 )
 
 
+class LayerNames(BaseModel):
+    """How vLLM names a model's cache layers: templates formatted with `i`, the decoder layer,
+    and `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    attention: str = "model.layers.{i}.self_attn.attn"
+    linear: str = "model.layers.{i}.linear_attn"
+    mamba: str = "model.layers.{i}.mixer"
+
+    def name(self, template: str, i: int, layers: int) -> str:
+        return template.format(i=i, ni=layers + i)
+
+
 class RegularArchitecture(BaseModel):
     """The cache-shaping fields of a regular model's `config.json`; the rest is ignored."""
 
@@ -100,6 +114,7 @@ class RegularArchitecture(BaseModel):
     """Each decoder layer's kind, when a config.json reader decided it (see `hf_layers`); else
     the kinds follow from the fields above."""
     mamba: MambaGeometry | None = None
+    layer_names: LayerNames = LayerNames()
 
     @property
     def compressed_mla(self) -> bool:

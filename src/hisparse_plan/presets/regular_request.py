@@ -1,7 +1,9 @@
 """A plan request for a regular model (no HiSparse), with vLLM's default block sizes.
 
-Layer names are vLLM's: `model.layers.{i}.self_attn.attn` for attention layers and
-`model.layers.{i}.linear_attn` for linear-attention (Mamba-style) layers.
+Layer names are vLLM's (`RegularArchitecture.layer_names`): by default
+`model.layers.{i}.self_attn.attn` for attention layers, `model.layers.{i}.linear_attn` for
+linear-attention layers and `model.layers.{i}.mixer` for Mamba layers; a config.json reader
+sets the names vLLM's code for the model gives (`hf_layers`).
 
 Block sizes: 16 tokens for attention layers (vLLM's default), unless `block_size` is given.
 A hybrid model with linear-attention layers gets the block size and Mamba page padding that
@@ -29,10 +31,6 @@ from hisparse_plan.presets.settings import (
     scheduler_section,
 )
 
-ATTENTION_LAYER: Final = "model.layers.{}.self_attn.attn"
-LINEAR_LAYER: Final = "model.layers.{}.linear_attn"
-MAMBA_LAYER: Final = "model.layers.{}.mixer"
-PARALLEL_MAMBA_LAYER: Final = "model.layers.{}.mamba.mamba"
 STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba"})
 MLA_BLOCK_SIZE: Final = 64
 """The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
@@ -68,18 +66,17 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
                                          max_model_len)
     attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
                  "dtype": DTYPE}
+    names = arch.layer_names
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
+        if kind in ("full", "sliding", "chunked", "full_and_mamba"):
+            base = "full" if kind == "full_and_mamba" else kind
+            caches[names.name(names.attention, i, len(kinds))] = _attention(arch, base, attention)
         if kind == "linear":
-            caches[LINEAR_LAYER.format(i)] = states
-        elif kind == "mamba":
-            caches[MAMBA_LAYER.format(i)] = states
-        elif kind == "full_and_mamba":
-            caches[ATTENTION_LAYER.format(i)] = _attention(arch, "full", attention)
-            caches[PARALLEL_MAMBA_LAYER.format(i)] = states
-        elif kind != "none":
-            caches[ATTENTION_LAYER.format(i)] = _attention(arch, kind, attention)
+            caches[names.name(names.linear, i, len(kinds))] = states
+        elif kind in ("mamba", "full_and_mamba"):
+            caches[names.name(names.mamba, i, len(kinds))] = states
         decoder_layers.append(caches)
     return regular_plan_request(decoder_layers, max_model_len, settings)
 
@@ -97,7 +94,9 @@ def _mla_request(
     spec = {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
             "head_size": (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0),
             "dtype": DTYPE}
-    decoder_layers = [{ATTENTION_LAYER.format(i): spec} for i in range(len(kinds))]
+    names = arch.layer_names
+    decoder_layers = [{names.name(names.attention, i, len(kinds)): spec}
+                      for i in range(len(kinds))]
     return regular_plan_request(decoder_layers, max_model_len, settings)
 
 
