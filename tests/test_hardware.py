@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import pytest
@@ -95,7 +96,11 @@ def test_plan_on_real_hardware_says_where_each_byte_went(cli: Run) -> None:
     assert total == 143771 * 2**20
     assert sum(rows.values()) == total
     code, json_out, _ = cli("plan", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", "--json")
-    plan = hp.KVCachePlan.model_validate_json(json_out)
+    body = json.loads(json_out)
+    plan = hp.KVCachePlan.model_validate(body["plan"])
+    json_rows = {row["part"]: row["bytes"] for row in body["memory"]["per_rank"]}
+    assert sum(json_rows.values()) == total
+    assert json_rows["weights"] == rows["weights (1/8 of the model)"]
     assert DEEPSEEK_WEIGHTS is not None
     split = memory_breakdown(find_gpu("h200"), DEEPSEEK_WEIGHTS, tp=8)
     assert plan.device_pool.available_bytes == split.kv_cache
@@ -107,7 +112,9 @@ def test_explicit_kv_memory_overrides_the_estimate(cli: Run) -> None:
     code, out, err = cli("plan", "llama-3-8b", "--gpu", "h100", "--kv-cache-memory", "20GiB",
                          "--json")
     assert code == 0, err
-    assert hp.KVCachePlan.model_validate_json(out).device_pool.available_bytes == 20 * GIB
+    body = json.loads(out)
+    assert hp.KVCachePlan.model_validate(body["plan"]).device_pool.available_bytes == 20 * GIB
+    assert body["memory"]["per_rank"][0]["part"] == "not_for_kv_cache"
     code, _, err = cli("plan", "llama-3-8b", "--gpu-mem", "20GiB", "--kv-cache-memory", "20GiB")
     assert code == 2
     assert "expected one of them" in err

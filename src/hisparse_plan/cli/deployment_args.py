@@ -5,11 +5,14 @@ module stays one idea. `source.py` calls the two hooks below."""
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from hisparse_plan.cli.arg_types import non_negative_int, positive_int, positive_size, size_arg
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.presets import Settings, load_preset
+from hisparse_plan.presets import Settings, Weights, load_preset
 from hisparse_plan.presets.hardware import (
     DEFAULT_ACTIVATION_RESERVE,
     DEFAULT_UTILIZATION,
@@ -18,6 +21,7 @@ from hisparse_plan.presets.hardware import (
     gpu_names,
     memory_breakdown,
 )
+from hisparse_plan.presets.model_weights import INDEX_FILE, counted_weights, index_weights
 
 
 def size_list(text: str) -> tuple[int, ...]:
@@ -58,8 +62,14 @@ def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--gpu", metavar="NAME",
                        help="plan one rank of a real deployment on this GPU "
                             f"({', '.join(gpu_names())}): KV memory = HBM x "
-                            "--gpu-memory-utilization - weights (the preset's "
-                            "parameters over --tp x --pp ranks) - --activation-reserve")
+                            "--gpu-memory-utilization - weights (over --tp x --pp ranks: "
+                            "--weights-bytes, else a --hf-config's model.safetensors.index.json "
+                            "total_size, else --parameters or the preset's count x the bits "
+                            "its quantization_config / torch_dtype gives) - --activation-reserve")
+    group.add_argument("--weights-bytes", type=positive_size, metavar="SIZE",
+                       help="the whole model's weight bytes, all ranks together; with --gpu")
+    group.add_argument("--parameters", type=positive_int, metavar="N",
+                       help="the model's parameter count, for its weight bytes; with --gpu")
     group.add_argument("--gpu-memory-utilization", metavar="F",
                        help="share of the GPU's memory the engine may use, as vLLM's "
                             f"(default {DEFAULT_UTILIZATION}); needs --gpu (the memory it is a "
@@ -111,21 +121,16 @@ def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:
     """Where one rank's HBM goes, with --gpu; None without it."""
     if args.gpu is None:
         for flag, value in (("--gpu-memory-utilization", args.gpu_memory_utilization),
-                            ("--activation-reserve", args.activation_reserve)):
+                            ("--activation-reserve", args.activation_reserve),
+                            ("--weights-bytes", args.weights_bytes),
+                            ("--parameters", args.parameters)):
             if value is not None:
                 raise CommandError(f"{flag} needs --gpu NAME (the HBM it is a share of)")
         return None
-    if args.model is None:
-        raise CommandError("--gpu needs a model preset: the weights per rank come from its "
-                           "parameter count")
-    preset = load_preset(args.model)
-    if preset.weights is None:
-        raise CommandError(f"--gpu: preset {preset.name} has no parameter count to estimate "
-                           "its weights from; give --gpu-mem instead")
     reserve = args.activation_reserve
     return memory_breakdown(
         find_gpu(args.gpu),
-        preset.weights,
+        deployment_weights(args),
         tp=weight_shards(args),
         pp=args.pp or 1,
         gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
@@ -138,3 +143,41 @@ def weight_shards(args: argparse.Namespace) -> int:
     sharded over the data-parallel ranks too (--enable-expert-parallel)."""
     tp: int = args.tp or 1
     return tp * (args.dp or 1) if args.enable_expert_parallel else tp
+
+
+def deployment_weights(args: argparse.Namespace) -> Weights | int:
+    """The whole model's weights, from the best source the arguments give (`model_weights`)."""
+    if args.weights_bytes is not None:
+        return int(args.weights_bytes)
+    hf_config = getattr(args, "hf_config", None)
+    if hf_config is not None:
+        path = Path(hf_config)
+        from_index = index_weights(path)
+        if from_index is not None:
+            return from_index.total_bytes
+        if args.parameters is not None:
+            return counted_weights(args.parameters, _config_fields(path))
+        raise CommandError(
+            f"--gpu: no {INDEX_FILE} beside {path} to read the weight bytes from; give "
+            "--weights-bytes SIZE or --parameters N"
+        )
+    if getattr(args, "model", None) is None:
+        raise CommandError("--gpu needs the model's weights: a preset, a --hf-config with its "
+                           f"{INDEX_FILE}, or --weights-bytes")
+    preset = load_preset(args.model)
+    if args.parameters is not None:
+        bits = preset.weights.bits_per_parameter if preset.weights is not None else "16"
+        return Weights(args.parameters, bits, "--parameters")
+    if preset.weights is None:
+        raise CommandError(f"--gpu: preset {preset.name} has no parameter count to estimate "
+                           "its weights from; give --weights-bytes, --parameters or --gpu-mem")
+    return preset.weights
+
+
+def _config_fields(path: Path) -> dict[str, Any]:
+    """The config's top-level fields (where `quantization_config` and `torch_dtype` live, a
+    multimodal wrapper's included)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise CommandError(f"{path}: expected a JSON object")
+    return config

@@ -1,22 +1,38 @@
-"""Reading a model's own `config.json`: a sparse-MLA model's (it has `kv_lora_rank`) or a
-regular model's (everything else)."""
+"""Reading a model's own `config.json`: a sparse-MLA model's (a latent row and an indexer) or
+a regular model's (everything else, plain MLA included).
+
+A user's config file is read through transformers' config class for its `model_type` when the
+`hf` extra is installed (`hf_transformers`), so that defaults and derived per-layer kinds are
+transformers'; its layer kinds then follow vLLM's model code (`hf_layers`), which refuses any
+kind-deciding field it does not read. Without transformers a config that leaves out a field
+transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.regular import RegularArchitecture
+from hisparse_plan.presets.hf_layers import layer_layout
+from hisparse_plan.presets.hf_transformers import transformers_text_fields
+from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
 SPARSE_MARKER = "kv_lora_rank"
-"""A config with a latent (MLA) row is read as a sparse-MLA model."""
+"""A config with a latent (MLA) row and an indexer is read as a sparse-MLA model."""
+INDEXER_FIELDS: Final = ("index_topk", "index_head_dim", "indexer_types", "index_topk_pattern")
+SPARSE_TYPES: Final = frozenset({"deepseek_v32", "glm_moe_dsa"})
+V4_FIELDS: Final = ("compress_ratios", "compress_rates")
+WRAPPER_PREFIX: Final = "language_model."
+NO_TRANSFORMERS: Final = (
+    "transformers would default it; install hisparse-plan[hf] (transformers) to read this config "
+    "with transformers' defaults, or add the field"
+)
 
 
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -42,7 +58,9 @@ def _validated(
         message = first["msg"].removeprefix("Value error, ")
         if missing:
             message = f"missing; {missing_why}"
-        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        others = [".".join(str(part) for part in e["loc"]) or "(whole config)"
+                  for e in error.errors()[1:]]
+        more = f" (and {len(others)} more: {', '.join(others)})" if others else ""
         where = f"{origin}: {field}" if field else origin
         raise ConfigError(f"{where}: {message}{got}{more}", field=field) from None
 
@@ -68,7 +86,55 @@ def any_architecture_from_config(
     )
 
 
-def load_config_file(path: str | Path) -> ModelArchitecture | RegularArchitecture:
+def is_sparse_mla(fields: Mapping[str, Any]) -> bool:
+    """A latent (MLA) row with an indexer: DeepSeek-V3.2, GLM-5."""
+    return SPARSE_MARKER in fields and (
+        fields.get("model_type") in SPARSE_TYPES
+        or any(fields.get(name) is not None for name in INDEXER_FIELDS)
+    )
+
+
+def model_from_config(
+    config: Mapping[str, Any], *, origin: str, use_transformers: bool = True
+) -> ModelArchitecture | RegularArchitecture:
+    """Any model's cache-shaping fields from its parsed `config.json`, each layer's kind as
+    vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
+    """
+    fields = _text_config(config)
+    if is_sparse_mla(fields):
+        return architecture_from_config(config, origin=origin)
+    hf_fields = transformers_text_fields(config, origin) if use_transformers else None
+    missing_why = NO_TRANSFORMERS if fields.get("model_type") else (
+        "expected in a model's config.json")
+    if hf_fields is not None:
+        fields = hf_fields
+        missing_why = "expected in a model's config.json (transformers has no default for it)"
+    merged = dict(fields)
+    if merged.get("model_type") == "deepseek_v4" or any(name in merged for name in V4_FIELDS):
+        return _validated(RegularArchitecture, merged, origin, missing_why)
+    if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
+        # transformers' rule for every model it knows: no field, one KV head per query head.
+        merged["num_key_value_heads"] = merged["num_attention_heads"]
+    layers = merged.get("num_hidden_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        what = ("missing; expected in a model's config.json (its decoder layer count)"
+                if layers is None else f"expected a positive integer, got {layers!r}")
+        raise ConfigError(f"{origin}: num_hidden_layers: {what}", field="num_hidden_layers")
+    try:
+        layout = layer_layout(merged, layers)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}", field=error.field) from None
+    merged["kinds"], merged["mamba"] = layout.kinds, layout.mamba
+    # vLLM's multimodal models keep the language model under `language_model.`.
+    prefix = WRAPPER_PREFIX if "vision_config" in config else ""
+    names = {**LayerNames().model_dump(), **layout.names}
+    merged["layer_names"] = LayerNames(**{key: prefix + value for key, value in names.items()})
+    return _validated(RegularArchitecture, merged, origin, missing_why)
+
+
+def load_config_file(
+    path: str | Path, *, use_transformers: bool = True
+) -> ModelArchitecture | RegularArchitecture:
     """Read a `config.json` file (OSError when it cannot be read)."""
     text = Path(path).read_text(encoding="utf-8")
     try:
@@ -77,4 +143,4 @@ def load_config_file(path: str | Path) -> ModelArchitecture | RegularArchitectur
         raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(config).__name__}")
-    return any_architecture_from_config(config, origin=str(path))
+    return model_from_config(config, origin=str(path), use_transformers=use_transformers)

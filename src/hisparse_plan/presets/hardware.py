@@ -11,9 +11,9 @@ One rank's HBM, in bytes, adds up exactly:
     hbm = held back + weights + activation reserve + KV cache
 
 - held back: `hbm - ceil(hbm * gpu_memory_utilization)` (vLLM's budget is the ceiling);
-- weights: the model's `parameters * bits_per_parameter / 8` bytes split evenly over the
-  `tp * pp` ranks, rounded up (an estimate: embeddings and norms are in truth replicated or
-  uneven, quantization scales are not counted);
+- weights: the model's weight bytes (a checkpoint's safetensors total, or
+  `parameters * bits_per_parameter / 8`) split evenly over the `tp * pp` ranks, rounded up (an
+  estimate: embeddings and norms are in truth replicated or uneven);
 - activation reserve: what vLLM finds by profiling a forward pass (activations, CUDA graphs,
   NCCL buffers, the CUDA context); estimated here as a flat `DEFAULT_ACTIVATION_RESERVE`,
   overridable;
@@ -109,6 +109,10 @@ class MemoryBreakdown:
     weights: int
     activation_reserve: int
     kv_cache: int
+    model_weights: int = 0
+    """The whole model's weight bytes, all ranks together."""
+    tp: int = 1
+    """Ranks of one pipeline stage (each stage's ranks keep equal pools)."""
 
     @property
     def hbm(self) -> int:
@@ -127,18 +131,20 @@ class MemoryBreakdown:
 
 def memory_breakdown(
     gpu: GPU,
-    weights: Weights,
+    weights: Weights | int,
     *,
     tp: int = 1,
     pp: int = 1,
     gpu_memory_utilization: str = DEFAULT_UTILIZATION,
     activation_reserve: int = DEFAULT_ACTIVATION_RESERVE,
 ) -> MemoryBreakdown:
-    """One rank's HBM split into the four parts; refused when nothing is left for the cache."""
+    """One rank's HBM split into the four parts; refused when nothing is left for the cache.
+    `weights`: a parameter count and its bits, or the model's weight bytes outright."""
     share = utilization(gpu_memory_utilization)
     budget = math.ceil(gpu.hbm_bytes * share)
     ranks = tp * pp
-    per_rank = -(-weight_bytes(weights) // ranks)
+    total = weights if isinstance(weights, int) else weight_bytes(weights)
+    per_rank = -(-total // ranks)
     kv_cache = budget - per_rank - activation_reserve
     if kv_cache <= 0:
         raise ConfigError(
@@ -156,4 +162,6 @@ def memory_breakdown(
         weights=per_rank,
         activation_reserve=activation_reserve,
         kv_cache=kv_cache,
+        model_weights=total,
+        tp=tp,
     )

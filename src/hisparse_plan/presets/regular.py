@@ -37,8 +37,16 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hisparse_plan.presets.mamba_states import MambaGeometry
+
 PositiveInt = Annotated[int, Field(ge=1)]
-LayerKind = Literal["full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca"]
+LayerKind = Literal[
+    "full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca", "mla", "mamba",
+    "full_and_mamba", "none",
+]
+"""A decoder layer's caches. Beyond the attention kinds: `mla` a plain latent (MLA) cache,
+`mamba` a Mamba state, `full_and_mamba` both a full-attention cache and a Mamba state (a
+parallel hybrid layer, Falcon-H1), `none` no cache at all (an MLP or MoE layer, Nemotron-H)."""
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
@@ -57,6 +65,20 @@ LINEAR_FIELDS: Final = (
     "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
     "linear_value_head_dim", "linear_conv_kernel_dim",
 )
+
+
+class LayerNames(BaseModel):
+    """How vLLM names a model's cache layers: templates formatted with `i`, the decoder layer,
+    and `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    attention: str = "model.layers.{i}.self_attn.attn"
+    linear: str = "model.layers.{i}.linear_attn"
+    mamba: str = "model.layers.{i}.mixer"
+
+    def name(self, template: str, i: int, layers: int) -> str:
+        return template.format(i=i, ni=layers + i)
 
 
 class RegularArchitecture(BaseModel):
@@ -87,6 +109,12 @@ class RegularArchitecture(BaseModel):
     compress_rates: dict[str, Annotated[int, Field(ge=0)]] | None = None
     qk_rope_head_dim: PositiveInt | None = None
     index_head_dim: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    kinds: list[LayerKind] | None = None
+    """Each decoder layer's kind, when a config.json reader decided it (see `hf_layers`); else
+    the kinds follow from the fields above."""
+    mamba: MambaGeometry | None = None
+    layer_names: LayerNames = LayerNames()
 
     @property
     def compressed_mla(self) -> bool:
@@ -110,8 +138,15 @@ class RegularArchitecture(BaseModel):
     def _kinds_are_complete(self) -> RegularArchitecture:
         if self.compressed_mla:
             return self._compressed_kinds_are_complete()
-        self._one_entry_per_layer(("layer_types", "no_rope_layers"), LAYER_TYPES)
+        self._one_entry_per_layer(("layer_types", "no_rope_layers", "kinds"), LAYER_TYPES)
         kinds = set(self.layer_kinds())
+        if "mla" in kinds and (self.kv_lora_rank is None or self.qk_rope_head_dim is None):
+            raise ValueError(
+                "kv_lora_rank: MLA layers keep kv_lora_rank + qk_rope_head_dim latent elements; "
+                "expected both"
+            )
+        if kinds & {"mamba", "full_and_mamba"} and self.mamba is None:
+            raise ValueError("mamba: Mamba layers need their state geometry; got none")
         if "sliding" in kinds and self.sliding_window is None:
             raise ValueError("sliding_window: sliding-window layers need it; got none")
         if "chunked" in kinds and self.attention_chunk_size is None:
@@ -169,6 +204,8 @@ class RegularArchitecture(BaseModel):
         layers = range(self.num_hidden_layers)
         if self.compressed_mla:
             return [COMPRESSED_KINDS[ratio] for ratio in self.compress_ratios_per_layer()]
+        if self.kinds is not None:
+            return self.kinds[: self.num_hidden_layers]
         if self.layer_types is not None:
             return [LAYER_TYPES[self.layer_types[i]] for i in layers]
         if self.full_attention_interval is not None:

@@ -1,25 +1,28 @@
 """A plan request for a regular model (no HiSparse), as vLLM runs it by default.
 
-Layer names are vLLM's: `model.layers.{i}.self_attn.attn` for attention layers and
-`model.layers.{i}.linear_attn` for linear-attention (Mamba-style) layers.
+Layer names are vLLM's (`RegularArchitecture.layer_names`): by default
+`model.layers.{i}.self_attn.attn` for attention layers, `model.layers.{i}.linear_attn` for
+linear-attention layers and `model.layers.{i}.mixer` for Mamba layers; a config.json reader
+sets the names vLLM's code for the model gives (`hf_layers`).
 
 Block sizes: the vLLM version's default for attention layers (16 tokens on 0.33, 64 on 0.34),
-unless `block_size` is given. A hybrid model with linear-attention layers gets the block size
-and Mamba page padding that vLLM's config step (`Platform._align_hybrid_block_size`) derives:
-with one token's attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba state
-page `m`, the attention block is `a * ceil(m / (a * t))` tokens, `a = max(16, block_size)`, and
-the Mamba page is padded to `block * t` bytes.
+unless `block_size` is given. A hybrid model with linear-attention or Mamba layers gets the
+block size and Mamba page padding that vLLM's config step (`Platform._align_hybrid_block_size`)
+derives: with one token's attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba
+state page `m`, the attention block is `a * ceil(m / (a * t))` tokens, `a = max(16,
+block_size)`, and the Mamba page is padded to `block * t` bytes.
 
 With prefix caching (vLLM's default) a hybrid runs in Mamba align mode: the Mamba block is the
-attention block, and, as on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), each Mamba layer
-exports one prefill checkpoint per request (`num_prefill_checkpoint_blocks` 1, on a grid of one
-Mamba block), which makes `a` a multiple of 64 too. Without prefix caching a Mamba layer's
-block_size is max_model_len (one state per request).
+attention block. As on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), a linear-attention
+layer then exports one prefill checkpoint per request (`num_prefill_checkpoint_blocks` 1, on a
+grid of one Mamba block), which makes `a` a multiple of 64 too; a Mamba-2 mixer always declares
+one checkpoint block (vLLM's MambaMixer2). Without prefix caching a Mamba layer's block_size is
+max_model_len (one state per request).
 
 Cache dtype: bfloat16 by default; `fp8_e4m3` or `fp8_e5m2` (vLLM's `--kv-cache-dtype fp8`)
 store one byte an element as `uint8`, as vLLM does, halving every attention page. Mamba
-states keep bfloat16 (vLLM sizes them by the model dtype, not the KV-cache dtype), and the
-hybrid block alignment above uses the fp8 attention page.
+states keep their model dtypes (vLLM sizes them by the model dtype, not the KV-cache dtype), and
+the hybrid block alignment above uses the fp8 attention page.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from hisparse_plan.presets.settings import (
     scheduler_section,
 )
 
-ATTENTION_LAYER: Final = "model.layers.{}.self_attn.attn"
-LINEAR_LAYER: Final = "model.layers.{}.linear_attn"
+STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba"})
+MLA_BLOCK_SIZE: Final = 64
+"""The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
 KERNEL_BLOCK: Final = 16
 """The smallest kernel block of vLLM's default (FlashAttention) backend."""
 CHECKPOINT_ALIGNMENT: Final = 64
@@ -60,34 +64,65 @@ NOT_FOR_REGULAR: Final = {
 
 
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
-    refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention")
+    kinds = arch.layer_kinds()
+    if "mla" in kinds:
+        refuse_unplannable(settings, (DTYPE,),
+                           "plain MLA: fp8_ds_mla is the sparse-MLA backends' format")
+    else:
+        refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention")
     cache_dtype: DType = DTYPE if settings.kv_dtype in (None, DTYPE) else FP8_STORAGE
     tp = settings.tp or 1
+    max_model_len = context_length(arch.max_position_embeddings, settings)
+    if "mla" in kinds:
+        return _mla_request(arch, kinds, settings, max_model_len)
     kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
     head = arch.head_size
-    kinds = arch.layer_kinds()
-    max_model_len = context_length(arch.max_position_embeddings, settings)
     block_size = default_block_size(settings)
     align_mode = settings.prefix_caching is not False
-    linear: dict[str, Any] | None = None
-    if "linear" in kinds:
-        linear, block_size = _linear_spec(
-            arch, tp, kv_heads, block_size, max_model_len if not align_mode else None,
-            cache_dtype,
+    states: dict[str, Any] | None = None
+    if STATEFUL & set(kinds):
+        states, block_size = _mamba_spec(
+            arch, tp, kv_heads * head, block_size,
+            None if align_mode else max_model_len, cache_dtype,
         )
     attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
                  "dtype": cache_dtype}
+    names = arch.layer_names
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
+        caches: dict[str, Any] = {}
+        if kind in ("full", "sliding", "chunked", "full_and_mamba"):
+            base = "full" if kind == "full_and_mamba" else kind
+            caches[names.name(names.attention, i, len(kinds))] = _attention(arch, base, attention)
         if kind == "linear":
-            decoder_layers.append({LINEAR_LAYER.format(i): linear})
-        else:
-            decoder_layers.append({ATTENTION_LAYER.format(i): _attention(arch, kind, attention)})
+            caches[names.name(names.linear, i, len(kinds))] = states
+        elif kind in ("mamba", "full_and_mamba"):
+            caches[names.name(names.mamba, i, len(kinds))] = states
+        decoder_layers.append(caches)
     return regular_plan_request(
         decoder_layers, max_model_len, settings,
-        mamba_cache_mode="align" if linear is not None and align_mode else None,
+        mamba_cache_mode="align" if states is not None and align_mode else None,
         chunked_local="chunked" in kinds,
     )
+
+
+def _mla_request(
+    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, max_model_len: int
+) -> PlanRequest:
+    """Plain MLA (DeepSeek-V2/V3, Kimi-K2): one latent row of kv_lora_rank + qk_rope_head_dim
+    elements per token, the same on every tensor-parallel rank (vLLM replicates it)."""
+    odd = sorted(set(kinds) - {"mla"})
+    if odd:
+        raise ConfigError(
+            f"kinds: a model with MLA layers is planned with MLA layers only, got {', '.join(odd)}"
+        )
+    spec = {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
+            "head_size": (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0),
+            "dtype": DTYPE}
+    names = arch.layer_names
+    decoder_layers = [{names.name(names.attention, i, len(kinds)): spec}
+                      for i in range(len(kinds))]
+    return regular_plan_request(decoder_layers, max_model_len, settings)
 
 
 def regular_plan_request(
@@ -161,15 +196,10 @@ def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any])
     return {"kind": "full_attention", **base}
 
 
-def _linear_spec(
-    arch: RegularArchitecture, tp: int, kv_heads: int, block_size: int,
-    max_model_len: int | None, cache_dtype: DType,
-) -> tuple[dict[str, Any], int]:
-    """The linear-attention layer spec, and the attention block size vLLM aligns to it (from
-    the attention page in `cache_dtype`).
-
-    `max_model_len` None: align mode (prefix caching), where the Mamba block is the attention
-    block and each layer keeps one prefill checkpoint."""
+def _states(arch: RegularArchitecture, tp: int) -> tuple[list[list[int]], list[DType]]:
+    """One rank's recurrent states of the model's linear-attention or Mamba layers."""
+    if arch.mamba is not None:
+        return arch.mamba.state_shapes(tp), arch.mamba.state_dtypes(DTYPE)
     for field, total in (("linear_num_value_heads", arch.linear_num_value_heads or 0),
                          ("linear_num_key_heads", arch.linear_num_key_heads or 0)):
         if total % tp:
@@ -178,10 +208,26 @@ def _linear_spec(
                 field="tp",
             )
     shapes = arch.linear_state_shapes(tp)
-    state_bytes = sum(math.prod(shape) for shape in shapes) * dtype_size(DTYPE)
-    token_bytes = 2 * kv_heads * arch.head_size * dtype_size(cache_dtype)
+    return shapes, [DTYPE] * len(shapes)
+
+
+def _mamba_spec(
+    arch: RegularArchitecture, tp: int, token_elements: int, block_size: int,
+    max_model_len: int | None, cache_dtype: DType,
+) -> tuple[dict[str, Any], int]:
+    """The Mamba layer spec, and the attention block size vLLM aligns to it (`token_elements`:
+    one token's key elements on this rank, kv heads x head size, in `cache_dtype`).
+
+    `max_model_len` None: align mode (prefix caching), where the Mamba block is the attention
+    block."""
+    shapes, dtypes = _states(arch, tp)
+    state_bytes = sum(
+        math.prod(shape) * dtype_size(dtype) for shape, dtype in zip(shapes, dtypes, strict=True)
+    )
+    token_bytes = 2 * token_elements * dtype_size(cache_dtype)
+    gated_delta_net = arch.mamba is None
     align = max(KERNEL_BLOCK, block_size)
-    if max_model_len is None:
+    if max_model_len is None and gated_delta_net:
         align = math.lcm(align, CHECKPOINT_ALIGNMENT)
     aligned = align * -(-state_bytes // (align * token_bytes))
     block_size = max(block_size, aligned)
@@ -189,11 +235,14 @@ def _linear_spec(
         "kind": "mamba",
         "block_size": block_size if max_model_len is None else max_model_len,
         "state_shapes": shapes,
-        "state_dtypes": [DTYPE] * len(shapes),
+        "state_dtypes": dtypes,
     }
-    if max_model_len is None:
+    if max_model_len is None and gated_delta_net:
         spec["num_prefill_checkpoint_blocks"] = 1
         spec["prefill_checkpoint_alignment"] = block_size
+    elif arch.mamba is not None and arch.mamba.version == 2:
+        spec["num_prefill_checkpoint_blocks"] = 1
+        spec["prefill_checkpoint_alignment"] = 1
     if block_size * token_bytes != state_bytes:
         spec["page_size_padded"] = block_size * token_bytes
     return spec, block_size

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
-from hisparse_plan.cli.memory_render import render_rank_memory
+from hisparse_plan.cli.memory_render import memory_json, render_deployment, render_rank_memory
 from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
@@ -37,8 +38,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
     result = make_plan(source.request)
+    breakdown = rank_memory(args)
+    kv_override = kv_cache_override(args, args.gpu_mem)
     if args.json:
-        print(result.model_dump_json(indent=2))
+        if breakdown is None:
+            print(result.model_dump_json(indent=2))
+        else:
+            # With --gpu: the plan beside where each byte of HBM went.
+            body = {"plan": result.model_dump(mode="json"),
+                    "memory": memory_json(breakdown, result, kv_override)}
+            print(json.dumps(body, indent=2))
         return 0
     out = Renderer(plain=args.plain)
     if result.host_pool is None:
@@ -49,11 +58,11 @@ def run(args: argparse.Namespace) -> int:
     if serving.shown:
         out.line()
         render_serving(out, serving, result.capacity.max_concurrency)
-    breakdown = rank_memory(args)
     if breakdown is not None:
         out.line()
         split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
-        render_rank_memory(out, breakdown, result, kv_cache_override(args, args.gpu_mem), split)
+        render_rank_memory(out, breakdown, result, kv_override, split)
+        render_deployment(out, breakdown, result)
     return 0
 
 
