@@ -4,6 +4,7 @@ named like vLLM's classes) become request layers, engine settings become a reque
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -48,13 +49,14 @@ def _attention(spec: Any, **attrs: Any) -> dict[str, Any]:
         "head_size": spec.head_size, "dtype": f"torch.{spec.dtype}",
         "page_size_padded": spec.page_size_padded, "num_head_slots": None,
         "block_stride_alignment": spec.block_stride_alignment, "kv_quant_mode": 0,
-        "max_tp_shards": None, "dcp_sharded": True, "state_content_bytes": None,
+        "max_tp_shards": None, "dcp_sharded": spec.dcp_sharded,
+        "state_content_bytes": None,
         "tokens_per_state": 1, **attrs,
     }
 
 
 def vllm_like(spec: LayerSpec) -> Any:
-    """What vLLM 0.33 hands the planner for a layer of this spec (before the engine tags
+    """What vLLM 0.34 hands the planner for a layer of this spec (before the engine tags
     sliding windows)."""
     if isinstance(spec, MLASpec | SlidingWindowMLASpec):
         padded = spec.page_size_padded
@@ -79,8 +81,10 @@ def vllm_like(spec: LayerSpec) -> Any:
                     page_size_padded=spec.page_size_padded,
                     num_speculative_blocks=spec.num_speculative_blocks,
                     block_stride_alignment=spec.block_stride_alignment, num_heads=1,
-                    tokens_per_state=-1, num_prefill_checkpoint_blocks=0,
-                    prefill_checkpoint_alignment=None, tp_replicated=False)
+                    tokens_per_state=-1, tp_replicated=False, mamba_cache_mode="none",
+                    state_alignment=spec.state_alignment,
+                    num_prefill_checkpoint_blocks=spec.num_prefill_checkpoint_blocks,
+                    prefill_checkpoint_alignment=spec.prefill_checkpoint_alignment)
     kv = _attention(spec, head_size_v=spec.head_size_v)
     if isinstance(spec, SlidingWindowSpec):
         return fake("SlidingWindowSpec", sliding_window=spec.sliding_window,
@@ -110,6 +114,9 @@ def settings_of(request: hp.PlanRequest) -> EngineSettings:
             max_decode_query_len=hisparse.max_decode_query_len,
             shared_host_pool=hisparse.shared_host_pool,
         ),
+        mamba_cache_mode=request.model.mamba_cache_mode,
+        disable_hybrid_kv_cache_manager=request.scheduler.disable_hybrid_kv_cache_manager,
+        decode_context_parallel_size=request.scheduler.decode_context_parallel_size,
     )
 
 
@@ -166,7 +173,6 @@ _FULL = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
         ({"num_head_slots": 4}, "num_head_slots"),
         ({"state_content_bytes": 100}, "state_content_bytes"),
         ({"tokens_per_state": Fraction(1, 2)}, "tokens_per_state"),
-        ({"attention_chunk_size": 64}, "attention_chunk_size"),
         ({"dtype": "torch.float64"}, "dtype"),
         ({"block_stride_alignment": fake("MultipleOf", base=16)}, "kernel blocks"),
     ],
@@ -200,3 +206,62 @@ def test_settings_make_a_request_that_plans() -> None:
     settings = settings_of(request)
     built = request_dict(specs, settings, request.device.available_bytes)
     assert hp.plan(hp.PlanRequest.model_validate(built)) == hp.plan(request)
+
+
+def _mamba(**changes: Any) -> Any:
+    spec = vllm_like(MambaSpec(block_size=64, state_shapes=[[3, 4096]], state_dtypes=["bfloat16"]))
+    spec.__dict__.update(changes)
+    return spec
+
+
+def test_mamba_fields_of_vllm_034_map_to_the_request() -> None:
+    layer = layer_dicts({"m": _mamba(state_alignment=256, num_prefill_checkpoint_blocks=2,
+                                     prefill_checkpoint_alignment=512)}, 0)["m"]
+    assert (layer["state_alignment"], layer["num_prefill_checkpoint_blocks"],
+            layer["prefill_checkpoint_alignment"]) == (256, 2, 512)
+
+
+def test_mamba_defaults_and_vllm_033_specs_leave_the_fields_out() -> None:
+    """vLLM 0.33's MambaSpec has no state_alignment; defaults are not written."""
+    old = _mamba()
+    del old.__dict__["state_alignment"]
+    for spec in (old, _mamba()):
+        layer = layer_dicts({"m": spec}, 0)["m"]
+        assert not {"state_alignment", "num_prefill_checkpoint_blocks",
+                    "prefill_checkpoint_alignment"} & set(layer)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [_FULL, SlidingWindowSpec(block_size=16, num_kv_heads=8, head_size=128, sliding_window=64),
+     ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=8, head_size=128,
+                               attention_chunk_size=256),
+     MLASpec(block_size=64, head_size=576),
+     SlidingWindowMLASpec(block_size=64, head_size=576, sliding_window=128)],
+)
+def test_dcp_sharded_maps_on_every_attention_kind(spec: LayerSpec) -> None:
+    sharded = vllm_like(spec)
+    sharded.dcp_sharded = True
+    replicated = vllm_like(spec)
+    replicated.dcp_sharded = False
+    assert "dcp_sharded" not in layer_dicts({"a": sharded}, 0)["a"]
+    assert layer_dicts({"a": replicated}, 0)["a"]["dcp_sharded"] is False
+    replicated.dcp_sharded = "no"
+    with pytest.raises(UnsupportedRequestError, match=r"layers\['a'\].*dcp_sharded"):
+        layer_dicts({"a": replicated}, 0)
+
+
+def test_engine_modes_are_written_only_when_set() -> None:
+    request = hp.PlanRequest.model_validate(golden.load("regular_llama3_8b_bf16")[0])
+    specs = {name: vllm_like(spec) for name, spec in request.layers.items()}
+    plain = request_dict(specs, settings_of(request), request.device.available_bytes)
+    assert "mamba_cache_mode" not in plain["model"]  # type: ignore[operator]
+    assert not {"disable_hybrid_kv_cache_manager", "decode_context_parallel_size"} & set(
+        plain["scheduler"]  # type: ignore[call-overload]
+    )
+    modes = replace(settings_of(request), mamba_cache_mode="align",
+                    disable_hybrid_kv_cache_manager=True, decode_context_parallel_size=8)
+    written = request_dict(specs, modes, request.device.available_bytes)
+    assert written["model"]["mamba_cache_mode"] == "align"  # type: ignore[index]
+    assert written["scheduler"]["disable_hybrid_kv_cache_manager"] is True  # type: ignore[index]
+    assert written["scheduler"]["decode_context_parallel_size"] == 8  # type: ignore[index]

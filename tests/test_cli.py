@@ -339,9 +339,10 @@ def test_schema(cli: Run) -> None:
     code, out, _ = cli("schema")
     assert code == 0
     schemas = json.loads(out)
+    draft = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     assert schemas == {
-        "request": hp.PlanRequest.model_json_schema(),
-        "plan": hp.KVCachePlan.model_json_schema(mode="serialization"),
+        "request": draft | hp.PlanRequest.model_json_schema(),
+        "plan": draft | hp.KVCachePlan.model_json_schema(mode="serialization"),
     }
     code, out, _ = cli("schema", "request", "--json")
     assert json.loads(out)["title"] == "PlanRequest"

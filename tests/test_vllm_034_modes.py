@@ -171,3 +171,31 @@ def test_hisparse_auto_fit_stops_at_the_host_pool() -> None:
     assert fitted < 163840
     # the longest request the host pool holds beside the null block and copy-on-write tail
     assert fitted == (plan.host_pool.num_blocks - 2) * 64
+
+
+@pytest.mark.parametrize(("case", "section", "field", "value"), [
+    ("modes_deepseek_v32_dcp8", "workload", "decode_context_parallel_size", 1),
+    ("modes_qwen3_next_80b_align", "workload", "mamba_cache_mode", "none"),
+])
+def test_check_plan_proves_the_modes(case: str, section: str, field: str, value: Any) -> None:
+    """A plan's capacity follows its recorded mode: change the mode and the figures no longer
+    agree (the checker re-derives them from the plan alone)."""
+    request, _ = load(case)
+    plan = hp.plan(request)
+    hp.check_plan(plan)
+    data = plan.model_dump(mode="json")
+    data[section][field] = value
+    with pytest.raises(hp.PlanInvariantError, match="capacity"):
+        hp.check_plan(hp.KVCachePlan.model_validate(data))
+
+
+def test_a_promoted_layer_is_its_own_spec_in_a_uniform_type_group() -> None:
+    """With the hybrid manager off, a promoted sliding layer of another page is a member of
+    the full-attention family: it keeps its own tensor (it remembers its window)."""
+    request = _request({"w": {**SLIDING, "head_size": 64}, "f": ATTN},
+                       disable_hybrid_kv_cache_manager=True)
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    (group,) = plan.groups
+    assert group.spec.kind == "uniform_type"
+    assert [t.layers for t in plan.tensors] == [["w"], ["f"]]

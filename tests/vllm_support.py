@@ -1,30 +1,69 @@
-"""Running vLLM 0.33's own planner on CPU for a plan request, and reading its answer in the
-plan contract's terms. Needs vLLM (import this only after `pytest.importorskip("vllm")`).
+"""Running vLLM's own planner (0.33 or 0.34) on CPU for a plan request, and reading its answer
+in the plan contract's terms. Needs vLLM (import this only after `pytest.importorskip("vllm")`).
 
-A real `VllmConfig` needs a model and a device; `StandInConfig` carries only what vLLM's
-planning reads (see /work/notes/vllm_facts.md), with the same names.
+Every case runs on a real `VllmConfig` of the installed vLLM, built once per process on the CPU
+platform for a tiny local model (a Llama `config.json` written to a temporary directory, no
+weights, no tokenizer, no network) and deep-copied per case; the figures a request states are
+then set on the copy's own fields (`model_config.max_model_len`, `cache_config.kv_cache_layout`,
+`scheduler_config.max_num_batched_tokens`, `parallel_config.decode_context_parallel_size`,
+`attention_config.hisparse_config`, `kv_transfer_config`, ...). Two figures a real config derives
+from a drafter it cannot build without a draft model are stood in for: `speculative_config` (a
+`Speculative` carrying what vLLM's `max_decode_query_len` reads) and the
+`num_prefill_lookahead_tokens` property (`CaseConfig` answers the case's value).
+
+Building a `VllmConfig` on a CPU-only machine:
+- `VLLM_TARGET_DEVICE=cpu` selects vLLM's CPU platform (set here unless already set).
+- vLLM 0.34's `CpuPlatform.check_and_update_config` raises "vLLM on x86 CPUs requires Triton
+  (triton-cpu)" when `vllm.triton_utils.HAS_TRITON` is false, and no environment variable skips
+  it; `_triton_check_satisfied` sets that flag only while the config is built (planning never
+  runs Triton). A stub `triton` module would instead switch on Triton code paths elsewhere.
+- vLLM inspects the model class, which imports `einops` (install it in the vLLM venv).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
+import functools
+import importlib
+import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from vllm.config.attention import HiSparseConfig  # type: ignore[import-not-found, unused-ignore]
-from vllm.v1.core import kv_cache_planning as planning  # type: ignore[import-not-found, unused-ignore]
-from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config  # type: ignore[import-not-found, unused-ignore]
-from vllm.v1.hisparse import layout as hisparse_layout  # type: ignore[import-not-found, unused-ignore]
-from vllm.v1.kv_cache_layout import KVCacheLayout as VllmLayout  # type: ignore[import-not-found, unused-ignore]
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from vllm.config import (  # type: ignore[import-not-found, unused-ignore]
+    KVTransferConfig,
+    ModelConfig,
+    VllmConfig,
+)
+from vllm.config.attention import (  # type: ignore[import-not-found, unused-ignore]
+    HiSparseConfig,
+)
+from vllm.v1.core import (  # type: ignore[import-not-found, unused-ignore]
+    kv_cache_planning as planning,
+)
+from vllm.v1.core.kv_cache_utils import (  # type: ignore[import-not-found, unused-ignore]
+    get_max_concurrency_for_kv_cache_config,
+)
+from vllm.v1.hisparse import (  # type: ignore[import-not-found, unused-ignore]
+    layout as hisparse_layout,
+)
 
 from hisparse_plan.adapters.vllm import BUILDER_QUALNAME
 from hisparse_plan.adapters.vllm.specs import fresh_layer_spec
 from hisparse_plan.models import PlanRequest
 
 DEFAULT_BUILDER = "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
+VLLM_VERSION: str = importlib.import_module("vllm").__version__
+IS_034 = VLLM_VERSION.startswith("0.34")
 
 KIND_OF = {
     "UniformTypeKVCacheSpecs": "uniform_type",
@@ -38,43 +77,67 @@ KIND_OF = {
     "HiSparseHotSpec": "hisparse_hot",
 }
 
+TINY_MODEL = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 8192,
+    "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5, "head_dim": 64,
+}
+"""A model vLLM can resolve offline: only its config is read (the layers come from the case)."""
 
-class _Cache(SimpleNamespace):
-    def get_resolved_kv_cache_layout(self) -> VllmLayout:
-        return VllmLayout[self.kv_cache_layout]
+
+class CaseConfig(VllmConfig):  # type: ignore[misc, unused-ignore]
+    """A real `VllmConfig` whose `num_prefill_lookahead_tokens` is the case's figure (a real one
+    derives it from a drafter, which needs a draft model)."""
+
+    @property
+    def num_prefill_lookahead_tokens(self) -> int:
+        lookahead: int = self.__dict__.get("case_lookahead_tokens", 0)
+        return lookahead
 
 
 @dataclass
-class _Speculative:
+class Speculative:
+    """What vLLM's `max_decode_query_len` and the planner read of a `SpeculativeConfig`: 0.33
+    answers 1 + K, 0.34 1 + K + max_num_new_slots_for_drafting."""
+
     num_speculative_tokens: int
+    max_num_new_slots_for_drafting: int = 0
     parallel_drafting: bool = False
 
     def use_eagle_block_drop(self) -> bool:
         return False
 
 
-@dataclass
-class StandInConfig:
-    """The attributes of `VllmConfig` that KV cache planning reads."""
+@contextlib.contextmanager
+def _triton_check_satisfied() -> Iterator[None]:
+    """vLLM 0.34's CPU platform refuses x86 without Triton while building a config."""
+    triton_utils: Any = importlib.import_module("vllm.triton_utils")
+    saved = triton_utils.HAS_TRITON
+    triton_utils.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        triton_utils.HAS_TRITON = saved
 
-    model_config: SimpleNamespace
-    cache_config: _Cache
-    scheduler_config: SimpleNamespace
-    parallel_config: SimpleNamespace
-    attention_config: SimpleNamespace
-    kv_transfer_config: Any
-    speculative_config: _Speculative | None
-    max_concurrent_batches: int
-    num_prefill_lookahead_tokens: int
-    use_v2_model_runner: bool = True
-    device_config: SimpleNamespace = field(
-        default_factory=lambda: SimpleNamespace(device_type="cuda")
-    )
 
-    @property
-    def max_in_flight_tokens(self) -> int:
-        batched: int = self.scheduler_config.max_num_batched_tokens
-        return self.max_concurrent_batches * batched
+@functools.cache
+def base_config() -> Any:
+    """One real `VllmConfig` of the installed vLLM on CPU (copy it before changing it)."""
+    model_dir = Path(tempfile.mkdtemp(prefix="hisparse_plan_vllm_model_"))
+    atexit.register(shutil.rmtree, model_dir, True)
+    (model_dir / "config.json").write_text(json.dumps(TINY_MODEL))
+    with _triton_check_satisfied():
+        model = ModelConfig(model=str(model_dir), max_model_len=4096, skip_tokenizer_init=True)
+        return CaseConfig(model_config=model)
+
+
+def _concurrency(config: Any, batches: int) -> None:
+    """vLLM derives max_concurrent_batches from pipeline parallelism and async scheduling."""
+    config.scheduler_config.async_scheduling = batches == 2
+    config.parallel_config.pipeline_parallel_size = 1 if batches == 2 else batches
+    if config.max_concurrent_batches != batches:
+        raise ValueError(f"max_concurrent_batches {batches} cannot be set on this config")
 
 
 @dataclass
@@ -83,7 +146,7 @@ class VllmInputs:
     pipeline stage (one worker each) its layers and KV cache memory."""
 
     specs: dict[str, Any]
-    config: StandInConfig
+    config: Any
     available_bytes: int
     shared_host_pool: bool
     stages: list[tuple[list[str], int]] | None = None
@@ -106,54 +169,56 @@ class VllmRun:
 
     groups: list[Any]
     configs: list[Any]
-    config: StandInConfig
+    config: Any
+
+
+def inexpressible(request: dict[str, Any]) -> str | None:
+    """Why the installed vLLM cannot state this request, or None."""
+    aligned = any(layer.get("state_alignment", 1) != 1 for layer in request["layers"].values())
+    if aligned and not IS_034:
+        return f"vLLM {VLLM_VERSION}'s MambaSpec has no state_alignment"
+    return None
 
 
 def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
     """vLLM spec objects and engine config equivalent to a plan request (SPEC 4, 4.1)."""
     validated = PlanRequest.model_validate(request)
-    specs = {name: fresh_layer_spec(spec, 0) for name, spec in validated.layers.items()}
     model = validated.model
+    specs = {
+        name: fresh_layer_spec(spec, 0, model.mamba_cache_mode)
+        for name, spec in validated.layers.items()
+    }
     device = validated.device
     scheduler = validated.scheduler
     hisparse = validated.hisparse
-    connector = None
-    speculative = None
-    attention = SimpleNamespace(hisparse_config=None)
+    config = copy.deepcopy(base_config())
+    config.model_config.max_model_len = model.max_model_len
+    config.model_config.original_max_model_len = (
+        -1 if model.auto_fit_max_model_len else model.max_model_len
+    )
+    config.model_config.hf_config.index_topk = model.index_topk
+    cache = config.cache_config
+    cache.kv_cache_layout = device.kv_cache_layout.value
+    cache.num_gpu_blocks_override = device.num_blocks_override
+    cache.mamba_cache_mode = model.mamba_cache_mode
+    config.scheduler_config.max_num_batched_tokens = scheduler.max_num_batched_tokens
+    config.scheduler_config.disable_hybrid_kv_cache_manager = (
+        scheduler.disable_hybrid_kv_cache_manager
+    )
+    config.parallel_config.decode_context_parallel_size = scheduler.decode_context_parallel_size
+    _concurrency(config, scheduler.max_concurrent_batches)
+    config.case_lookahead_tokens = scheduler.num_prefill_lookahead_tokens
+    config.speculative_config = None
     if hisparse is not None:
-        attention.hisparse_config = HiSparseConfig(device_buffer_size=hisparse.device_buffer_size)
-        connector = SimpleNamespace(
-            kv_connector="HiSparseConnector",
+        config.attention_config.hisparse_config = HiSparseConfig(
+            device_buffer_size=hisparse.device_buffer_size
+        )
+        config.kv_transfer_config = KVTransferConfig(
+            kv_connector="HiSparseConnector", kv_role="kv_both",
             kv_connector_extra_config={"host_pool_gib": hisparse.host_pool_gib},
         )
         if hisparse.max_decode_query_len > 1:
-            speculative = _Speculative(hisparse.max_decode_query_len - 1)
-    config = StandInConfig(
-        model_config=SimpleNamespace(
-            max_model_len=model.max_model_len,
-            original_max_model_len=-1 if model.auto_fit_max_model_len else model.max_model_len,
-            supports_kv_cache_grouping=False,
-            hf_config=SimpleNamespace(index_topk=model.index_topk),
-        ),
-        cache_config=_Cache(
-            kv_cache_layout=device.kv_cache_layout.value,
-            num_gpu_blocks_override=device.num_blocks_override,
-            prefix_cache_retention_interval=None,
-            mamba_cache_mode="none",
-        ),
-        scheduler_config=SimpleNamespace(
-            max_num_batched_tokens=scheduler.max_num_batched_tokens,
-            disable_hybrid_kv_cache_manager=False,
-        ),
-        parallel_config=SimpleNamespace(
-            decode_context_parallel_size=1, tensor_parallel_size=1,
-        ),
-        attention_config=attention,
-        kv_transfer_config=connector,
-        speculative_config=speculative,
-        max_concurrent_batches=scheduler.max_concurrent_batches,
-        num_prefill_lookahead_tokens=scheduler.num_prefill_lookahead_tokens,
-    )
+            config.speculative_config = Speculative(hisparse.max_decode_query_len - 1)
     shared = hisparse is not None and hisparse.shared_host_pool
     stages = None if device.pipeline_stages is None else [
         (list(stage.layers), stage.available_bytes) for stage in device.pipeline_stages
@@ -163,7 +228,7 @@ def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
     )
 
 
-def _with_derived(specs: dict[str, Any], config: StandInConfig) -> dict[str, Any]:
+def _with_derived(specs: dict[str, Any], config: Any) -> dict[str, Any]:
     """A HiSparse worker also registers the resident and hot layers HiSparse derives (vLLM's
     `resolve_hisparse_specs`); a request vLLM cannot group keeps its own layers only."""
     try:

@@ -10,8 +10,10 @@ from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
 from hisparse_plan.checking.meaning import check_meaning
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
+from hisparse_plan.checking.trains import pool_trains
+from hisparse_plan.errors import PlanError, PlanInvariantError
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.views import Train, plan_views, pool_name, spec_of
+from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of
 
 __all__ = ["check_plan"]
 
@@ -27,11 +29,22 @@ def check_plan(
     that no two pages share a byte they may not. With `request`, also that the plan is the one
     the request gives, naming the first field that differs. A mapping is validated first.
 
-    Cost grows with layers and tensors, never with num_blocks: a 10,000-layer plan with a
-    million blocks is proved as fast as one with a single block.
+    Cost grows with layers and tensors, never with num_blocks, heads or page sizes: a
+    10,000-layer plan with a million blocks is proved as fast as one with a single block.
     """
     if not isinstance(plan, KVCachePlan):
         plan = KVCachePlan.model_validate(plan)
+    try:
+        _check(plan, request)
+    except PlanInvariantError:
+        raise
+    except PlanError as error:
+        # A rule shared with the planner refused part of the plan; callers catch
+        # PlanInvariantError for every broken invariant.
+        raise PlanInvariantError(str(error)) from error
+
+
+def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None) -> None:
     specs = spec_of(plan)
     check_structure(plan, specs)
     check_meaning(plan)
@@ -43,9 +56,10 @@ def check_plan(
              for stage, pool in enumerate(plan.device_pools)}
     if plan.host_pool is not None:
         sizes[True, 0] = (plan.host_pool.num_blocks, plan.host_pool.size)
-    trains: dict[tuple[bool, int], list[Train]] = {pool: [] for pool in sizes}
+    by_pool: dict[tuple[bool, int], list[LayerView]] = {pool: [] for pool in sizes}
     for view in views.values():
-        trains[view.pool].extend(view.trains())
+        by_pool[view.pool].append(view)
+    trains = {pool: pool_trains(members) for pool, members in by_pool.items()}
     for (host_resident, stage), (num_blocks, size) in sizes.items():
         name = pool_name(plan, stage, host_resident)
         prove_disjoint(name, trains[host_resident, stage], num_blocks, size)

@@ -6,22 +6,27 @@ run per head). Two runs may share a byte only when they belong to different grou
 same block id. The proof works on trains, never on blocks, so its cost does not depend on
 num_blocks:
 
-* Trains with one period P form a lattice. Folding a train's start by P gives (q, r): its block
-  b lies in window q + b, at r into the window (a run that crosses into the next window is split
-  in two, the second part starting window q + 1). Two parts can only meet inside one window, at
-  block ids that differ by the difference of their q. So parts with equal q overlap legally
-  exactly when their groups differ, and parts whose q differ by less than num_blocks must not
+* Trains with one period P form a lattice. Folding a train's start by P gives (q, r): its run
+  k lies in window q + k, at r into the window (a run that crosses into the next window is split
+  in two, the second part starting window q + 1). Run k holds block k % num_blocks: a train has
+  num_blocks runs, or a whole number of times that when a page's heads are one block train
+  apart (see `trains`). Two parts can only meet inside one window, where their block ids differ
+  by the difference of their q (mod num_blocks). So parts whose q agree mod num_blocks overlap
+  legally exactly when their groups differ, and any other parts whose windows meet must not
   overlap at all.
 * Trains with different periods cannot be compared that way; their byte spans must be disjoint.
+
+Nothing here lists heads or blocks, so the cost depends on the number of trains alone.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby, pairwise
 
+from hisparse_plan.checking.trains import layer_at
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.views import LayerView, Train
 
@@ -31,12 +36,18 @@ _WITNESS_SEARCH = 2048
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """A train folded by its period: in window `q + b` it covers `[r, end)`, as block `b`."""
+    """A train folded by its period: in window `q + k` it covers `[r, end)`, as run `k`
+    (block `k % num_blocks`), for `k < train.count`."""
 
     q: int
     r: int
     end: int
     train: Train
+
+    @property
+    def span(self) -> int:
+        """Windows the part reaches, from `q` on."""
+        return self.train.count
 
 
 def check_alignment(view: LayerView) -> None:
@@ -55,10 +66,13 @@ def prove_disjoint(pool: str, trains: list[Train], num_blocks: int, size: int) -
     """Raise on the first pair of runs that may not share a byte, or a run outside the pool."""
     for train in trains:
         _check_bounds(pool, train, num_blocks, size)
+    trains = [train for train in trains if train.run > 0]  # an empty page holds no byte
     if num_blocks == 1:
-        # One block: every run is block 0, so only runs of one group must stay apart.
-        _check_lattice(pool, trains, max(size, 1), num_blocks)
-        return
+        # One block: every run is block 0. Single runs are folded by the pool's size (one
+        # window holds them all); a page's runs one block stride apart keep that period.
+        window = max(size, 1)
+        trains = [train if train.count > 1 else replace(train, period=window)
+                  for train in trains]
     by_period = sorted(trains, key=lambda train: train.period)
     lattices = [list(group) for _, group in groupby(by_period, key=lambda t: t.period)]
     if len(lattices) > 1:
@@ -67,36 +81,45 @@ def prove_disjoint(pool: str, trains: list[Train], num_blocks: int, size: int) -
         _check_lattice(pool, lattice, lattice[0].period, num_blocks)
 
 
-def _describe(train: Train, block: int) -> str:
-    return f"tensors[{train.tensor}] layer {train.layer!r} block {block}"
+def _describe(train: Train, run: int, num_blocks: int, byte: int | None = None) -> str:
+    """Name run `run` of a train: its tensor, layer, block and (for a page whose heads are one
+    block train apart) head."""
+    layer = train.layer if byte is None else layer_at(train, byte)
+    head = f" head {run // num_blocks}" if train.count > num_blocks else ""
+    return f"tensors[{train.tensor}] layer {layer!r} block {run % num_blocks}{head}"
 
 
 def _check_bounds(pool: str, train: Train, num_blocks: int, size: int) -> None:
-    end = train.start + (num_blocks - 1) * train.period + train.run
+    end = train.start + (train.count - 1) * train.period + train.run
     if end > size:
-        block = num_blocks - 1 if train.start + train.run <= size else 0
+        run = train.count - 1 if train.start + train.run <= size else 0
         raise PlanInvariantError(
-            f"{_describe(train, block)} ends at byte {end if block else train.start + train.run}"
-            f", past the {pool} pool's {size} bytes",
-            tensor=train.tensor, layer=train.layer, block=block,
+            f"{_describe(train, run, num_blocks)} ends at byte "
+            f"{end if run else train.start + train.run}, past the {pool} pool's {size} bytes",
+            tensor=train.tensor, layer=train.layer, block=run % num_blocks,
         )
-    if num_blocks > 1 and train.run > train.period:
+    if train.count > 1 and train.run > train.period:
+        next_run = "block 1" if num_blocks > 1 else "head 1"
         raise PlanInvariantError(
-            f"{_describe(train, 0)} runs {train.run} bytes but blocks are {train.period} bytes "
-            "apart, so it overlaps block 1 of the same layer",
+            f"{_describe(train, 0, num_blocks)} runs {train.run} bytes but its runs are "
+            f"{train.period} bytes apart, so it overlaps {next_run} of the same layer",
             tensor=train.tensor, layer=train.layer, block=0,
         )
 
 
-def _clash(pool: str, a: Train, block_a: int, b: Train, block_b: int, byte: int) -> None:
+def _clash(
+    pool: str, a: Train, run_a: int, b: Train, run_b: int, byte: int, num_blocks: int
+) -> None:
+    layer_a, layer_b = layer_at(a, byte), layer_at(b, byte)
     same_group = a.group == b.group
     why = "two layers of one group" if same_group else "different block ids"
-    if (a.tensor, a.layer) == (b.tensor, b.layer):
+    if (a.tensor, layer_a) == (b.tensor, layer_b):
         why = "one layer's page with itself"
     raise PlanInvariantError(
-        f"{_describe(a, block_a)} and {_describe(b, block_b)} share byte {byte} of the {pool} "
-        f"pool ({why}); expected only different groups to share a block",
-        tensor=a.tensor, layer=a.layer, block=block_a,
+        f"{_describe(a, run_a, num_blocks, byte)} and {_describe(b, run_b, num_blocks, byte)} "
+        f"share byte {byte} of the {pool} pool ({why}); expected only different groups to "
+        "share a block",
+        tensor=a.tensor, layer=layer_a, block=run_a % num_blocks,
     )
 
 
@@ -107,7 +130,7 @@ def _parts(trains: list[Train], period: int) -> list[_Part]:
         if r + train.run <= period:
             parts.append(_Part(q, r, r + train.run, train))
         else:
-            # The run crosses into the next window: its tail is block b in window q + 1 + b.
+            # The run crosses into the next window: its tail is run k in window q + 1 + k.
             parts.append(_Part(q, r, period, train))
             parts.append(_Part(q + 1, 0, r + train.run - period, train))
     return parts
@@ -118,34 +141,51 @@ def _check_lattice(pool: str, trains: list[Train], period: int, num_blocks: int)
     parts.sort(key=lambda part: (part.q, part.r))
     classes = [list(group) for _, group in groupby(parts, key=lambda part: part.q)]
     for members in classes:
-        _check_class(pool, members, period)
+        _check_same_block(pool, members, period, 0, num_blocks)
     for i, first in enumerate(classes):
-        # Classes are sorted by q; only those fewer than num_blocks windows on can meet this
-        # one (walked by index: slicing the rest would copy it for every class).
+        # Classes are sorted by q; only those that start within the reach of one of this
+        # class's parts can meet it (walked by index: slicing the rest would copy it for every
+        # class).
+        reach = max(part.span for part in first)
         for j in range(i + 1, len(classes)):
             second = classes[j]
-            if second[0].q - first[0].q >= num_blocks:
+            distance = second[0].q - first[0].q
+            if distance >= reach:
                 break
-            _check_classes_apart(pool, first, second, period)
+            reaching = [part for part in first if part.span > distance]
+            if distance % num_blocks:
+                _check_classes_apart(pool, reaching, second, period, num_blocks)
+            else:
+                _check_same_block(pool, reaching + second, period, distance, num_blocks)
 
 
-def _check_class(pool: str, members: list[_Part], period: int) -> None:
-    """Parts with one q hold the same block id in every window: one group's runs must not meet.
+def _check_same_block(
+    pool: str, members: list[_Part], period: int, distance: int, num_blocks: int
+) -> None:
+    """Parts that hold the same block id wherever they meet (their q agree mod num_blocks):
+    one group's runs must not meet.
 
     Sorted by start, a set of runs overlaps somewhere exactly when two neighbours overlap.
+    `distance` is how many windows after the first part's q the later parts start.
     """
     by_group = sorted(members, key=lambda part: (part.train.group, part.r))
     for previous, part in pairwise(by_group):
         if previous.train.group == part.train.group and part.r < previous.end:
-            _clash(pool, previous.train, 0, part.train, 0, part.q * period + part.r)
+            later = max(previous.q, part.q)
+            _clash(pool, previous.train, later - previous.q, part.train, later - part.q,
+                   later * period + part.r, num_blocks)
 
 
-def _check_classes_apart(pool: str, first: list[_Part], second: list[_Part], period: int) -> None:
-    """Parts whose q differ by less than num_blocks meet at different block ids: never allowed.
+def _check_classes_apart(
+    pool: str, first: list[_Part], second: list[_Part], period: int, num_blocks: int
+) -> None:
+    """Parts whose windows meet at different block ids: never allowed to overlap.
 
-    In window `second.q`, a part of `first` is block `second.q - first.q` and a part of
-    `second` is block 0.
+    In window `second.q`, a part of `first` is run `second.q - first.q` and a part of
+    `second` is run 0.
     """
+    if not first:
+        return
     starts = [part.r for part in first]  # `first` is sorted by r
     furthest: list[int] = []
     for part in first:
@@ -155,13 +195,13 @@ def _check_classes_apart(pool: str, first: list[_Part], second: list[_Part], per
         if stop and furthest[stop - 1] > part.r:
             other = next(o for o in first[:stop] if o.end > part.r)
             byte = part.q * period + max(part.r, other.r)
-            _clash(pool, other.train, part.q - other.q, part.train, 0, byte)
+            _clash(pool, other.train, part.q - other.q, part.train, 0, byte, num_blocks)
 
 
 def _check_lattices_apart(pool: str, lattices: list[list[Train]], num_blocks: int) -> None:
     """Trains of different periods: every pair whose byte spans overlap is examined."""
     spans = sorted(
-        ((train.start, train.start + (num_blocks - 1) * train.period + train.run, train)
+        ((train.start, train.start + (train.count - 1) * train.period + train.run, train)
          for lattice in lattices for train in lattice),
         key=lambda span: span[:2],
     )
@@ -179,24 +219,27 @@ def _check_lattices_apart(pool: str, lattices: list[list[Train]], num_blocks: in
 
 
 def _check_across_periods(pool: str, a: Train, b: Train, num_blocks: int) -> None:
-    """Runs of a and b meet only where allowed; proved block by block when there are few.
+    """Runs of a and b meet only where allowed; proved run by run when there are few.
 
-    For each block of `a`, the blocks of `b` that meet it form one range; only the same block
-    id of another group may be in it. Beyond `2 * _WITNESS_SEARCH` blocks the middle blocks go
-    unexamined, so an unproved pair is refused.
+    For each run of `a`, the runs of `b` that meet it form one range; only the same block id
+    of another group may be in it (consecutive runs hold different block ids, unless there is
+    one block, so the first two runs of the range decide). Beyond `2 * _WITNESS_SEARCH` runs
+    the middle runs go unexamined, so an unproved pair is refused.
     """
-    head = range(min(num_blocks, _WITNESS_SEARCH))
-    tail = range(max(num_blocks - _WITNESS_SEARCH, len(head)), num_blocks)
-    for block_a in (*head, *tail):
-        low = a.start + block_a * a.period
+    head = range(min(a.count, _WITNESS_SEARCH))
+    tail = range(max(a.count - _WITNESS_SEARCH, len(head)), a.count)
+    for run_a in (*head, *tail):
+        low = a.start + run_a * a.period
         high = low + a.run
-        first = max(0, (low - b.start - b.run) // b.period + 1)
-        last = min(num_blocks - 1, (high - 1 - b.start) // b.period)
-        for block_b in range(first, min(last, first + 1) + 1):
-            if a.group != b.group and block_b == block_a:
+        first = max(0, (low - b.start - b.run) // b.period + 1) if b.period else 0
+        last = min(b.count - 1, (high - 1 - b.start) // b.period) if b.period else (
+            0 if b.start < high and low < b.start + b.run else -1)
+        for run_b in range(first, min(last, first + 1) + 1):
+            if a.group != b.group and run_b % num_blocks == run_a % num_blocks:
                 continue
-            _clash(pool, a, block_a, b, block_b, max(low, b.start + block_b * b.period))
-    if len(head) + len(tail) < num_blocks:
+            byte = max(low, b.start + run_b * b.period)
+            _clash(pool, a, run_a, b, run_b, byte, num_blocks)
+    if len(head) + len(tail) < a.count:
         raise PlanInvariantError(
             f"tensors[{a.tensor}] layer {a.layer!r} (block stride {a.period}) and "
             f"tensors[{b.tensor}] layer {b.layer!r} (block stride {b.period}) cover "

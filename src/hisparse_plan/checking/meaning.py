@@ -97,7 +97,14 @@ def _check_hisparse(plan: KVCachePlan) -> None:
     if groups[1].spec.block_size != block_size:
         raise _fail(1, groups[1], f"has block_size {groups[1].spec.block_size}; expected the "
                     f"source group's {block_size} (see docs/planning-rules.md#hisparse-groups)")
-    packs = hot_packs(source, sum(spec.page_size_bytes for _, spec in indexer))
+    try:
+        packs = hot_packs(source, sum(spec.page_size_bytes for _, spec in indexer))
+    except PlanError as error:
+        # The packs follow the source group's order: a reordered group can mix page sizes.
+        raise PlanInvariantError(
+            f"groups[0] (hisparse_source) does not pack into resident/hot groups: {error}",
+            layer=groups[0].layer_names[0],
+        ) from error
     hot_blocks = _hot_blocks(plan, source, block_size)
     expected = [
         *((RESIDENT_SUFFIX, pack, None) for pack in packs),

@@ -7,11 +7,14 @@ from typing import Final
 
 from pydantic import ValidationError
 
+from hisparse_plan.cli.printable import printable
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut, excerpt, path_step
 
 LINE_CHARS: Final = 1000
 """The longest error line: a safety net for messages that quote a value we did not cut."""
 _LONG_RUN: Final = re.compile(rf"\S{{{EXCERPT_CHARS + 1},}}")
+DIGITS_HINT: Final = re.compile(r";?\s*use sys\.set_int_max_str_digits\(\) to increase the limit")
+"""Python's advice to programmers when an integer has too many digits: not the operator's."""
 
 
 class CommandError(Exception):
@@ -46,5 +49,11 @@ def one_line(error: BaseException) -> str:
         text = str(error)
     # A value quoted whole by a message we did not write is one long run without spaces.
     text = _LONG_RUN.sub(lambda run: cut(run.group(), EXCERPT_CHARS), text)
-    text = " ".join(cut(text, LINE_CHARS).split())
-    return text or type(error).__name__
+    text = " ".join(cut(DIGITS_HINT.sub("", text), LINE_CHARS).split())
+    return printable(text) or type(error).__name__
+
+
+def too_many_digits(error: BaseException) -> bool:
+    """Python refused to convert an integer of more digits than it allows (4300 by default):
+    input that spells a number absurdly long, not a bug."""
+    return isinstance(error, ValueError) and "integer string conversion" in str(error)

@@ -56,6 +56,8 @@ def check_regular_file(path: str, flag: str) -> None:
 def read_input(path: str, flag: str) -> bytes:
     """The bytes of `path` ('-' for standard input), at most MAX_INPUT_BYTES of them."""
     if path == "-":
+        if sys.stdin is None:  # descriptor 0 was closed (`<&-`)
+            raise CommandError(f"{flag} -: standard input is closed; expected the file there")
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         if len(data) > MAX_INPUT_BYTES:
             raise _too_long(f"{flag} - (standard input)", None)

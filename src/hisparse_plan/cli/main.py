@@ -30,7 +30,14 @@ from hisparse_plan.cli.commands import (
     tune,
     verify,
 )
-from hisparse_plan.cli.errors import CheckFailed, CommandError, one_line
+from hisparse_plan.cli.errors import (
+    DIGITS_HINT,
+    CheckFailed,
+    CommandError,
+    one_line,
+    too_many_digits,
+)
+from hisparse_plan.cli.printable import printable
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.errors import HisparsePlanError, PlanWarning
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut
@@ -62,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other refusal (argparse would print the usage first).
         # argparse quotes the bad value whole: keep a short excerpt of it.
-        text = " ".join(cut(message, 2 * EXCERPT_CHARS).split())
+        text = printable(" ".join(cut(DIGITS_HINT.sub("", message), 2 * EXCERPT_CHARS).split()))
         self.exit(EXIT_REFUSED, f"error: {text} (see {self.prog} --help)\n")
 
 
@@ -90,8 +97,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # anywhere: parsing, planning, allocating, printing warnings
-        print("error: interrupted", file=sys.stderr)
+        say("error: interrupted")
         return EXIT_INTERRUPTED
+
+
+def say(line: str) -> None:
+    """One line on stderr; nothing at all when stderr is closed (`2>&-`), where print would
+    fall back to stdout and mix a message into the command's output."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    # OSError, ValueError: the descriptor or the file object was closed under us.
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=stream)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -109,11 +127,15 @@ def _main(argv: Sequence[str] | None) -> int:
         message = one_line(PlanWarning(str(warning.message)))
         if message not in shown:
             shown.add(message)
-            print(f"warning: {message}", file=sys.stderr)
+            say(f"warning: {message}")
     return status
 
 
 def _run(args: argparse.Namespace) -> int:
+    if sys.stdout is None:
+        # Descriptor 1 was closed (`>&-`): print would drop every line without a word.
+        say("error: standard output is closed; expected a terminal, file or pipe to print to")
+        return EXIT_REFUSED
     try:
         status: int = args.run(args)
         return status
@@ -123,27 +145,28 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_DONE
     except (HisparsePlanError, ValidationError, CommandError, OSError,
             json.JSONDecodeError) as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
+        say(f"error: {one_line(error)}")
         return EXIT_REFUSED
     except CheckFailed as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
+        say(f"error: {one_line(error)}")
         return EXIT_FAULT
     except MemoryError:
-        print("error: out of memory (is the input, or a pool, far larger than intended?)",
-              file=sys.stderr)
+        say("error: out of memory (is the input, or a pool, far larger than intended?)")
         return EXIT_REFUSED
     except RecursionError:
-        print("error: input nested too deeply to process", file=sys.stderr)
+        say("error: input nested too deeply to process")
         return EXIT_REFUSED
     except Exception as error:
+        if too_many_digits(error):  # wherever the input was parsed: bad input, not a bug
+            say(f"error: a number in the input is too long: {one_line(error)}")
+            return EXIT_REFUSED
         # Input that slipped past validation and broke something deeper (an AttributeError,
         # a TypeError) is still refused in one line, never shown as a traceback.
         if os.environ.get(DEBUG_ENV) == "1":
             raise
-        print(
+        say(
             f"error: internal error, please report it: {type(error).__name__}: "
-            f"{one_line(error)} (set {DEBUG_ENV}=1 for the traceback)",
-            file=sys.stderr,
+            f"{one_line(error)} (set {DEBUG_ENV}=1 for the traceback)"
         )
         return EXIT_REFUSED
 

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hisparse_plan.cli.printable import printable
+
 Align = Literal["left", "right"]
 
 
@@ -29,12 +31,14 @@ def concurrency(value: float | None) -> str:
 
 
 class Renderer:
-    """Writes headings, lines and tables to stdout."""
+    """Writes headings, lines and tables to stdout; every piece of text goes through
+    `printable`, since layer names come from input."""
 
     def __init__(self, *, plain: bool = False) -> None:
         self._rich = not plain and rich_available()
 
     def heading(self, text: str) -> None:
+        text = printable(text)
         if self._rich:
             from rich.text import Text
 
@@ -43,11 +47,14 @@ class Renderer:
             print(text)
 
     def line(self, text: str = "") -> None:
-        print(text)
+        print(printable(text))
 
     def table(
         self, columns: Sequence[Column], rows: Sequence[Sequence[str]], title: str | None = None
     ) -> None:
+        columns = [Column(printable(column.name), column.align) for column in columns]
+        rows = [[printable(cell) for cell in row] for row in rows]
+        title = None if title is None else printable(title)
         if self._rich:
             self._rich_table(columns, rows, title)
         else:
@@ -57,6 +64,7 @@ class Renderer:
         """Labelled values, one per line."""
         if title:
             self.heading(title)
+        rows = [(printable(label), printable(value)) for label, value in rows]
         width = max((len(label) for label, _ in rows), default=0)
         for label, value in rows:
             print(f"  {label.ljust(width)}  {value}".rstrip())

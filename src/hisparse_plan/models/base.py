@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, NoReturn, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
+
+from hisparse_plan.errors import PlanError
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -62,3 +74,52 @@ class FrozenDict(dict[K, V]):
 def freeze(model: BaseModel, field: str, value: dict[K, V]) -> None:
     """Store `value` read-only in a frozen model's `field` (from `model_post_init`)."""
     object.__setattr__(model, field, FrozenDict(value))
+
+
+class FrozenList(list[V]):
+    """A list a validated model hands out read-only, for the same reason as `FrozenDict`: a
+    request's Mamba state shapes changed after validation would reach the planner unchecked.
+    Still a list, so it compares equal to one and dumps as a JSON array."""
+
+    __slots__ = ("_sealed",)
+
+    def __init__(self, items: Iterable[V] = ()) -> None:
+        if getattr(self, "_sealed", False):
+            self._refuse()
+        super().__init__(items)
+        self._sealed = True
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} is read-only: build a new request or plan")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenList[V]], tuple[list[V]]]:
+        return type(self), (list(self),)
+
+
+def _frozen_list(items: list[V]) -> list[V]:
+    return FrozenList(items)
+
+
+READ_ONLY = AfterValidator(_frozen_list)
+"""Put in a list field's `Annotated[...]`: the validated list is handed out as a FrozenList."""
+
+
+@contextmanager
+def built_for(field: str | None, what: str) -> Iterator[None]:
+    """Models the planner builds from a request's layers (a uniform group, a padded page):
+    a value they refuse, such as a page sum past int64, is a PlanError naming `field`, the
+    request's layer, instead of a ValidationError about a model the caller never wrote.
+    `what` says what was being built for it ("its uniform_type group"); with no `field`, the
+    message starts with `what`."""
+    try:
+        yield
+    except ValidationError as error:
+        first = error.errors(include_url=False, include_input=False)[0]
+        reason = str(first["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(step) for step in first["loc"])
+        at = f"{where}: " if where and not reason.startswith(where) else ""
+        named = "" if field is None else f"{field}: "
+        raise PlanError(f"{named}{what} cannot be built: {at}{reason}", field=field) from error

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Tag
 
-from hisparse_plan.models.base import BY_KIND, ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import BY_KIND, READ_ONLY, ByteCount, Model, PositiveInt
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
@@ -248,7 +248,7 @@ class ChunkedLocalAttentionSpec(KVLayerSpec):
     attention_chunk_size: PositiveInt = Field(description="Tokens of one attention chunk.")
 
 
-StateShape = Annotated[list[PositiveInt], Field(min_length=1)]
+StateShape = Annotated[list[PositiveInt], Field(min_length=1), READ_ONLY]
 
 
 class MambaSpec(LayerSpecBase):
@@ -259,10 +259,10 @@ class MambaSpec(LayerSpecBase):
     `num_prefill_checkpoint_blocks` extra state blocks for prefix-cache checkpoints."""
 
     kind: Literal["mamba"] = "mamba"
-    state_shapes: Annotated[list[StateShape], Field(min_length=1)] = Field(
+    state_shapes: Annotated[list[StateShape], Field(min_length=1), READ_ONLY] = Field(
         description="Each state's shape (e.g. conv, recurrent), one rank's share."
     )
-    state_dtypes: Annotated[list[DType], Field(min_length=1)] = Field(
+    state_dtypes: Annotated[list[DType], Field(min_length=1), READ_ONLY] = Field(
         description="Each state's element type, one per shape."
     )
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)

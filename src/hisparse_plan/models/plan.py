@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import READ_ONLY, ByteCount, LayerName, Model, PositiveInt
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
-LayerNames = Annotated[list[LayerName], Field(min_length=1)]
+LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
 Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -86,7 +86,7 @@ class DevicePool(Model):
         description="GPU memory the stage was given for its KV cache."
     )
     num_blocks_override: PositiveInt | None = Field(description="The override asked for, if any.")
-    layers: list[LayerName] | None = Field(
+    layers: Annotated[list[LayerName], READ_ONLY] | None = Field(
         default=None,
         description="The pipeline stage's layers; null when one stage holds every layer.",
     )
@@ -162,10 +162,10 @@ class KVCachePlan(Model):
         description="Blocks of every device pool (the fewest any pipeline stage holds, or the "
         "override)."
     )
-    groups: Annotated[list[KVCacheGroup], Field(min_length=1)] = Field(
+    groups: Annotated[list[KVCacheGroup], Field(min_length=1), READ_ONLY] = Field(
         description="The cache groups, in order: layers that share one block table."
     )
-    tensors: Annotated[list[KVCacheTensor], Field(min_length=1)] = Field(
+    tensors: Annotated[list[KVCacheTensor], Field(min_length=1), READ_ONLY] = Field(
         description="Every layer's pages: the host tensors first, then each stage's device "
         "tensors."
     )
@@ -177,14 +177,14 @@ class KVCachePlan(Model):
     fitted_max_model_len: PositiveInt | None = Field(
         default=None, description="The length the plan was sized for when auto-fit was asked."
     )
-    device_pools: Annotated[list[DevicePool], Field(min_length=1)] = Field(
+    device_pools: Annotated[list[DevicePool], Field(min_length=1), READ_ONLY] = Field(
         description="One pool per pipeline stage, in stage order."
     )
     workload: Workload = Field(
         description="The request's figures that sizes, admission and capacity came from."
     )
-    warnings: list[str] = Field(
-        default_factory=list,
+    warnings: Annotated[list[str], READ_ONLY] = Field(
+        default_factory=list, validate_default=True,
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
 

@@ -8,7 +8,15 @@ from typing import Annotated, Literal, Self
 from pydantic import Field
 from pydantic.config import ExtraValues
 
-from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models.base import (
+    READ_ONLY,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    freeze,
+)
 from hisparse_plan.models.json_input import load_request_json
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
@@ -63,7 +71,7 @@ class HisparseConfig(Model):
 class PipelineStage(Model):
     """One pipeline stage: the layers it holds and the GPU bytes its KV cache may take."""
 
-    layers: Annotated[list[LayerName], Field(min_length=1)] = Field(
+    layers: Annotated[list[LayerName], Field(min_length=1), READ_ONLY] = Field(
         description="The stage's layers (request names)."
     )
     available_bytes: ByteCount = Field(description="GPU bytes the stage's KV cache may take.")
@@ -82,7 +90,7 @@ class DeviceConfig(Model):
     num_blocks_override: PositiveInt | None = Field(
         default=None, description="Use this many device blocks whatever the memory holds."
     )
-    pipeline_stages: Annotated[list[PipelineStage], Field(min_length=1)] | None = Field(
+    pipeline_stages: Annotated[list[PipelineStage], Field(min_length=1), READ_ONLY] | None = Field(
         default=None,
         description="One entry per stage, in order; replaces available_bytes (see "
         "docs/planning-rules.md#requests).",
@@ -146,6 +154,13 @@ class PlanRequest(Model):
     ) -> Self:
         """Validate a request's JSON text; a key named twice anywhere is a PlanError naming it
         (JSON parsers keep the last copy silently), and no error quotes much of the text."""
+        if not isinstance(json_data, str | bytes | bytearray):
+            # Typed callers cannot get here; an untyped one gets a PlanError, not json's
+            # TypeError, like every other input the request refuses.
+            raise PlanError(
+                "expected a request's JSON text as str, bytes or bytearray, got "
+                f"{type(json_data).__name__}"
+            )
         data = load_request_json(bytes(json_data) if isinstance(json_data, bytearray)
                                  else json_data)
         return cls.model_validate(

@@ -12,6 +12,7 @@ from hisparse_plan.models import (
     LayerSpec,
     UniformTypeSpec,
 )
+from hisparse_plan.models.base import built_for
 from hisparse_plan.rules.buckets import SpecBucket, buckets_of, spec_buckets
 
 Layer = tuple[str, LayerSpec]
@@ -55,7 +56,8 @@ def single_spec_group(
 def uniform_group(layers: Sequence[Layer], role: GroupRole = "default") -> PlannedGroup:
     """A uniform_type group over `layers` (one family and block size), in the order given."""
     specs = dict(layers)
-    spec = UniformTypeSpec(block_size=layers[0][1].block_size, specs=specs)
+    with built_for(f"layers[{layers[0][0]!r}]", "the uniform_type group it starts"):
+        spec = UniformTypeSpec(block_size=layers[0][1].block_size, specs=specs)
     group = KVCacheGroup(
         layer_names=list(specs),
         spec=spec,

@@ -17,6 +17,7 @@ from hisparse_plan.models import (
     MLASpec,
     PlanRequest,
 )
+from hisparse_plan.models.base import built_for
 from hisparse_plan.planning.groups import (
     Layer,
     PlannedGroup,
@@ -184,13 +185,14 @@ def _derived_groups(
     for pack in packs:
         spec = specs.get(pack.page)
         if spec is None:
-            spec = specs[pack.page] = (
-                HisparseResidentSpec(block_size=block_size, page_size_bytes=pack.page)
-                if hot_blocks is None
-                else HisparseHotSpec(
-                    block_size=block_size, page_size_bytes=pack.page,
-                    blocks_per_request=hot_blocks,
+            with built_for(f"layers[{pack.names[0]!r}]", f"its {suffix[1:]} page"):
+                spec = specs[pack.page] = (
+                    HisparseResidentSpec(block_size=block_size, page_size_bytes=pack.page)
+                    if hot_blocks is None
+                    else HisparseHotSpec(
+                        block_size=block_size, page_size_bytes=pack.page,
+                        blocks_per_request=hot_blocks,
+                    )
                 )
-            )
         groups.append(single_spec_group(spec, [name + suffix for name in pack.names]))
     return groups

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
+from hisparse_plan.models.base import built_for
 from hisparse_plan.planning.groups import Layer, first_of_each_spec
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.families import one_family
@@ -43,7 +44,8 @@ def _promote_part(part: list[Layer], trace: Trace) -> dict[str, LayerSpec]:
             if is_local(spec):
                 new = made.get(id(spec))
                 if new is None:
-                    new = made[id(spec)] = promote(spec, block_size)
+                    with built_for(f"layers[{name!r}]", "its full-attention promotion"):
+                        new = made[id(spec)] = promote(spec, block_size)
                 promoted[name] = new
         trace.add("group", "7.13", "layers promoted to full allocation", len(promoted),
                   lambda: f"{FIELD}: local-attention layers take a block for every token")

@@ -29,6 +29,7 @@ from hisparse_plan.models import (
     Workload,
     spec_key,
 )
+from hisparse_plan.models.base import built_for
 from hisparse_plan.planning.admit import Admission, admit, group_required
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
@@ -58,12 +59,16 @@ def plan(request: PlanRequest | Mapping[str, object]) -> KVCachePlan:
     A mapping is validated first (pydantic's ValidationError for a malformed one); a request
     that cannot be planned raises `PlanError`.
     """
-    return _run(_validated(request), Trace()).plan
+    validated = _validated(request)
+    with built_for(None, "the plan"):  # models built from a valid request: PlanError only
+        return _run(validated, Trace()).plan
 
 
 def plan_traced(request: PlanRequest | Mapping[str, object]) -> TracedPlan:
     """The plan with every stage's decisions and their reasons."""
-    return _run(_validated(request), Trace(enabled=True))
+    validated = _validated(request)
+    with built_for(None, "the plan"):
+        return _run(validated, Trace(enabled=True))
 
 
 def _validated(request: PlanRequest | Mapping[str, object]) -> PlanRequest:

@@ -14,6 +14,7 @@ from hisparse_plan.models import (
     SlidingWindowSpec,
     spec_key,
 )
+from hisparse_plan.models.base import built_for
 from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
@@ -63,7 +64,8 @@ def unify_pages(layers: Sequence[Layer], trace: Trace) -> list[Layer]:
     for name, spec in layers:
         new = made.get(id(spec))
         if new is None:
-            new = _unify(name, spec, largest)
+            with built_for(f"layers[{name!r}]", f"its page unified to {largest} bytes"):
+                new = _unify(name, spec, largest)
             new = made[id(spec)] = equal.setdefault(spec_key(new), new)
             if new is not spec and trace.enabled:
                 trace.add("group", "7.3.2 step 1", f"layers[{name!r}]", new.page_size_bytes,
@@ -136,7 +138,8 @@ def full_allocation_fallback(
         if is_local(spec):
             new = promoted.get(id(spec))
             if new is None:
-                new = promoted[id(spec)] = promote(spec, block_size)
+                with built_for(f"layers[{name!r}]", "its full-attention promotion"):
+                    new = promoted[id(spec)] = promote(spec, block_size)
             result.append((name, new))
         else:
             result.append((name, spec))

@@ -1,5 +1,5 @@
-"""hisparse_plan for vLLM 0.33 (the `vllm` extra): requests from vLLM's objects, plans as vLLM's
-`KVCacheConfig`, and a `KVCacheConfigBuilder` that plans through hisparse_plan.
+"""hisparse_plan for vLLM 0.33 and 0.34 (the `vllm` extra): requests from vLLM's objects, plans
+as vLLM's `KVCacheConfig`, and a `KVCacheConfigBuilder` that plans through hisparse_plan.
 
 vLLM is imported only inside these functions, so this module imports without it.
 """
@@ -49,9 +49,10 @@ def request_from_vllm(
     """The plan request for vLLM's `dict[str, KVCacheSpec]` (one worker's, in model order) and
     its `VllmConfig`, with `available_bytes` of GPU memory for the KV cache.
 
-    With HiSparse and `host_pool_bytes=None` the host budget is what vLLM reads:
-    `vllm.v1.hisparse.layout.get_hisparse_host_pool_bytes(vllm_config)`. A spec type or engine
-    mode the contract cannot express raises `UnsupportedRequestError` (a `PlanError`) naming it.
+    With HiSparse and `host_pool_bytes=None` the host budget is what vLLM's planner reads:
+    `vllm.v1.core.kv_cache_planning.get_hisparse_host_pool_bytes(vllm_config)`. A spec type or
+    engine mode the contract cannot express raises `UnsupportedRequestError` (a `PlanError`)
+    naming it.
     """
     if not kv_cache_specs:
         raise UnsupportedRequestError(

@@ -12,20 +12,24 @@ vLLM makes a fresh one per call.
 
 from __future__ import annotations
 
-import importlib
-
 from vllm.v1.core.kv_cache_config_builder import (  # type: ignore[import-not-found, unused-ignore]
     KVCacheConfigBuilder,
 )
 
 from hisparse_plan.adapters.vllm.kv_cache_config import assemble, vllm_groups
 from hisparse_plan.adapters.vllm.placement import HostSettings, place_groups
-from hisparse_plan.adapters.vllm.settings import request_from_settings, settings_from_vllm
+from hisparse_plan.adapters.vllm.settings import (
+    hisparse_host_budget,
+    request_from_settings,
+    settings_from_vllm,
+    shared_host_pool,
+)
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.models.base import GIB
 from hisparse_plan.planning.groups import PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
+from hisparse_plan.planning.one_manager import one_manager_layers
 from hisparse_plan.planning.pipeline import request_layers
 from hisparse_plan.planning.regular_groups import regular_groups
 from hisparse_plan.planning.trace import Trace
@@ -35,6 +39,9 @@ def planned_groups(request: PlanRequest) -> list[PlannedGroup]:
     """The groups `plan()` would make, from its group stage alone: grouping never depends on
     memory or on the pipeline stages, which vLLM sizes and checks per worker later."""
     layers = request_layers(request)
+    if request.scheduler.disable_hybrid_kv_cache_manager:
+        # One KV cache manager: local layers promoted before grouping, as plan() does.
+        layers = one_manager_layers(layers, Trace())
     if request.hisparse is None:
         return regular_groups(layers, request.device.kv_cache_layout, Trace())
     grouping = hisparse_groups(request, request.hisparse, layers, Trace())
@@ -54,7 +61,7 @@ class HisparsePlanKVCacheConfigBuilder(KVCacheConfigBuilder):  # type: ignore[mi
         request = request_from_settings(kv_cache_spec, settings, available_bytes=0)
         groups = [planned.group for planned in planned_groups(request)]
         converted: list[VllmObject] = vllm_groups(
-            groups, settings.extra_window_tokens, kv_cache_spec
+            groups, settings.extra_window_tokens, kv_cache_spec, settings.mamba_cache_mode
         )
         return converted
 
@@ -71,10 +78,9 @@ class HisparsePlanKVCacheConfigBuilder(KVCacheConfigBuilder):  # type: ignore[mi
             num_blocks = override
         host = None
         if vllm_config.attention_config.hisparse_config is not None:
-            layout_module = importlib.import_module("vllm.v1.hisparse.layout")
             host = HostSettings(
-                budget_bytes=int(layout_module.get_hisparse_host_pool_bytes(vllm_config)),
-                shared=bool(layout_module.use_shared_hisparse_host_pool(vllm_config)),
+                budget_bytes=hisparse_host_budget(vllm_config),
+                shared=shared_host_pool(vllm_config),
                 max_model_len=vllm_config.model_config.max_model_len,
             )
         layout = KVCacheLayout(vllm_config.cache_config.get_resolved_kv_cache_layout().name)

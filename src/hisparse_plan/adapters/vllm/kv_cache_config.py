@@ -1,7 +1,8 @@
-"""A plan as vLLM 0.33's `KVCacheConfig` (one per pipeline stage), field for field."""
+"""A plan as vLLM's `KVCacheConfig` (0.33 or 0.34; one per pipeline stage), field for field."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
 
@@ -45,9 +46,25 @@ def vllm_groups(
     groups: Sequence[KVCacheGroup],
     extra_tokens: int,
     layer_specs: Mapping[str, VllmObject] | None = None,
+    mamba_cache_mode: str = "none",
 ) -> list[VllmObject]:
     """vLLM's KVCacheGroupSpec list for our groups (sliding windows keep `extra_tokens`)."""
-    return [specs.group(group, extra_tokens, layer_specs) for group in groups]
+    return [
+        specs.group(group, extra_tokens, layer_specs, mamba_cache_mode) for group in groups
+    ]
+
+
+def share_kv_cache_zeroing(configs: Sequence[VllmObject]) -> None:
+    """vLLM 0.34 resolves `needs_kv_cache_zeroing` across the workers (every worker receives
+    the scheduler's blocks to zero): one stage's Mamba layers make every stage zero. vLLM 0.33
+    derives it per config (a read-only property, over every group, empty ones included), so
+    there is nothing to share."""
+    config_fields = {field.name for field in dataclasses.fields(specs.interface().KVCacheConfig)}
+    if "needs_kv_cache_zeroing" not in config_fields:
+        return
+    needed = any(config.needs_kv_cache_zeroing for config in configs)
+    for config in configs:
+        config.needs_kv_cache_zeroing = needed
 
 
 def to_kv_cache_configs(
@@ -61,7 +78,9 @@ def to_kv_cache_configs(
     `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
     fields the contract does not carry; without it those take vLLM's defaults.
     """
-    groups = vllm_groups(plan.groups, plan.workload.extra_window_tokens, layer_specs)
+    groups = vllm_groups(
+        plan.groups, plan.workload.extra_window_tokens, layer_specs, plan.workload.mamba_cache_mode
+    )
     if len(plan.device_pools) == 1:
         return [assemble(plan.num_blocks, plan.tensors, groups, plan.host_pool,
                          prefix_cache_retention_interval)]
@@ -77,6 +96,7 @@ def to_kv_cache_configs(
                             field=f"device_pools[{index}]")
         configs.append(assemble(plan.num_blocks, tensors, stage_groups, plan.host_pool,
                                 prefix_cache_retention_interval))
+    share_kv_cache_zeroing(configs)
     return configs
 
 
@@ -86,7 +106,7 @@ def to_kv_cache_config(
     *,
     prefix_cache_retention_interval: int | None = None,
 ) -> VllmObject:
-    """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM 0.33 plans for the same
+    """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM plans for the same
     input. A plan with several pipeline stages has one config per stage: see
     `to_kv_cache_configs`."""
     if len(plan.device_pools) != 1:

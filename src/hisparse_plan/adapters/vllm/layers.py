@@ -23,10 +23,12 @@ DERIVED_SPECS = frozenset({"HiSparseResidentSpec", "HiSparseHotSpec"})
 """Specs HiSparse derives from the MLA layers; vLLM lays them out again, so they are skipped."""
 
 NEUTRAL_FIELDS = (
-    "kv_quant_mode", "max_tp_shards", "non_causal", "dcp_sharded", "mamba_type",
-    "tp_replicated", "non_causal_multi_token_decode",
+    "kv_quant_mode", "max_tp_shards", "non_causal", "mamba_type", "mamba_cache_mode",
+    "tp_replicated", "non_causal_multi_token_decode", "kv_head_major_slots",
 )
-"""Fields that move no byte but take part in vLLM's spec equality."""
+"""Fields that move no byte but take part in vLLM's spec equality. (A Mamba spec's
+`mamba_cache_mode` copies the engine's `cache_config.mamba_cache_mode`, which the request carries
+as `model.mamba_cache_mode`; vLLM sizes by the engine's.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +81,7 @@ class _Reader:
         if value is not None and not isinstance(value, int):
             raise self.refuse(
                 "block_stride_alignment", value,
-                "is given in kernel blocks (kernel-block splitting is deferred, see "
-                "docs/planning-rules.md#deferred-modes)",
+                "is given in kernel blocks (kernel-block splitting is not planned)",
             )
         return value
 
@@ -90,6 +91,14 @@ def _attention_common(reader: _Reader) -> None:
     stride = reader.get("block_stride_alignment")
     if stride is not None:
         reader.block_stride_alignment()
+
+
+def _dcp_sharded(reader: _Reader) -> bool | None:
+    """vLLM's `AttentionSpec.dcp_sharded` (default True): written only when False."""
+    sharded = reader.get("dcp_sharded", True)
+    if not isinstance(sharded, bool):
+        raise reader.refuse("dcp_sharded", sharded, "is not a bool")
+    return None if sharded else False
 
 
 def _kv_layer(reader: _Reader, kind: str) -> LayerDict:
@@ -107,6 +116,7 @@ def _kv_layer(reader: _Reader, kind: str) -> LayerDict:
         "dtype": reader.dtype(),
         "block_stride_alignment": reader.block_stride_alignment(),
         "page_size_padded": reader.get("page_size_padded"),
+        "dcp_sharded": _dcp_sharded(reader),
     }
     return layer
 
@@ -140,15 +150,17 @@ def _latent_layer(reader: _Reader, kind: str) -> LayerDict:
         "block_stride_alignment": reader.block_stride_alignment(),
         # vLLM stores the alignment padding in page_size_padded; only other padding is news.
         "page_size_padded": None if padded == aligned else padded,
+        "dcp_sharded": _dcp_sharded(reader),
     }
 
 
 def _mla(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
-    reader.require("sliding_window", (None,), "on an MLA layer (a promoted sliding_window_mla)")
     reader.require("attention_chunk_size", (None,), "on an MLA layer")
     role = reader.get("cache_role")
     layer = _latent_layer(reader, "mla")
+    # Set on a sliding_window_mla layer vLLM promoted to full allocation.
+    layer["sliding_window"] = reader.get("sliding_window")
     layer["cache_role"] = getattr(role, "value", role)
     layer["is_index_group_leader"] = reader.get("is_index_group_leader")
     layer["topk_buffer_width"] = reader.get("topk_buffer_width")
@@ -176,9 +188,10 @@ def _sliding_window_mla(reader: _Reader, extra_tokens: int) -> LayerDict:
 
 def _full_attention(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
-    reader.require("attention_chunk_size", (None,), "on a full-attention layer")
     layer = _kv_layer(reader, "full_attention")
+    # Set on a sliding-window or chunked-local layer vLLM promoted to full allocation.
     layer["sliding_window"] = reader.get("sliding_window")
+    layer["attention_chunk_size"] = reader.get("attention_chunk_size")
     return layer
 
 
@@ -200,10 +213,12 @@ def _mamba(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
     reader.require("num_heads", (1,), "(state heads)")
     reader.require("tokens_per_state", (-1,), "(Mamba stores one state per request)")
-    reader.require("num_prefill_checkpoint_blocks", (0, None), "(prefill checkpoints)")
-    reader.require("prefill_checkpoint_alignment", (None,), "(prefill checkpoints)")
     shapes = [list(shape) for shape in reader.get("shapes")]
     dtypes = [reader.dtype("dtypes", dtype) for dtype in reader.get("dtypes")]
+    # 0.33's MambaSpec has no state_alignment (its states are unaligned, i.e. 1); the 7.13
+    # fields are written only when they differ from the contract's defaults.
+    state_alignment = reader.get("state_alignment", 1)
+    checkpoints = reader.get("num_prefill_checkpoint_blocks", 0)
     return {
         "kind": "mamba",
         "block_size": reader.get("block_size"),
@@ -212,6 +227,9 @@ def _mamba(reader: _Reader, extra_tokens: int) -> LayerDict:
         "page_size_padded": reader.get("page_size_padded"),
         "num_speculative_blocks": reader.get("num_speculative_blocks"),
         "block_stride_alignment": reader.block_stride_alignment(),
+        "state_alignment": None if state_alignment == 1 else state_alignment,
+        "num_prefill_checkpoint_blocks": None if checkpoints == 0 else checkpoints,
+        "prefill_checkpoint_alignment": reader.get("prefill_checkpoint_alignment"),
     }
 
 

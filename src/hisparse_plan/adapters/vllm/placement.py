@@ -14,7 +14,6 @@ from pydantic import TypeAdapter
 
 from hisparse_plan.adapters.vllm.layers import layer_dicts
 from hisparse_plan.adapters.vllm.types import VllmObject
-from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     GroupSpec,
     HisparseConfig,
@@ -31,7 +30,7 @@ from hisparse_plan.planning.host_pool import plan_host_pool
 from hisparse_plan.planning.place import place_pool
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
-from hisparse_plan.rules.buckets import SpecBucket, spec_buckets
+from hisparse_plan.rules.buckets import SpecBucket, stage_buckets
 
 _LAYER_SPEC: TypeAdapter[LayerSpec] = TypeAdapter(LayerSpec)
 
@@ -70,24 +69,6 @@ def our_group_spec(group: VllmObject, extra_tokens: int) -> GroupSpec:
     return _LAYER_SPEC.validate_python(layer_dicts({label: spec}, extra_tokens)[label])
 
 
-def _refuse_empty_uniform(index: int, group: VllmObject) -> None:
-    """A pipeline stage that holds no layer of a uniform_type group: vLLM 0.33 keeps the whole
-    group's spec there and places the other stages' layers in this stage's pool; SPEC 7.6
-    step 2 refuses it, as `plan()` does."""
-    spec = group.kv_cache_spec
-    if group.layer_names or type(spec).__name__ != "UniformTypeKVCacheSpecs":
-        return
-    first = next(iter(spec.kv_cache_specs), "?")
-    raise PlanError(
-        f"device.pipeline_stages: this worker's stage holds no layer of the uniform_type group "
-        f"{index} (first layer {first!r}); expected every stage to hold at least one layer of "
-        "each uniform_type group (see docs/planning-rules.md#pipeline-stages; vLLM 0.33 would "
-        "place other stages' layers "
-        "here)",
-        field="device.pipeline_stages",
-    )
-
-
 def place_groups(
     groups: Sequence[VllmObject],
     layout: KVCacheLayout,
@@ -98,9 +79,12 @@ def place_groups(
     """Tensors (host first, as vLLM lists them) and the host pool of `groups` at `num_blocks`."""
     device: list[list[SpecBucket]] = []
     source: list[SpecBucket] | None = None
-    for index, group in enumerate(groups):
-        _refuse_empty_uniform(index, group)
-        buckets = spec_buckets(our_group_spec(group, extra_tokens), list(group.layer_names))
+    for group in groups:
+        # The group's own layer names decide what this worker places, as in vLLM 0.34: a
+        # pipeline stage holding none of a group's layers keeps the group and places nothing
+        # for it (vLLM 0.33 placed the other stages' members of a uniform_type group here).
+        names = list(group.layer_names)
+        buckets = stage_buckets(our_group_spec(group, extra_tokens), names, set(names))
         if group.host_resident:
             source = buckets
         else:

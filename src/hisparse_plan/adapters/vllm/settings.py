@@ -1,8 +1,13 @@
 """What a vLLM engine config says about planning, and the request it makes (SPEC 4, 4.1).
 
 `EngineSettings` is plain data, so building a request from it needs no vLLM; only
-`settings_from_vllm` reads a `VllmConfig`, and it asks vLLM's own helpers (looked up at call time)
-for the figures vLLM derives: the host pool budget, the decode query length, the shared pool.
+`settings_from_vllm` reads a `VllmConfig` (0.33 or 0.34), and it asks vLLM's own helpers (looked
+up at call time, so a monkeypatch on their module applies) for the figures vLLM derives: the host
+pool budget (`vllm.v1.core.kv_cache_planning.get_hisparse_host_pool_bytes`, the binding vLLM's
+planner calls), the decode query length (`vllm.v1.attention.backend.max_decode_query_len`: 1 + K
+on 0.33, 1 + K + max_num_new_slots_for_drafting on 0.34) and the shared pool
+(`vllm.v1.hisparse.layout.use_shared_hisparse_host_pool`, which 0.34 answers through the platform's
+HiSparse backend).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ class EngineSettings:
     max_concurrent_batches: int
     num_prefill_lookahead_tokens: int
     hisparse: HisparseSettings | None
+    mamba_cache_mode: str = "none"
+    disable_hybrid_kv_cache_manager: bool = False
+    decode_context_parallel_size: int = 1
 
     @property
     def extra_window_tokens(self) -> int:
@@ -48,15 +56,31 @@ class EngineSettings:
 def request_dict(
     specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int
 ) -> dict[str, object]:
-    """The plan request (docs/planning-rules.md#requests) as JSON-shaped data."""
+    """The plan request (docs/planning-rules.md#requests, #engine-modes) as JSON-shaped data.
+
+    The engine modes are written only when they differ from the contract's defaults, so
+    a request for a deployment that uses none of them reads as it always did.
+    """
     hisparse = settings.hisparse
+    model: dict[str, object] = {
+        "max_model_len": settings.max_model_len,
+        "index_topk": settings.index_topk,
+        "auto_fit_max_model_len": settings.auto_fit_max_model_len,
+    }
+    if settings.mamba_cache_mode != "none":
+        model["mamba_cache_mode"] = settings.mamba_cache_mode
+    scheduler: dict[str, object] = {
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "max_concurrent_batches": settings.max_concurrent_batches,
+        "num_prefill_lookahead_tokens": settings.num_prefill_lookahead_tokens,
+    }
+    if settings.disable_hybrid_kv_cache_manager:
+        scheduler["disable_hybrid_kv_cache_manager"] = True
+    if settings.decode_context_parallel_size != 1:
+        scheduler["decode_context_parallel_size"] = settings.decode_context_parallel_size
     return {
         "layers": layer_dicts(specs, settings.extra_window_tokens),
-        "model": {
-            "max_model_len": settings.max_model_len,
-            "index_topk": settings.index_topk,
-            "auto_fit_max_model_len": settings.auto_fit_max_model_len,
-        },
+        "model": model,
         "hisparse": None if hisparse is None else {
             # Exact: a byte count below 2**53 divided by 2**30 and multiplied back is itself.
             "host_pool_gib": hisparse.host_pool_bytes / GIB,
@@ -69,33 +93,29 @@ def request_dict(
             "kv_cache_layout": settings.kv_cache_layout,
             "num_blocks_override": settings.num_blocks_override,
         },
-        "scheduler": {
-            "max_num_batched_tokens": settings.max_num_batched_tokens,
-            "max_concurrent_batches": settings.max_concurrent_batches,
-            "num_prefill_lookahead_tokens": settings.num_prefill_lookahead_tokens,
-        },
+        "scheduler": scheduler,
     }
 
 
 def settings_from_vllm(
     vllm_config: VllmObject, host_pool_bytes: int | None = None
 ) -> EngineSettings:
-    """Read a `VllmConfig` (or an object with the same attributes) the way vLLM 0.33 plans."""
+    """Read a `VllmConfig` of vLLM 0.33 or 0.34 (or an object with the same attributes) the way
+    that version plans."""
     _refuse_unsupported(vllm_config)
     model = vllm_config.model_config
     cache = vllm_config.cache_config
     hisparse_config = vllm_config.attention_config.hisparse_config
     hisparse = None
     if hisparse_config is not None:
-        layout_module = importlib.import_module("vllm.v1.hisparse.layout")
         backend = importlib.import_module("vllm.v1.attention.backend")
         if host_pool_bytes is None:
-            host_pool_bytes = int(layout_module.get_hisparse_host_pool_bytes(vllm_config))
+            host_pool_bytes = hisparse_host_budget(vllm_config)
         hisparse = HisparseSettings(
             host_pool_bytes=host_pool_bytes,
             device_buffer_size=hisparse_config.device_buffer_size,
             max_decode_query_len=int(backend.max_decode_query_len(vllm_config)),
-            shared_host_pool=bool(layout_module.use_shared_hisparse_host_pool(vllm_config)),
+            shared_host_pool=shared_host_pool(vllm_config),
         )
     return EngineSettings(
         max_model_len=model.max_model_len,
@@ -107,28 +127,49 @@ def settings_from_vllm(
         max_concurrent_batches=vllm_config.max_concurrent_batches,
         num_prefill_lookahead_tokens=vllm_config.num_prefill_lookahead_tokens,
         hisparse=hisparse,
+        mamba_cache_mode=getattr(cache, "mamba_cache_mode", "none"),
+        disable_hybrid_kv_cache_manager=bool(
+            vllm_config.scheduler_config.disable_hybrid_kv_cache_manager
+        ),
+        decode_context_parallel_size=vllm_config.parallel_config.decode_context_parallel_size,
     )
+
+
+def hisparse_host_budget(vllm_config: VllmObject) -> int:
+    """The HiSparse host budget in bytes, through the binding vLLM's own planner calls
+    (`vllm.v1.core.kv_cache_planning.get_hisparse_host_pool_bytes`, read at call time so a
+    monkeypatch of that module's name reaches us as it reaches vLLM)."""
+    planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    return int(planning.get_hisparse_host_pool_bytes(vllm_config))
+
+
+def shared_host_pool(vllm_config: VllmObject) -> bool:
+    """vLLM's own choice (0.34 asks the platform's HiSparse backend whether it can share)."""
+    layout_module = importlib.import_module("vllm.v1.hisparse.layout")
+    return bool(layout_module.use_shared_hisparse_host_pool(vllm_config))
+
+
+MAMBA_CACHE_MODES = ("none", "align")
+"""The Mamba cache modes the contract plans; vLLM's others (e.g. "all") are refused."""
 
 
 def _refuse_unsupported(vllm_config: VllmObject) -> None:
-    """Engine modes SPEC 7.11 defers: refuse them instead of planning something else."""
-    checks = (
-        ("scheduler_config.disable_hybrid_kv_cache_manager",
-         vllm_config.scheduler_config.disable_hybrid_kv_cache_manager, False),
-        ("cache_config.mamba_cache_mode",
-         getattr(vllm_config.cache_config, "mamba_cache_mode", "none"), "none"),
-        ("parallel_config.decode_context_parallel_size",
-         vllm_config.parallel_config.decode_context_parallel_size, 1),
-        ("model_config.supports_kv_cache_grouping",
-         bool(getattr(vllm_config.model_config, "supports_kv_cache_grouping", False)), False),
-    )
-    for field, value, expected in checks:
-        if value != expected:
-            raise UnsupportedRequestError(
-                f"vllm_config.{field}: expected {expected!r}, got {value!r}; this mode is "
-                "deferred (see docs/planning-rules.md#deferred-modes)",
-                field=f"vllm_config.{field}",
-            )
+    """Engine modes the contract still defers: refuse them instead of planning something else."""
+    mamba_mode = getattr(vllm_config.cache_config, "mamba_cache_mode", "none")
+    if mamba_mode not in MAMBA_CACHE_MODES:
+        raise UnsupportedRequestError(
+            f"vllm_config.cache_config.mamba_cache_mode: expected one of "
+            f"{', '.join(map(repr, MAMBA_CACHE_MODES))}, got {mamba_mode!r}; this mode is not "
+            "planned by hisparse_plan",
+            field="vllm_config.cache_config.mamba_cache_mode",
+        )
+    grouping = bool(getattr(vllm_config.model_config, "supports_kv_cache_grouping", False))
+    if grouping:
+        raise UnsupportedRequestError(
+            "vllm_config.model_config.supports_kv_cache_grouping: expected False, got True; a "
+            "model that declares its own KV cache grouping is not planned by hisparse_plan",
+            field="vllm_config.model_config.supports_kv_cache_grouping",
+        )
 
 
 def request_from_settings(

@@ -1,4 +1,4 @@
-"""hisparse_plan specs as vLLM 0.33 spec objects (vLLM and torch imported when called).
+"""hisparse_plan specs as vLLM 0.33 / 0.34 spec objects (vLLM and torch imported when called).
 
 A rebuilt spec takes every field the contract has from our spec. When the engine's own spec of
 that layer is at hand, the fields the contract lacks (quantization mode, TP shards, draft flag,
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from hisparse_plan.adapters.vllm.layers import NEUTRAL_FIELDS
 from hisparse_plan.adapters.vllm.types import VllmObject
+from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -42,23 +43,46 @@ def _torch_dtype(name: str) -> VllmObject:
     return getattr(importlib.import_module("torch"), name)
 
 
-def fresh_layer_spec(spec: LayerSpec, extra_tokens: int) -> VllmObject:
-    """The vLLM spec of one layer, from the contract's fields alone (vLLM defaults elsewhere)."""
+def _mamba_spec(
+    spec: MambaSpec, mamba_cache_mode: str, common: dict[str, VllmObject]
+) -> VllmObject:
+    kv = interface()
+    state_alignment = spec.state_alignment
+    if state_alignment != 1:
+        if "state_alignment" not in {field.name for field in dataclasses.fields(kv.MambaSpec)}:
+            raise PlanError(
+                f"state_alignment: this vLLM's MambaSpec has no state_alignment (vLLM 0.34 has "
+                f"it); expected 1, got {state_alignment}",
+                field="state_alignment",
+            )
+        common["state_alignment"] = state_alignment
+    return kv.MambaSpec(
+        shapes=tuple(tuple(shape) for shape in spec.state_shapes),
+        dtypes=tuple(_torch_dtype(dtype) for dtype in spec.state_dtypes),
+        page_size_padded=spec.page_size_padded,
+        num_speculative_blocks=spec.num_speculative_blocks,
+        num_prefill_checkpoint_blocks=spec.num_prefill_checkpoint_blocks,
+        prefill_checkpoint_alignment=spec.prefill_checkpoint_alignment,
+        mamba_cache_mode=mamba_cache_mode,
+        **common,
+    )
+
+
+def fresh_layer_spec(
+    spec: LayerSpec, extra_tokens: int, mamba_cache_mode: str = "none"
+) -> VllmObject:
+    """The vLLM spec of one layer, from the contract's fields alone (vLLM defaults elsewhere).
+    A Mamba spec copies the engine's `mamba_cache_mode`, as vLLM's model layers do."""
     kv = interface()
     common: dict[str, VllmObject] = {"block_size": spec.block_size}
     if spec.block_stride_alignment is not None:
         common["block_stride_alignment"] = spec.block_stride_alignment
     if isinstance(spec, MambaSpec):
-        return kv.MambaSpec(
-            shapes=tuple(tuple(shape) for shape in spec.state_shapes),
-            dtypes=tuple(_torch_dtype(dtype) for dtype in spec.state_dtypes),
-            page_size_padded=spec.page_size_padded,
-            num_speculative_blocks=spec.num_speculative_blocks,
-            **common,
-        )
+        return _mamba_spec(spec, mamba_cache_mode, common)
     common.update(
         num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
         dtype=_torch_dtype(spec.dtype), page_size_padded=spec.page_size_padded,
+        dcp_sharded=spec.dcp_sharded,
     )
     if isinstance(spec, MLASpec | SlidingWindowMLASpec):
         common.update(
@@ -71,6 +95,7 @@ def fresh_layer_spec(spec: LayerSpec, extra_tokens: int) -> VllmObject:
                 sliding_window=spec.sliding_window, extra_retained_tokens=extra_tokens, **common
             )
         return kv.MLAAttentionSpec(
+            sliding_window=spec.sliding_window,
             cache_role=kv.SparseCacheRole(spec.cache_role),
             is_index_group_leader=spec.is_index_group_leader,
             topk_buffer_width=spec.topk_buffer_width,
@@ -86,15 +111,22 @@ def fresh_layer_spec(spec: LayerSpec, extra_tokens: int) -> VllmObject:
             attention_chunk_size=spec.attention_chunk_size, **common
         )
     if isinstance(spec, FullAttentionSpec):
-        return kv.FullAttentionSpec(sliding_window=spec.sliding_window, **common)
+        return kv.FullAttentionSpec(
+            sliding_window=spec.sliding_window, attention_chunk_size=spec.attention_chunk_size,
+            **common,
+        )
     raise TypeError(f"no vLLM spec for {type(spec).__name__}")
 
 
 def layer_spec(
-    name: str, spec: LayerSpec, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+    name: str,
+    spec: LayerSpec,
+    extra_tokens: int,
+    originals: Mapping[str, VllmObject] | None,
+    mamba_cache_mode: str = "none",
 ) -> VllmObject:
     """The vLLM spec of layer `name`, keeping what the engine's own spec says beyond ours."""
-    fresh = fresh_layer_spec(spec, extra_tokens)
+    fresh = fresh_layer_spec(spec, extra_tokens, mamba_cache_mode)
     original = None if originals is None else originals.get(name)
     if original is None:
         return fresh
@@ -111,7 +143,10 @@ def layer_spec(
 
 
 def group_spec(
-    group: KVCacheGroup, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+    group: KVCacheGroup,
+    extra_tokens: int,
+    originals: Mapping[str, VllmObject] | None,
+    mamba_cache_mode: str = "none",
 ) -> VllmObject:
     """The spec vLLM gives this group: derived HiSparse specs, a UniformTypeKVCacheSpecs of the
     members, or the merge (vLLM's own `merge`) of the layers' equal specs."""
@@ -128,22 +163,28 @@ def group_spec(
         return kv.UniformTypeKVCacheSpecs(
             block_size=spec.block_size,
             kv_cache_specs={
-                name: layer_spec(name, member, extra_tokens, originals)
+                name: layer_spec(name, member, extra_tokens, originals, mamba_cache_mode)
                 for name, member in spec.specs.items()
             },
         )
-    layers = [layer_spec(name, spec, extra_tokens, originals) for name in group.layer_names]
+    layers = [
+        layer_spec(name, spec, extra_tokens, originals, mamba_cache_mode)
+        for name in group.layer_names
+    ]
     return layers[0].merge(layers)
 
 
 def group(
-    group: KVCacheGroup, extra_tokens: int, originals: Mapping[str, VllmObject] | None
+    group: KVCacheGroup,
+    extra_tokens: int,
+    originals: Mapping[str, VllmObject] | None,
+    mamba_cache_mode: str = "none",
 ) -> VllmObject:
     """vLLM's KVCacheGroupSpec for one plan group."""
     kv = interface()
     return kv.KVCacheGroupSpec(
         list(group.layer_names),
-        group_spec(group, extra_tokens, originals),
+        group_spec(group, extra_tokens, originals, mamba_cache_mode),
         host_resident=group.host_resident,
         enable_kv_transfer=group.enable_kv_transfer,
         role=kv.KVCacheGroupRole(group.role),

@@ -33,6 +33,8 @@ from hisparse_plan.operator import (
 from hisparse_plan.rules.host import host_budget_bytes
 
 BINDS = {"host": "host pool", "device": "GPU", "both": "both"}
+MAX_POINTS = 1000
+"""Sweep points one --points may give: each plans the model twice, and a curve needs far fewer."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +46,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--points", metavar="LIST",
                        help="comma-separated sweep points: token counts (8k,32k,131072) for "
                             "max-model-len, sizes (64GiB,256GiB) for host-pool; default: "
-                            "doubling from 4096 tokens up to --max-model-len, or 16GiB to 1TiB")
+                            "doubling from 4096 tokens up to --max-model-len, or 16GiB to 1TiB; "
+                            f"at most {MAX_POINTS} points")
     group.add_argument("--plot", metavar="FILE.png",
                        help="draw the sweep or the --compare table as a PNG (needs the plot "
                             "extra: matplotlib)")
@@ -108,8 +111,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _points(axis: SweepAxis, text: str) -> list[int]:
     parse = parse_tokens if axis == "max-model-len" else parse_size
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_POINTS:
+        raise CommandError(
+            f"--points: expected at most {MAX_POINTS} points, got {len(parts)} (each point "
+            "plans the model again; sweep a coarser range)"
+        )
     try:
-        values = [parse(part) for part in text.split(",") if part.strip()]
+        values = [parse(part) for part in parts]
     except ValueError as error:
         raise CommandError(f"--points: {error}") from None
     if not values or min(values) <= 0:

@@ -6,10 +6,12 @@ import argparse
 
 from pydantic import ValidationError
 
+from hisparse_plan.checking import check_plan
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.errors import CheckFailed, CommandError, validation_line
 from hisparse_plan.cli.input_files import read_input
 from hisparse_plan.cli.render import Renderer
+from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.exchange import TransferManifest, diff
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.json_input import load_request_json
@@ -25,16 +27,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def load_side(path: str) -> KVCachePlan | TransferManifest:
-    """A plan or a manifest JSON file, told apart by `manifest_version`."""
+    """A plan or a manifest JSON file, told apart by `manifest_version`; a plan is proved
+    sound first (two copies of one broken plan agree with each other, and are no use)."""
     raw = read_input(path, "diff")
     data = load_request_json(raw)  # duplicate keys refused, errors quote excerpts
     is_manifest = "manifest_version" in data
     what = TransferManifest if is_manifest else KVCachePlan
     try:
-        return what.model_validate_json(raw)
+        side = what.model_validate_json(raw)
     except ValidationError as error:
         kind = "manifest" if is_manifest else "plan (or a manifest with manifest_version)"
         raise CommandError(f"{path}: not a valid {kind}: {validation_line(error)}") from None
+    if isinstance(side, KVCachePlan):
+        try:
+            check_plan(side)
+        except PlanInvariantError as error:
+            raise CommandError(f"{path}: not a sound plan: {error}") from None
+    return side
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,8 +65,9 @@ COMMAND = Command(
     description="Compare two plans or manifests (JSON files) for KV transfer between a prefill "
     "and a decode instance: the same transferred layers, each with the same dtype, page "
     "bytes, tokens per block, per-block shape and strides, and place in its block. Block "
-    "counts and pool sizes may differ. Exit 0 when compatible, 1 when not (naming the first "
-    "layer and field that differ), 2 on bad input.",
+    "counts and pool sizes may differ. A plan is first proved sound, as check_plan does. Exit "
+    "0 when compatible, 1 when not (naming the first layer and field that differ), 2 on bad "
+    "input (naming the fault of a plan that is not sound).",
     configure=configure,
     run=run,
 )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from hisparse_plan.cli.command import Command
 from hisparse_plan.operator import json_schemas
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+"""The dialect pydantic writes; a validator reads `$schema` to know it."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -16,8 +20,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="accepted for symmetry: a schema is always JSON")
 
 
+def declared(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with `$schema` first, naming its draft."""
+    return {"$schema": DRAFT, **schema}
+
+
 def run(args: argparse.Namespace) -> int:
-    schemas = json_schemas()
+    schemas = {name: declared(schema) for name, schema in json_schemas().items()}
     chosen = schemas if args.which == "all" else schemas[args.which]
     print(json.dumps(chosen, indent=2))
     return 0

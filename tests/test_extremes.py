@@ -1,0 +1,200 @@
+"""Extreme values at every entry point: only a PlanError or a ValidationError naming a field
+comes out of request validation, plan() and check_plan(), and every plan is proved sound.
+
+Sizes run up to the int64 limit, so products of heads, block sizes and dimensions overflow in
+every combination; the planner's own models must not leak their ValidationErrors.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import hisparse_plan as hp
+
+INT64_MAX = 2**63 - 1
+SIZES = st.one_of(
+    st.sampled_from([1, 2, 3, 16, 64, 4096, 2**31, 2**32, 2**40, 2**61, 2**62,
+                     INT64_MAX - 1, INT64_MAX]),
+    st.integers(1, INT64_MAX),
+)
+LAYOUTS = ["LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"]
+KINDS = ["full_attention", "sliding_window", "chunked_local_attention", "mla",
+         "sliding_window_mla", "mamba"]
+
+
+@st.composite
+def extreme_spec(draw: st.DrawFn, kind: str, block_size: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"kind": kind, "block_size": block_size}
+    if kind == "mamba":
+        spec["state_shapes"] = [draw(st.lists(SIZES, min_size=1, max_size=2))]
+        spec["state_dtypes"] = ["float32"]
+    else:
+        spec["head_size"] = draw(SIZES)
+        spec["dtype"] = draw(st.sampled_from(["uint8", "bfloat16", "float32"]))
+        if kind != "mla" or draw(st.booleans()):
+            spec["num_kv_heads"] = draw(SIZES)
+        if kind in ("sliding_window", "sliding_window_mla"):
+            spec["sliding_window"] = draw(SIZES)
+        if kind == "chunked_local_attention":
+            spec["attention_chunk_size"] = draw(SIZES)
+        if kind in ("mla", "sliding_window_mla"):
+            for field in ("compress_ratio", "alignment"):
+                if draw(st.booleans()):
+                    spec[field] = draw(SIZES)
+        if draw(st.booleans()):
+            spec["block_stride_alignment"] = draw(SIZES)
+    if draw(st.booleans()):
+        spec["page_size_padded"] = draw(SIZES)
+    return spec
+
+
+@st.composite
+def extreme_requests(draw: st.DrawFn) -> dict[str, Any]:
+    hisparse = draw(st.booleans())
+    block_size = draw(SIZES)
+    layers: dict[str, Any] = {}
+    if hisparse:
+        for i in range(draw(st.integers(1, 3))):
+            source = draw(extreme_spec("mla", block_size))
+            source.pop("num_kv_heads", None)
+            source["is_index_group_leader"] = True
+            indexer = draw(extreme_spec("mla", block_size))
+            indexer.pop("num_kv_heads", None)
+            indexer["cache_role"] = "indexer"
+            layers[f"model.layers.{i}.attn"] = source
+            layers[f"model.layers.{i}.indexer"] = indexer
+    for i in range(draw(st.integers(0 if hisparse else 1, 3))):
+        own = draw(st.one_of(st.just(block_size), SIZES))
+        layers[f"model.other.{i}"] = draw(extreme_spec(draw(st.sampled_from(KINDS)), own))
+    request: dict[str, Any] = {
+        "layers": layers,
+        "model": {"max_model_len": draw(SIZES)},
+        "device": {"available_bytes": draw(SIZES),
+                   "kv_cache_layout": draw(st.sampled_from(LAYOUTS))},
+        "scheduler": {"max_num_batched_tokens": draw(SIZES),
+                      "max_concurrent_batches": draw(SIZES)},
+    }
+    if draw(st.booleans()):
+        request["device"]["num_blocks_override"] = draw(SIZES)
+    if hisparse:
+        request["model"]["index_topk"] = draw(SIZES)
+        request["hisparse"] = {
+            "host_pool_gib": draw(st.sampled_from([1.0, 1e6, 2.0**32, 8e9])),
+            "max_decode_query_len": draw(SIZES),
+        }
+        if draw(st.booleans()):
+            request["hisparse"]["device_buffer_size"] = draw(SIZES)
+    return request
+
+
+def _names_a_field(error: ValidationError) -> None:
+    for detail in error.errors():
+        assert detail["loc"], error
+
+
+FOUND = {
+    "layers": {
+        "x0": {"kind": "mla", "block_size": 62771073, "head_size": 3976369, "dtype": "uint8",
+               "compress_ratio": 16, "alignment": 3976369},
+        "x1": {"kind": "full_attention", "block_size": 62771073, "head_size": 62771073,
+               "dtype": "bfloat16", "num_kv_heads": 64, "page_size_padded": INT64_MAX},
+    },
+    "model": {"max_model_len": 17671391257},
+    "device": {"available_bytes": 4096, "kv_cache_layout": "LBNHC",
+               "num_blocks_override": 2**40},
+    "scheduler": {"max_num_batched_tokens": 64, "max_concurrent_batches": 4096},
+}
+"""A uniform_type group whose pages sum past int64 (found by the strategy below)."""
+
+EMPTY_PAGE = {
+    "layers": {"x1": {"kind": "sliding_window_mla", "block_size": 593, "head_size": 1,
+                      "dtype": "uint8", "num_kv_heads": 2**62, "sliding_window": 1,
+                      "page_size_padded": 174, "compress_ratio": 1074804742117}},
+    "model": {"max_model_len": 2},
+    "device": {"available_bytes": 2**62, "kv_cache_layout": "BLHNC",
+               "num_blocks_override": 4096},
+}
+"""Fewer tokens than compress_ratio: no state per block, so 2**62 heads of nothing."""
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(extreme_requests())
+@example(FOUND)
+@example(EMPTY_PAGE)
+def test_extreme_values_give_only_field_errors_and_sound_plans(raw: dict[str, Any]) -> None:
+    try:
+        request = hp.PlanRequest.model_validate(raw)
+    except ValidationError as error:
+        invalid: ValidationError | None = error
+    else:
+        invalid = None
+    if invalid is not None:
+        assert invalid.title == "PlanRequest"
+        _names_a_field(invalid)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hp.PlanWarning)
+        try:
+            plan: hp.KVCachePlan | None = hp.plan(request)
+        except hp.PlanError as error:
+            plan, refusal = None, str(error)
+    if plan is None:
+        assert refusal
+        return
+    hp.check_plan(plan)
+
+
+def test_an_internal_model_refusal_names_the_layer() -> None:
+    """Two pages each under int64 whose sum is not: the uniform_type group's page cannot be
+    built, and the error says which layer's group, as a PlanError."""
+    request = {
+        "layers": {
+            "model.layers.0.attn": {"kind": "full_attention", "block_size": 1, "head_size": 2,
+                                    "dtype": "uint8", "num_kv_heads": 1},
+            "model.layers.1.attn": {"kind": "full_attention", "block_size": 1, "head_size": 1,
+                                    "dtype": "bfloat16", "num_kv_heads": 2,
+                                    "page_size_padded": INT64_MAX},
+        },
+        "model": {"max_model_len": 1},
+        "device": {"available_bytes": 2**32, "num_blocks_override": 2},
+    }
+    with pytest.raises(hp.PlanError, match=r"layers\['model\.layers\.0\.attn'\].*int64"):
+        hp.plan(request)
+
+
+def _mixed_page_plan() -> dict[str, Any]:
+    """Four sparse layers, two of each page size, packed two by two into resident/hot groups."""
+    layers: dict[str, Any] = {}
+    for i, content in enumerate([1024, 1024, 512, 512]):
+        layers[f"model.layers.{i}.attn"] = {
+            "kind": "mla", "block_size": 64, "head_size": 1, "dtype": "uint8",
+            "state_content_bytes": content, "is_index_group_leader": True}
+        layers[f"model.layers.{i}.indexer"] = {
+            "kind": "mla", "block_size": 64, "head_size": 1, "dtype": "uint8",
+            "state_content_bytes": 512, "cache_role": "indexer"}
+    request = {"layers": layers, "model": {"max_model_len": 1024, "index_topk": 64},
+               "hisparse": {"host_pool_gib": 1.0}, "device": {"available_bytes": 2**32}}
+    return hp.plan(request).model_dump(mode="json")
+
+
+def test_a_reordered_source_group_is_an_invariant_error() -> None:
+    """Reordered, the source group packs a 65536- and a 32768-byte page together: the shared
+    packing rule refuses it, and check_plan reports that as a broken invariant."""
+    plan = copy.deepcopy(_mixed_page_plan())
+    source = plan["groups"][0]
+    assert source["role"] == "hisparse_source"
+    order = [0, 2, 1, 3]
+    names = source["layer_names"]
+    source["layer_names"] = [names[i] for i in order]
+    members = list(source["spec"]["specs"].items())
+    source["spec"]["specs"] = dict(members[i] for i in order)
+    with pytest.raises(hp.PlanInvariantError, match="mixes page sizes") as caught:
+        hp.check_plan(plan)
+    assert caught.value.layer == "model.layers.0.attn"
