@@ -81,7 +81,8 @@ class _Reader:
         if value is not None and not isinstance(value, int):
             raise self.refuse(
                 "block_stride_alignment", value,
-                "is given in kernel blocks (kernel-block splitting is not planned)",
+                "is given in kernel blocks (kernel-block splitting is deferred, see "
+                "docs/planning-rules.md#deferred-modes)",
             )
         return value
 
