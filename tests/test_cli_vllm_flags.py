@@ -18,9 +18,11 @@ BLOCK = 64
 
 
 def planned(cli: Run, *argv: str) -> dict[str, Any]:
+    """The plan `plan --json` prints (with --gpu, beside where the HBM went)."""
     code, out, err = cli("plan", *argv, "--json")
     assert (code, err) == (0, ""), err
-    plan: dict[str, Any] = json.loads(out)
+    printed: dict[str, Any] = json.loads(out)
+    plan: dict[str, Any] = printed["plan"] if "--gpu" in argv else printed
     return plan
 
 
