@@ -1,17 +1,27 @@
-"""Differential check: vLLM 0.33's own planner against hisparse_plan on random requests.
+"""Differential check: vLLM's own planner (0.34, or 0.33) against hisparse_plan on random
+requests, through vLLM's engine flow (global grouping, then `get_kv_cache_configs` per worker)
+on a real `VllmConfig` of the installed version (tests/vllm_support.py).
 
 Both answers are projected onto the golden fields (tests/golden.py `project`) and compared; a
 refusal is compared as a refusal. Needs vLLM (run it in the vLLM venv):
 
     /work/vllm-venv/bin/python benchmarks/vllm_diff.py --count 300 --seed 1 --save-dir /tmp/diff
 
+The requests cover every kind and the modes of vLLM 0.34 (align mode with prefill checkpoints,
+the hybrid manager switched off, decode context parallelism with dcp_sharded on and off, Mamba
+state_alignment, pipeline stages holding none of a group's layers, HiSparse with auto-fit).
+`--target 0.33` (the default when vLLM 0.33 is installed) leaves out what 0.33 cannot state
+(state_alignment) and names 0.33's known differences as deliberate.
+
 Outcomes:
 - agree_plan / agree_refuse: same projected plan, or both refuse;
 - vllm_crash_we_refuse: vLLM fails with an internal error (AssertionError, StopIteration,
   ZeroDivisionError, ...) where we raise PlanError: the SPEC rejects these on purpose (5.13,
   7.3.1 step 8);
-- deliberate_*: we refuse where vLLM 0.33 is unsound: the SPEC says so (7.6 step 2, 7.12), or
-  the planner refuses overlaid groups with different block strides (layer-outer layouts);
+- deliberate_*: we refuse where vLLM is unsound: the SPEC says so (7.12), or the planner refuses
+  overlaid groups with different block strides (layer-outer layouts); with 0.33, where 0.34
+  changed the answer (7.6 step 2: a stage without a group's layers; 7.3.3 with
+  sliding_window_mla);
 - mismatch_*: anything else, the first few saved as JSON (request, both answers) to look at.
 """
 
@@ -45,11 +55,13 @@ VLLM_CRASHES = (AssertionError, StopIteration, ZeroDivisionError, TypeError, Key
 
 
 class Generator:
-    """Random requests over every kind of SPEC 4 / 4.1: repeated specs, mixed pages, padding,
-    alignment, all layouts, pipeline stages, auto-fit, overrides and HiSparse hybrids."""
+    """Random requests over every kind of SPEC 4 / 4.1 / 7.13: repeated specs, mixed pages,
+    padding, alignment, all layouts, pipeline stages, auto-fit, overrides, HiSparse hybrids and
+    vLLM 0.34's modes."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, target: str = "0.34") -> None:
         self.rng = random.Random(seed)
+        self.target = target
 
     def pick(self, *options: T) -> T:
         return self.rng.choice(options)
@@ -72,6 +84,8 @@ class Generator:
             layer["attention_chunk_size"] = self.pick(2048, 8192)
         if self.chance(0.1):
             layer["block_stride_alignment"] = self.pick(256, 512, 4096)
+        if self.chance(0.15):
+            layer["dcp_sharded"] = False
         return layer
 
     def latent_layer(self, kind: str, block: int) -> dict[str, Any]:
@@ -89,6 +103,8 @@ class Generator:
             layer["compress_ratio"] = self.pick(4, 128)
         if self.chance(0.2):
             layer["alignment"] = self.pick(576, 1024)
+        if self.chance(0.1):
+            layer["dcp_sharded"] = False
         return layer
 
     def mamba_layer(self, block: int) -> dict[str, Any]:
@@ -98,12 +114,21 @@ class Generator:
             "kind": "mamba", "block_size": block, "state_shapes": shapes, "state_dtypes": dtypes,
             "num_speculative_blocks": self.pick(0, 0, 1, 2),
         }
+        alignment = 1
+        if self.target != "0.33" and self.chance(0.3):
+            alignment = layer["state_alignment"] = self.pick(16, 256, 1000)
+        if self.chance(0.3):
+            layer["num_prefill_checkpoint_blocks"] = self.pick(1, 2)
+            if self.chance(0.5):
+                layer["prefill_checkpoint_alignment"] = self.pick(64, 256)
         if self.chance(0.3):
             natural = sum(
-                s[0] * s[1] * (s[2] if len(s) > 2 else 1) * (4 if d == "float32" else 2)
+                -(-s[0] * s[1] * (s[2] if len(s) > 2 else 1) * (4 if d == "float32" else 2)
+                  // alignment) * alignment
                 for s, d in zip(shapes, dtypes, strict=True)
             )
-            layer["page_size_padded"] = natural + self.pick(0, 4096, 65536)
+            padded = natural + self.pick(0, 4096, 65536)
+            layer["page_size_padded"] = -(-padded // alignment) * alignment
         return layer
 
     def variants(self, kinds: list[str], block: int) -> list[dict[str, Any]]:
@@ -127,6 +152,10 @@ class Generator:
         chosen = self.rng.sample(kinds, self.pick(1, 1, 2, 3))
         variants = self.variants(chosen, block)
         period = [self.rng.choice(variants) for _ in range(self.pick(1, 2, 3, 6))]
+        if self.chance(0.25):
+            # Each variant in one run of layers: pipeline stages then hold none of some groups.
+            return {f"model.layers.{i}.mixer": dict(period[i * len(period) // count])
+                    for i in range(count)}
         return {f"model.layers.{i}.mixer": dict(period[i % len(period)]) for i in range(count)}
 
     def request(self) -> dict[str, Any]:
@@ -143,15 +172,32 @@ class Generator:
         }
         if self.chance(0.35):
             self.add_hisparse(request, block)
+            if self.chance(0.1):
+                request["model"]["auto_fit_max_model_len"] = True
         else:
             request["layers"] = self.other_layers(self.pick(2, 6, 12, 24), block, True)
             if self.chance(0.15):
                 request["model"]["auto_fit_max_model_len"] = True
-            if self.chance(0.15):
+            if self.chance(0.2):
                 self.add_stages(request)
         if self.chance(0.1):
             request["device"]["num_blocks_override"] = self.pick(64, 4096, 100000)
+        self.add_modes(request, block)
         return request
+
+    def add_modes(self, request: dict[str, Any], block: int) -> None:
+        """vLLM 0.34's engine modes: align mode (a Mamba layer's block is the attention
+        block), one KV cache manager, decode context parallelism."""
+        layers = request["layers"].values()
+        if any(layer["kind"] == "mamba" for layer in layers) and self.chance(0.35):
+            request["model"]["mamba_cache_mode"] = "align"
+            for layer in layers:
+                if layer["kind"] == "mamba":
+                    layer["block_size"] = block
+        if self.chance(0.15):
+            request["scheduler"]["disable_hybrid_kv_cache_manager"] = True
+        if self.chance(0.2):
+            request["scheduler"]["decode_context_parallel_size"] = self.pick(2, 4, 8)
 
     def add_hisparse(self, request: dict[str, Any], block: int) -> None:
         block = self.pick(block, 64)
@@ -234,11 +280,31 @@ def our_answer(request: dict[str, Any], route: str) -> tuple[str, Any]:
         return "crash", f"{type(error).__name__}: {error}"
 
 
-def classify(request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, Any]) -> str:
+def stage_misses_a_group(request: dict[str, Any], projected: object) -> bool:
+    """A pipeline stage holds none of some group's layers (7.6 step 2)."""
+    stages = request["device"].get("pipeline_stages")
+    if not stages or not isinstance(projected, dict):
+        return False
+    return any(
+        not set(group["layer_names"]) & set(stage["layers"])
+        for stage in stages for group in projected["groups"]
+    )
+
+
+def classify(
+    request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, Any], target: str = "0.34"
+) -> str:
     if ours[0] == "unexpressible":
         return "vllm_cannot_build_its_specs"
     if ours[0] == "crash":
         return "mismatch_we_crash"
+    if target == "0.33" and theirs != ours:
+        if stage_misses_a_group(request, ours[1]):
+            # 0.33 places other stages' members of a uniform_type group on such a stage, or
+            # fails; the contract follows 0.34.
+            return "deliberate_0.33_7.6_stage_without_a_group"
+        if ours[0] == "plan" and "NotImplementedError" in str(theirs[1]):
+            return "deliberate_0.33_7.3.3_sliding_window_mla"
     if theirs[0] == "plan" and ours[0] == "plan":
         return "agree_plan" if theirs[1] == ours[1] else "mismatch_plans_differ"
     if theirs[0] == "refuse" and ours[0] == "refuse":
@@ -273,7 +339,12 @@ def configs_identical(request: dict[str, Any], route: str) -> bool:
         if route == "builder":
             ours = vs.run_vllm(inputs, BUILDER_QUALNAME).configs
         else:
-            ours = to_kv_cache_configs(hp.plan(request), inputs.specs)
+            ours = to_kv_cache_configs(
+                hp.plan(request), inputs.specs,
+                prefix_cache_retention_interval=(
+                    inputs.config.cache_config.prefix_cache_retention_interval
+                ),
+            )
     return [vs.canonical(c) for c in ours] == [vs.canonical(c) for c in theirs]
 
 
@@ -288,6 +359,21 @@ def features(request: dict[str, Any], projected: dict[str, Any]) -> list[str]:
         found.append("hisparse with other layers")
     if device.get("pipeline_stages"):
         found.append("pipeline stages")
+    if stage_misses_a_group(request, projected):
+        found.append("a stage without a group's layers")
+    scheduler = request["scheduler"]
+    if request["model"].get("mamba_cache_mode") == "align":
+        found.append("mamba align mode")
+    if scheduler.get("disable_hybrid_kv_cache_manager"):
+        found.append("hybrid manager disabled")
+    if scheduler.get("decode_context_parallel_size", 1) > 1:
+        sharded = {layer.get("dcp_sharded", True) for layer in request["layers"].values()
+                   if layer["kind"] != "mamba"}
+        found.extend(f"dcp with dcp_sharded {value}" for value in sorted(sharded))
+    if any(layer.get("state_alignment", 1) > 1 for layer in request["layers"].values()):
+        found.append("mamba state_alignment")
+    if any(layer.get("num_prefill_checkpoint_blocks") for layer in request["layers"].values()):
+        found.append("mamba prefill checkpoints")
     if request["model"].get("auto_fit_max_model_len"):
         found.append("auto-fit")
     if device.get("num_blocks_override"):
@@ -314,14 +400,17 @@ def main() -> None:
     parser.add_argument("--ours", choices=("plan", "adapter", "builder"), default="plan",
                         help="plan(request), plan(request_from_vllm(...)), or vLLM with our "
                         "builder plugged in; the last two also compare whole KVCacheConfigs")
+    parser.add_argument("--target", choices=("0.33", "0.34"),
+                        default="0.34" if vs.IS_034 else "0.33",
+                        help="the vLLM whose flow is compared (default: the installed one)")
     args = parser.parse_args()
-    generator = Generator(args.seed)
+    generator = Generator(args.seed, args.target)
     outcomes: Counter[str] = Counter()
     reach: Counter[str] = Counter()
     for index in range(args.count):
         request = generator.request()
         theirs, ours = vllm_answer(request), our_answer(request, args.ours)
-        outcome = classify(request, theirs, ours)
+        outcome = classify(request, theirs, ours, args.target)
         if (outcome == "agree_plan" and args.ours != "plan"
                 and not configs_identical(request, args.ours)):
             outcome = "mismatch_config_fields"
@@ -339,7 +428,8 @@ def main() -> None:
         if outcome.startswith("mismatch") and outcomes[outcome] <= args.keep:
             print(f"#{index} {outcome}: vllm {theirs[0]} / ours {ours[0]}: "
                   f"{str(ours[1] if ours[0] != 'plan' else theirs[1])[:200]}")
-    print(f"{args.count} requests (seed {args.seed}, ours by {args.ours}):")
+    print(f"{args.count} requests (seed {args.seed}, ours by {args.ours}, vLLM "
+          f"{vs.VLLM_VERSION}, target {args.target}):")
     for outcome, count in sorted(outcomes.items()):
         print(f"  {outcome:48s} {count}")
     print("agreeing plans exercised:")
