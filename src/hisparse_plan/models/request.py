@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic.config import ExtraValues
 
 from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
+from hisparse_plan.models.distinct import validate_distinct
 from hisparse_plan.models.json_input import load_request_json
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
@@ -83,6 +84,14 @@ class PlanRequest(Model):
     hisparse: HisparseConfig | None = None
     device: DeviceConfig
     scheduler: SchedulerConfig = SchedulerConfig()
+
+    @field_validator("layers", mode="wrap")
+    @classmethod
+    def _each_distinct_spec_once(
+        cls, value: object, handler: ValidatorFunctionWrapHandler
+    ) -> object:
+        # Equal layers (most of a model) share one validated spec: see models.distinct.
+        return validate_distinct(value, handler)
 
     @classmethod
     def model_validate_json(
