@@ -39,20 +39,17 @@ def content_key(value: object) -> Hashable:
 
 
 def _flat_keys(specs: list[object]) -> list[Hashable] | None:
-    """`content_key` of every spec when all are dicts of scalars (the usual request), computed
-    without a Python call per layer; None when some are not."""
+    """A key per spec, equal exactly when `content_key` is, when all specs are dicts of scalars
+    (the usual request): made without a Python call per layer; None when some are not.
+
+    A key is (dict, *names, *values, *types): flat, so it is quick to build and to hash."""
     if set(map(type, specs)) != {dict}:
         return None
-    try:
-        keys: list[tuple[object, ...]] = [
-            (dict, *spec.items(), *map(type, spec.values()))
-            for spec in cast("list[dict[object, object]]", specs)
-        ]
-        distinct = set(keys)
-    except TypeError:  # an unhashable (list) value
-        return None
-    # Few distinct keys: checking their types here covers every layer.
-    if all(_SCALARS.issuperset(key[(len(key) + 1) // 2:]) for key in distinct):
+    dicts = cast("list[dict[object, object]]", specs)
+    keys = [(dict, *spec, *spec.values(), *map(type, spec.values())) for spec in dicts]
+    shapes = {key[1 + 2 * (len(key) - 1) // 3:] for key in keys}
+    # Only a few distinct type rows: checking them covers every layer.
+    if all(_SCALARS.issuperset(types) for types in shapes):
         return cast("list[Hashable]", keys)  # a list is invariant; the keys are tuples
     return None
 
@@ -66,15 +63,16 @@ def validate_distinct(value: object, handler: ValidatorFunctionWrapHandler) -> o
     keys = _flat_keys(specs)
     if keys is None:
         keys = list(map(content_key, specs))
-    # Reversed, so that each key keeps the name of its first layer.
-    first_of_key = dict(zip(reversed(keys), reversed(value), strict=True))
+    first_of_key: dict[Hashable, object] = {}
+    first_names = [
+        first_of_key.setdefault(key, name) for key, name in zip(keys, value, strict=True)
+    ]
     if len(first_of_key) == len(value):
         return handler(value)  # nothing repeats: nothing to share
-    first_names = list(map(first_of_key.__getitem__, keys))
     try:
         # Every name is checked, by the rule the field has for its keys.
         names = _NAMES.validate_python(list(value))
-        checked = handler({name: value[name] for name in dict.fromkeys(first_names)})
+        checked = handler({name: value[name] for name in first_of_key.values()})
     except ValidationError:
         return handler(value)  # report every error as the plain validation does
     return dict(zip(names, map(checked.__getitem__, first_names), strict=True))

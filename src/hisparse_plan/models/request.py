@@ -9,7 +9,7 @@ from pydantic.config import ExtraValues
 
 from hisparse_plan.models.base import ByteCount, LayerName, Model, PositiveInt, freeze
 from hisparse_plan.models.distinct import validate_distinct
-from hisparse_plan.models.json_input import load_request_json
+from hisparse_plan.models.json_input import validate_request_json
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -106,11 +106,12 @@ class PlanRequest(Model):
     ) -> Self:
         """Validate a request's JSON text; a key named twice anywhere is a PlanError naming it
         (JSON parsers keep the last copy silently), and no error quotes much of the text."""
-        data = load_request_json(bytes(json_data) if isinstance(json_data, bytearray)
-                                 else json_data)
-        return cls.model_validate(
-            data, strict=strict, extra=extra, context=context, by_alias=by_alias,
-            by_name=by_name,
+        return validate_request_json(
+            bytes(json_data) if isinstance(json_data, bytearray) else json_data,
+            lambda data: cls.model_validate(
+                data, strict=strict, extra=extra, context=context, by_alias=by_alias,
+                by_name=by_name,
+            ),
         )
 
     def model_post_init(self, context: object, /) -> None:
