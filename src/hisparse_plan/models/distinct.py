@@ -60,9 +60,15 @@ def validate_distinct(value: object, handler: ValidatorFunctionWrapHandler) -> o
     if type(value) is not dict or len(value) < 2:
         return handler(value)
     specs = list(value.values())
-    keys = _flat_keys(specs)
+    # The same input object again (an adapter's shared dicts) needs no key of its own.
+    objects = dict(zip(map(id, specs), specs, strict=True))
+    distinct = list(objects.values())
+    keys = _flat_keys(distinct)
     if keys is None:
-        keys = list(map(content_key, specs))
+        keys = list(map(content_key, distinct))
+    if len(distinct) < len(specs):
+        key_of_object = dict(zip(objects, keys, strict=True))
+        keys = list(map(key_of_object.__getitem__, map(id, specs)))
     first_of_key: dict[Hashable, object] = {}
     first_names = [
         first_of_key.setdefault(key, name) for key, name in zip(keys, value, strict=True)

@@ -47,7 +47,8 @@ def vllm_groups(
     layer_specs: Mapping[str, VllmObject] | None = None,
 ) -> list[VllmObject]:
     """vLLM's KVCacheGroupSpec list for our groups (sliding windows keep `extra_tokens`)."""
-    return [specs.group(group, extra_tokens, layer_specs) for group in groups]
+    builder = specs.SpecBuilder(extra_tokens, layer_specs)
+    return [builder.group(group) for group in groups]
 
 
 def to_kv_cache_configs(

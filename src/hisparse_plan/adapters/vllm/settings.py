@@ -48,7 +48,8 @@ class EngineSettings:
 def request_dict(
     specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int
 ) -> dict[str, object]:
-    """The request of SPEC 4 / 4.1 as JSON-shaped data."""
+    """The request of SPEC 4 / 4.1 as JSON-shaped data. Equal layers share one dict: copy a
+    layer's dict before changing it."""
     hisparse = settings.hisparse
     return {
         "layers": layer_dicts(specs, settings.extra_window_tokens),
