@@ -16,10 +16,11 @@ Three passes, each writing a pattern one way and reading it back the other:
 
 The per-group pattern of a page is one random 8-byte word per position, drawn per layer, plus
 the page's key `layer << 40 | block`: unique to (tensor, layer, block) for every page of 8 bytes
-or more, and different at every position. The raw arithmetic never uses a view's geometry: it
-gathers and scatters the pool as rows of `unit` bytes, at indices computed from the plan's
-integers. Everything runs as batched tensor ops over chunks of blocks; nothing loops over blocks
-in Python.
+or more, and different at every position. The raw arithmetic never uses a bound view's
+geometry: it reads and writes the pool at addresses computed from the plan's integers, through a
+strided view of the raw pool for consecutive blocks, else as gathered and scattered rows of
+`unit` bytes. Everything runs as batched tensor ops over chunks of blocks; nothing loops over
+blocks in Python.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A layer prepared for `verify`: its pages as rows of pool units, its patterns, and batched
 reads and writes through the layer view and through the plan's raw arithmetic.
 
-The raw side never uses the view's geometry: `unit_index` computes every unit's pool index
-from the plan's integers (offset + block * block_stride + row start), so a view that addresses
-other bytes than the plan says is caught by comparing the two sides.
+The raw side never uses the bound view's geometry: `raw_region` lays a strided view over the raw
+pool, and `unit_index` computes every unit's pool index, both from the plan's integers (offset +
+block * block_stride + row start), so a bound view that addresses other bytes than the plan says
+is caught by comparing the two sides.
 """
 
 from __future__ import annotations
