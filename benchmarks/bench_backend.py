@@ -7,6 +7,11 @@
 3. `verify` of a DeepSeek-V3.2-shaped plan against `torch.clone` of the same pools.
 
     .venv/bin/python benchmarks/bench_backend.py [--host-gib 4] [--verify-gib 1] [--device cpu]
+        [--max-model-len 4096] [--verify-only] [--threads-verify N]
+
+The verify figure is compared with cloning the pools (page bytes / clone, target >= 0.25): the
+clone pays for faulting in fresh memory as a new pool would; `copy_` into buffers already
+faulted in is printed beside it for context.
 
 Rates are in GiB/s for allocation and GB/s (10**9) for verify, as `VerifyReport` reports them.
 Each figure is the median of `--repeat` runs.
@@ -35,11 +40,13 @@ REQUEST = (Path(__file__).resolve().parent.parent
 GIB = 2**30
 
 
-def deepseek_plan(host_gib: float, device_gib: float, *, shared: bool = False) -> hp.KVCachePlan:
-    """DeepSeek-V3.2 (61 layers, fp8) with both pools cut down to the sizes asked for."""
+def deepseek_plan(host_gib: float, device_gib: float, *, shared: bool = False,
+                  max_model_len: int = 4096) -> hp.KVCachePlan:
+    """DeepSeek-V3.2 (61 layers, fp8) with both pools cut down to the sizes asked for (a
+    4096-token request needs about 0.45 GiB of device pool; 512 tokens about 0.25 GiB)."""
     request: dict[str, Any] = json.loads(REQUEST.read_text())
     request = copy.deepcopy(request)
-    request["model"]["max_model_len"] = 4096
+    request["model"]["max_model_len"] = max_model_len
     request["hisparse"]["host_pool_gib"] = host_gib
     request["hisparse"]["shared_host_pool"] = shared
     request["device"]["available_bytes"] = int(device_gib * GIB)
@@ -56,8 +63,12 @@ def timed(action: Callable[[], object], sync: torch.device | None = None) -> flo
     return time.perf_counter() - started
 
 
+ALLOCATION_DEVICE_GIB = 0.5
+"""The device pool beside the host pool timed: the smallest a 4096-token request fits in."""
+
+
 def bench_allocation(host_gib: float, repeat: int, threads: int | None) -> tuple[float, float]:
-    plan = deepseek_plan(host_gib, 0.001)
+    plan = deepseek_plan(host_gib, ALLOCATION_DEVICE_GIB)
     assert plan.host_pool is not None
     size = plan.host_pool.size
     ours, theirs = [], []
@@ -77,7 +88,7 @@ def bench_allocation(host_gib: float, repeat: int, threads: int | None) -> tuple
 
 def bench_shared(host_gib: float, repeat: int, threads: int | None) -> tuple[float, float]:
     """GiB/s of creating a shared host pool, and of attaching it from a second allocation."""
-    plan = deepseek_plan(host_gib, 0.001, shared=True)
+    plan = deepseek_plan(host_gib, ALLOCATION_DEVICE_GIB, shared=True)
     size = host_pool_bytes(plan)
     name = f"bench-{os.getpid()}"
     create, attach = [], []
@@ -95,8 +106,10 @@ def bench_shared(host_gib: float, repeat: int, threads: int | None) -> tuple[flo
     return statistics.median(create), statistics.median(attach)
 
 
-def bench_verify(verify_gib: float, device: str, repeat: int) -> dict[str, float]:
-    plan = deepseek_plan(verify_gib / 2, verify_gib / 2)
+def bench_verify(
+    verify_gib: float, device: str, repeat: int, max_model_len: int = 4096
+) -> dict[str, float]:
+    plan = deepseek_plan(verify_gib / 2, verify_gib / 2, max_model_len=max_model_len)
     with allocate(plan, device=device, pin=False) as pools:
         host, pool = pools.host, pools.device
         assert host is not None
@@ -140,9 +153,23 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="device pool: cpu or cuda[:N]")
     parser.add_argument("--threads", type=int, default=None, help="prefault threads")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-model-len", type=int, default=4096,
+                        help="the verified plan's max_model_len (512 fits a 0.5 GiB pool pair)")
+    parser.add_argument("--verify-only", action="store_true", help="skip the allocation figures")
+    parser.add_argument("--threads-verify", type=int, default=None,
+                        help="torch intra-op threads for the verify figure (and its clone)")
     args = parser.parse_args()
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+    if not args.verify_only:
+        bench_host_pools(args)
+    if args.threads_verify is not None:
+        torch.set_num_threads(args.threads_verify)
+    report_verify(bench_verify(args.verify_gib, args.device, args.repeat, args.max_model_len),
+                  args.device)
+
+
+def bench_host_pools(args: argparse.Namespace) -> None:
     ours, theirs = bench_allocation(args.host_gib, args.repeat, args.threads)
     print(f"host allocation + prefault, {args.host_gib:g} GiB:")
     print(f"  allocate(pin=False)          {ours:7.2f} GiB/s")
@@ -154,11 +181,12 @@ def main() -> None:
     print(f"  create (map + prefault)      {create:7.2f} GiB/s")
     print(f"  attach (map + prefault)      {attach:7.2f} GiB/s")
 
-    figures = bench_verify(args.verify_gib, args.device, args.repeat)
+
+def report_verify(figures: dict[str, float], device: str) -> None:
     overlay = figures["page_bytes"] / figures["pool_bytes"]
     print(f"verify, DeepSeek-V3.2 layers, {figures['pool_bytes'] / GIB:.2f} GiB of pools "
           f"({figures['page_bytes'] / 1e9:.2f} GB of pages: groups overlay {overlay:.1f}x), "
-          f"device pool on {args.device}:")
+          f"device pool on {device}, {torch.get_num_threads()} threads:")
     print(f"  verify, page bytes           {figures['verify_page_gbps']:7.2f} GB/s "
           f"({figures['verify_seconds']:.2f} s)")
     print(f"  verify, pool bytes           {figures['verify_pool_gbps']:7.2f} GB/s")

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from golden import GOLDEN
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut, excerpt, load_request_json
 
 LIMIT = EXCERPT_CHARS + 40
@@ -89,3 +91,68 @@ def test_cut_keeps_the_ends_and_bounds_the_length(text: str, limit: int) -> None
 def test_excerpt_is_repr_when_short(value: Any) -> None:
     shown = excerpt(value)
     assert shown == repr(value) or len(shown) <= LIMIT
+
+
+# PlanRequest.model_validate_json: plain parsing where the text proves no key is repeated.
+
+def _request_text(**layer_extra: object) -> str:
+    raw = (GOLDEN / "deepseek_v32_fp8.request.json").read_text()
+    data = json.loads(raw)
+    first = next(iter(data["layers"]))
+    data["layers"][first].update(layer_extra)
+    return json.dumps(data, indent=1)
+
+
+def test_a_request_validates_from_json_as_from_its_data() -> None:
+    text = _request_text()
+    assert PlanRequest.model_validate_json(text) == PlanRequest.model_validate(json.loads(text))
+    encoded = text.encode("utf-16")
+    assert PlanRequest.model_validate_json(encoded) == PlanRequest.model_validate_json(text)
+    assert PlanRequest.model_validate_json(bytearray(encoded)) == PlanRequest.model_validate_json(
+        text)
+
+
+@pytest.mark.parametrize("where", ["layer", "top", "nested"])
+@pytest.mark.parametrize("name_has_colon", [False, True])
+def test_a_duplicate_is_refused_even_where_the_request_would_validate(
+    where: str, name_has_colon: bool
+) -> None:
+    # The last copy is valid, so plain parsing and validation alone would accept the text.
+    text = _request_text()
+    if name_has_colon:  # a ':' inside a string: the count proves nothing, the strict read runs
+        text = text.replace("model.layers.0.self_attn.attn", "model:layers.0.self_attn.attn")
+    if where == "layer":
+        text = text.replace('"block_size": 64,', '"block_size": 32, "block_size": 64,', 1)
+        field = "block_size"
+    elif where == "top":
+        text = text.replace('"model": {', '"model": {"max_model_len": 1}, "model": {', 1)
+        field = "model"
+    else:
+        text = text.replace('"max_model_len":', '"max_model_len": 3, "max_model_len":', 1)
+        field = "model.max_model_len"
+    with pytest.raises(PlanError) as caught:
+        PlanRequest.model_validate_json(text)
+    assert caught.value.field is not None
+    assert caught.value.field.endswith(field)
+    assert "duplicate key" in str(caught.value)
+
+
+def test_a_duplicate_is_named_before_the_validation_error_it_caused() -> None:
+    text = _request_text().replace('"block_size": 64,', '"block_size": 64, "block_size": 0,', 1)
+    with pytest.raises(PlanError, match="duplicate key 'block_size'"):
+        PlanRequest.model_validate_json(text)
+
+
+def test_colons_inside_strings_do_not_refuse_a_sound_request() -> None:
+    text = _request_text(cache_dtype="fp8:ds:mla")
+    assert PlanRequest.model_validate_json(text).layers[
+        "model.layers.0.self_attn.attn"].cache_dtype == "fp8:ds:mla"  # type: ignore[union-attr]
+
+
+def test_validation_errors_still_come_out_as_validation_errors() -> None:
+    with pytest.raises(ValidationError):
+        PlanRequest.model_validate_json(_request_text(block_size=0))
+    with pytest.raises(PlanError, match="Invalid JSON"):
+        PlanRequest.model_validate_json(_request_text()[:-3])
+    with pytest.raises(PlanError, match="expected a JSON object"):
+        PlanRequest.model_validate_json("[1]")

@@ -68,3 +68,20 @@ def test_allocation_steps_are_logged_and_nothing_is_printed(
     assert info.startswith("allocated: host pool: ")
     assert "pinned in " in info
     assert "NUMA node: unknown/not bound" in info
+
+
+def test_a_long_verify_logs_its_passes_without_a_progress_callback(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hisparse_plan.torch import verification
+
+    monkeypatch.setattr(verification, "LOG_EVERY_S", 0.0)  # every pass counts as long
+    plan = small_plan()
+    with allocate(plan, device="cpu", pin=False, prefault_threads=0) as pools, \
+            caplog.at_level(logging.INFO, logger="hisparse_plan.torch"):
+        verify(plan, pools)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("verify:")]
+    total = len(plan.groups) + 2  # every group, and a block-id pass per pool
+    assert len(lines) == total
+    assert lines[0].startswith(f"verify: 1 of {total} passes done (block ids of the host pool)")
+    assert lines[-1].startswith(f"verify: {total} of {total} passes done (group ")

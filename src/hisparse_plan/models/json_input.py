@@ -3,17 +3,28 @@
 
 Python's `json` keeps the last of two equal keys, and so does pydantic's parser; a request whose
 meaning depends on which copy a parser keeps is refused instead, with the key and its path.
+
+`validate_request_json` proves the absence of duplicates without the per-object hook when it can:
+every member of every object in the text has its own ':' outside strings, so a parse that kept
+as many keys as the text has ':' characters dropped none.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 from hisparse_plan.errors import PlanError
 
 EXCERPT_CHARS: Final = 200
 """The most characters of input any error message quotes."""
+
+T = TypeVar("T")
+
+_MANY_OBJECTS: Final = 16
+"""An object with at least this many members, all of them objects (a request's layers), has
+its members' keys counted in bulk, without looking inside them."""
 
 
 def cut(text: str, limit: int = EXCERPT_CHARS) -> str:
@@ -117,3 +128,51 @@ def load_request_json(text: str | bytes) -> dict[str, Any]:
             field="request",
         )
     return data
+
+
+def _keys_at_most_kept(data: object) -> int:
+    """A lower bound on the number of keys of all objects in parsed JSON `data`: exact for a
+    plan request (whose layer specs hold no objects), lower for objects nested in the members of
+    an object of many objects, which are not looked into."""
+    total = 0
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            total += len(node)
+            members = node.values()
+            if len(node) >= _MANY_OBJECTS and set(map(type, members)) == {dict}:
+                total += sum(map(len, members))
+            else:
+                stack.extend(item for item in members if type(item) in (dict, list))
+        elif type(node) is list:
+            stack.extend(item for item in node if type(item) in (dict, list))
+    return total
+
+
+def validate_request_json(text: str | bytes, validate: Callable[[dict[str, Any]], T]) -> T:
+    """`validate(load_request_json(text))`, without the per-object duplicate check where the
+    parse provably dropped no key.
+
+    The text is parsed as plain JSON and validated; then if the parse kept as many keys as the
+    text has ':' characters, no key was named twice (each member has one ':' of its own, and a
+    repeated key loses one member). Otherwise, or when parsing or `validate` fails, the text is
+    read again by `load_request_json`, so that a duplicate key or bad JSON is reported exactly as
+    that function reports it, and before any error it caused.
+    """
+    try:
+        decoded = text if isinstance(text, str) else text.decode(
+            json.detect_encoding(text), "surrogatepass")
+        data = json.loads(decoded)
+    except (ValueError, RecursionError):  # the strict reading below names the problem
+        return validate(load_request_json(text))
+    if type(data) is not dict:
+        return validate(load_request_json(text))
+    try:
+        result = validate(data)
+    except Exception:
+        load_request_json(text)  # a duplicate key is named first: it may be what broke
+        raise
+    if _keys_at_most_kept(data) != decoded.count(":"):
+        load_request_json(text)  # not proven here: read strictly (refuses a duplicate)
+    return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic.config import ExtraValues
 
 from hisparse_plan.errors import PlanError
@@ -17,7 +17,8 @@ from hisparse_plan.models.base import (
     PositiveInt,
     freeze,
 )
-from hisparse_plan.models.json_input import load_request_json
+from hisparse_plan.models.distinct import validate_distinct
+from hisparse_plan.models.json_input import validate_request_json
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -141,6 +142,14 @@ class PlanRequest(Model):
     device: DeviceConfig
     scheduler: SchedulerConfig = SchedulerConfig()
 
+    @field_validator("layers", mode="wrap")
+    @classmethod
+    def _each_distinct_spec_once(
+        cls, value: object, handler: ValidatorFunctionWrapHandler
+    ) -> object:
+        # Equal layers (most of a model) share one validated spec: see models.distinct.
+        return validate_distinct(value, handler)
+
     @classmethod
     def model_validate_json(
         cls,
@@ -161,11 +170,12 @@ class PlanRequest(Model):
                 "expected a request's JSON text as str, bytes or bytearray, got "
                 f"{type(json_data).__name__}"
             )
-        data = load_request_json(bytes(json_data) if isinstance(json_data, bytearray)
-                                 else json_data)
-        return cls.model_validate(
-            data, strict=strict, extra=extra, context=context, by_alias=by_alias,
-            by_name=by_name,
+        return validate_request_json(
+            bytes(json_data) if isinstance(json_data, bytearray) else json_data,
+            lambda data: cls.model_validate(
+                data, strict=strict, extra=extra, context=context, by_alias=by_alias,
+                by_name=by_name,
+            ),
         )
 
     def model_post_init(self, context: object, /) -> None:

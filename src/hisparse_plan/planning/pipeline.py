@@ -109,9 +109,10 @@ def summary(plan: KVCachePlan) -> str:
 def request_layers(request: PlanRequest) -> list[Layer]:
     """The layers in request order, equal specs as one object (grouping compares identity)."""
     canonical: dict[tuple[object, ...], LayerSpec] = {}
-    specs = request.layers.values()
-    same = map(canonical.setdefault, map(spec_key, specs), specs)
-    return list(zip(request.layers, same, strict=True))
+    # Validation already shares one object among equal layer inputs: key each object once.
+    objects = {id(spec): spec for spec in request.layers.values()}
+    one_of = {ident: canonical.setdefault(spec_key(spec), spec) for ident, spec in objects.items()}
+    return [(name, one_of[id(spec)]) for name, spec in request.layers.items()]
 
 
 def _trace_tensor(index: int, tensor: KVCacheTensor, stage: int, trace: Trace) -> None:

@@ -16,14 +16,16 @@ Three passes, each writing a pattern one way and reading it back the other:
 
 The per-group pattern of a page is one random 8-byte word per position, drawn per layer, plus
 the page's key `layer << 40 | block`: unique to (tensor, layer, block) for every page of 8 bytes
-or more, and different at every position. The raw arithmetic never uses a view's geometry: it
-gathers and scatters the pool as rows of `unit` bytes, at indices computed from the plan's
-integers. Everything runs as batched tensor ops over chunks of blocks; nothing loops over blocks
-in Python.
+or more, and different at every position. The raw arithmetic never uses a bound view's
+geometry: it reads and writes the pool at addresses computed from the plan's integers, through a
+strided view of the raw pool for consecutive blocks, else as gathered and scattered rows of
+`unit` bytes. Everything runs as batched tensor ops over chunks of blocks; nothing loops over
+blocks in Python.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -37,24 +39,49 @@ from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
 from hisparse_plan.torch.stages import resolve_stage, stage_views
-from hisparse_plan.torch.tasks import Progress
+from hisparse_plan.torch.tasks import LOG, Progress
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Scratch,
-    as_units,
     block_pattern,
     forward_pattern,
     pattern,
-    pool_units,
     prepare_layer,
     read_raw,
     read_view,
     reverse_pattern,
     select_blocks,
-    unit_index,
+    write_raw,
     write_view,
 )
 from hisparse_plan.views import LayerView
+
+LOG_EVERY_S = 5.0
+"""A verify running this long logs a line (INFO, "hisparse_plan.torch") at most this often, as
+its pool passes and groups finish: progress that needs no terminal."""
+
+
+class _Steps:
+    """Reports each finished unit (a pool's block-id pass, a group) to `progress`, and to the
+    log every LOG_EVERY_S seconds."""
+
+    def __init__(self, progress: Progress | None, total: int, started: float) -> None:
+        self._progress = progress
+        self._total = total
+        self._started = self._logged = started
+        self.done = 0
+        if progress is not None:
+            progress("verify", 0, total)
+
+    def finished(self, what: str) -> None:
+        self.done += 1
+        if self._progress is not None:
+            self._progress("verify", self.done, self._total)
+        now = time.perf_counter()
+        if now - self._logged >= LOG_EVERY_S:
+            self._logged = now
+            LOG.info("verify: %d of %d passes done (%s), %.1f s", self.done, self._total, what,
+                     now - self._started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +113,11 @@ class _Mismatch:
         self._seen = False
 
     def add(self, got: torch.Tensor, expected: torch.Tensor, page: int) -> None:
-        if page % 8 == 0 and got.is_contiguous() and expected.is_contiguous():
-            # A fresh batch buffer starts on an 8-byte boundary: compare words, not bytes.
-            got, expected = got.view(torch.int64), expected.view(torch.int64)
+        if page % 8 == 0:
+            # Compare words, not bytes, where both sides allow it (a batch buffer starts on an
+            # 8-byte boundary; a view of the pool may not).
+            with contextlib.suppress(RuntimeError):
+                got, expected = got.view(torch.int64), expected.view(torch.int64)
         if self._flag is not None:
             self._flag |= torch.ne(got, expected).any()
         elif not self._seen:
@@ -166,20 +195,14 @@ def _verify(
         )
     pools_used = sorted({layer.view.host_resident for layer in layers}, reverse=True)
     groups = sorted({layer.view.group for layer in layers})
-    total = len(groups) + len(pools_used)
-    done = 0
-    if progress is not None:
-        progress("verify", done, total)
+    steps = _Steps(progress, len(groups) + len(pools_used), started)
     for host_resident in pools_used:
         _check_block_ids([layer for layer in layers if layer.view.host_resident == host_resident])
-        done += 1
-        if progress is not None:
-            progress("verify", done, total)
+        steps.finished(f"block ids of the {'host' if host_resident else 'device'} pool")
     for index in groups:
-        _check_group([layer for layer in layers if layer.view.group == index])
-        done += 1
-        if progress is not None:
-            progress("verify", done, total)
+        members = [layer for layer in layers if layer.view.group == index]
+        _check_group(members)
+        steps.finished(f"group {index}, {len(members)} layer(s)")
     if device_pool.device.type == "cuda":
         torch.cuda.synchronize(device_pool.device)
     pages = sum(layer.blocks.numel() for layer in layers)
@@ -212,8 +235,7 @@ def _check_group(members: list[Layer]) -> None:
         _compare_all(layer, _VIEW_TO_POOL)
     for layer in members:
         for _, ids in layer.batches():
-            expected = pattern(layer, ids, forward=False)
-            pool_units(layer).index_copy_(0, unit_index(layer, ids), as_units(layer, expected))
+            write_raw(layer, ids, pattern(layer, ids, forward=False))
     for layer in members:
         _compare_all(layer, _POOL_TO_VIEW)
 

@@ -1,9 +1,10 @@
 """A layer prepared for `verify`: its pages as rows of pool units, its patterns, and batched
 reads and writes through the layer view and through the plan's raw arithmetic.
 
-The raw side never uses the view's geometry: `unit_index` computes every unit's pool index
-from the plan's integers (offset + block * block_stride + row start), so a view that addresses
-other bytes than the plan says is caught by comparing the two sides.
+The raw side never uses the bound view's geometry: `raw_region` lays a strided view over the raw
+pool, and `unit_index` computes every unit's pool index, both from the plan's integers (offset +
+block * block_stride + row start), so a bound view that addresses other bytes than the plan says
+is caught by comparing the two sides.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import torch
 
 from hisparse_plan.views import LayerView
 
-CPU_CHUNK_BYTES = 4 * 2**20
-"""Page bytes per batch on the CPU: the scratch of one batch stays in cache."""
+CPU_CHUNK_BYTES = 32 * 2**20
+"""Page bytes per batch on the CPU: large enough that each tensor op streams for milliseconds
+(every op is a fork and join of torch's threads, which on a busy machine can wait a scheduler
+slice), small enough that a batch's few scratch buffers stay a small fraction of the pools."""
 CUDA_CHUNK_BYTES = 256 * 2**20
 """Page bytes per batch on a GPU: enough work to hide kernel launches and the per-layer sync."""
 
@@ -64,6 +67,8 @@ class Layer:
     """Bytes per contiguous row of the page, in the page's logical order."""
     grid: torch.Tensor
     """Row starts within a page, relative to the page's first byte, in logical order."""
+    dims: tuple[tuple[int, int], ...]
+    """The page axes that repeat the row, as (extent, byte stride): what `grid` enumerates."""
     unit: int
     """Rows and their addresses are whole units: the raw pool is gathered unit by unit."""
     element: torch.dtype
@@ -122,7 +127,8 @@ def prepare_layer(
     blocks, everything = selection
     return Layer(
         view=view, key=key, data=data, pool=pool, page=page, row=row,
-        grid=grid.to(pool.device), unit=unit, element=element, blocks=blocks, everything=everything,
+        grid=grid.to(pool.device), dims=tuple(dims), unit=unit, element=element, blocks=blocks,
+        everything=everything,
         chunk=max(1, chunk_bytes // page),
         seeds=(_seed_words(key, words, pool.device, forward=False),
                _seed_words(key, words, pool.device, forward=True)),
@@ -233,12 +239,73 @@ def read_view(layer: Layer, ids: torch.Tensor, start: int) -> torch.Tensor:
         chunk = layer.data[start:start + ids.numel()]
     else:
         chunk = layer.data.index_select(0, ids)
+    if layer.everything and chunk.is_contiguous():
+        return chunk.view(ids.numel(), layer.page)  # compared where it lies: no copy
     got = layer.scratch.take("got", torch.uint8, (ids.numel(), layer.page))
     got.view(chunk.shape).copy_(chunk)
     return got
 
 
+def raw_region(layer: Layer, start: int, count: int, *, writable: bool) -> torch.Tensor | None:
+    """The pages of blocks `start .. start + count - 1` straight from the raw pool, by the plan's
+    arithmetic (offset + block * block_stride + row start): [count, page] bytes in page logical
+    order, a strided view where the pages allow one, else None (use the index gather). With
+    `writable`, None also when two of those bytes are one pool byte, which a strided write
+    cannot express."""
+    view, element = layer.view, layer.element
+    size = element.itemsize
+    dims = [(extent, stride) for extent, stride in layer.dims if extent > 1]
+    shape = [count, *(extent for extent, _ in dims), layer.row // size]
+    strides = [view.block_stride // size, *(stride // size for _, stride in dims), 1]
+    first = view.offset + start * view.block_stride
+    if writable and not _disjoint(layer.row, [(count, view.block_stride), *dims]):
+        return None
+    flat = layer.pool[: layer.pool.numel() // size * size].view(element)
+    last = first // size + sum((n - 1) * st for n, st in zip(shape, strides, strict=True))
+    if first < 0 or last >= flat.numel():
+        return None
+    region = flat.as_strided(shape, strides, flat.storage_offset() + first // size)
+    bytes_view = region.view(torch.uint8) if size > 1 else region
+    if writable:
+        return bytes_view
+    try:
+        return bytes_view.view(count, layer.page)
+    except RuntimeError:  # rows apart: a reshape would copy into fresh memory every batch
+        return None
+
+
+def _consecutive_start(layer: Layer, ids: torch.Tensor) -> int | None:
+    """The first block of `ids` when they are a slice of a layer that checks every block (its
+    selection is 0, 1, 2, ...), read from the slice itself: no device sync."""
+    blocks = layer.blocks
+    if not layer.everything or ids.dim() != 1 or (ids.numel() > 1 and ids.stride(0) != 1):
+        return None
+    if ids.untyped_storage().data_ptr() != blocks.untyped_storage().data_ptr():
+        return None
+    return int(ids.storage_offset()) - int(blocks.storage_offset())
+
+
+def _disjoint(row: int, dims: list[tuple[int, int]]) -> bool:
+    """Whether rows of `row` bytes repeated along `dims` (extent, stride) never share a byte:
+    each axis, from the finest stride up, must step past everything inside it."""
+    span = row
+    for extent, stride in sorted(dims, key=lambda dim: dim[1]):
+        if extent <= 1:
+            continue
+        if stride < span:
+            return False
+        span = stride * (extent - 1) + span
+    return True
+
+
 def read_raw(layer: Layer, ids: torch.Tensor) -> torch.Tensor:
+    """The pages of blocks `ids` as the raw pool holds them: [len(ids), page] bytes; a strided
+    view of the pool where the blocks are consecutive and the pages allow it, else gathered."""
+    start = _consecutive_start(layer, ids)
+    if start is not None:
+        region = raw_region(layer, start, ids.numel(), writable=False)
+        if region is not None:
+            return region
     units = pool_units(layer)
     index = unit_index(layer, ids)
     got = layer.scratch.take("got", layer.element, (index.numel(), units.shape[1]))
@@ -246,3 +313,13 @@ def read_raw(layer: Layer, ids: torch.Tensor) -> torch.Tensor:
     return got.view(torch.uint8).view(ids.numel(), layer.page)
 
 
+def write_raw(layer: Layer, ids: torch.Tensor, pages: torch.Tensor) -> None:
+    """Write [len(ids), page] bytes into the raw pool at the pages of blocks `ids`, by the
+    plan's arithmetic: through a strided view where it can, else scattered."""
+    start = _consecutive_start(layer, ids)
+    if start is not None:
+        region = raw_region(layer, start, ids.numel(), writable=True)
+        if region is not None:
+            region.copy_(pages.view(region.shape))
+            return
+    pool_units(layer).index_copy_(0, unit_index(layer, ids), as_units(layer, pages))

@@ -49,10 +49,8 @@ def vllm_groups(
     mamba_cache_mode: str = "none",
 ) -> list[VllmObject]:
     """vLLM's KVCacheGroupSpec list for our groups (sliding windows keep `extra_tokens`)."""
-    return [
-        specs.group(group, extra_tokens, layer_specs, mamba_cache_mode) for group in groups
-    ]
-
+    builder = specs.SpecBuilder(extra_tokens, layer_specs, mamba_cache_mode)
+    return [builder.group(group) for group in groups]
 
 def share_kv_cache_zeroing(configs: Sequence[VllmObject]) -> None:
     """vLLM 0.34 resolves `needs_kv_cache_zeroing` across the workers (every worker receives

@@ -8,6 +8,7 @@ vLLM's grouping by equality and ours agree.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -254,7 +255,17 @@ def layer_dicts(specs: Mapping[str, VllmObject], extra_tokens: int) -> dict[str,
     """
     layers: dict[str, LayerDict] = {}
     neutral: dict[tuple[str, str], tuple[str, VllmObject]] = {}
+    # Equal specs (vLLM's equality: same class, same compared fields, which include the neutral
+    # ones) map to one dict, read once: a model repeats a few specs over all its layers.
+    mapped: dict[VllmObject, LayerDict] = {}
     for name, spec in specs.items():
+        try:
+            layer = mapped.get(spec)
+        except TypeError:  # an unhashable spec: read it on its own
+            layer = None
+        if layer is not None:
+            layers[name] = layer
+            continue
         reader = _Reader(name, spec)
         if reader.type_name in DERIVED_SPECS:
             continue
@@ -268,6 +279,8 @@ def layer_dicts(specs: Mapping[str, VllmObject], extra_tokens: int) -> dict[str,
         layers[name] = {key: value for key, value in mapper(reader, extra_tokens).items()
                         if value is not None}
         _check_neutral(reader, neutral)
+        with contextlib.suppress(TypeError):
+            mapped[spec] = layers[name]
     return layers
 
 

@@ -56,7 +56,8 @@ class EngineSettings:
 def request_dict(
     specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int
 ) -> dict[str, object]:
-    """The plan request (docs/planning-rules.md#requests) as JSON-shaped data.
+    """The plan request (docs/planning-rules.md#requests) as JSON-shaped data. Equal layers
+    share one dict: copy a layer's dict before changing it.
 
     The engine modes vLLM runs by default are written only when they differ from the request's
     defaults, so a request for a deployment that uses none of them reads as it always did.

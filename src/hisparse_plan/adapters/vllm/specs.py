@@ -118,18 +118,95 @@ def fresh_layer_spec(
     raise TypeError(f"no vLLM spec for {type(spec).__name__}")
 
 
-def layer_spec(
-    name: str,
-    spec: LayerSpec,
-    extra_tokens: int,
-    originals: Mapping[str, VllmObject] | None,
-    mamba_cache_mode: str = "none",
-) -> VllmObject:
-    """The vLLM spec of layer `name`, keeping what the engine's own spec says beyond ours."""
-    fresh = fresh_layer_spec(spec, extra_tokens, mamba_cache_mode)
-    original = None if originals is None else originals.get(name)
-    if original is None:
-        return fresh
+class SpecBuilder:
+    """The vLLM specs of one plan's layers and groups (one conversion): each distinct pair of
+    our spec and engine spec is converted once, and layers alike share the result.
+
+    `originals` is the engine's own `dict[str, KVCacheSpec]` (or None); `extra_tokens` the
+    sliding windows' extra retained tokens; `mamba_cache_mode` the engine's, which vLLM's Mamba
+    specs copy."""
+
+    def __init__(
+        self,
+        extra_tokens: int,
+        originals: Mapping[str, VllmObject] | None,
+        mamba_cache_mode: str = "none",
+    ) -> None:
+        self.extra_tokens = extra_tokens
+        self.originals = originals
+        self.mamba_cache_mode = mamba_cache_mode
+        self._fresh: dict[int, VllmObject] = {}
+        # Per our spec (by identity: equal specs are one object in a plan), the engine specs
+        # seen with it, each with what it became: itself when unchanged, else the rebuilt spec.
+        self._seen: dict[int, list[tuple[VllmObject, tuple[VllmObject, ...], VllmObject]]] = {}
+        self._keep: list[LayerSpec] = []  # holds the specs whose ids key the caches
+
+    def fresh(self, spec: LayerSpec) -> VllmObject:
+        built = self._fresh.get(id(spec))
+        if built is None:
+            built = self._fresh[id(spec)] = fresh_layer_spec(
+                spec, self.extra_tokens, self.mamba_cache_mode)
+            self._keep.append(spec)
+        return built
+
+    def layer(self, name: str, spec: LayerSpec) -> VllmObject:
+        """The vLLM spec of layer `name`, keeping what the engine's own spec says beyond ours."""
+        original = None if self.originals is None else self.originals.get(name)
+        if original is None:
+            return self.fresh(spec)
+        # is_draft takes no part in vLLM's spec equality, so the carried fields are compared too.
+        carried = tuple(getattr(original, field, _ABSENT) for field in CARRIED_FIELDS)
+        seen = self._seen.setdefault(id(spec), [])
+        for engine_spec, engine_carried, became in seen:
+            if engine_carried == carried and type(engine_spec) is type(original) and (
+                    engine_spec == original):
+                return original if became is engine_spec else became
+        became = _with_carried(self.fresh(spec), original)
+        seen.append((original, carried, became))
+        return became
+
+    def group_spec(self, group: KVCacheGroup) -> VllmObject:
+        """The spec vLLM gives this group: derived HiSparse specs, a UniformTypeKVCacheSpecs of
+        the members, or the merge (vLLM's own `merge`) of the layers' equal specs."""
+        kv = interface()
+        spec: GroupSpec = group.spec
+        if isinstance(spec, HisparseResidentSpec):
+            return kv.HiSparseResidentSpec(
+                block_size=spec.block_size, page_size=spec.page_size_bytes)
+        if isinstance(spec, HisparseHotSpec):
+            return kv.HiSparseHotSpec(
+                block_size=spec.block_size, page_size=spec.page_size_bytes,
+                blocks_per_request=spec.blocks_per_request,
+            )
+        if isinstance(spec, UniformTypeSpec):
+            return kv.UniformTypeKVCacheSpecs(
+                block_size=spec.block_size,
+                kv_cache_specs={
+                    name: self.layer(name, member) for name, member in spec.specs.items()
+                },
+            )
+        layers = [self.layer(name, spec) for name in group.layer_names]
+        return layers[0].merge(layers)
+
+    def group(self, group: KVCacheGroup) -> VllmObject:
+        """vLLM's KVCacheGroupSpec for one plan group."""
+        kv = interface()
+        return kv.KVCacheGroupSpec(
+            list(group.layer_names),
+            self.group_spec(group),
+            host_resident=group.host_resident,
+            enable_kv_transfer=group.enable_kv_transfer,
+            role=kv.KVCacheGroupRole(group.role),
+        )
+
+
+_ABSENT = object()
+"""An engine spec's value for a carried field its class does not have."""
+
+
+def _with_carried(fresh: VllmObject, original: VllmObject) -> VllmObject:
+    """`fresh` with the engine's values of the fields the contract lacks; `original` itself
+    when that changes nothing."""
     fresh_fields = {field.name for field in dataclasses.fields(fresh)}
     carried = {
         field: getattr(original, field)
@@ -148,30 +225,8 @@ def group_spec(
     originals: Mapping[str, VllmObject] | None,
     mamba_cache_mode: str = "none",
 ) -> VllmObject:
-    """The spec vLLM gives this group: derived HiSparse specs, a UniformTypeKVCacheSpecs of the
-    members, or the merge (vLLM's own `merge`) of the layers' equal specs."""
-    kv = interface()
-    spec: GroupSpec = group.spec
-    if isinstance(spec, HisparseResidentSpec):
-        return kv.HiSparseResidentSpec(block_size=spec.block_size, page_size=spec.page_size_bytes)
-    if isinstance(spec, HisparseHotSpec):
-        return kv.HiSparseHotSpec(
-            block_size=spec.block_size, page_size=spec.page_size_bytes,
-            blocks_per_request=spec.blocks_per_request,
-        )
-    if isinstance(spec, UniformTypeSpec):
-        return kv.UniformTypeKVCacheSpecs(
-            block_size=spec.block_size,
-            kv_cache_specs={
-                name: layer_spec(name, member, extra_tokens, originals, mamba_cache_mode)
-                for name, member in spec.specs.items()
-            },
-        )
-    layers = [
-        layer_spec(name, spec, extra_tokens, originals, mamba_cache_mode)
-        for name in group.layer_names
-    ]
-    return layers[0].merge(layers)
+    """The spec vLLM gives this group (see `SpecBuilder.group_spec`)."""
+    return SpecBuilder(extra_tokens, originals, mamba_cache_mode).group_spec(group)
 
 
 def group(
@@ -181,11 +236,4 @@ def group(
     mamba_cache_mode: str = "none",
 ) -> VllmObject:
     """vLLM's KVCacheGroupSpec for one plan group."""
-    kv = interface()
-    return kv.KVCacheGroupSpec(
-        list(group.layer_names),
-        group_spec(group, extra_tokens, originals, mamba_cache_mode),
-        host_resident=group.host_resident,
-        enable_kv_transfer=group.enable_kv_transfer,
-        role=kv.KVCacheGroupRole(group.role),
-    )
+    return SpecBuilder(extra_tokens, originals, mamba_cache_mode).group(group)

@@ -1,0 +1,152 @@
+"""The path an engine calls, against vLLM's own planning, side by side in one run.
+
+Ours: `request_from_vllm` (vLLM specs and config in) + `plan` + `to_kv_cache_config` (vLLM's
+KVCacheConfig out). vLLM's: `get_global_kv_cache_groups` + `get_kv_cache_configs` with its
+default builder, the engine's flow (tests/vllm_support.py `run_vllm`). Both get the same spec
+objects and engine config, for DeepSeek-V3.2 (HiSparse), Qwen3-Next-80B and Gemma-3-27B. The
+two are timed call by call, alternately, so a busy machine slows both alike; each figure is a
+median. Also: JSON text to plan (`PlanRequest.model_validate_json` + `plan`) for DeepSeek-V3.2.
+
+    PYTHONPATH=src:tests /work/vllm34/bin/python benchmarks/bench_engine_path.py [--calls N]
+
+The engine config is the stand-in of tests/vllm_support.py; a field a newer vLLM reads and the
+stand-in lacks takes the default of vLLM's own CacheConfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import hisparse_plan as hp
+from bench_plan import golden
+from hisparse_plan.adapters.vllm.types import VllmObject
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+REQUEST = REPO / "src/hisparse_plan/data/deepseek_v32_fp8.request.json"
+CASES = (
+    ("DeepSeek-V3.2", "deepseek_v32_fp8"),
+    ("Qwen3-Next-80B", "regular_qwen3_next_80b_mamba"),
+    ("Gemma-3-27B", "regular_gemma3_27b_swa"),
+)
+TARGET = 0.3
+
+
+def timed_ns(action: Callable[[], object]) -> int:
+    start = time.perf_counter_ns()
+    action()
+    return time.perf_counter_ns() - start
+
+
+def json_to_plan(calls: int) -> tuple[float, float]:
+    """(median, min) microseconds of JSON text to plan for DeepSeek-V3.2."""
+    text = REQUEST.read_text()
+
+    def once() -> None:
+        hp.plan(hp.PlanRequest.model_validate_json(text))
+
+    for _ in range(20):
+        once()
+    samples = [timed_ns(once) for _ in range(calls)]
+    return statistics.median(samples) / 1e3, min(samples) / 1e3
+
+
+def with_vllm_defaults(inputs: VllmObject) -> VllmObject:
+    """The stand-in config, its cache config answering what it lacks with vLLM's defaults."""
+    from vllm.config import CacheConfig  # type: ignore[import-not-found, unused-ignore]
+
+    import vllm_support as vs
+
+    defaults = CacheConfig()
+
+    class Cache(vs._Cache):  # type: ignore[misc, name-defined, unused-ignore]
+        def __getattr__(self, name: str) -> VllmObject:
+            return getattr(defaults, name)
+
+    inputs.config.cache_config = Cache(**vars(inputs.config.cache_config))
+    return inputs
+
+
+def engine_path(case: str, calls: int) -> dict[str, Any]:
+    """Median microseconds of vLLM's planning and of ours (and of our three steps) for one
+    golden case, timed alternately."""
+    from vllm.v1.core import kv_cache_planning  # type: ignore[import-not-found, unused-ignore]
+
+    import vllm_support as vs
+    from hisparse_plan.adapters.vllm import request_from_vllm, to_kv_cache_config
+
+    inputs = with_vllm_defaults(vs.vllm_inputs(golden(case)))
+    workers = inputs.worker_specs()
+    memory = inputs.worker_memory()
+    specs = inputs.specs
+
+    def theirs(config: VllmObject) -> VllmObject:
+        groups = kv_cache_planning.get_global_kv_cache_groups(config, workers)
+        return kv_cache_planning.get_kv_cache_configs(config, workers, memory, groups)
+
+    steps: dict[str, list[int]] = {"vllm": [], "ours": [], "request": [], "plan": [],
+                                   "config": []}
+    with vs.vllm_world(vs.DEFAULT_BUILDER, inputs.shared_host_pool):
+        for call in range(calls + 10):
+            config = copy.deepcopy(inputs.config)  # vLLM's auto-fit writes into its config
+            vllm_ns = timed_ns(partial(theirs, config))
+            start = time.perf_counter_ns()
+            request = request_from_vllm(specs, inputs.config, inputs.available_bytes)
+            requested = time.perf_counter_ns()
+            plan = hp.plan(request)
+            planned = time.perf_counter_ns()
+            to_kv_cache_config(plan, specs)
+            done = time.perf_counter_ns()
+            if call < 10:
+                continue  # warm-up
+            steps["vllm"].append(vllm_ns)
+            steps["ours"].append(done - start)
+            steps["request"].append(requested - start)
+            steps["plan"].append(planned - requested)
+            steps["config"].append(done - planned)
+    figures: dict[str, Any] = {name: statistics.median(values) / 1e3
+                               for name, values in steps.items()}
+    figures["layers"] = len(specs)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="timed calls per figure")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    median, fastest = json_to_plan(args.calls)
+    print(f"JSON text to plan, DeepSeek-V3.2: median {median:.0f} us, min {fastest:.0f} us "
+          "(target: median < 500 us)")
+    try:
+        import vllm  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        print("vLLM is not installed here: engine path not measured")
+        return
+    print(f"engine path against vLLM {vllm.__version__}'s own planning (median us; target: "
+          f"ours <= {TARGET}x vLLM)")
+    print(f"{'model':<16} {'specs':>6} {'vLLM':>9} {'ours':>8} {'ratio':>6} "
+          f"{'request':>8} {'plan':>7} {'config':>7}")
+    for name, case in CASES:
+        try:
+            f = engine_path(case, args.calls)
+        except Exception as error:  # report what fails and measure the rest
+            print(f"{name:<16} failed: {type(error).__name__}: {str(error)[:200]}")
+            continue
+        print(f"{name:<16} {f['layers']:>6} {f['vllm']:>9.0f} {f['ours']:>8.0f} "
+              f"{f['ours'] / f['vllm']:>6.2f} {f['request']:>8.0f} {f['plan']:>7.0f} "
+              f"{f['config']:>7.0f}")
+
+
+if __name__ == "__main__":
+    main()
