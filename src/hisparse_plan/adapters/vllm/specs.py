@@ -140,6 +140,17 @@ class SpecBuilder:
         # seen with it, each with what it became: itself when unchanged, else the rebuilt spec.
         self._seen: dict[int, list[tuple[VllmObject, tuple[VllmObject, ...], VllmObject]]] = {}
         self._keep: list[LayerSpec] = []  # holds the specs whose ids key the caches
+        self._uncompared_of: dict[type, tuple[str, ...]] = {}
+
+    def _uncompared(self, original: VllmObject) -> tuple[str, ...]:
+        """The carried fields that `==` on specs of this class does not look at."""
+        names = self._uncompared_of.get(type(original))
+        if names is None:
+            fields = {field.name: field.compare for field in dataclasses.fields(original)}
+            # A field the class lacks is absent from all its specs alike: nothing to compare.
+            names = tuple(name for name in CARRIED_FIELDS if fields.get(name) is False)
+            self._uncompared_of[type(original)] = names
+        return names
 
     def fresh(self, spec: LayerSpec) -> VllmObject:
         built = self._fresh.get(id(spec))
@@ -154,12 +165,13 @@ class SpecBuilder:
         original = None if self.originals is None else self.originals.get(name)
         if original is None:
             return self.fresh(spec)
-        # is_draft takes no part in vLLM's spec equality, so the carried fields are compared too.
-        carried = tuple(getattr(original, field, _ABSENT) for field in CARRIED_FIELDS)
-        seen = self._seen.setdefault(id(spec), [])
+        # Carried fields outside vLLM's spec equality (is_draft) are compared on their own.
+        carried = tuple(getattr(original, field, _ABSENT) for field in self._uncompared(original))
+        seen = self._seen.get(id(spec))
+        if seen is None:
+            seen = self._seen[id(spec)] = []
         for engine_spec, engine_carried, became in seen:
-            if engine_carried == carried and type(engine_spec) is type(original) and (
-                    engine_spec == original):
+            if engine_spec == original and engine_carried == carried:
                 return original if became is engine_spec else became
         became = _with_carried(self.fresh(spec), original)
         seen.append((original, carried, became))
