@@ -103,8 +103,8 @@ def _satisfy_triton_check() -> None:
 def _record_resolutions() -> None:
     """Count the builders vLLM resolves through its platform hook (`resolved_ours`,
     `resolved_other`), apart from builders a test constructs itself."""
-    interface = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
-    planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    interface: Any = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
+    planning: Any = importlib.import_module("vllm.v1.core.kv_cache_planning")
     resolve = interface.get_kv_cache_config_builder
 
     @functools.wraps(resolve)
