@@ -296,6 +296,10 @@ def classify(
 ) -> str:
     if ours[0] == "unexpressible":
         return "vllm_cannot_build_its_specs"
+    if ours[0] == "crash" and theirs[0] != "plan" and ours[1] == theirs[1]:
+        # Through the builder, vLLM's own checks around it (its auto-fit, its DCP assertions)
+        # stop the engine flow exactly as they stop it stock.
+        return "agree_vllm_stops_both_flows"
     if ours[0] == "crash":
         return "mismatch_we_crash"
     if target == "0.33" and theirs != ours:
