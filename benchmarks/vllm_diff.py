@@ -309,6 +309,10 @@ def classify(
             return "deliberate_0.33_7.6_stage_without_a_group"
         if ours[0] == "plan" and "NotImplementedError" in str(theirs[1]):
             return "deliberate_0.33_7.3.3_sliding_window_mla"
+        if ours[0] == "plan" and "bounded_replay" in str(theirs[1]):
+            # 0.33 promotes a sliding_window_mla layer keeping bounded_replay, which
+            # MLAAttentionSpec lacks (TypeError); 0.34 drops it.
+            return "deliberate_0.33_promotion_keeps_bounded_replay"
     if theirs[0] == "plan" and ours[0] == "plan":
         return "agree_plan" if theirs[1] == ours[1] else "mismatch_plans_differ"
     if theirs[0] == "refuse" and ours[0] == "refuse":
