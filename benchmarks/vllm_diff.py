@@ -296,6 +296,10 @@ def classify(
 ) -> str:
     if ours[0] == "unexpressible":
         return "vllm_cannot_build_its_specs"
+    if ours[0] == "crash" and theirs[0] != "plan" and ours[1] == theirs[1]:
+        # Through the builder, vLLM's own checks around it (its auto-fit, its DCP assertions)
+        # stop the engine flow exactly as they stop it stock.
+        return "agree_vllm_stops_both_flows"
     if ours[0] == "crash":
         return "mismatch_we_crash"
     if target == "0.33" and theirs != ours:
@@ -305,6 +309,10 @@ def classify(
             return "deliberate_0.33_7.6_stage_without_a_group"
         if ours[0] == "plan" and "NotImplementedError" in str(theirs[1]):
             return "deliberate_0.33_7.3.3_sliding_window_mla"
+        if ours[0] == "plan" and "bounded_replay" in str(theirs[1]):
+            # 0.33 promotes a sliding_window_mla layer keeping bounded_replay, which
+            # MLAAttentionSpec lacks (TypeError); 0.34 drops it.
+            return "deliberate_0.33_promotion_keeps_bounded_replay"
     if theirs[0] == "plan" and ours[0] == "plan":
         return "agree_plan" if theirs[1] == ours[1] else "mismatch_plans_differ"
     if theirs[0] == "refuse" and ours[0] == "refuse":

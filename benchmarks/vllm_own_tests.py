@@ -14,7 +14,9 @@ checks a config (see `vllm_probe_plugin`); without them most planning tests cann
 run is made twice with `vllm_probe_plugin` loaded: stock, and with `install_builder()` applied
 before every test (vLLM's platform hook answers our builder). It reports the tests passing stock,
 passing with ours, every test that passes stock but not with ours (with its error), the tests
-that call a KV cache config builder, and whether each of those called ours. The figures are
+that call a KV cache config builder and whether each of those called ours, and apart from
+those the tests that resolve a builder through vLLM's platform hook (a builder a test constructs
+itself, e.g. `DefaultKVCacheConfigBuilder()`, is not one vLLM chose). The figures are
 written to `--out` as JSON.
 """
 
@@ -103,12 +105,15 @@ def compare(stock: Results, ours: Results) -> dict[str, Any]:
     stock_passed = passing(stock)
     ours_passed = passing(ours)
     lost = sorted(stock_passed - ours_passed)
-    callers = {
-        nodeid: entry["calls"] for nodeid, entry in ours.items() if sum(entry["calls"].values())
-    }
+    callers = {nodeid: entry["calls"] for nodeid, entry in ours.items()
+               if any(entry["calls"].get(kind) for kind in ("ours", "default", "other"))}
     not_ours = {nodeid: calls for nodeid, calls in callers.items()
                 if calls.get("default", 0) or calls.get("other", 0)}
     never_ours = sorted(nodeid for nodeid, calls in callers.items() if not calls.get("ours", 0))
+    resolving = {nodeid: entry["calls"] for nodeid, entry in ours.items()
+                 if entry["calls"].get("resolved_ours") or entry["calls"].get("resolved_other")}
+    resolved_other = sorted(nodeid for nodeid, calls in resolving.items()
+                            if calls.get("resolved_other"))
     return {
         "tests": len(stock),
         "passed_stock": len(stock_passed),
@@ -120,6 +125,8 @@ def compare(stock: Results, ours: Results) -> dict[str, Any]:
         "call_ours_only": len(callers) - len(not_ours),
         "call_another_builder": not_ours,
         "never_call_ours": never_ours,
+        "resolve_a_builder": len(resolving),
+        "resolve_another_builder": resolved_other,
         "collection_errors": sorted(nodeid for nodeid, entry in stock.items()
                                     if entry["outcome"] == "collection_error"),
     }
@@ -152,6 +159,11 @@ def main() -> None:
           f"only ours: {report['call_ours_only']}; calling another: "
           f"{len(report['call_another_builder'])}; never calling ours: "
           f"{len(report['never_call_ours'])}")
+    print(f"tests resolving a builder through vLLM's platform hook: "
+          f"{report['resolve_a_builder']}; resolving another than ours: "
+          f"{len(report['resolve_another_builder'])} (a test that patches the hook itself)")
+    for nodeid in report["resolve_another_builder"]:
+        print(f"RESOLVED ANOTHER {nodeid}")
     for entry in report["lost"]:
         print(f"LOST {entry['test']} ({entry['outcome']})\n    "
               + entry["error"].replace("\n", "\n    "))

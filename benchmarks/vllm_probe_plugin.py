@@ -100,12 +100,31 @@ def _satisfy_triton_check() -> None:
     cpu.check_and_update_config = classmethod(checked)
 
 
+def _record_resolutions() -> None:
+    """Count the builders vLLM resolves through its platform hook (`resolved_ours`,
+    `resolved_other`), apart from builders a test constructs itself."""
+    interface: Any = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
+    planning: Any = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    resolve = interface.get_kv_cache_config_builder
+
+    @functools.wraps(resolve)
+    def resolving(vllm_config: object) -> object:
+        builder = resolve(vllm_config)
+        _calls["resolved_ours" if _kind(builder) == "ours" else "resolved_other"] += 1
+        return builder
+
+    interface.get_kv_cache_config_builder = resolving
+    if hasattr(planning, "get_kv_cache_config_builder"):  # 0.34 imports the name at the top
+        planning.get_kv_cache_config_builder = resolving
+
+
 def pytest_configure(config: pytest.Config) -> None:
     del config
     vllm = importlib.import_module("vllm")
     if os.environ.get("HISPARSE_PROBE_TRITON") == "1":
         _satisfy_triton_check()
     _record_every_builder()
+    _record_resolutions()
     OUT.write_text(json.dumps({"vllm": vllm.__version__, "vllm_file": vllm.__file__,
                                "mode": MODE}) + "\n")
 
