@@ -9,11 +9,10 @@ from collections.abc import Sequence
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
-from hisparse_plan.models.base import built_for
 from hisparse_plan.planning.groups import Layer, first_of_each_spec
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.promotion import full_block_size, is_local, promote
+from hisparse_plan.rules.promotion import is_local, promote_local_layers
 from hisparse_plan.rules.uniform_spec import merged_spec
 
 FIELD = "scheduler.disable_hybrid_kv_cache_manager"
@@ -36,20 +35,11 @@ def _promote_part(part: list[Layer], trace: Trace) -> dict[str, LayerSpec]:
         return {}
     specs = [spec for _, spec in part]
     has_full = any(isinstance(spec, FullAttentionSpec | MLASpec) for spec in specs)
-    promoted: dict[str, LayerSpec] = {}
+    result = list(part)
     if has_full and any(is_local(spec) for spec in specs):
-        block_size = full_block_size(specs)
-        made: dict[int, LayerSpec] = {}
-        for name, spec in part:
-            if is_local(spec):
-                new = made.get(id(spec))
-                if new is None:
-                    with built_for(f"layers[{name!r}]", "its full-attention promotion"):
-                        new = made[id(spec)] = promote(spec, block_size)
-                promoted[name] = new
-        trace.add("group", "7.13", "layers promoted to full allocation", len(promoted),
+        result, count = promote_local_layers(part)
+        trace.add("group", "7.13", "layers promoted to full allocation", count,
                   lambda: f"{FIELD}: local-attention layers take a block for every token")
-    result = [(name, promoted.get(name, spec)) for name, spec in part]
     if not _one_manager_can_plan([spec for _, spec in result]):
         (first, first_spec), (other, other_spec) = first_of_each_spec(result)[:2]
         raise PlanError(
@@ -59,7 +49,7 @@ def _promote_part(part: list[Layer], trace: Trace) -> dict[str, LayerSpec]:
             "expected the hybrid manager on (false) for this model",
             field=FIELD,
         )
-    return promoted
+    return {name: new for (name, old), (_, new) in zip(part, result, strict=True) if new is not old}
 
 
 def _one_manager_can_plan(specs: list[LayerSpec]) -> bool:

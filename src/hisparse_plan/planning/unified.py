@@ -19,7 +19,7 @@ from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group
 from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
 from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.promotion import full_block_size, is_local, promote
+from hisparse_plan.rules.promotion import promote_local_layers
 from hisparse_plan.rules.window_merges import refuse_bucket_merge
 
 
@@ -131,18 +131,7 @@ def full_allocation_fallback(
             "layers beside the MLA layers and no chunked_local_attention layer",
             field=f"layers[{stop.name!r}]",
         )
-    block_size = full_block_size(specs)
-    promoted: dict[int, LayerSpec] = {}
-    result = []
-    for name, spec in layers:
-        if is_local(spec):
-            new = promoted.get(id(spec))
-            if new is None:
-                with built_for(f"layers[{name!r}]", "its full-attention promotion"):
-                    new = promoted[id(spec)] = promote(spec, block_size)
-            result.append((name, new))
-        else:
-            result.append((name, spec))
+    result, count = promote_local_layers(layers)
     if not one_family([spec for _, spec in result]):
         raise PlanError(
             f"layers[{stop.name!r}]: {why}, and with sliding-window layers promoted to full "
@@ -150,7 +139,7 @@ def full_allocation_fallback(
             field=f"layers[{stop.name!r}]",
         )
     trace.add("group", "7.3.3", "strategy", "full-allocation fallback",
-              lambda: f"{why}; {len(promoted)} sliding-window spec(s) promoted to full")
+              lambda: f"{why}; {count} sliding-window layer(s) promoted to full")
     return [uniform_group(result)]
 
 

@@ -4,7 +4,7 @@ remembers its window or chunk, as vLLM's promoted specs do."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypeGuard
 
 from hisparse_plan.models import (
@@ -15,6 +15,7 @@ from hisparse_plan.models import (
     SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
+from hisparse_plan.models.base import built_for
 
 LocalSpec = SlidingWindowSpec | SlidingWindowMLASpec | ChunkedLocalAttentionSpec
 FullSpec = FullAttentionSpec | MLASpec
@@ -46,3 +47,26 @@ def promote(spec: LocalSpec, block_size: int | None) -> FullSpec:
     if isinstance(spec, SlidingWindowMLASpec):
         return MLASpec.model_validate(fields)
     return FullAttentionSpec.model_validate(fields)
+
+
+def promote_local_layers(
+    layers: Sequence[tuple[str, LayerSpec]],
+) -> tuple[list[tuple[str, LayerSpec]], int]:
+    """`layers` (request order) with every local-attention layer promoted, at the block size of
+    the full-attention and mla layers when they share one; each spec object is promoted once.
+    Also the number of layers promoted."""
+    block_size = full_block_size(spec for _, spec in layers)
+    made: dict[int, LayerSpec] = {}
+    result: list[tuple[str, LayerSpec]] = []
+    count = 0
+    for name, spec in layers:
+        if is_local(spec):
+            new = made.get(id(spec))
+            if new is None:
+                with built_for(f"layers[{name!r}]", "its full-attention promotion"):
+                    new = made[id(spec)] = promote(spec, block_size)
+            result.append((name, new))
+            count += 1
+        else:
+            result.append((name, spec))
+    return result, count
