@@ -305,3 +305,16 @@ def test_a_bad_index_is_refused(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {"total_size": "big"}}')
     with pytest.raises(ConfigError, match=r"metadata.total_size: expected"):
         index_weights(tmp_path / "config.json")
+
+
+def test_plain_mla_takes_an_fp8_cache(cli: Run) -> None:
+    """vLLM's --kv-cache-dtype fp8 on DeepSeek-V3 stores the 576-element latent row as 576
+    bytes: half the bfloat16 page."""
+    config = str(CONFIGS / "deepseek-v3" / "config.json")
+    pages = []
+    for dtype in ("auto", "fp8"):
+        code, out, err = cli("plan", "--hf-config", config, "--kv-cache-dtype", dtype,
+                             "--gpu-mem", "60GiB", "--json")
+        assert code == 0, err
+        pages.append(json.loads(out)["groups"][0]["spec"]["page_size_bytes"])
+    assert pages == [64 * 576 * 2, 64 * 576]

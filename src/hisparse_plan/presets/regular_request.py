@@ -65,16 +65,12 @@ NOT_FOR_REGULAR: Final = {
 
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
     kinds = arch.layer_kinds()
-    if "mla" in kinds:
-        refuse_unplannable(settings, (DTYPE,),
-                           "plain MLA: fp8_ds_mla is the sparse-MLA backends' format")
-    else:
-        refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention")
+    refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention or plain MLA")
     cache_dtype: DType = DTYPE if settings.kv_dtype in (None, DTYPE) else FP8_STORAGE
     tp = settings.tp or 1
     max_model_len = context_length(arch.max_position_embeddings, settings)
     if "mla" in kinds:
-        return _mla_request(arch, kinds, settings, max_model_len)
+        return _mla_request(arch, kinds, settings, max_model_len, cache_dtype)
     kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
     head = arch.head_size
     block_size = default_block_size(settings)
@@ -107,10 +103,12 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
 
 
 def _mla_request(
-    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, max_model_len: int
+    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, max_model_len: int,
+    cache_dtype: DType,
 ) -> PlanRequest:
     """Plain MLA (DeepSeek-V2/V3, Kimi-K2): one latent row of kv_lora_rank + qk_rope_head_dim
-    elements per token, the same on every tensor-parallel rank (vLLM replicates it)."""
+    elements per token, the same on every tensor-parallel rank (vLLM replicates it); an fp8
+    cache stores one byte an element (576 bytes for DeepSeek-V3)."""
     odd = sorted(set(kinds) - {"mla"})
     if odd:
         raise ConfigError(
@@ -118,7 +116,7 @@ def _mla_request(
         )
     spec = {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
             "head_size": (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0),
-            "dtype": DTYPE}
+            "dtype": cache_dtype}
     names = arch.layer_names
     decoder_layers = [{names.name(names.attention, i, len(kinds)): spec}
                       for i in range(len(kinds))]
