@@ -179,8 +179,8 @@ def test_regular_layers_of_one_kind_share_a_uniform_type_group() -> None:
         (lambda r: r["device"].update(pipeline_stages=[
             {"layers": list(r["layers"]), "available_bytes": 2**30}]),
          hp.UnsupportedRequestError, "pipeline_stages"),
-        (lambda r: r.setdefault("scheduler", {}).update(decode_context_parallel_size=2),
-         hp.UnsupportedRequestError, "decode_context_parallel_size"),
+        (lambda r: r.setdefault("scheduler", {}).update(disable_hybrid_kv_cache_manager=True),
+         hp.UnsupportedRequestError, "disable_hybrid_kv_cache_manager"),
         (lambda r: r["layers"]["model.layers.1.self_attn.attn"].update(alignment=512),
          hp.UnsupportedRequestError, "alignment"),
         (lambda r: r["layers"]["model.layers.1.self_attn.attn"].update(

@@ -199,3 +199,28 @@ def test_a_promoted_layer_is_its_own_spec_in_a_uniform_type_group() -> None:
     (group,) = plan.groups
     assert group.spec.kind == "uniform_type"
     assert [t.layers for t in plan.tensors] == [["w"], ["f"]]
+
+
+def test_hisparse_with_dcp_shards_source_and_indexer_tokens() -> None:
+    """As vLLM 0.34 plans it (three random HiSparse requests with DCP agree field for field):
+    the MLA layers count ceil(L / dcp) tokens; resident and hot groups do not scale."""
+    request, _ = load("deepseek_v32_fp8")
+    base = hp.plan(request)
+    sharded = copy.deepcopy(request)
+    sharded["scheduler"] = {**sharded.get("scheduler", {}), "decode_context_parallel_size": 2}
+    plan = hp.plan(sharded)
+    hp.check_plan(plan, request=sharded)
+    assert plan.host_pool is not None
+    assert base.host_pool is not None
+    # host-bound: 26832 host blocks / ceil(ceil(163840 / 2) / 64) blocks per request
+    assert plan.capacity.max_concurrency == plan.host_pool.num_blocks / 1280
+    assert base.capacity.max_concurrency == base.host_pool.num_blocks / 2560
+
+
+def test_hisparse_with_the_hybrid_manager_off_is_refused_as_vllm_refuses_it() -> None:
+    request, _ = load("deepseek_v32_fp8")
+    request = copy.deepcopy(request)
+    request["scheduler"] = {**request.get("scheduler", {}),
+                            "disable_hybrid_kv_cache_manager": True}
+    with pytest.raises(hp.UnsupportedRequestError, match="disable_hybrid_kv_cache_manager"):
+        hp.plan(request)

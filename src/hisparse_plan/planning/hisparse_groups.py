@@ -94,24 +94,18 @@ def refuse_deferred(request: PlanRequest, distinct: list[Layer]) -> None:
             "docs/planning-rules.md#deferred-modes); expected null",
             field="device.pipeline_stages",
         )
-    dcp = request.scheduler.decode_context_parallel_size
-    if dcp != 1:
+    if request.scheduler.disable_hybrid_kv_cache_manager:
+        # vLLM's one-manager promotion refuses any HiSparse model: its resident and hot caches
+        # are never one type with the MLA layers ("Failed to promote local KV cache specs").
         raise UnsupportedRequestError(
-            "scheduler.decode_context_parallel_size: HiSparse keeps each rank's whole history in "
-            f"its host pool and is planned without decode context parallelism; expected 1, got "
-            f"{dcp}",
-            field="scheduler.decode_context_parallel_size",
+            "scheduler.disable_hybrid_kv_cache_manager: HiSparse's resident and hot caches need "
+            "vLLM's hybrid KV cache manager (with it disabled vLLM refuses the model); expected "
+            "false",
+            field="scheduler.disable_hybrid_kv_cache_manager",
         )
     for name, spec in distinct:
         if not isinstance(spec, MLASpec):
             continue
-        if spec.sliding_window is not None:
-            raise UnsupportedRequestError(
-                f"layers[{name!r}]: a sliding_window_mla layer given full allocation (the "
-                "hybrid KV cache manager disabled) cannot plan beside HiSparse's MLA layers; "
-                "expected scheduler.disable_hybrid_kv_cache_manager false",
-                field=f"layers[{name!r}]",
-            )
         for attribute, default in (
             ("compress_ratio", 1), ("alignment", None), ("block_stride_alignment", None),
             ("page_size_padded", None),
