@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from cli_support import Run
+from hisparse_plan.cli import render
 from hisparse_plan.cli.main import main
 
 settings.register_profile(
@@ -31,3 +32,14 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Run:
         return code, out, err
 
     return run
+
+
+@pytest.fixture(params=["rich", "plain"])
+def renderer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Human output both ways: with rich, and as plain text (rich not installed)."""
+    if request.param == "rich":
+        pytest.importorskip("rich")
+    else:
+        monkeypatch.setattr(render, "rich_available", lambda: False)
+    mode: str = request.param
+    return mode

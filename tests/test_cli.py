@@ -17,7 +17,6 @@ from pydantic import TypeAdapter
 import hisparse_plan as hp
 from cli_support import Run
 from golden import GOLDEN, load, project
-from hisparse_plan.cli import render
 from hisparse_plan.operator import (
     BestTune,
     CapacityComparison,
@@ -29,17 +28,6 @@ from hisparse_plan.operator import (
 
 GIB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(params=["rich", "plain"])
-def renderer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Human output both ways: with rich, and as plain text (rich not installed)."""
-    if request.param == "rich":
-        pytest.importorskip("rich")
-    else:
-        monkeypatch.setattr(render, "rich_available", lambda: False)
-    mode: str = request.param
-    return mode
 
 
 def refused(code: int, out: str, err: str, *fragments: str) -> None:

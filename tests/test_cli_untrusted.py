@@ -17,24 +17,12 @@ import pytest
 import hisparse_plan as hp
 from cli_support import Run
 from golden import GOLDEN
-from hisparse_plan.cli import render
 from hisparse_plan.cli.main import main
 
 REQUEST = GOLDEN / "bf16_small_with_full_attention.request.json"
 HOSTILE = "model.layers.0.attn\x1b[2J\x1b]0;owned\x07\nerror: fake\r\u202e"
 ESCAPED = repr(HOSTILE)[1:-1]
 GIANT = "9" * 5000
-
-
-@pytest.fixture(params=["rich", "plain"])
-def renderer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Human output both ways: with rich, and as plain text (rich not installed)."""
-    if request.param == "rich":
-        pytest.importorskip("rich")
-    else:
-        monkeypatch.setattr(render, "rich_available", lambda: False)
-    mode: str = request.param
-    return mode
 
 
 def one_error(code: int, out: str, err: str) -> str:
