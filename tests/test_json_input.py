@@ -156,3 +156,27 @@ def test_validation_errors_still_come_out_as_validation_errors() -> None:
         PlanRequest.model_validate_json(_request_text()[:-3])
     with pytest.raises(PlanError, match="expected a JSON object"):
         PlanRequest.model_validate_json("[1]")
+
+
+@pytest.mark.parametrize("edit", [
+    # pydantic's parser refuses a lone surrogate that Python's json reads: the strict reading
+    # takes over and the request validates as json reads it
+    ('"model.layers.0.self_attn.attn"', '"model.layers.0.self_attn.attn\\ud800"'),
+    ('"max_model_len": 163840', '"max_model_len": 1' + "0" * 4301),  # beyond int's digit limit
+    ('"max_model_len": 163840', '"max_model_len": 163840,'),  # a trailing comma
+    ('"layers": {', '\ufeff"layers": {'),
+])
+def test_the_fast_parser_never_decides_what_json_would_decide_otherwise(
+    edit: tuple[str, str],
+) -> None:
+    text = _request_text().replace(*edit, 1)
+    assert text != _request_text()
+    try:
+        expected: object = PlanRequest.model_validate(load_request_json(text))
+    except (PlanError, ValidationError) as error:
+        expected = (type(error), str(error))
+    try:
+        got: object = PlanRequest.model_validate_json(text)
+    except (PlanError, ValidationError) as error:
+        got = (type(error), str(error))
+    assert got == expected
