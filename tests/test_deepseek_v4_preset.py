@@ -191,3 +191,14 @@ def test_plan_by_name_is_vllms_plan(cli: Run) -> None:
         VLLM_BYTES_PER_BLOCK, VLLM_NUM_BLOCKS * VLLM_BYTES_PER_BLOCK)
     assert round(plan["capacity"]["max_concurrency"], 6) == VLLM_MAX_CONCURRENCY
     hp.check_plan(hp.KVCachePlan.model_validate_json(out))
+
+
+def test_sized_on_gpus_from_its_parameter_count(cli: Run) -> None:
+    code, out, err = cli("plan", "deepseek-v4-flash", "--gpu", "h200", "-tp", "8", "--json")
+    assert code == 0, err
+    memory = json.loads(out)["memory"]
+    # 284e9 parameters x 4.34 bits / 8 bytes, split over the 8 ranks.
+    assert memory["deployment"]["weights_bytes"] == 284_000_000_000 * 434 // 800
+    weights = next(part for part in memory["per_rank"] if part["part"] == "weights")
+    assert weights["bytes"] == memory["deployment"]["weights_bytes"] // 8
+    assert memory["deployment"]["max_concurrency"] > 1

@@ -20,6 +20,7 @@ from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings,
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
+from hisparse_plan.cli.vllm_layers import checked_by_vllm
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
     DEFAULTS,
@@ -70,6 +71,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a plan request JSON file ('-' for stdin); the flags below override it")
     group.add_argument("--hf-config", metavar="FILE",
                        help="a model's config.json (Hugging Face), planned like a preset")
+    parser.add_argument("--specs-from-vllm", action="store_true",
+                        help="with --hf-config, where vLLM is installed: build the model with "
+                             "vLLM's own model class on the meta device (no weights) and plan "
+                             "only if its cache layers (kinds, heads, head sizes, windows, "
+                             "states) are the config reading's, layer for layer")
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool = True) -> None:
@@ -175,6 +181,11 @@ def resolve_source(args: argparse.Namespace) -> Source:
             f"(presets: {', '.join(preset_names())})"
         )
     settings = settings_from(args)
+    if getattr(args, "specs_from_vllm", False) and args.hf_config is None:
+        raise CommandError(
+            "--specs-from-vllm: expected --hf-config FILE (vLLM builds the model from a "
+            f"config.json; got {chosen[0]})"
+        )
     if args.model is not None:
         preset = load_preset(args.model)
         return _from_architecture(
@@ -216,9 +227,12 @@ def _from_architecture(
     auto = args.max_model_len == AUTO or (args.max_model_len is None and default_length == AUTO)
     settings = replace(settings, kv_dtype=kv_dtype, auto_fit=True if auto else settings.auto_fit)
     request = _finished(build_request(arch, settings), args)
+    title = titled(title, settings, request)
+    if getattr(args, "specs_from_vllm", False):
+        title = f"{title}; {checked_by_vllm(args.hf_config, arch, settings, args.kv_dtype)}"
     sparse = arch if isinstance(arch, ModelArchitecture) else None
     shown = kv_dtype or (DEFAULTS.kv_dtype if sparse_mla else "bfloat16")
-    return Source(request, titled(title, settings, request), sparse, shown, config=arch)
+    return Source(request, title, sparse, shown, config=arch)
 
 
 def _finished(request: PlanRequest, args: argparse.Namespace) -> PlanRequest:

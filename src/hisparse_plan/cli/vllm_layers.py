@@ -1,0 +1,30 @@
+"""`--specs-from-vllm`: a config.json's layers checked against the ones vLLM's own model class
+builds on the meta device, before anything is planned from them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from hisparse_plan.adapters.vllm.meta_model import check_layers_agree, kv_cache_specs
+from hisparse_plan.presets import Architecture, Settings, build_request
+
+META_BUILD_LENGTH = 4096
+"""The max_model_len of the meta build: no layer spec depends on it, and every model takes it."""
+
+
+def checked_by_vllm(
+    config_file: str, arch: Architecture, settings: Settings, kv_cache_dtype: str | None,
+) -> str:
+    """Build the model of `config_file` with vLLM's model class (one rank) and refuse unless the
+    config reading gives the same cache layers and model facts at tensor parallel size 1; what
+    was checked, in a few words, for the plan's heading."""
+    meta = kv_cache_specs(
+        json.loads(Path(config_file).read_text(encoding="utf-8")),
+        max_model_len=META_BUILD_LENGTH, kv_cache_dtype=kv_cache_dtype or "auto",
+    )
+    one_rank = build_request(arch, replace(settings, tp=1))
+    check_layers_agree(one_rank.layers, meta)
+    return (f"{len(meta.specs)} layers as vLLM {meta.vllm_version}'s {meta.model_class} "
+            "builds them")

@@ -1,0 +1,96 @@
+"""`--specs-from-vllm`: a config.json is planned only when vLLM's own model class, built on the
+meta device, gives the same cache layers as the config reading.
+
+Where vLLM is absent (CI) the flag is refused naming what it needs. Where it is installed, each
+case runs the CLI in a fresh process (vLLM's platform and parallel groups are per process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_support import Run
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here")
+
+
+def test_a_preset_is_refused_since_vllm_builds_from_a_config_json(cli: Run) -> None:
+    code, _, err = cli("plan", "llama-3-8b", "--specs-from-vllm")
+    assert code == 2
+    assert "--specs-from-vllm: expected --hf-config FILE" in err
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+def test_without_vllm_the_flag_says_what_it_needs(cli: Run) -> None:
+    config = CONFIGS / "qwen2.5-7b-instruct" / "config.json"
+    code, out, err = cli("plan", "--hf-config", str(config), "--specs-from-vllm")
+    assert (code, out) == (2, "")
+    assert "needs vLLM installed" in err
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "hisparse_plan.cli", *argv], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@needs_vllm
+@pytest.mark.parametrize(("model", "tp"), [
+    ("gemma-3-1b-it", "1"),                # sliding windows in a pattern, from layer_types
+    ("qwen3-next-80b-a3b-instruct", "4"),  # linear-attention (Mamba) hybrid, states per rank
+    ("gpt-oss-20b", "2"),                  # alternating sliding and full attention
+    ("deepseek-v3", "8"),                  # plain MLA
+])
+def test_the_plan_is_the_config_readings_when_vllm_builds_the_same_layers(
+    model: str, tp: str,
+) -> None:
+    argv = ["plan", "--hf-config", str(CONFIGS / model / "config.json"), "-tp", tp,
+            "--max-model-len", "8192", "--json"]
+    checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert json.loads(checked.stdout) == json.loads(plain.stdout)
+
+
+PROBE = """
+import json, sys
+from pathlib import Path
+from hisparse_plan.adapters.vllm.meta_model import check_layers_agree, kv_cache_specs
+from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.presets import Settings, build_request, load_config_file
+
+path = Path(sys.argv[1])
+request = build_request(load_config_file(path), Settings(max_model_len=4096))
+meta = kv_cache_specs(json.loads(path.read_text()), max_model_len=4096)
+check_layers_agree(request.layers, meta)
+layers = request.model_dump(mode="json")["layers"]
+name = sys.argv[2]
+layers[name]["sliding_window"] = layers[name]["sliding_window"] * 2
+wrong = type(request).model_validate({**request.model_dump(mode="json"), "layers": layers})
+try:
+    check_layers_agree(wrong.layers, meta)
+except UnsupportedRequestError as error:
+    print("REFUSED", error.field, error)
+"""
+
+
+@needs_vllm
+def test_a_layer_the_reading_gets_wrong_is_refused_naming_it() -> None:
+    config = CONFIGS / "gemma-3-1b-it" / "config.json"
+    name = "model.layers.0.self_attn.attn"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(config), name], capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    refused = done.stdout.strip().splitlines()[-1]
+    assert refused.startswith(f"REFUSED layers[{name!r}].sliding_window")
+    assert "vLLM 0.3" in refused
+    assert "Gemma3ForCausalLM" in refused
