@@ -9,14 +9,14 @@ median. Also: JSON text to plan (`PlanRequest.model_validate_json` + `plan`) for
 
     PYTHONPATH=src:tests /work/vllm34/bin/python benchmarks/bench_engine_path.py [--calls N]
 
-The engine config is the stand-in of tests/vllm_support.py; a field a newer vLLM reads and the
-stand-in lacks takes the default of vLLM's own CacheConfig.
+The engine config is the real `VllmConfig` tests/vllm_support.py builds on the CPU platform.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -61,22 +61,6 @@ def json_to_plan(calls: int) -> tuple[float, float]:
     return statistics.median(samples) / 1e3, min(samples) / 1e3
 
 
-def with_vllm_defaults(inputs: VllmObject) -> VllmObject:
-    """The stand-in config, its cache config answering what it lacks with vLLM's defaults."""
-    from vllm.config import CacheConfig  # type: ignore[import-not-found, unused-ignore]
-
-    import vllm_support as vs
-
-    defaults = CacheConfig()
-
-    class Cache(vs._Cache):  # type: ignore[misc, name-defined, unused-ignore]
-        def __getattr__(self, name: str) -> VllmObject:
-            return getattr(defaults, name)
-
-    inputs.config.cache_config = Cache(**vars(inputs.config.cache_config))
-    return inputs
-
-
 def engine_path(case: str, calls: int) -> dict[str, Any]:
     """Median microseconds of vLLM's planning and of ours (and of our three steps) for one
     golden case, timed alternately."""
@@ -85,7 +69,7 @@ def engine_path(case: str, calls: int) -> dict[str, Any]:
     import vllm_support as vs
     from hisparse_plan.adapters.vllm import request_from_vllm, to_kv_cache_config
 
-    inputs = with_vllm_defaults(vs.vllm_inputs(golden(case)))
+    inputs = vs.vllm_inputs(golden(case))
     workers = inputs.worker_specs()
     memory = inputs.worker_memory()
     specs = inputs.specs
@@ -129,6 +113,8 @@ def main() -> None:
     print(f"JSON text to plan, DeepSeek-V3.2: median {median:.0f} us, min {fastest:.0f} us "
           "(target: median < 500 us)")
     try:
+        # vLLM's CPU platform, as tests/vllm_support.py sets it, before vLLM resolves one.
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         import vllm  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         print("vLLM is not installed here: engine path not measured")

@@ -97,9 +97,26 @@ def test_compare_a_config_json_on_given_memory(cli: Run, tmp_path: Path) -> None
     result = compared(cli, "--hf-config", str(config), "--gpu-mem", "1GiB")
     assert len(result.results) == 4 * 2
     assert all(r.refusal is None for r in result.results)
-    on_gpus = compared(cli, "--hf-config", str(config), "--gpu", "h100")
-    assert all(r.refusal is not None and "no parameter count" in r.refusal
-               for r in on_gpus.results)
+    code, out, err = cli("capacity", "--hf-config", str(config), "--gpu", "h100", "--compare")
+    assert (code, out) == (2, "")
+    assert "--compare: --gpu: no model.safetensors.index.json beside" in err
+    assert "--weights-bytes SIZE or --parameters N; or give the KV memory per GPU" in err
+    on_gpus = compared(cli, "--hf-config", str(config), "--gpu", "h100", "--weights-bytes",
+                       "2GiB")
+    assert all(r.refusal is None for r in on_gpus.results)
+    assert {r.memory.weights for r in on_gpus.results if r.memory is not None and
+            r.deployment.tp == 2} == {2**30}
+
+
+def test_compare_reads_the_weights_from_the_safetensors_index(cli: Run) -> None:
+    folder = Path(__file__).parent / "hf_configs" / "llama-3.1-8b-instruct"
+    total = json.loads((folder / "model.safetensors.index.json").read_text())[
+        "metadata"]["total_size"]
+    result = compared(cli, "--hf-config", str(folder / "config.json"), "--gpu", "h200",
+                      "--max-model-len", "32k")
+    assert all(r.refusal is None for r in result.results)
+    assert {(r.deployment.tp, r.memory.weights) for r in result.results
+            if r.memory is not None} == {(tp, -(-total // tp)) for tp in (1, 2, 4, 8)}
 
 
 def test_compare_pictures(cli: Run, tmp_path: Path) -> None:

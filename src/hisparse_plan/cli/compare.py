@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.arg_types import AUTO, positive_int
+from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import check_regular_file
 from hisparse_plan.cli.render import Column, Renderer, concurrency
@@ -29,6 +30,15 @@ from hisparse_plan.presets.catalog import Length, Weights
 from hisparse_plan.presets.hardware import DEFAULT_ACTIVATION_RESERVE, DEFAULT_UTILIZATION
 
 BINDS = {"host": "host", "device": "GPU", "both": "both", "gpu": "GPU"}
+
+
+def _weights(args: argparse.Namespace) -> Weights | int:
+    """The model's weights for the GPUs' deployments, from what `plan --gpu` reads them from."""
+    try:
+        return deployment_weights(args)
+    except CommandError as error:
+        raise CommandError(f"--compare: {error}; or give the KV memory per GPU (--gpu-mem)"
+                           ) from None
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,12 +70,11 @@ def run_compare(args: argparse.Namespace) -> int:
         if value is not None:
             raise CommandError(f"{flag} cannot combine with --compare")
     arch: Architecture
-    weights: Weights | None = None
     default_length: Length | None = None
     if args.model is not None:
         preset = load_preset(args.model)
         arch, title = preset.architecture, preset.title
-        weights, default_length = preset.weights, preset.default_max_model_len
+        default_length = preset.default_max_model_len
     else:
         check_regular_file(args.hf_config, "--hf-config")
         arch, title = load_config_file(args.hf_config), args.hf_config
@@ -73,6 +82,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if given_memory and args.gpu is not None:
         raise CommandError("--compare: --gpu and --gpu-mem/--kv-cache-memory-bytes both set the "
                            "KV memory per GPU; expected one of them")
+    weights = None if given_memory else _weights(args)
     gpus: tuple[str | None, ...] = (
         (None,) if given_memory else (args.gpu,) if args.gpu is not None else DEFAULT_GPUS
     )
@@ -91,6 +101,7 @@ def run_compare(args: argparse.Namespace) -> int:
     # read as if no GPU was named.
     settings = settings_from(argparse.Namespace(**{
         **vars(args), "gpu": None, "gpu_memory_utilization": None, "activation_reserve": None,
+        "weights_bytes": None, "parameters": None,
     }))
     reserve = args.activation_reserve
     result = compare_deployments(
