@@ -23,8 +23,11 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here")
 
 
-def test_a_preset_is_refused_since_vllm_builds_from_a_config_json(cli: Run) -> None:
-    code, _, err = cli("plan", "llama-3-8b", "--specs-from-vllm")
+@pytest.mark.parametrize("command", [["plan"], ["capacity", "--compare"]])
+def test_a_preset_is_refused_since_vllm_builds_from_a_config_json(
+    cli: Run, command: list[str],
+) -> None:
+    code, _, err = cli(*command, "llama-3-8b", "--specs-from-vllm")
     assert code == 2
     assert "--specs-from-vllm: expected --hf-config FILE" in err
 
@@ -58,6 +61,17 @@ def test_the_plan_is_the_config_readings_when_vllm_builds_the_same_layers(
     checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert json.loads(checked.stdout) == json.loads(plain.stdout)
+
+
+@needs_vllm
+def test_a_deployment_comparison_checks_the_layers_once() -> None:
+    argv = ["capacity", "--hf-config", str(CONFIGS / "gemma-3-1b-it" / "config.json"),
+            "--compare", "--gpu-mem", "20GiB", "--json"]
+    checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    ours, theirs = json.loads(checked.stdout), json.loads(plain.stdout)
+    assert ours["results"] == theirs["results"]
+    assert "as vLLM 0.3" in ours["model"]
 
 
 PROBE = """

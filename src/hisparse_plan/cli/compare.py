@@ -16,6 +16,7 @@ from hisparse_plan.cli.input_files import check_regular_file
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import settings_from
+from hisparse_plan.cli.vllm_layers import checked_by_vllm
 from hisparse_plan.operator.deployments import (
     DEFAULT_GPUS,
     DEFAULT_KV_CACHE_DTYPES,
@@ -103,6 +104,12 @@ def run_compare(args: argparse.Namespace) -> int:
         **vars(args), "gpu": None, "gpu_memory_utilization": None, "activation_reserve": None,
         "weights_bytes": None, "parameters": None,
     }))
+    if args.specs_from_vllm:
+        if args.hf_config is None:
+            raise CommandError("--specs-from-vllm: expected --hf-config FILE (vLLM builds the "
+                               "model from a config.json)")
+        # The layers are the model's, the same in every deployment: checked once.
+        title = f"{title}; {checked_by_vllm(args.hf_config, arch, settings, args.kv_dtype)}"
     reserve = args.activation_reserve
     result = compare_deployments(
         title, arch, grid, settings,
