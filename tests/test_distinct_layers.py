@@ -126,3 +126,52 @@ def test_golden_request_plans_the_same_from_shared_specs() -> None:
     assert len({id(spec) for spec in request.layers.values()}) == 2
     for name, spec in request.layers.items():
         assert spec == ONE_LAYER.validate_python(raw["layers"][name])
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_a_repeating_model_shares_its_specs_as_each_layer_alone_would_give(
+    data: st.DataObject,
+) -> None:
+    # A decoder layer's specs repeated over the model (found by comparing whole lists), with
+    # at most one copy changed: in value, in a value's type only, or in its key order.
+    period = data.draw(st.integers(1, 3))
+    unit = [data.draw(any_layer_spec(block_size=16, kinds=["mla", "full_attention"]))
+            for _ in range(period)]
+    repeats = data.draw(st.integers(2, 5))
+    raws = [copy.deepcopy(unit[i % period]) for i in range(period * repeats)]
+    where = data.draw(st.integers(0, len(raws) - 1))
+    change = data.draw(st.sampled_from(["none", "type", "order", "value"]))
+    field = "block_size"
+    if change == "type":
+        raws[where][field] = float(raws[where][field])
+    elif change == "order":
+        raws[where] = dict(reversed(list(raws[where].items())))
+    elif change == "value":
+        raws[where][field] = 32
+    layers = {f"model.layers.{i}": raw for i, raw in enumerate(raws)}
+    refused_alone = []
+    for name, raw in layers.items():
+        try:
+            ONE_LAYER.validate_python(raw)
+        except ValidationError:
+            refused_alone.append(name)
+    if refused_alone:
+        with pytest.raises(ValidationError) as shared:
+            hp.PlanRequest.model_validate(request_with(layers))
+        assert sorted({e["loc"][1] for e in shared.value.errors()}) == sorted(refused_alone)
+        return
+    request = hp.PlanRequest.model_validate(request_with(layers))
+    for name, raw in layers.items():
+        alone_spec = ONE_LAYER.validate_python(raw)
+        spec = request.layers[name]
+        assert type(spec) is type(alone_spec)
+        assert spec.__dict__ == alone_spec.__dict__
+        assert spec.model_fields_set == alone_spec.model_fields_set
+
+
+def test_a_float_copy_inside_a_repeating_model_is_refused_as_alone() -> None:
+    layers = {f"l{i}": mla() for i in range(6)}
+    layers["l4"] = mla(block_size=64.0)
+    errors = errors_of(request_with(layers))
+    assert [loc for loc, _, _ in errors] == [("layers", "l4", "mla", "block_size")]

@@ -6,11 +6,16 @@ the same validator, and layers whose input is equal to it, type for type, share 
 result is what validating each copy would give, because validation reads nothing but the
 content. Any failure validates the input again as given, layer by layer, so error reports are
 exactly those of the plain validation.
+
+Two ways to find the copies: a model whose specs repeat with a short period (its decoder
+layer's specs, in order) is recognised by comparing whole lists, with no Python code run per
+layer; any other request is keyed layer by layer by content.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from itertools import chain, cycle, islice
 from typing import Final, cast
 
 from pydantic import TypeAdapter, ValidationError, ValidatorFunctionWrapHandler
@@ -19,6 +24,9 @@ from hisparse_plan.models.base import LayerName
 
 _SCALARS: Final = frozenset({str, int, bool, float, type(None)})
 """Types whose equal values validate alike whatever the mode (1 == True is told apart by type)."""
+
+_MAX_PERIOD: Final = 8
+"""The longest repeat of layer specs looked for (a decoder layer's specs, in order)."""
 
 _NAMES: Final = TypeAdapter(list[LayerName], config={"strict": True})
 
@@ -54,12 +62,44 @@ def _flat_keys(specs: list[object]) -> list[Hashable] | None:
     return None
 
 
+def _period(specs: list[object]) -> int | None:
+    """The shortest p (at most `_MAX_PERIOD`) such that every spec has exactly the content of
+    the spec p before it, types included, when all are dicts of scalars; None otherwise.
+
+    Decided by comparing whole lists, so no Python bytecode runs per layer: a model repeats
+    its decoder layer's one or two specs, in order, over every layer."""
+    if set(map(type, specs)) != {dict}:
+        return None
+    dicts = cast("list[dict[object, object]]", specs)
+    period = next((p for p in range(1, min(_MAX_PERIOD, len(dicts) - 1) + 1)
+                   if dicts[p:] == dicts[:-p]), None)
+    if period is None:
+        return None
+    # Dict equality takes 1, 1.0 and True as one value: the values' types must repeat too.
+    # (They are listed in each dict's own key order; another order only fails this check.)
+    types = list(map(type, chain.from_iterable(map(dict.values, dicts))))
+    shift = sum(map(len, dicts[:period]))
+    if not _SCALARS.issuperset(set(types)) or (shift and types[shift:] != types[:-shift]):
+        return None
+    return period
+
+
 def validate_distinct(value: object, handler: ValidatorFunctionWrapHandler) -> object:
     """`handler(value)` for a dict of layers, with each distinct layer content validated once
     (a wrap validator's body)."""
     if type(value) is not dict or len(value) < 2:
         return handler(value)
     specs = list(value.values())
+    period = _period(specs)
+    if period is not None:
+        firsts = list(value)[:period]
+        try:
+            names = _NAMES.validate_python(list(value))
+            checked = handler({name: value[name] for name in firsts})
+        except ValidationError:
+            return handler(value)  # report every error as the plain validation does
+        models = islice(cycle(map(checked.__getitem__, firsts)), len(names))
+        return dict(zip(names, models, strict=True))
     # The same input object again (an adapter's shared dicts) needs no key of its own.
     objects = dict(zip(map(id, specs), specs, strict=True))
     distinct = list(objects.values())
