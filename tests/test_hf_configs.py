@@ -241,11 +241,14 @@ def _with_index(tmp_path: Path, name: str) -> Path:
     return folder / "config.json"
 
 
-@pytest.mark.parametrize("name", sorted(set(NAMES) - REFUSED - {"gemma-3-4b-it", "gemma-3-27b-it"}))
-def test_every_model_plans_on_eight_h200s(cli: Run, tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+@pytest.mark.parametrize("name", sorted(set(NAMES) - REFUSED))
+def test_every_model_plans_on_eight_h200s(
+    cli: Run, tmp_path: Path, name: str, kv_cache_dtype: str,
+) -> None:
     path = _with_index(tmp_path, name)
-    code, out, err = cli("plan", "--hf-config", str(path), "--gpu", "h200", "--tp", "8",
-                         "--max-model-len", "4096", "--json")
+    code, out, err = cli("plan", "--hf-config", str(path), "--gpu", "h200", "-tp", "8",
+                         "--kv-cache-dtype", kv_cache_dtype, "--max-model-len", "4096", "--json")
     assert code == 0, err
     body = json.loads(out)
     plan = hp.KVCachePlan.model_validate(body["plan"])
