@@ -9,7 +9,8 @@ satisfied while the config is built). A venv for it (outside the repo), for 0.34
     ../vllm-venv/bin/pip install packaging pydantic regex numpy cbor2 psutil pyzmq urllib3 \
         'transformers>=5.16.1,<5.21' aiohttp requests openai-harmony openai pillow pybase64 \
         cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client xgrammar fastapi \
-        partial_json_parser llguidance einops
+        partial_json_parser llguidance einops loguru
+    ../vllm-venv/bin/pip install --no-deps compressed-tensors  # model classes (--specs-from-vllm)
     ../vllm-venv/bin/pip install -e . pytest hypothesis
     ../vllm-venv/bin/python -m pytest -q tests/test_adapter_vllm.py
 """
