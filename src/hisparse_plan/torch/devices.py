@@ -25,6 +25,12 @@ def _no_cuda() -> str:
     return f"CUDA is not available: {why}"
 
 
+def meta_device() -> torch.device:
+    """The meta device: tensors with sizes and no bytes. A model built under it (as a context
+    manager) allocates and loads nothing, yet declares its layers."""
+    return torch.device("meta")
+
+
 def default_device() -> str:
     """"cuda" when torch sees a CUDA device, else "cpu": what a caller without a preference
     should allocate the device pool on."""

@@ -2,7 +2,7 @@
 
 vLLM's model code, not a reading of config.json, decides each layer's kind, heads, head size,
 window and Mamba states. `kv_cache_specs` builds the model class vLLM resolves for a config.json
-under `torch.device("meta")` (no weight is allocated or loaded), on one rank, and asks every
+on the meta device (no weight is allocated or loaded), on one rank, and asks every
 attention layer for its `get_kv_cache_spec`, as vLLM's GPU worker does. Layers that reuse another
 layer's cache (`kv_sharing_target_layer_name`) hold no spec of their own, as in vLLM.
 
@@ -60,7 +60,8 @@ def kv_cache_specs(
             f"vllm: building layer specs with vLLM's model classes needs vLLM installed (0.33 "
             f"or 0.34), got {error}", field="vllm",
         ) from None
-    import torch
+    # The torch backend holds every use of torch; vLLM brought torch into this process already.
+    from hisparse_plan.torch.devices import meta_device
 
     with tempfile.TemporaryDirectory(prefix="hisparse-plan-meta-") as folder, _platform():
         data = {key: value for key, value in config.items() if key != "quantization_config"}
@@ -71,7 +72,7 @@ def kv_cache_specs(
         from vllm.config import set_current_vllm_config  # type: ignore[import-not-found, unused-ignore]
 
         try:
-            with set_current_vllm_config(vllm_config), torch.device("meta"):
+            with set_current_vllm_config(vllm_config), meta_device():
                 model_class(vllm_config=vllm_config, prefix="")
         except Exception as error:  # vLLM's model code raises anything; name it and stop
             raise UnsupportedRequestError(
