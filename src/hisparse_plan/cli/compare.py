@@ -16,7 +16,7 @@ from hisparse_plan.cli.input_files import check_regular_file
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import settings_from
-from hisparse_plan.cli.vllm_layers import checked_by_vllm
+from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.operator.deployments import (
     DEFAULT_GPUS,
     DEFAULT_KV_CACHE_DTYPES,
@@ -70,6 +70,7 @@ def run_compare(args: argparse.Namespace) -> int:
                         ("--stage-gpu-mem", args.stage_gpu_mem)):
         if value is not None:
             raise CommandError(f"{flag} cannot combine with --compare")
+    refuse_without_config_file(args)
     arch: Architecture
     default_length: Length | None = None
     if args.model is not None:
@@ -105,9 +106,6 @@ def run_compare(args: argparse.Namespace) -> int:
         "weights_bytes": None, "parameters": None,
     }))
     if args.specs_from_vllm:
-        if args.hf_config is None:
-            raise CommandError("--specs-from-vllm: expected --hf-config FILE (vLLM builds the "
-                               "model from a config.json)")
         # The layers are the model's, the same in every deployment: checked once.
         title = f"{title}; {checked_by_vllm(args.hf_config, arch, settings, args.kv_dtype)}"
     reserve = args.activation_reserve

@@ -20,7 +20,7 @@ from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings,
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import check_regular_file, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
-from hisparse_plan.cli.vllm_layers import checked_by_vllm
+from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
     DEFAULTS,
@@ -181,11 +181,7 @@ def resolve_source(args: argparse.Namespace) -> Source:
             f"(presets: {', '.join(preset_names())})"
         )
     settings = settings_from(args)
-    if getattr(args, "specs_from_vllm", False) and args.hf_config is None:
-        raise CommandError(
-            "--specs-from-vllm: expected --hf-config FILE (vLLM builds the model from a "
-            f"config.json; got {chosen[0]})"
-        )
+    refuse_without_config_file(args)
     if args.model is not None:
         preset = load_preset(args.model)
         return _from_architecture(

@@ -3,15 +3,26 @@ builds on the meta device, before anything is planned from them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from hisparse_plan.adapters.vllm.meta_model import check_layers_agree, kv_cache_specs
+from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.presets import Architecture, Settings, build_request
 
 META_BUILD_LENGTH = 4096
 """The max_model_len of the meta build: no layer spec depends on it, and every model takes it."""
+
+
+def refuse_without_config_file(args: argparse.Namespace) -> None:
+    """`--specs-from-vllm` needs `--hf-config`: vLLM builds a model from its config.json, which a
+    preset or a request file does not carry."""
+    if getattr(args, "specs_from_vllm", False) and args.hf_config is None:
+        got = "MODEL" if args.model is not None else "--request"
+        raise CommandError("--specs-from-vllm: expected --hf-config FILE (vLLM builds the model "
+                           f"from a config.json), got {got}")
 
 
 def checked_by_vllm(
