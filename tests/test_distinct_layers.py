@@ -35,6 +35,17 @@ def errors_of(data: dict[str, Any]) -> list[tuple[object, ...]]:
     return [(tuple(e["loc"]), e["type"], e["msg"]) for e in caught.value.errors()]
 
 
+def assert_each_layer_as_alone(request: hp.PlanRequest, layers: dict[str, Any]) -> None:
+    """Every layer of `request` is what validating its input alone gives: class, fields and
+    the set of fields given."""
+    for name, raw in layers.items():
+        alone = ONE_LAYER.validate_python(raw)
+        spec = request.layers[name]
+        assert type(spec) is type(alone)
+        assert spec.__dict__ == alone.__dict__
+        assert spec.model_fields_set == alone.model_fields_set
+
+
 def test_equal_layers_share_one_model() -> None:
     request = hp.PlanRequest.model_validate(request_with({f"l{i}": mla() for i in range(5)}))
     assert len({id(spec) for spec in request.layers.values()}) == 1
@@ -112,12 +123,7 @@ def test_shared_validation_gives_what_each_layer_alone_gives(data: st.DataObject
         request = hp.PlanRequest.model_validate(request_with(layers))
     except ValidationError:
         return
-    for name, raw in layers.items():
-        alone = ONE_LAYER.validate_python(raw)
-        spec = request.layers[name]
-        assert type(spec) is type(alone)
-        assert spec.__dict__ == alone.__dict__
-        assert spec.model_fields_set == alone.model_fields_set
+    assert_each_layer_as_alone(request, layers)
 
 
 def test_golden_request_plans_the_same_from_shared_specs() -> None:
@@ -161,13 +167,7 @@ def test_a_repeating_model_shares_its_specs_as_each_layer_alone_would_give(
             hp.PlanRequest.model_validate(request_with(layers))
         assert sorted({e["loc"][1] for e in shared.value.errors()}) == sorted(refused_alone)
         return
-    request = hp.PlanRequest.model_validate(request_with(layers))
-    for name, raw in layers.items():
-        alone_spec = ONE_LAYER.validate_python(raw)
-        spec = request.layers[name]
-        assert type(spec) is type(alone_spec)
-        assert spec.__dict__ == alone_spec.__dict__
-        assert spec.model_fields_set == alone_spec.model_fields_set
+    assert_each_layer_as_alone(hp.PlanRequest.model_validate(request_with(layers)), layers)
 
 
 def test_a_float_copy_inside_a_repeating_model_is_refused_as_alone() -> None:
