@@ -140,3 +140,42 @@ def test_a_failed_unpin_keeps_the_mapping() -> None:
     assert buffer.address == address
     buffer.unmap()  # the test's own cleanup: the fake driver holds nothing
     assert not mapped(address, size)
+
+
+class RecordingCudart:
+    """Stands in for torch's libcudart bindings: each call answers `code` and is recorded."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.calls: list[str] = []
+
+    def cudaHostRegister(self, address: int, nbytes: int, flags: int) -> int:
+        self.calls.append("register")
+        return self.code
+
+    def cudaHostUnregister(self, address: int) -> int:
+        self.calls.append("unregister")
+        return self.code
+
+
+@pytest.mark.parametrize(("code", "read"), [(0, False), (712, True)])
+def test_a_failed_cuda_call_leaves_no_last_error_behind(
+    monkeypatch: pytest.MonkeyPatch, code: int, read: bool
+) -> None:
+    """A handled failure must not resurface in the engine's next CUDA call, which is what
+    torch does with an unread "last error" (seen on an H200)."""
+    from contextlib import nullcontext
+
+    from hisparse_plan.torch import registration
+
+    cudart = RecordingCudart(code)
+    monkeypatch.setattr(registration, "_cudart", lambda: cudart)
+    monkeypatch.setattr(registration, "_clear_last_error",
+                        lambda: cudart.calls.append("last error read"))
+    monkeypatch.setattr(torch.cuda, "device", lambda index: nullcontext())
+    registrar = registration.CudaRegistrar(0)
+    assert registrar.register(BASE, PAGE) == code
+    assert registrar.unregister(BASE) == code
+    expected = ["register", "last error read", "unregister", "last error read"] if read else [
+        "register", "unregister"]
+    assert cudart.calls == expected

@@ -6,9 +6,12 @@ GPU; `CudaRegistrar` is the real one.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -46,13 +49,13 @@ class CudaRegistrar:
         # Worker threads start on device 0; without the guard each one would open a context
         # there, costing hundreds of MiB on a GPU that another rank owns.
         with torch.cuda.device(self.device_index):
-            return int(
-                _cudart().cudaHostRegister(address, nbytes, CUDA_HOST_REGISTER_PORTABLE)
+            return _consumed(
+                int(_cudart().cudaHostRegister(address, nbytes, CUDA_HOST_REGISTER_PORTABLE))
             )
 
     def unregister(self, address: int) -> int:
         with torch.cuda.device(self.device_index):
-            return int(_cudart().cudaHostUnregister(address))
+            return _consumed(int(_cudart().cudaHostUnregister(address)))
 
     def describe(self, code: int) -> str:
         cudart = _cudart()
@@ -61,6 +64,44 @@ class CudaRegistrar:
         except (TypeError, ValueError, RuntimeError):
             text = "unknown CUDA error"
         return f"{text} (cudaError {code})"
+
+
+def _consumed(code: int) -> int:
+    """`code`, after taking a failure off the runtime's per-thread "last error".
+
+    The runtime keeps a failed call's code until someone reads it, and torch reads it after
+    its next allocation or kernel launch: a failure we answered (a rollback, a refusal) would
+    otherwise surface in the engine's next, unrelated CUDA call. Seen on an H200: torch.empty
+    on the GPU raised cudaErrorHostMemoryAlreadyRegistered after a handled failed register.
+    """
+    if code != 0:
+        _clear_last_error()
+    return code
+
+
+def _clear_last_error() -> None:
+    # torch's bindings have no cudaGetLastError, so it is called in the runtime library torch
+    # loaded: the one whose per-thread state torch's own calls read.
+    runtime = _loaded_runtime()
+    if runtime is None:
+        LOG.warning("could not clear the CUDA runtime's last error after a failed host "
+                    "registration call: no libcudart is mapped in this process")
+        return
+    runtime.cudaGetLastError()
+
+
+@functools.cache
+def _loaded_runtime() -> ctypes.CDLL | None:
+    """The libcudart this process has mapped (torch's), or None (a static or absent one)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "/libcudart.so" in fields[5]:
+            return ctypes.CDLL(fields[5])
+    return None
 
 
 _RAISED = -1
