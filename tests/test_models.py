@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import copy
 import pickle
 
@@ -99,7 +101,22 @@ def test_plan_round_trips_through_json() -> None:
     again = hp.KVCachePlan.model_validate_json(text)
     assert again == plan
     assert again.model_dump_json() == text
-    assert plan.schema_version == 1
+    assert plan.schema_version == 2
+
+
+@pytest.mark.parametrize("case", ["glm5_fp8_blhnc", "regular_llama3_70b_pp4_autofit",
+                                  "regular_qwen3_next_80b_mamba"])
+def test_a_version_1_plan_reads_as_the_same_version_2_plan(case: str) -> None:
+    """A plan written before pools were listed (no `pools`, no tensor `pool`) still loads, as
+    the plan the planner makes today."""
+    plan = hp.plan(load(case)[0])
+    old = plan.model_dump(mode="json")
+    old["schema_version"] = 1
+    del old["pools"], old["engine"]
+    for tensor in old["tensors"]:
+        del tensor["pool"], tensor["ranges"], tensor["views"]
+    assert hp.KVCachePlan.model_validate(old) == plan
+    assert hp.KVCachePlan.model_validate_json(json.dumps(old)) == plan
 
 
 def test_a_validated_request_and_its_plan_are_read_only() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.base import READ_ONLY, ByteCount, LayerName, Model, PositiveInt
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
+from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
+from hisparse_plan.models.version_1 import upgrade_version_1
 
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
 LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
@@ -53,6 +55,17 @@ class KVCacheTensor(Model):
     )
     offset: ByteCount = Field(description="Where layer 0's page of block 0 starts in the pool.")
     host_resident: bool = Field(description="True for a tensor of the host pool.")
+    pool: PoolName = Field(description="The pool (in the plan's `pools`) the tensor lives in.")
+    ranges: Annotated[list[PageRange], Field(min_length=1), READ_ONLY] | None = Field(
+        default=None,
+        description="The parts of one layer's page, from the page's start (SGLang's K and V "
+        "halves); null: one range, the group spec's page.",
+    )
+    views: Annotated[list[BufferView], READ_ONLY] = Field(
+        default_factory=list, validate_default=True,
+        description="The engine's own tensors over the pool (SGLang); empty for vLLM, whose "
+        "views follow from the group specs.",
+    )
 
 
 class HostPool(Model):
@@ -155,8 +168,15 @@ class KVCachePlan(Model):
     described in docs/plan-contract.md; the rules that decide them in docs/planning-rules.md.
     A plan is frozen, and dumps to JSON that validates back to an equal plan."""
 
-    schema_version: Literal[1] = Field(
-        default=1, description="1; fields may be added within it, none changes meaning."
+    schema_version: Literal[2] = Field(
+        default=2,
+        description="2 (pools and page ranges); a version 1 plan is read as version 2.",
+    )
+    engine: Literal["vllm"] = Field(
+        default="vllm", description="The engine whose pools the plan lays out."
+    )
+    pools: Annotated[list[Pool], Field(min_length=1), READ_ONLY] = Field(
+        description="Every pool: the host pool first (HiSparse), then each stage's device pool."
     )
     num_blocks: PositiveInt = Field(
         description="Blocks of every device pool (the fewest any pipeline stage holds, or the "
@@ -187,6 +207,11 @@ class KVCachePlan(Model):
         default_factory=list, validate_default=True,
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_version_1(cls, data: object) -> object:
+        return upgrade_version_1(data)
 
     @property
     def device_pool(self) -> DevicePool:

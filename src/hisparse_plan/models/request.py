@@ -21,6 +21,7 @@ from hisparse_plan.models.distinct import validate_distinct
 from hisparse_plan.models.json_input import validate_request_json
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
+from hisparse_plan.models.sglang_settings import SGLangSettings
 
 RESIDENT_SUFFIX = ".hisparse_resident"
 HOT_SUFFIX = ".hisparse_hot"
@@ -141,6 +142,11 @@ class PlanRequest(Model):
     )
     device: DeviceConfig
     scheduler: SchedulerConfig = SchedulerConfig()
+    engine: SGLangSettings | None = Field(
+        default=None,
+        description="The engine whose pools to plan: null for vLLM; SGLang's server settings "
+        "for SGLang (see docs/planning-rules.md#sglang).",
+    )
 
     @field_validator("layers", mode="wrap")
     @classmethod

@@ -30,6 +30,7 @@ from hisparse_plan.models import (
     spec_key,
 )
 from hisparse_plan.models.base import built_for
+from hisparse_plan.models.pools import Pool, vllm_pool_name
 from hisparse_plan.planning.admit import Admission, admit, group_required
 from hisparse_plan.planning.groups import Layer, PlannedGroup
 from hisparse_plan.planning.hisparse_groups import hisparse_groups
@@ -210,7 +211,7 @@ def _plan_hisparse(
     check_layout(stages[0].groups, layout, "the device groups")
     host_tensors = place_pool(
         [source.buckets], KVCacheLayout.LBNHC, host.num_blocks, host.bytes_per_block,
-        host_resident=True,
+        host_resident=True, pool=vllm_pool_name("host", 0, 1),
     )
     for index, tensor in enumerate(host_tensors):
         _trace_tensor(index, tensor, 0, trace)
@@ -253,13 +254,18 @@ def _assemble(
     num_blocks = admission.num_blocks
     tensors = list(host_tensors or [])
     pools = []
+    described = [] if host is None else [Pool(
+        name=vllm_pool_name("host", 0, 1), location="host", allocation="whole", size=host.size,
+        num_blocks=host.num_blocks, block_tokens=None, padding_blocks=1, shared=host.shared,
+    )]
     for stage in stages:
+        name = vllm_pool_name("device", stage.index, len(stages))
         size = require_int64(
             stage.bytes_per_block * num_blocks, f"the device pool of stage {stage.index}",
             field="device.num_blocks_override",
         )
         placed = place_pool(
-            stage.groups, device.kv_cache_layout, num_blocks, stage.bytes_per_block
+            stage.groups, device.kv_cache_layout, num_blocks, stage.bytes_per_block, pool=name
         )
         for tensor in placed:
             _trace_tensor(len(tensors), tensor, stage.index, trace)
@@ -274,7 +280,12 @@ def _assemble(
             num_blocks_override=device.num_blocks_override,
             layers=stage.layers,
         ))
+        described.append(Pool(
+            name=name, location="device", stage=stage.index, allocation="whole", size=size,
+            num_blocks=num_blocks, block_tokens=None, padding_blocks=1,
+        ))
     return KVCachePlan(
+        pools=described,
         num_blocks=num_blocks,
         groups=[group.group for group in groups],
         tensors=tensors,

@@ -29,9 +29,10 @@ def place_pool(
     num_blocks: int,
     bytes_per_block: int,
     *,
+    pool: str,
     host_resident: bool = False,
 ) -> list[KVCacheTensor]:
-    """The tensors of every group of one pool; groups overlay each other from byte 0."""
+    """The tensors of every group of pool `pool`; groups overlay each other from byte 0."""
     size = bytes_per_block * num_blocks
     tensors = []
     for buckets in groups:
@@ -52,6 +53,7 @@ def place_pool(
                 block_stride=block_stride,
                 offset=byte_offset,
                 host_resident=host_resident,
+                pool=pool,
             ))
             byte_offset += len(names) * (page if layout.block_outermost else layer_stride)
     if not layout.block_outermost and len(groups) > 1:
@@ -83,7 +85,7 @@ def check_placeable(
     groups: list[list[SpecBucket]], layout: KVCacheLayout, bytes_per_block: int
 ) -> None:
     """The placement refusals, made before admission as if for one block (SPEC 7.5)."""
-    place_pool(groups, layout, 1, bytes_per_block)
+    place_pool(groups, layout, 1, bytes_per_block, pool="device")
 
 
 def _derived_strides(

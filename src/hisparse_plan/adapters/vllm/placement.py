@@ -26,6 +26,7 @@ from hisparse_plan.models import (
     UniformTypeSpec,
 )
 from hisparse_plan.models.base import GIB
+from hisparse_plan.models.pools import vllm_pool_name
 from hisparse_plan.planning.host_pool import plan_host_pool
 from hisparse_plan.planning.place import place_pool
 from hisparse_plan.planning.trace import Trace
@@ -101,9 +102,12 @@ def place_groups(
             Trace(),
         )
         host_tensors = place_pool([source], KVCacheLayout.LBNHC, host_pool.num_blocks,
-                                  host_pool.bytes_per_block, host_resident=True)
+                                  host_pool.bytes_per_block, host_resident=True,
+                                  pool=vllm_pool_name("host", 0, 1))
     check_layout(device, layout, "the device groups")
     per_block = bytes_per_block(device, layout)
     return Placement(
-        host_tensors + place_pool(device, layout, num_blocks, per_block), host_pool
+        host_tensors + place_pool(device, layout, num_blocks, per_block,
+                                  pool=vllm_pool_name("device", 0, 1)),
+        host_pool,
     )

@@ -1,0 +1,85 @@
+"""The SGLang server settings a request carries (see docs/planning-rules.md#sglang)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from hisparse_plan.models.base import ByteCount, Model, PositiveInt
+
+Fraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+
+SGLangKVDType = Literal["auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
+DSABackend = Literal["flashmla_kv", "trtllm", "tilelang", "flashmla_sparse", "fa3"]
+
+
+class SGLangSettings(Model):
+    """The SGLang 0.5.23 server arguments that move its KV pools (`--page-size`,
+    `--kv-cache-dtype`, ...); what is left out takes SGLang's default."""
+
+    name: Literal["sglang"] = Field(description="The engine: sglang.")
+    page_size: PositiveInt | None = Field(
+        default=None,
+        description="Tokens per page; null: SGLang's default for the model (64 for DSA "
+        "models, 256 for DeepSeek-V4, else 1).",
+    )
+    kv_cache_dtype: SGLangKVDType = Field(
+        default="auto", description="`--kv-cache-dtype`; auto keeps the layers' own dtype."
+    )
+    dsa_backend: DSABackend | None = Field(
+        default=None,
+        description="DSA models: the attention backend, which decides the latent row (656 "
+        "bytes with flashmla_kv and fp8, 576 with trtllm or tilelang); null: flashmla_kv.",
+    )
+    context_length: PositiveInt = Field(
+        description="`--context-length`: the request-to-token table's width and the "
+        "request estimate."
+    )
+    max_running_requests: PositiveInt | None = Field(
+        default=None, description="`--max-running-requests`; null: SGLang's estimate."
+    )
+    max_total_tokens: PositiveInt | None = Field(
+        default=None, description="`--max-total-tokens`: a cap on the full pool's tokens."
+    )
+    mem_fraction_static: Fraction | None = Field(
+        default=None, description="`--mem-fraction-static`; null: SGLang's rule for the GPU."
+    )
+    pre_model_load_free_bytes: ByteCount | None = Field(
+        default=None,
+        description="Free GPU bytes before the weights load; with post_weights_free_bytes the "
+        "KV budget follows SGLang's formula, else device.available_bytes is the budget.",
+    )
+    post_weights_free_bytes: ByteCount | None = Field(
+        default=None, description="Free GPU bytes once the weights are loaded."
+    )
+    swa_full_tokens_ratio: Fraction | None = Field(
+        default=None,
+        description="Window pool tokens per full pool token; null: 0.8 (0.1 for DeepSeek-V4).",
+    )
+    mamba_full_memory_ratio: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        default=0.9, description="Mamba state bytes per KV byte of the budget."
+    )
+    max_mamba_cache_size: PositiveInt | None = Field(
+        default=None, description="`--max-mamba-cache-size`: state slots; null: from the ratio."
+    )
+    speculative_num_draft_tokens: Annotated[int, Field(ge=0, le=2**20)] = Field(
+        default=0, description="Draft tokens per step (0: no speculative decoding)."
+    )
+    enable_hisparse: bool = Field(default=False, description="`--enable-hisparse`.")
+    hisparse_top_k: PositiveInt = Field(default=2048, description="HiSparse top_k.")
+    hisparse_device_buffer_size: PositiveInt | None = Field(
+        default=None, description="Hot rows per request; null: 2 * top_k."
+    )
+    hisparse_host_to_device_ratio: PositiveInt = Field(
+        default=2, description="Host tokens per device token."
+    )
+
+    @model_validator(mode="after")
+    def _memory_given_whole(self) -> SGLangSettings:
+        if (self.pre_model_load_free_bytes is None) != (self.post_weights_free_bytes is None):
+            raise ValueError(
+                "engine.pre_model_load_free_bytes and engine.post_weights_free_bytes go "
+                "together: expected both or neither"
+            )
+        return self
