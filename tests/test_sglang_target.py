@@ -367,6 +367,13 @@ def test_refuses_what_sglang_does_not_run(layers: dict[str, Any], match: str) ->
         plan_sglang(request(layers))
 
 
+def test_refuses_decode_context_parallelism() -> None:
+    req = golden("modes_deepseek_v32_dcp8", context_length=163840)
+    with pytest.raises(UnsupportedRequestError, match="expected 1, got 8") as info:
+        plan_sglang(req)
+    assert info.value.field == "scheduler.decode_context_parallel_size"
+
+
 def test_refuses_speculative_decoding_and_vllm_requests() -> None:
     with pytest.raises(UnsupportedRequestError, match="speculative"):
         plan_sglang(request({"a": mha()}, speculative_num_draft_tokens=3))
