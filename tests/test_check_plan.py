@@ -309,7 +309,9 @@ def _decode_rows_raised(plan: dict[str, Any]) -> None:
 
 
 def _shared_flag_flipped(plan: dict[str, Any]) -> None:
+    """Flipped in both places a plan says it (the host pool and its entry in `pools`)."""
     plan["host_pool"]["shared"] = not plan["host_pool"]["shared"]
+    plan["pools"][0]["shared"] = plan["host_pool"]["shared"]
 
 
 def _indexer_layers_reordered(plan: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from golden import GOLDEN
 from hisparse_plan.models import plan as plan_models
 from hisparse_plan.models.group_specs import HisparseHotSpec, HisparseResidentSpec, UniformTypeSpec
 from hisparse_plan.models.layer_specs import LAYER_SPEC_CLASSES
+from hisparse_plan.models.pools import BufferView, PageRange, Pool
 from hisparse_plan.models.request import (
     DeviceConfig,
     HisparseConfig,
@@ -27,6 +28,8 @@ from hisparse_plan.models.request import (
     PlanRequest,
     SchedulerConfig,
 )
+from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangHisparse, SGLangPlan
+from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.planning import plan_traced
 from hisparse_plan.presets import Settings, build_request, load_preset
 from hisparse_plan.rule_docs import ANCHORS, rule_doc
@@ -116,6 +119,7 @@ PLAN_MODELS: list[type[BaseModel]] = [
     plan_models.KVCachePlan, plan_models.KVCacheGroup, plan_models.KVCacheTensor,
     plan_models.HostPool, plan_models.DevicePool, plan_models.Capacity, plan_models.Workload,
     UniformTypeSpec, HisparseResidentSpec, HisparseHotSpec,
+    Pool, PageRange, BufferView, SGLangPlan, SGLangBudget, SGLangHisparse,
 ]
 
 
@@ -131,7 +135,7 @@ def test_plan_models_and_fields_are_described(model: type[BaseModel]) -> None:
 
 def test_plan_contract_names_every_plan_field() -> None:
     text = (DOCS / "plan-contract.md").read_text(encoding="utf-8")
-    for model in PLAN_MODELS[:7]:
+    for model in [*PLAN_MODELS[:7], *PLAN_MODELS[10:14]]:
         for name in model.model_fields:
             assert f"`{name}`" in text, f"{model.__name__}.{name}"
 
@@ -149,7 +153,7 @@ def test_docs_command_prints_what_messages_cite(cli: Run) -> None:
 @pytest.mark.parametrize(
     "model",
     [*sorted(LAYER_SPEC_CLASSES, key=lambda m: m.__name__), PlanRequest, ModelConfig,
-     HisparseConfig, DeviceConfig, PipelineStage, SchedulerConfig],
+     HisparseConfig, DeviceConfig, PipelineStage, SchedulerConfig, SGLangSettings],
     ids=lambda m: m.__name__,
 )
 def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import copy
+import json
 import pickle
 
 import pytest

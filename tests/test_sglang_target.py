@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView, Pool
@@ -464,7 +465,9 @@ def small_requests(draw: st.DrawFn) -> PlanRequest:
 @settings(max_examples=100)
 @given(small_requests())
 def test_pages_and_views_inside_their_allocations(req: PlanRequest) -> None:
-    check_layout(plan_sglang(req))
+    plan = plan_sglang(req)
+    check_layout(plan)
+    check_plan(plan)
 
 
 # --- SGLang's own runs (REFERENCE.md: SGLang 0.5.23's configurator on meta tensors) ---------

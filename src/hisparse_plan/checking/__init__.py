@@ -8,18 +8,22 @@ from collections.abc import Mapping
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
 from hisparse_plan.checking.meaning import check_meaning
+from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
+from hisparse_plan.checking.sglang import check_sglang_plan
 from hisparse_plan.checking.sizing import check_sizing
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.checking.trains import pool_trains
 from hisparse_plan.errors import PlanError, PlanInvariantError
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of
+from hisparse_plan.models.any_plan import Plan, load_plan
+from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of, stage_of, tensor_stage
 
 __all__ = ["check_plan"]
 
 
 def check_plan(
-    plan: KVCachePlan | Mapping[str, object],
+    plan: Plan | Mapping[str, object],
     *,
     request: PlanRequest | Mapping[str, object] | None = None,
 ) -> None:
@@ -32,10 +36,12 @@ def check_plan(
     Cost grows with layers and tensors, never with num_blocks, heads or page sizes: a
     10,000-layer plan with a million blocks is proved as fast as one with a single block.
     """
-    if not isinstance(plan, KVCachePlan):
-        plan = KVCachePlan.model_validate(plan)
+    plan = load_plan(plan)
     try:
-        _check(plan, request)
+        if isinstance(plan, SGLangPlan):
+            check_sglang_plan(plan, request)
+        else:
+            _check(plan, request)
     except PlanInvariantError:
         raise
     except PlanError as error:
@@ -49,6 +55,12 @@ def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None
     check_structure(plan, specs)
     check_meaning(plan)
     check_sizing(plan)
+    stages = stage_of(plan)
+    check_vllm_pools(
+        check_pool_names(plan.pools, plan.tensors), plan.tensors, plan.host_pool,
+        plan.device_pools, plan.num_blocks,
+        [tensor_stage(plan, index, stages) for index in range(len(plan.tensors))],
+    )
     views = plan_views(plan, specs)
     for view in views.values():
         check_alignment(view)

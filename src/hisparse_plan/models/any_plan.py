@@ -1,0 +1,31 @@
+"""Either engine's plan, picked by its `engine` field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic_core import from_json
+
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models.plan import KVCachePlan
+from hisparse_plan.models.sglang_plan import SGLangPlan
+
+Plan = KVCachePlan | SGLangPlan
+"""A plan of either engine: vLLM's (`KVCachePlan`) or SGLang's (`SGLangPlan`)."""
+
+
+def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
+    """A plan from its JSON text or dict: `engine` "sglang" gives an `SGLangPlan`, anything
+    else (a version 1 plan has no `engine`) a `KVCachePlan`."""
+    if isinstance(data, KVCachePlan | SGLangPlan):
+        return data
+    if isinstance(data, str | bytes):
+        try:
+            data = from_json(data)
+        except ValueError as error:
+            raise PlanError(f"expected a plan's JSON text: {error}") from None
+    if not isinstance(data, Mapping):
+        raise PlanError(f"expected a plan (a JSON object), got {type(data).__name__}")
+    if data.get("engine") == "sglang":
+        return SGLangPlan.model_validate(dict(data))
+    return KVCachePlan.model_validate(dict(data))
