@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golden import GOLDEN
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models.plan import KVCacheTensor
@@ -21,7 +21,6 @@ from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang
 
-GOLDEN = Path("/work/shared/golden")
 BIG = 1 << 40
 GIB = 1 << 30
 
