@@ -53,7 +53,7 @@ def _check_views_walk_the_pages(index: int, tensor: KVCacheTensor, pool: Pool) -
     """Each view's row of one token (or slot) is a page's share of the block stride, and view
     i starts where range i of block 0 does."""
     ranges = tensor.ranges or []
-    layered = pool.allocation == "whole" and len(tensor.layers) > 1
+    layered = pool.allocation == "whole"  # SGLang's whole pools are layer-first
     if tensor.views and len(tensor.views) != len(ranges):
         raise PlanInvariantError(
             f"tensors[{index}] has {len(tensor.views)} views for {len(ranges)} page ranges; "
