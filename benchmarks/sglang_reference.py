@@ -349,7 +349,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         patched.append("runtime parallel context: rank 0, attn_dcp_size 1, pp 1, dummy world group")
         mc_mod = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
-        return _configure(model_config, server_args, memory, tp, notes, patched, torch)
+        given = set(raw_args)
+        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
 
 
 def _configure(
@@ -360,6 +361,7 @@ def _configure(
     notes: list[str],
     patched: list[str],
     torch: Any,
+    _given: set[str],
 ) -> dict[str, Any]:
     rc = importlib.import_module("sglang.srt.runtime_context")
     kcc = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
@@ -452,6 +454,11 @@ def _configure(
         token_to_kv_pool_allocator=None,
         memory_pool_config=None,
     )
+    if server_args.mem_fraction_static is not None and "mem_fraction_static" not in _given:
+        notes.append(
+            "mem_fraction_static not given: SGLang's default rule needs the GPU's total memory, "
+            f"unknown on this machine, so it resolved to {server_args.mem_fraction_static}"
+        )
     notes.append(
         "post_capture_kv_active=False (the runner's is_post_capture_kv_active needs the "
         "live allocator); model hooks absent (no weights loaded)"
@@ -489,6 +496,8 @@ def _configure(
             "max_mamba_cache_size": schedule.max_mamba_cache_size,
             "dsa_prefill_backend": rc.get_exec().kernel.dsa_prefill_backend,
             "dsa_decode_backend": rc.get_exec().kernel.dsa_decode_backend,
+            "attention_backend": getattr(server_args, "attention_backend", None),
+            "mamba_scheduler_strategy": getattr(server_args, "mamba_scheduler_strategy", None),
         },
         "notes": notes,
         "patched": patched,
