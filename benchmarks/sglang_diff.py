@@ -28,7 +28,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+JSONValue: TypeAlias = Any
+"""A decoded JSON value."""
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -160,7 +163,7 @@ def case_v4(rng: random.Random) -> Case:
     cfg: dict[str, Any] = json.loads(V4_CONFIG.read_text())
     layers = rng.randrange(4, 44)
     ratios = [0, 0] + [(4, 128)[i % 2] for i in range(layers - 2)]
-    cfg.update(num_hidden_layers=layers, compress_ratios=ratios + [0])
+    cfg.update(num_hidden_layers=layers, compress_ratios=[*ratios, 0])
     args = _common_args(rng, [1, 8])
     if rng.random() < 0.4:
         args["swa_full_tokens_ratio"] = rng.choice([0.05, 0.1, 0.2])
@@ -227,7 +230,9 @@ def our_side() -> Callable[[Case], dict[str, Any]] | None:
     return func if callable(func) else None
 
 
-def first_difference(ours: Any, ref: Any, path: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(
+    ours: JSONValue, ref: JSONValue, path: str = ""
+) -> tuple[str, JSONValue, JSONValue] | None:
     """The first field (a dotted path) where the two reports differ."""
     if isinstance(ref, dict) and isinstance(ours, dict):
         keys = list(ref) if path else [k for k in COMPARED if k in ref]

@@ -59,7 +59,10 @@ import tempfile
 import types
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+SGLangObject: TypeAlias = Any
+"""An object of SGLang or torch (both untyped in the project venv)."""
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,7 +73,7 @@ _ORIGINALS: dict[str, Any] = {}
 _CASE_ONLY_KEYS = {"dsa_backend"}
 
 
-def _load_config(value: Any) -> dict[str, Any]:
+def _load_config(value: SGLangObject) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     path = Path(str(value))
@@ -92,7 +95,7 @@ def _server_args_fields(raw: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _storage_key(tensor: Any, keys: dict[int, str], pool: str) -> str:
+def _storage_key(tensor: SGLangObject, keys: dict[int, str], pool: str) -> str:
     ident = int(tensor.untyped_storage()._cdata)
     if ident not in keys:
         count = sum(1 for k in keys.values() if k.startswith(pool + "/"))
@@ -101,7 +104,7 @@ def _storage_key(tensor: Any, keys: dict[int, str], pool: str) -> str:
 
 
 def _buffer(
-    name: str, layer: int | None, tensor: Any, keys: dict[int, str], pool: str
+    name: str, layer: int | None, tensor: SGLangObject, keys: dict[int, str], pool: str
 ) -> dict[str, Any]:
     return {
         "layer": layer,
@@ -128,13 +131,13 @@ class _Collector:
         )
         return entry
 
-    def add(self, pool: str, name: str, layer: int | None, tensor: Any) -> None:
+    def add(self, pool: str, name: str, layer: int | None, tensor: SGLangObject) -> None:
         if tensor is None:
             return
         self.pools[pool]["buffers"].append(_buffer(name, layer, tensor, self.keys, pool))
 
     def per_layer(
-        self, pool: str, name: str, tensors: Any, layer_ids: list[int]
+        self, pool: str, name: str, tensors: SGLangObject, layer_ids: list[int]
     ) -> None:
         for i, tensor in enumerate(tensors):
             self.add(pool, name, layer_ids[i] if i < len(layer_ids) else None, tensor)
@@ -150,12 +153,14 @@ class _Collector:
         return out
 
 
-def _layer_range(pool: Any) -> list[int]:
+def _layer_range(pool: SGLangObject) -> list[int]:
     start = int(getattr(pool, "start_layer", 0) or 0)
     return list(range(start, start + int(pool.layer_num)))
 
 
-def _collect_attention(col: _Collector, pool: Any, name: str, layer_ids: list[int]) -> None:
+def _collect_attention(
+    col: _Collector, pool: SGLangObject, name: str, layer_ids: list[int]
+) -> None:
     """MHA / MLA / DSA pools (one tensor per layer)."""
     col.pool(name, "device", pool.size)
     if hasattr(pool, "k_buffer"):
@@ -169,7 +174,7 @@ def _collect_attention(col: _Collector, pool: Any, name: str, layer_ids: list[in
         col.per_layer("index", "index_k", index_cache.buffer, layer_ids)
 
 
-def _collect_mamba(col: _Collector, mamba_pool: Any) -> None:
+def _collect_mamba(col: _Collector, mamba_pool: SGLangObject) -> None:
     cache = mamba_pool.mamba_cache
     slots = int(mamba_pool.size)
     for i, conv in enumerate(cache.conv):
@@ -179,7 +184,7 @@ def _collect_mamba(col: _Collector, mamba_pool: Any) -> None:
     col.add("mamba_temporal", "temporal", None, cache.temporal)
 
 
-def _collect_dsv4(col: _Collector, pool: Any, notes: list[str]) -> None:
+def _collect_dsv4(col: _Collector, pool: SGLangObject, notes: list[str]) -> None:
     """DeepSeek-V4: SWA pool, one compressed pool and indexer pool per ratio, and a
     compress-state pool per compressed layer (its own allocation each)."""
     swa = pool.swa_kv_pool
@@ -215,7 +220,7 @@ def _collect_dsv4(col: _Collector, pool: Any, notes: list[str]) -> None:
                 col.add(pname, attr, layer, tensor)
 
 
-def _tensor_attrs(obj: Any) -> list[tuple[str, Any]]:
+def _tensor_attrs(obj: SGLangObject) -> list[tuple[str, SGLangObject]]:
     import torch
 
     found = []
@@ -227,7 +232,7 @@ def _tensor_attrs(obj: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def _collect(col: _Collector, kv: Any, req_pool: Any, notes: list[str]) -> None:
+def _collect(col: _Collector, kv: SGLangObject, req_pool: SGLangObject, notes: list[str]) -> None:
     kind = type(kv).__name__
     if kind == "SWAKVPool":
         full_ids = sorted(g for g, (_, swa) in kv.layers_mapping.items() if not swa)
@@ -250,19 +255,21 @@ def _collect(col: _Collector, kv: Any, req_pool: Any, notes: list[str]) -> None:
         _collect_mamba(col, mamba)
 
 
-def _hisparse_host(col: _Collector, kv: Any, patched: list[str]) -> None:
+def _hisparse_host(col: _Collector, kv: SGLangObject, patched: list[str]) -> None:
     """The host pool HiSparseCoordinator builds for a DSA model, on meta."""
-    host_mod = importlib.import_module("sglang.srt.mem_cache.pool_host.mla")
-    base_mod = importlib.import_module("sglang.srt.mem_cache.pool_host.base")
-    factory = importlib.import_module("sglang.srt.mem_cache.sparsity")
+    host_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.mla")
+    base_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.base")
+    factory: SGLangObject = importlib.import_module("sglang.srt.mem_cache.sparsity")
     ratio = factory.parse_hisparse_config().host_to_device_ratio
-    common_mod = importlib.import_module("sglang.srt.mem_cache.pool_host.common")
+    common_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.common")
     import torch
 
     base_mod.host_memory_budget_bytes = lambda requested=0, **_: requested
     real_allocate = _ORIGINALS.setdefault("host_allocate", common_mod.HostTensorAllocator.allocate)
 
-    def allocate(self: Any, dims: tuple[int, ...], dtype: Any, device: str) -> Any:
+    def allocate(
+        self: SGLangObject, dims: tuple[int, ...], dtype: SGLangObject, device: str
+    ) -> SGLangObject:
         if device != "meta":
             return real_allocate(self, dims, dtype, device)
         self.dtype, self.dims = dtype, dims
@@ -294,12 +301,12 @@ def _hisparse_host(col: _Collector, kv: Any, patched: list[str]) -> None:
 
 def _cuda_only_registrations(patched: list[str]) -> None:
     """Registrations SGLang makes only when it sees a CUDA platform."""
-    quant = importlib.import_module("sglang.srt.layers.quantization")
+    quant: SGLangObject = importlib.import_module("sglang.srt.layers.quantization")
     if "mxfp4" not in quant.QUANTIZATION_METHODS:
         quant.QUANTIZATION_METHODS["mxfp4"] = quant.Mxfp4Config
         quant.BASE_QUANTIZATION_METHODS["mxfp4"] = quant.Mxfp4Config
         patched.append("quantization: mxfp4 -> Mxfp4Config (registered on CUDA only)")
-    mamba_hook = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
+    mamba_hook: SGLangObject = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
     mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
     patched.append("mamba_hook: platform supports mamba extra_buffer (true on CUDA)")
 
@@ -324,8 +331,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     memory = dict(case.get("memory", {}))
     with tempfile.TemporaryDirectory() as tmp_name:
         model_dir = _write_model_dir(config, Path(tmp_name))
-        server_args_mod = importlib.import_module("sglang.srt.server_args")
-        rc = importlib.import_module("sglang.srt.runtime_context")
+        server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
+        rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
         fields = _server_args_fields(raw_args)
         fields.setdefault("device", "cuda")
         fields.setdefault("load_format", "dummy")
@@ -333,7 +340,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         _cuda_only_registrations(patched)
         capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
         torch.cuda.get_device_capability = lambda device=None: capability
-        patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 unless the case says)")
+        patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
         server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
         server_args.resolve_once()
         rc.publish(server_args, role="test")
@@ -347,37 +354,37 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             pp_size=1,
         )
         patched.append("runtime parallel context: rank 0, attn_dcp_size 1, pp 1, dummy world group")
-        mc_mod = importlib.import_module("sglang.srt.configs.model_config")
+        mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         given = set(raw_args)
         return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
 
 
 def _configure(
-    model_config: Any,
-    server_args: Any,
+    model_config: SGLangObject,
+    server_args: SGLangObject,
     memory: dict[str, Any],
     tp: int,
     notes: list[str],
     patched: list[str],
-    torch: Any,
+    torch: SGLangObject,
     _given: set[str],
 ) -> dict[str, Any]:
-    rc = importlib.import_module("sglang.srt.runtime_context")
-    kcc = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
-    pc = importlib.import_module("sglang.srt.model_executor.pool_configurator")
-    layer_setup = importlib.import_module(
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    pc: SGLangObject = importlib.import_module("sglang.srt.model_executor.pool_configurator")
+    layer_setup: SGLangObject = importlib.import_module(
         "sglang.srt.model_executor.model_runner_components.layer_setup"
     )
-    load_utils = importlib.import_module(
+    load_utils: SGLangObject = importlib.import_module(
         "sglang.srt.model_executor.model_runner_components.load_model_utils"
     )
-    aux_mod = importlib.import_module(
+    aux_mod: SGLangObject = importlib.import_module(
         "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
     )
-    spec_mod = importlib.import_module("sglang.srt.speculative.spec_info")
-    kvd = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
-    attn_mod = importlib.import_module("sglang.srt.configs.model_config")
+    spec_mod: SGLangObject = importlib.import_module("sglang.srt.speculative.spec_info")
+    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
+    attn_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
 
     # Memory figures, in the GB floats SGLang's memory queries return.
     gib = float(1 << 30)
@@ -399,12 +406,12 @@ def _configure(
     seen: dict[str, Any] = {}
     real_create = _ORIGINALS.setdefault("create", pc.create_memory_pool_configurator)
 
-    def create(kvc: Any) -> Any:
+    def create(kvc: SGLangObject) -> SGLangObject:
         conf = real_create(kvc)
         seen.setdefault("configurator", conf)
         real_calc = conf.calculate_pool_sizes
 
-        def calc(available_bytes: int, page_size: int) -> Any:
+        def calc(available_bytes: int, page_size: int) -> SGLangObject:
             seen.setdefault("available_bytes", int(available_bytes))
             return real_calc(available_bytes, page_size)
 
@@ -505,7 +512,7 @@ def _configure(
     return report
 
 
-def _num(value: Any) -> int | float:
+def _num(value: float) -> int | float:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, int):
@@ -530,7 +537,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
-    reports = []
+    reports: list[dict[str, Any]] = []
     for name in argv:
         text = sys.stdin.read() if name == "-" else Path(name).read_text()
         loaded = json.loads(text)
