@@ -83,6 +83,12 @@ def _given(value: object) -> bool:
     return value is not None and value is not False
 
 
+def _vllm_dtype(kv_dtype: str | None, spec: object) -> str:
+    if kv_dtype is not None:
+        return kv_dtype
+    return str(getattr(spec, "dtype", "-"))
+
+
 def _vllm_figures(args: argparse.Namespace) -> Figures:
     source = resolve_source(args)
     result = plan_vllm(source.request)
@@ -91,7 +97,7 @@ def _vllm_figures(args: argparse.Namespace) -> Figures:
     host = result.host_pool
     block = spec.block_size
     return Figures(
-        engine="vllm", kv_dtype=str(source.kv_dtype or getattr(spec, "dtype", "?")), page_tokens=block,
+        engine="vllm", kv_dtype=_vllm_dtype(source.kv_dtype, spec), page_tokens=block,
         device_tokens=result.num_blocks * block,
         bytes_per_token=device.bytes_per_block / block,
         device_bytes=device.size, budget_bytes=device.available_bytes,
