@@ -175,7 +175,8 @@ def request_from_server_args(
     engine = settings_from_server_args(
         server_args, memory, context_length=arch.max_position_embeddings
     )
-    tp = server_args.get("tp_size") or 1
+    tp = server_args.get("tp_size")
+    tp = 1 if tp is None else tp
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         raise PlanError(f"server_args.tp_size: expected a positive integer, got {tp!r}",
                         field="server_args.tp_size")
