@@ -107,8 +107,7 @@ def _size(settings: SGLangSettings, request: PlanRequest, model: SGLangModel) ->
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
     swa = None
-    if model.swa is not None:
-        assert model.swa.window is not None
+    if model.swa is not None and model.swa.window is not None:  # window groups have one
         swa = sizing.swa_tokens(tokens, ratio, page)
         sizing.validate_swa_pool(swa, model.swa.window, page)
     return _Sized(page, rest_gb, fraction, slots, available, cell, tokens, swa)

@@ -125,7 +125,11 @@ def cell_size(
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio)
         return CellSize(full, 0, full)
-    assert model.full is not None  # read_model refuses a model without attention layers
+    if model.full is None:  # read_model refuses such a model first; kept for the reader
+        raise UnsupportedRequestError(
+            "layers: SGLang needs attention layers beside the others; expected full "
+            "attention or MLA layers, got none", field="layers",
+        )
     full = mha_token_bytes(model.full, kv_dtype(settings, model.full.dtype))
     if model.swa is None:
         return CellSize(full, 0, full)
