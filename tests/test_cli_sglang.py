@@ -96,7 +96,18 @@ def test_capacity_side_by_side(cli: Run) -> None:
     for label in ("tokens in the device pools", "bytes per token", "max concurrent requests",
                   "request slots", "host pool"):
         assert label in out
+    # The same question: vLLM plans DeepSeek-V3.2 with HiSparse by default, so SGLang does too.
+    assert "56120" in out
+    assert "planned with HiSparse as vLLM is" in out
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--kv-cache-dtype", "fp8", "--no-hisparse", "--plain")
+    assert (code, err) == (0, ""), err
     assert "48068" in out
+    assert "planned with" not in out
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--plain")
+    assert (code, err) == (0, ""), err
+    assert "planned with fp8 rows and HiSparse as vLLM is" in out
     code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
                          "-tp", "8", "--kv-cache-dtype", "fp8", "--enable-hisparse", "--json")
     assert code == 0, err

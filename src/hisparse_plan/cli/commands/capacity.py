@@ -9,7 +9,7 @@ import json
 from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.compare import add_compare_arguments, run_compare
-from hisparse_plan.cli.engines import Engine, add_engine_choice, chosen_engines
+from hisparse_plan.cli.engines import Engine, Figures, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
@@ -119,16 +119,51 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
-    """`capacity --engine ...`: each engine's pools for the same model, GPU and ranks."""
-    figures = [engine.figures(args) for engine in engines]
+    """`capacity --engine ...`: each engine's pools for the same model, GPU and ranks. Side by
+    side, the later engines are asked the first one's question: its cache element type and
+    whether HiSparse is on, unless the flags say."""
+    figures: list[Figures] = []
+    notes: list[str] = []
+    for engine in engines:
+        asked = args
+        if figures:
+            asked, note = same_question(args, figures[0], engines[0].title)
+            notes += [f"{engine.title}: {note}"] if note else []
+        figures.append(engine.figures(asked))
     if args.json:
         print(json.dumps([dataclasses.asdict(f) for f in figures], indent=2))
         return 0
     model = args.model or args.hf_config or args.request
     where = f"{args.gpu} x tp {args.tp or 1}" if args.gpu else f"tp {args.tp or 1}"
-    render_engines(Renderer(plain=args.plain), f"{model} on {where}: one rank's KV pools",
-                   figures)
+    out = Renderer(plain=args.plain)
+    render_engines(out, f"{model} on {where}: one rank's KV pools", figures)
+    for note in notes:
+        out.line(note)
     return 0
+
+
+FP8_ROWS = ("fp8", "fp8_e4m3", "fp8_ds_mla", "uint8")
+"""Cache element types (as vLLM's figures name them) that are fp8 rows."""
+
+
+def same_question(
+    args: argparse.Namespace, first: Figures, title: str
+) -> tuple[argparse.Namespace, str]:
+    """The flags for a second engine, with the first engine's fp8 rows and HiSparse where the
+    flags leave them to defaults; and a note saying what was carried over."""
+    carried = []
+    asked = argparse.Namespace(**vars(args))
+    if args.kv_dtype is None and first.kv_dtype.split(" ")[0] in FP8_ROWS:
+        asked.kv_dtype = "fp8"
+        carried.append("fp8 rows")
+    hisparse_flags = (getattr(args, "enable_hisparse", False), getattr(args, "no_hisparse", False))
+    if first.host_bytes is not None and not any(hisparse_flags):
+        asked.enable_hisparse = True
+        carried.append("HiSparse")
+    if not carried:
+        return asked, ""
+    return asked, (f"planned with {' and '.join(carried)} as {title} is, for the same "
+                   "question (--kv-cache-dtype and --no-hisparse change both)")
 
 
 def _points(axis: SweepAxis, text: str) -> list[int]:
