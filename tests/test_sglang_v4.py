@@ -10,6 +10,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
@@ -243,3 +245,37 @@ STATE = "model.layers.2.attn.compressor.state_cache"
 def test_refuses_caches_sglang_does_not_pair(edit: dict[str, Any | None], match: str) -> None:
     with pytest.raises(UnsupportedRequestError, match=match):
         plan_sglang(_edited(edit))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    available=st.integers(2_760_000_000, 64 * GIB),
+    ratio=st.sampled_from([None, 0.05, 0.1, 0.3, 0.9]),
+    requests=st.sampled_from([None, 1, 16, 256]),
+    context=st.sampled_from([256, 4096, 65536]),
+)
+def test_any_budget_plans_soundly(
+    available: int, ratio: float | None, requests: int | None, context: int
+) -> None:
+    """Every plan that comes out passes check_plan, its rings fit their rows, and its pools keep
+    SGLang's proportions (c4 = full // 4, c128 = full // 128, window a page multiple)."""
+    engine: dict[str, Any] = {"context_length": context}
+    if ratio is not None:
+        engine["swa_full_tokens_ratio"] = ratio
+    if requests is not None:
+        engine["max_running_requests"] = requests
+    try:
+        plan = plan_sglang(v4_request(available, **engine))
+    except CapacityError:
+        return
+    check_plan(plan)
+    v4 = plan.deepseek_v4
+    assert v4 is not None
+    full = plan.max_total_num_tokens
+    assert full % 256 == 0
+    assert v4.swa_tokens % 256 == 0
+    assert (v4.c4_tokens, v4.c128_tokens) == (full // 4, full // 128)
+    assert plan.max_running_requests == min(256 if requests is None else requests, full // 2)
+    for name in ("v4_state_c4", "v4_index_state_c4", "v4_state_c128"):
+        p = pool(plan, name)
+        assert p.num_blocks * (p.block_tokens or 0) <= tensor(plan, name).views[0].shape[0]
