@@ -358,7 +358,7 @@ def test_refuses_hisparse_without_dsa() -> None:
                 "head_size": 128, "attention_chunk_size": 8192}}, "chunked_local_attention"),
         ({"v4": {"kind": "sliding_window_mla", "block_size": 64, "head_size": 512,
                  "dtype": "uint8", "sliding_window": 128, "model_version": "deepseek_v4",
-                 "state_content_bytes": 584}}, "DeepSeek-V4"),
+                 "state_content_bytes": 584}, "a": mha()}, "DeepSeek-V4"),
         ({**dsa_layers(2), "extra.indexer": INDEXER}, "one per sparse layer"),
     ],
 )

@@ -38,13 +38,46 @@ class SGLangHisparse(Model):
     logical_tokens: PositiveInt = Field(description="Token ids the allocator hands out.")
 
 
+class SGLangDeepSeekV4(Model):
+    """DeepSeek-V4 on SGLang: the token counts of its compressed pools and how they came out
+    (its configurator has no cell size; it splits the budget by a per-full-token coefficient)."""
+
+    full_tokens: PositiveInt = Field(
+        description="Full token ids the allocator hands out (max_total_num_tokens)."
+    )
+    swa_tokens: PositiveInt = Field(description="Tokens of the window pool (v4_swa).")
+    swa_full_tokens_ratio: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="Window tokens per full token used (0.1 unless given)."
+    )
+    c4_tokens: int = Field(ge=0, description="Compressed slots of v4_c4: full // 4.")
+    c128_tokens: int = Field(ge=0, description="Compressed slots of v4_c128: full // 128.")
+    c4_index_tokens: int = Field(
+        ge=0, description="Index-key slots of v4_index_c4: c128 * 32."
+    )
+    c4_state_rows: int = Field(
+        ge=0, description="Rows of each c4 compressor-state buffer (v4_state_c4 and "
+        "v4_index_state_c4): 8 per window page, plus 9, rounded up to a multiple of 4."
+    )
+    c128_state_rows: int = Field(
+        ge=0, description="Rows of each c128 compressor-state buffer: 128 per request slot, "
+        "plus 129, rounded up to a multiple of 128."
+    )
+    bytes_per_full_token: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="The coefficient the budget is divided by (window share included)."
+    )
+    fixed_bytes: ByteCount = Field(
+        description="Bytes set aside before the split: the c128 states for the requested "
+        "running requests."
+    )
+
+
 class SGLangPlan(Model):
     """SGLang 0.5.23's KV pools for one request: what its own classes would allocate."""
 
     schema_version: Literal[2] = Field(default=2, description="2.")
     engine: Literal["sglang"] = Field(default="sglang", description="sglang.")
     pools: Annotated[list[Pool], Field(min_length=1), READ_ONLY] = Field(
-        description="SGLang's pools (kv, swa, index, mamba_*, hisparse_host)."
+        description="SGLang's pools (kv, swa, index, mamba_*, hisparse_host, v4_*)."
     )
     tensors: Annotated[list[KVCacheTensor], Field(min_length=1), READ_ONLY] = Field(
         description="Every layer's pages, with SGLang's own buffers as views."
@@ -56,6 +89,9 @@ class SGLangPlan(Model):
     budget: SGLangBudget = Field(description="How the token budget came out.")
     hisparse: SGLangHisparse | None = Field(
         default=None, description="HiSparse's host pool and hot buffers; null without it."
+    )
+    deepseek_v4: SGLangDeepSeekV4 | None = Field(
+        default=None, description="DeepSeek-V4's pool token counts; null for other models."
     )
     capacity: Capacity = Field(description="How many context_length requests the pools hold.")
     warnings: Annotated[list[str], READ_ONLY] = Field(

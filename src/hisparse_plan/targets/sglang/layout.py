@@ -9,6 +9,7 @@ from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferDType, BufferView, PageRange, Pool
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, MambaGroup
 from hisparse_plan.targets.sglang.sizing import element_size
+from hisparse_plan.targets.sglang.sizing_v4 import v4_page_bytes, v4_pages
 
 
 @dataclass(frozen=True)
@@ -185,3 +186,63 @@ def mamba_pools(group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str) 
 def req_to_token_view(rows: int, width: int) -> BufferView:
     """SGLang's request-to-token table: int32 [rows, width], row 0 pads."""
     return _view("req_to_token", "int32", [rows, width])
+
+
+def _per_layer_pool(
+    name: str,
+    layers: tuple[str, ...],
+    block: tuple[int, int, int],
+    view: BufferView,
+    size: int,
+) -> Placed:
+    """A per-layer pool whose blocks are `block` = (count, tokens, bytes) apart from byte 0,
+    block 0 padding, viewed by `view`."""
+    count, tokens, nbytes = block
+    pool = Pool(
+        name=name, location="device", allocation="per_layer", size=size, num_blocks=count,
+        block_tokens=tokens, padding_blocks=1,
+    )
+    tensor = KVCacheTensor(
+        size=size, layers=list(layers), layer_stride=0, block_stride=nbytes, offset=0,
+        host_resident=False, pool=name, ranges=[PageRange(offset=0, size=nbytes)],
+        views=[view],
+    )
+    return Placed((pool,), (tensor,))
+
+
+def v4_kv_pool(
+    name: str, layers: tuple[str, ...], size: int, slots_per_page: int, page_size: int
+) -> Placed:
+    """SGLang's DeepSeekV4SingleKVPool (`v4_swa`, `v4_c4`, `v4_c128`): every layer one uint8
+    buffer [pages, padded page bytes], a page `slots_per_page` 584-byte rows (page_size /
+    ratio) padded to a multiple of 576, pages = ceil((size + page_size) / slots_per_page).
+    Page 0 pads (the full pool's padding page compresses into it); the last few pages of a
+    compressed pool are never reached (SGLang reserves a model page counted in slots)."""
+    pages = v4_pages(size, slots_per_page, page_size)
+    page = v4_page_bytes(slots_per_page)
+    view = _view("kv_buffer", "uint8", [pages, page])
+    return _per_layer_pool(name, layers, (pages, slots_per_page, page), view, pages * page)
+
+
+def v4_index_pool(
+    layers: tuple[str, ...], size: int, slots_per_page: int, page_size: int, key_bytes: int
+) -> Placed:
+    """SGLang's DeepSeekV4IndexerPool (`v4_index_c4`): every c4 layer one uint8 buffer [pages,
+    slots_per_page * key bytes] with as many pages as the c4 pool of `size` slots."""
+    pages = v4_pages(size, slots_per_page, page_size)
+    page = slots_per_page * key_bytes
+    view = _view("index_k", "uint8", [pages, page])
+    return _per_layer_pool("v4_index_c4", layers, (pages, slots_per_page, page), view,
+                           pages * page)
+
+
+def v4_state_pool(
+    name: str, layers: tuple[str, ...], rows: int, width: int, ring: int, rings: int
+) -> Placed:
+    """SGLang's CompressStatePool (`v4_state_c4`, `v4_state_c128`, `v4_index_state_c4`): every
+    layer one float32 buffer [rows, width] (kv then score values). A block is one ring of
+    `ring` rows, `rings` of them: per window page for ratio 4, per request slot for ratio 128
+    (ring 0 belongs to padding page 0 / request slot 0)."""
+    row = width * element_size("float32")
+    view = _view("kv_score", "float32", [rows, width])
+    return _per_layer_pool(name, layers, (rings, ring, ring * row), view, rows * row)

@@ -84,15 +84,15 @@ def _field(name: str) -> str:
 
 
 def refuse_deepseek_v4(request: PlanRequest) -> None:
-    """DeepSeek-V4's pools (one per compression ratio, 576-byte padded pages, compress-state
-    rings) are not planned for SGLang yet: refuse the request, naming the first V4 layer."""
+    """DeepSeek-V4's caches have pools of their own (model_v4 / planner_v4): this reader of the
+    other families refuses them, naming the first V4 layer."""
     for name, spec in request.layers.items():
         v4 = isinstance(spec, SlidingWindowMLASpec) or (
             isinstance(spec, MLASpec) and spec.model_version == "deepseek_v4"
         )
         if v4:
             raise UnsupportedRequestError(
-                f"{_field(name)}: DeepSeek-V4 caches are not planned for SGLang yet "
+                f"{_field(name)}: DeepSeek-V4 caches are read by read_v4_model, not here "
                 "(expected full_attention, sliding_window, mla or mamba layers of another model)",
                 field=_field(name),
             )

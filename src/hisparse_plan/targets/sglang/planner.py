@@ -21,6 +21,8 @@ from hisparse_plan.targets.sglang.layout import (
     req_to_token_view,
 )
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
+from hisparse_plan.targets.sglang.model_v4 import is_deepseek_v4
+from hisparse_plan.targets.sglang.planner_v4 import plan_deepseek_v4
 
 MAMBA_CONV_DTYPE = "bfloat16"
 """SGLang's conv-state dtype unless its environment says otherwise."""
@@ -174,8 +176,11 @@ def _hisparse(settings: SGLangSettings, sized: _Sized) -> SGLangHisparse | None:
 def plan_sglang(request: PlanRequest) -> SGLangPlan:
     """The pools, tensors and figures SGLang 0.5.23 allocates for `request` on one rank: read
     the layers into SGLang's pools, size the budget and tokens as SGLang does, lay the pools out
-    as its classes do, and count how many context_length requests they hold."""
+    as its classes do, and count how many context_length requests they hold. DeepSeek-V4
+    requests take SGLang's own V4 path (planner_v4)."""
     settings = sglang_settings(request)
+    if is_deepseek_v4(request):
+        return plan_deepseek_v4(request, settings, ignored_fields(request))
     model = read_model(request)
     _refuse_hisparse_without_dsa(settings, model)
     if settings.enable_hisparse:

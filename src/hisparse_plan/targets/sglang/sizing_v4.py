@@ -1,0 +1,227 @@
+"""SGLang 0.5.23's sizing of DeepSeek-V4's pools (its DSV4PoolConfigurator on CUDA, paged SWA
+and FlashMLA V4 page layout), one rule per function.
+
+The token budget is split by a per-full-token byte coefficient that SGLang computes in floats;
+these functions do the same float operations in the same order, so the token counts match
+SGLang's to the token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from hisparse_plan.errors import CapacityError, UnsupportedRequestError
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.model_v4 import STATE_DTYPE, V4_ROW_BYTES, V4Model
+from hisparse_plan.targets.sglang.sizing import element_size
+
+V4_PAGE_SIZE: Final = 256
+"""The only page size SGLang's paged V4 pools take on CUDA (its model override's default)."""
+V4_SWA_RATIO: Final = 0.1
+"""swa_full_tokens_ratio SGLang's DeepSeek-V4 override sets when none is given."""
+V4_MAX_RUNNING_REQUESTS: Final = 256
+"""max_running_requests SGLang's DeepSeek-V4 hook sets when none is given."""
+PAGE_ALIGN: Final = 576
+"""Bytes a FlashMLA V4 page is padded up to a multiple of."""
+STATE_RING: Final = {4: 8, 128: 128}
+"""Compressor-state rows one ring keeps (no speculative decoding): 8 for ratio 4 (two
+overlapping 4-token windows), 128 for ratio 128."""
+STATE_ROWS_ALIGN: Final = {4: 4, 128: 128}
+"""A compressor-state buffer's rows are rounded up to a multiple of its ratio."""
+
+
+def v4_page_size(settings: SGLangSettings) -> int:
+    """Tokens per page: SGLang sets 256 for DeepSeek-V4 and asserts it for its paged SWA
+    pool, so another `--page-size` is refused."""
+    page = settings.page_size
+    if page is not None and page != V4_PAGE_SIZE:
+        raise UnsupportedRequestError(
+            f"engine.page_size: SGLang's paged DeepSeek-V4 pools take {V4_PAGE_SIZE}-token pages "
+            f"only; expected {V4_PAGE_SIZE} or null, got {page}",
+            field="engine.page_size",
+        )
+    return V4_PAGE_SIZE
+
+
+def v4_swa_ratio(settings: SGLangSettings) -> float:
+    """Window-pool tokens per full token: the given ratio, else DeepSeek-V4's 0.1. SGLang
+    records the override as explicitly set, so the window pool is always sized by ratio (never
+    by its request-cap mode)."""
+    ratio = settings.swa_full_tokens_ratio
+    return V4_SWA_RATIO if ratio is None else ratio
+
+
+def v4_requested_requests(settings: SGLangSettings) -> int:
+    """Requests SGLang budgets the c128 state rings for: the given --max-running-requests,
+    else the 256 DeepSeek-V4's hook sets (never SGLang's 2048..4096 estimate)."""
+    given = settings.max_running_requests
+    return V4_MAX_RUNNING_REQUESTS if given is None else given
+
+
+def v4_page_bytes(slots: int) -> int:
+    """Bytes of one V4 page of `slots` 584-byte rows, padded up to a multiple of 576."""
+    return -(-slots * V4_ROW_BYTES // PAGE_ALIGN) * PAGE_ALIGN
+
+
+def paged_bytes_per_slot(page_size: int, ratio: int = 1) -> float:
+    """Bytes one stored row costs in a V4 pool with its page padding (float, as SGLang):
+    the padded page of page_size / ratio rows over its rows (585.0 at 256, 864.0 at 2)."""
+    slots = page_size // ratio
+    return v4_page_bytes(slots) / slots
+
+
+def index_bytes_per_token(index_head_dim: int) -> int:
+    """Bytes of one c4 indexer key: fp8 values and one float32 scale per 128."""
+    return index_head_dim + index_head_dim // 128 * 4
+
+
+def state_row_bytes(width: int) -> int:
+    """Bytes of one compressor-state row of `width` float32 values."""
+    return width * element_size(STATE_DTYPE)
+
+
+def bytes_per_swa_token(model: V4Model, page_size: int) -> float:
+    """Bytes one window-pool token costs: its padded row in every decoder layer, plus the c4
+    compressor states (attention and indexer) that follow the window pages (8 rows per
+    256-token page)."""
+    c4_state = 2 * 2 * model.head_dim * element_size(STATE_DTYPE)
+    c4_index_state = 2 * 2 * model.index_head_dim * element_size(STATE_DTYPE)
+    ring = STATE_RING[4] if model.num_layers(4) else 0
+    state_ratio = ring / page_size
+    return paged_bytes_per_slot(page_size) * len(model.swa) + (
+        state_ratio * (c4_state + c4_index_state) * model.num_layers(4)
+    )
+
+
+def compressed_bytes_per_full_token(model: V4Model, ratio: int, page_size: int) -> float:
+    """Bytes one full token adds to one layer of `ratio`: a quarter row and a quarter index key
+    (ratio 4), or 1/128 of a row (ratio 128)."""
+    if ratio == 4:
+        return (
+            1 / 4 * paged_bytes_per_slot(page_size, 4)
+            + 1 / 4 * index_bytes_per_token(model.index_head_dim)
+        )
+    return 1 / 128 * paged_bytes_per_slot(page_size, 128)
+
+
+def bytes_per_full_token(model: V4Model, page_size: int, swa_ratio: float) -> float:
+    """SGLang's coefficient: swa_ratio window tokens plus the compressed rows per full token,
+    summed over ratios 4 then 128 (7086.75 for DeepSeek-V4-Flash at 0.1)."""
+    return swa_ratio * bytes_per_swa_token(model, page_size) + sum(
+        compressed_bytes_per_full_token(model, ratio, page_size) * len(layers)
+        for ratio, layers in model.compressed.items()
+    )
+
+
+def state_rows(size: int, ratio: int) -> int:
+    """Rows of a compressor-state buffer: `size` ring rows plus one ring and one empty row,
+    rounded up to a multiple of the ratio."""
+    rows = size + STATE_RING[ratio] + 1
+    align = STATE_ROWS_ALIGN[ratio]
+    return -(-rows // align) * align
+
+
+def c128_state_size(requests: int) -> int:
+    """Ring rows of the c128 states: one 128-row ring per request slot (slot 0 pads)."""
+    return (requests + 1) * STATE_RING[128]
+
+
+def c4_state_size(swa_tokens: int, page_size: int) -> int:
+    """Ring rows of the c4 states: one 8-row ring per window page."""
+    return swa_tokens // page_size * STATE_RING[4]
+
+
+def c128_state_fixed_bytes(model: V4Model, requests: int) -> int:
+    """Bytes SGLang sets aside for the c128 compressor states before the token split, for the
+    requested number of running requests."""
+    layers = model.num_layers(128)
+    if not layers:
+        return 0
+    rows = state_rows(c128_state_size(requests), 128)
+    return rows * state_row_bytes(model.state_widths["v4_state_c128"]) * layers
+
+
+def v4_full_tokens(
+    available_bytes: int, fixed_bytes: int, coefficient: float, page_size: int
+) -> int:
+    """Full-pool tokens: what is left after the fixed bytes over the coefficient (a float
+    division, then int), floored to a page, then lowered page by page while the pages' bytes
+    exceed what is left."""
+    left = max(available_bytes - fixed_bytes, 0)
+    tokens = int(left / coefficient) // page_size * page_size
+    while tokens > 0 and tokens * coefficient > left:
+        tokens -= page_size
+    return tokens
+
+
+@dataclass(frozen=True)
+class V4Sizes:
+    """Token counts of SGLang's V4 pools."""
+
+    full: int
+    swa: int
+    c4: int
+    c128: int
+    c4_state: int
+    """Ring rows of the c4 states (before the buffer's extra rows)."""
+
+
+def v4_sizes(model: V4Model, full: int, swa_ratio: float, page_size: int) -> V4Sizes:
+    """From the full tokens: the window pool int(full * ratio) floored to a page (refused when
+    it cannot hold one request: window + page tokens), c4 = full // 4, c128 = full // 128, and
+    the c4 state rings one per window page."""
+    full = full // page_size * page_size
+    swa = int(full * swa_ratio) // page_size * page_size
+    if model.window + page_size >= swa:
+        raise CapacityError(
+            f"engine.swa_full_tokens_ratio: SGLang's DeepSeek-V4 window pool cannot hold one "
+            f"request; expected more than sliding_window + page_size = "
+            f"{model.window + page_size} tokens, got {swa} of {full} full tokens (raise "
+            "swa_full_tokens_ratio or the budget)",
+            field="engine.swa_full_tokens_ratio",
+        )
+    c4_state = c4_state_size(swa, page_size) if model.num_layers(4) else 0
+    return V4Sizes(full, swa, full // 4, full // 128, c4_state)
+
+
+def v4_max_running_requests(requested: int, full: int) -> int:
+    """Running requests: the requested count (256 by default), at most full tokens // 2."""
+    requests = min(requested, full // 2)
+    if requests <= 0:
+        raise CapacityError(
+            f"device.available_bytes: SGLang's DeepSeek-V4 pools would run no request; "
+            f"expected at least 2 full tokens, got {full}",
+            field="device.available_bytes",
+        )
+    return requests
+
+
+def v4_pages(size: int, slots_per_page: int, page_size: int) -> int:
+    """Pages of a V4 pool of `size` slots: SGLang reserves one model page (page_size tokens,
+    counted in slots) on top, then rounds up to whole pages of `slots_per_page`."""
+    return -(-(size + page_size) // slots_per_page)
+
+
+def refuse_v4_settings(settings: SGLangSettings) -> None:
+    """Settings SGLang's DeepSeek-V4 path does not take or this planner does not plan:
+    a kv dtype other than fp8 (SGLang's paged V4 pools store uint8 rows only), a DSA backend
+    (V4 has its own attention backend), HiSparse (its c4 device pool and paged host pool are
+    not planned)."""
+    if settings.kv_cache_dtype not in ("auto", "fp8_e4m3"):
+        raise UnsupportedRequestError(
+            "engine.kv_cache_dtype: SGLang's paged DeepSeek-V4 pools store fp8 rows; expected "
+            f"auto or fp8_e4m3, got {settings.kv_cache_dtype}",
+            field="engine.kv_cache_dtype",
+        )
+    if settings.dsa_backend is not None:
+        raise UnsupportedRequestError(
+            "engine.dsa_backend: DeepSeek-V4 runs SGLang's dsv4 attention backend, not a DSA "
+            f"backend; expected null, got {settings.dsa_backend}",
+            field="engine.dsa_backend",
+        )
+    if settings.enable_hisparse:
+        raise UnsupportedRequestError(
+            "engine.enable_hisparse: HiSparse on DeepSeek-V4 (SGLang's shrunk c4 device pool "
+            "and paged host pool) is not planned yet; expected false, got true",
+            field="engine.enable_hisparse",
+        )
