@@ -53,7 +53,7 @@ class SGLangSettings(Model):
     post_weights_free_bytes: ByteCount | None = Field(
         default=None, description="Free GPU bytes once the weights are loaded."
     )
-    swa_full_tokens_ratio: Fraction | None = Field(
+    swa_full_tokens_ratio: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         default=None,
         description="Window pool tokens per full pool token; null: 0.8 (0.1 for DeepSeek-V4).",
     )

@@ -94,6 +94,10 @@ def is_sparse_mla(fields: Mapping[str, Any]) -> bool:
     )
 
 
+def _is_deepseek_v4(fields: Mapping[str, Any]) -> bool:
+    return fields.get("model_type") == "deepseek_v4" or any(name in fields for name in V4_FIELDS)
+
+
 def model_from_config(
     config: Mapping[str, Any], *, origin: str, use_transformers: bool = True
 ) -> ModelArchitecture | RegularArchitecture:
@@ -101,7 +105,8 @@ def model_from_config(
     vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
     """
     fields = _text_config(config)
-    if is_sparse_mla(fields):
+    # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
+    if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
         return architecture_from_config(config, origin=origin)
     hf_fields = transformers_text_fields(config, origin) if use_transformers else None
     missing_why = NO_TRANSFORMERS if fields.get("model_type") else (
@@ -110,7 +115,7 @@ def model_from_config(
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
     merged = dict(fields)
-    if merged.get("model_type") == "deepseek_v4" or any(name in merged for name in V4_FIELDS):
+    if _is_deepseek_v4(merged):
         return _validated(RegularArchitecture, merged, origin, missing_why)
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
-from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")
@@ -30,6 +30,9 @@ def layer_id(name: str, position: int) -> int:
 def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> int:
     """The token (or slot) count SGLang's pool object reports as its size."""
     hisparse = plan.hisparse
+    v4 = plan.deepseek_v4
+    if v4 is not None:
+        return _v4_pool_tokens(v4, pool)
     if pool.name == "kv":
         return plan.max_total_num_tokens
     if pool.name == "index":
@@ -42,6 +45,16 @@ def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> 
         # Token rows [size + page_size, ...]: the padding page is not handed out.
         return tensor.views[0].shape[0] - pool.block_tokens * pool.padding_blocks
     return (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
+
+
+def _v4_pool_tokens(v4: SGLangDeepSeekV4, pool: Pool) -> int:
+    """DeepSeek-V4's pools report the sizes its configurator split the budget into."""
+    sizes = {
+        "v4_swa": v4.swa_tokens, "v4_c4": v4.c4_tokens, "v4_c128": v4.c128_tokens,
+        "v4_index_c4": v4.c4_index_tokens, "v4_state_c4": v4.c4_state_rows,
+        "v4_index_state_c4": v4.c4_state_rows, "v4_state_c128": v4.c128_state_rows,
+    }
+    return sizes.get(pool.name, (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1))
 
 
 def _buffer(
@@ -107,7 +120,8 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
         "page_size": plan.page_size,
         "max_total_num_tokens": plan.max_total_num_tokens,
         "max_running_requests": plan.max_running_requests,
-        "cell_size_bytes": budget.cell_size_bytes,
+        # DeepSeek-V4's configurator keeps no cell size (its budget split is in deepseek_v4).
+        "cell_size_bytes": None if plan.deepseek_v4 is not None else budget.cell_size_bytes,
         "available_bytes": budget.available_bytes,
         "req_to_token": {
             "shape": list(plan.req_to_token.shape), "dtype": plan.req_to_token.dtype,

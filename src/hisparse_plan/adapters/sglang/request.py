@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
@@ -152,11 +152,6 @@ def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
         if not isinstance(config, dict):
             raise PlanError(f"{origin}: expected a JSON object, got {type(config).__name__}",
                             field="config")
-    text = config.get("text_config", config)
-    if isinstance(text, Mapping) and text.get("model_type") == "deepseek_v4":
-        raise UnsupportedRequestError(
-            f"{origin}: model_type deepseek_v4: DeepSeek-V4's compressed pools are not planned "
-            "for SGLang yet; expected another model", field="config.model_type")
     return model_from_config(config, origin=origin)
 
 
