@@ -16,7 +16,10 @@ class SGLangBudget(Model):
     """How the token budget came out (see docs/planning-rules.md#sglang-budget)."""
 
     available_bytes: ByteCount = Field(description="Bytes the KV pools may take.")
-    cell_size_bytes: PositiveInt = Field(description="Bytes of one token over the counted pools.")
+    cell_size_bytes: PositiveInt | Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="Bytes of one token over the counted pools; a float where a window pool "
+        "is counted at swa_full_tokens_ratio of a token."
+    )
     mem_fraction_static: float | None = Field(
         description="The fraction used (given or SGLang's rule); null when the budget was given."
     )
@@ -27,6 +30,9 @@ class SGLangHisparse(Model):
 
     top_k: PositiveInt = Field(description="Rows the indexer selects per query.")
     device_buffer_size: PositiveInt = Field(description="Hot rows per request.")
+    hot_rows_per_request: PositiveInt = Field(
+        description="Device rows one request's hot buffer takes: device_buffer_size + page_size."
+    )
     host_to_device_ratio: PositiveInt = Field(description="Host tokens per device token.")
     host_tokens: PositiveInt = Field(description="Tokens of the pinned host pool (with padding).")
     logical_tokens: PositiveInt = Field(description="Token ids the allocator hands out.")

@@ -63,6 +63,11 @@ class SGLangSettings(Model):
     max_mamba_cache_size: PositiveInt | None = Field(
         default=None, description="`--max-mamba-cache-size`: state slots; null: from the ratio."
     )
+    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="`--mamba-ssm-dtype`: the recurrent (temporal) state's element type; null: "
+        "float32, SGLang's default when the model config names none.",
+    )
     speculative_num_draft_tokens: Annotated[int, Field(ge=0, le=2**20)] = Field(
         default=0, description="Draft tokens per step (0: no speculative decoding)."
     )

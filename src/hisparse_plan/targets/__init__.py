@@ -1,0 +1,1 @@
+"""Engine targets other than vLLM: each turns a PlanRequest into that engine's own plan."""

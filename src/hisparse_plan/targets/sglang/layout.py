@@ -1,0 +1,187 @@
+"""The pools and tensors SGLang 0.5.23 allocates, one builder per pool class, in bytes (pages
+and slots) and in SGLang's own buffer views (elements)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.models.plan import KVCacheTensor
+from hisparse_plan.models.pools import BufferDType, BufferView, PageRange, Pool
+from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, MambaGroup
+from hisparse_plan.targets.sglang.sizing import element_size
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Pools and the tensors that live in them."""
+
+    pools: tuple[Pool, ...]
+    tensors: tuple[KVCacheTensor, ...]
+
+    def __add__(self, other: Placed) -> Placed:
+        return Placed(self.pools + other.pools, self.tensors + other.tensors)
+
+
+def _view(
+    name: str, dtype: str, shape: list[int], storage_offset: int = 0
+) -> BufferView:
+    """A contiguous (row-major) view of `shape` starting `storage_offset` elements in."""
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return BufferView(
+        name=name, dtype=_buffer_dtype(dtype), shape=shape, strides=strides,
+        storage_offset=storage_offset,
+    )
+
+
+def _buffer_dtype(dtype: str) -> BufferDType:
+    names: dict[str, BufferDType] = {
+        "uint8": "uint8", "int8": "int8", "bfloat16": "bfloat16", "float16": "float16",
+        "float32": "float32", "int32": "int32", "int64": "int64", "int16": "int16",
+    }
+    return names[dtype]
+
+
+def _paged_pool(name: str, size: int, pages: int, page_size: int) -> Pool:
+    return Pool(
+        name=name, location="device", allocation="per_layer", size=size, num_blocks=pages,
+        block_tokens=page_size, padding_blocks=1,
+    )
+
+
+def mha_pool(
+    name: str, group: HeadGroup, tokens: int, page_size: int, dtype: str
+) -> Placed:
+    """SGLang's MHA token pool (NHD layout): every layer has `tokens + page_size` rows of K and
+    of V (page 0 pads). With K and V of one shape, each layer is ONE allocation
+    [2, rows rounded up to a page, heads, head_dim], K its first half and V its second
+    (k_buffer / v_buffer views); with different head sizes, K and V are separate allocations
+    (pools `name` and `name`_v)."""
+    rows = tokens + page_size
+    padded = -(-rows // page_size) * page_size
+    pages = padded // page_size
+    size = element_size(dtype)
+    k_row = group.heads * group.head_dim
+    layers = list(group.names)
+    if group.head_dim == group.v_head_dim:
+        half = padded * k_row
+        page = page_size * k_row * size
+        pool = _paged_pool(name, 2 * half * size, pages, page_size)
+        tensor = KVCacheTensor(
+            size=pool.size, layers=layers, layer_stride=0, block_stride=page, offset=0,
+            host_resident=False, pool=name,
+            ranges=[PageRange(offset=0, size=page), PageRange(offset=half * size, size=page)],
+            views=[
+                _view("k_buffer", dtype, [rows, group.heads, group.head_dim]),
+                _view("v_buffer", dtype, [rows, group.heads, group.head_dim], half),
+            ],
+        )
+        return Placed((pool,), (tensor,))
+    k = _rows_pool(name, "k_buffer", layers, rows, page_size, [group.heads, group.head_dim], dtype)
+    v = _rows_pool(
+        f"{name}_v", "v_buffer", layers, rows, page_size, [group.heads, group.v_head_dim], dtype
+    )
+    return k + v
+
+
+def _rows_pool(
+    name: str,
+    view: str,
+    layers: list[str],
+    rows: int,
+    page_size: int,
+    row_shape: list[int],
+    dtype: str,
+) -> Placed:
+    """A per-layer pool of `rows` token rows of `row_shape` elements (page 0 pads)."""
+    row_bytes = element_size(dtype)
+    for extent in row_shape:
+        row_bytes *= extent
+    page = page_size * row_bytes
+    pool = _paged_pool(name, rows * row_bytes, rows // page_size, page_size)
+    tensor = KVCacheTensor(
+        size=pool.size, layers=layers, layer_stride=0, block_stride=page, offset=0,
+        host_resident=False, pool=name, ranges=[PageRange(offset=0, size=page)],
+        views=[_view(view, dtype, [rows, *row_shape])],
+    )
+    return Placed((pool,), (tensor,))
+
+
+def latent_pool(
+    layers: tuple[str, ...], tokens: int, page_size: int, row_elements: int, dtype: str
+) -> Placed:
+    """SGLang's MLA / DSA latent pool (`kv`): every layer one buffer [tokens + page_size, 1,
+    row] (page 0 pads), fp8 stored as uint8."""
+    return _rows_pool(
+        "kv", "kv_buffer", list(layers), tokens + page_size, page_size, [1, row_elements], dtype
+    )
+
+
+def index_pool(layers: tuple[str, ...], index_tokens: int, page_size: int) -> Placed:
+    """SGLang's DSA index keys (`index`): every indexer layer one uint8 buffer [pages,
+    page_size * 132], pages = (index tokens + page_size + 1) // page_size (page 0 included);
+    a page holds its 64 tokens' fp8 keys, then their scales."""
+    pages = (index_tokens + page_size + 1) // page_size
+    page = page_size * INDEX_ROW_BYTES
+    pool = _paged_pool("index", pages * page, pages, page_size)
+    tensor = KVCacheTensor(
+        size=pool.size, layers=list(layers), layer_stride=0, block_stride=page, offset=0,
+        host_resident=False, pool="index", ranges=[PageRange(offset=0, size=page)],
+        views=[_view("index_k", "uint8", [pages, page])],
+    )
+    return Placed((pool,), (tensor,))
+
+
+def hisparse_host_pool(
+    layers: tuple[str, ...], host_tokens: int, page_size: int, row_elements: int, dtype: str
+) -> Placed:
+    """HiSparse's pinned host pool (`hisparse_host`): one layer-first allocation [layers,
+    host tokens, 1, row] holding every token's latent row; index keys stay on the GPU."""
+    row = row_elements * element_size(dtype)
+    layer_bytes = host_tokens * row
+    pool = Pool(
+        name="hisparse_host", location="host", allocation="whole",
+        size=layer_bytes * len(layers), num_blocks=host_tokens // page_size,
+        block_tokens=page_size, padding_blocks=1,
+    )
+    tensor = KVCacheTensor(
+        size=pool.size, layers=list(layers), layer_stride=layer_bytes,
+        block_stride=page_size * row, offset=0, host_resident=True, pool="hisparse_host",
+        ranges=[PageRange(offset=0, size=page_size * row)],
+        views=[_view("host_kv_buffer", dtype, [len(layers), host_tokens, 1, row_elements])],
+    )
+    return Placed((pool,), (tensor,))
+
+
+def mamba_pools(group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str) -> Placed:
+    """SGLang's MambaPool: slot-indexed and layer-first, one allocation per state, [Mamba
+    layers, slots + 1, *state] (slot 0 pads): `mamba_conv0` (conv[0], (dim, kernel - 1)) and
+    `mamba_temporal`."""
+    placed = Placed((), ())
+    for name, view, shape, dtype in (
+        ("mamba_conv0", "conv[0]", group.conv_shape, conv_dtype),
+        ("mamba_temporal", "temporal", group.temporal_shape, ssm_dtype),
+    ):
+        slot = element_size(dtype)
+        for extent in shape:
+            slot *= extent
+        layer_bytes = (slots + 1) * slot
+        pool = Pool(
+            name=name, location="device", allocation="whole",
+            size=layer_bytes * len(group.names), num_blocks=slots + 1, block_tokens=1,
+            padding_blocks=1,
+        )
+        tensor = KVCacheTensor(
+            size=pool.size, layers=list(group.names), layer_stride=layer_bytes,
+            block_stride=slot, offset=0, host_resident=False, pool=name,
+            ranges=[PageRange(offset=0, size=slot)],
+            views=[_view(view, dtype, [len(group.names), slots + 1, *shape])],
+        )
+        placed += Placed((pool,), (tensor,))
+    return placed
+
+
+def req_to_token_view(rows: int, width: int) -> BufferView:
+    """SGLang's request-to-token table: int32 [rows, width], row 0 pads."""
+    return _view("req_to_token", "int32", [rows, width])

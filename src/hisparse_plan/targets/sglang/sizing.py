@@ -1,0 +1,324 @@
+"""SGLang's sizing rules, one function each: page size, KV dtype, latent row width, bytes per
+token, the KV budget, the token count, the request count and the request-to-token table.
+
+Where SGLang computes in floats (GB figures, ratios) these functions do the same operations
+in the same order, so their results match SGLang's to the bit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
+from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.model import (
+    INDEX_ROW_BYTES,
+    HeadGroup,
+    LatentGroup,
+    MambaGroup,
+    SGLangModel,
+    state_elements,
+)
+
+GIB: Final = 1 << 30
+DSA_PAGE_SIZE: Final = 64
+"""DSA models page their index keys by 64 tokens; SGLang asserts the page on CUDA."""
+DEFAULT_SWA_FULL_TOKENS_RATIO: Final = 0.8
+MAMBA_SLOTS_PER_REQUEST: Final = 3
+"""State slots SGLang keeps per running request with the radix cache on (its default)."""
+REQUESTS_PER_CONTEXT: Final = 512
+MIN_ESTIMATED_REQUESTS: Final = 2048
+MAX_ESTIMATED_REQUESTS: Final = 4096
+REQ_TO_TOKEN_EXTRA: Final = 4
+
+_KV_DTYPE_SETTING: Final[dict[str, str]] = {
+    "bfloat16": "bfloat16", "float16": "float16",
+    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+}
+_LAYER_DTYPE: Final[dict[str, str]] = {
+    "bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "uint8": "float8_e4m3fn", "int8": "float8_e4m3fn",
+}
+_FP8: Final = frozenset({"float8_e4m3fn", "float8_e5m2"})
+_RAW_LATENT_BACKENDS: Final = frozenset({"trtllm", "tilelang"})
+
+
+def default_page_size(settings: SGLangSettings, model: SGLangModel) -> int:
+    """Tokens per page: `--page-size` when given, else SGLang's default for the model: 64 for
+    DSA models (their index-key page), else 1. A backend that forces a page (flashmla's 64 for
+    MLA, trtllm's 16..128) must be given as page_size."""
+    if settings.page_size is not None:
+        return settings.page_size
+    latent = model.latent
+    return DSA_PAGE_SIZE if latent is not None and latent.is_dsa else 1
+
+
+def kv_dtype(settings: SGLangSettings, layer_dtype: str) -> str:
+    """The cache's element type: `auto` keeps the layer's own dtype (a uint8 layer is an fp8
+    cache stored as bytes), any other `--kv-cache-dtype` replaces it."""
+    if settings.kv_cache_dtype != "auto":
+        return _KV_DTYPE_SETTING[settings.kv_cache_dtype]
+    return _LAYER_DTYPE[layer_dtype]
+
+
+def store_dtype(dtype: str) -> str:
+    """What the buffers hold: SGLang stores fp8 caches as uint8 (it cannot index_put fp8)."""
+    return "uint8" if dtype in _FP8 else dtype
+
+
+def element_size(dtype: str) -> int:
+    return BUFFER_DTYPE_SIZE[dtype]
+
+
+def latent_row_elements(settings: SGLangSettings, latent: LatentGroup, dtype: str) -> int:
+    """Elements of one latent row (SGLang's kv_cache_dim). Plain MLA and DSA with the trtllm or
+    tilelang backend keep the raw kv_lora_rank + rope row (576); DSA with an fp8-e4m3 cache and
+    any other backend (flashmla_kv by default) packs fp8 nope bytes, one fp32 scale per 128 and
+    a bf16 rope part: kv_lora_rank + kv_lora_rank / 128 * 4 + 2 * 64 bytes (656)."""
+    raw = latent.latent_dim
+    if not latent.is_dsa or settings.dsa_backend in _RAW_LATENT_BACKENDS:
+        return raw
+    if dtype != "float8_e4m3fn":
+        return raw
+    rank = latent.kv_lora_rank
+    return rank + rank // 128 * 4 + (raw - rank) * 2
+
+
+@dataclass(frozen=True)
+class CellSize:
+    """Bytes one token takes over the pools SGLang counts (`total`), and its parts."""
+
+    full: int
+    """Full-attention (or latent) bytes per token, all layers, index keys included."""
+    swa: int
+    """Window-pool bytes per window token, all window layers."""
+    total: int | float
+
+
+def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
+    """One token of one MHA pool, all its layers: heads x (K + V elements) x element size."""
+    return group.heads * (group.head_dim + group.v_head_dim) * element_size(dtype) * len(
+        group.names
+    )
+
+
+def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int) -> int:
+    """DSA index keys of one token, all layers: 132 bytes a layer; with HiSparse the keys cover
+    the whole host token space, so each device token is charged `host_to_device_ratio` times."""
+    return INDEX_ROW_BYTES * len(latent.index_names) * host_to_device_ratio
+
+
+def cell_size(
+    settings: SGLangSettings, model: SGLangModel, row_bytes: int, swa_ratio: float
+) -> CellSize:
+    """Bytes per token of max_total_num_tokens. MHA and MLA/DSA: every attention layer's row
+    (index keys included); Mamba hybrids count only their attention layers (the states come off
+    the budget first); with window layers, the window pool counts `swa_ratio` of a token, so
+    the total is a float, computed as SGLang does: full + ratio * window."""
+    if model.latent is not None:
+        ratio = settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
+        full = row_bytes * len(model.latent.names)
+        if model.latent.is_dsa:
+            full += index_token_bytes(model.latent, ratio)
+        return CellSize(full, 0, full)
+    assert model.full is not None  # read_model refuses a model without attention layers
+    full = mha_token_bytes(model.full, kv_dtype(settings, model.full.dtype))
+    if model.swa is None:
+        return CellSize(full, 0, full)
+    swa = mha_token_bytes(model.swa, kv_dtype(settings, model.swa.dtype))
+    return CellSize(full, swa, full + swa_ratio * swa)
+
+
+def swa_full_tokens_ratio(settings: SGLangSettings) -> float:
+    """Window-pool tokens per full-pool token: `--swa-full-tokens-ratio`, else 0.8."""
+    ratio = settings.swa_full_tokens_ratio
+    return DEFAULT_SWA_FULL_TOKENS_RATIO if ratio is None else ratio
+
+
+def mamba_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
+    """Bytes of one state slot over all Mamba layers (SGLang's mamba_cache_per_req)."""
+    per_layer = (
+        state_elements(group.conv_shape) * element_size(conv_dtype)
+        + state_elements(group.temporal_shape) * element_size(ssm_dtype)
+    )
+    return per_layer * len(group.names)
+
+
+def rest_memory_gb(settings: SGLangSettings, available_bytes: int) -> tuple[float, float | None]:
+    """GB (2**30 bytes, a float as in SGLang) left for the KV cache and Mamba states, and the
+    mem_fraction_static used. With pre_model_load_free_bytes and post_weights_free_bytes:
+    free-after-weights - free-before-weights * (1 - mem_fraction_static) (weights and the
+    runtime's slack come off); else device.available_bytes is the budget itself. SGLang's
+    default mem_fraction_static depends on the GPU, graph capture and chunked-prefill settings,
+    which the request does not carry, so the formula needs it given."""
+    if settings.pre_model_load_free_bytes is None or settings.post_weights_free_bytes is None:
+        return available_bytes / GIB, None
+    fraction = settings.mem_fraction_static
+    if fraction is None:
+        raise UnsupportedRequestError(
+            "engine.mem_fraction_static: SGLang's default fraction depends on the GPU and its "
+            "graph settings, which the request does not carry; expected a fraction beside "
+            "pre_model_load_free_bytes and post_weights_free_bytes, got null",
+            field="engine.mem_fraction_static",
+        )
+    pre_gb = settings.pre_model_load_free_bytes / GIB
+    post_gb = settings.post_weights_free_bytes / GIB
+    slack_gb = pre_gb * (1 - fraction)
+    return post_gb - slack_gb, fraction
+
+
+@dataclass(frozen=True)
+class MambaBudget:
+    slots: int
+    """max_mamba_cache_size: state slots requests may take (slot 0 comes on top)."""
+    rest_gb: float
+    """What is left for the KV cache, GB."""
+
+
+def mamba_budget(
+    settings: SGLangSettings, rest_gb: float, slot_bytes: int
+) -> MambaBudget:
+    """Mamba states come off the budget before the KV cache is sized. Slots: the given
+    `--max-mamba-cache-size`, else the states' share rest * r / (1 + r) (r =
+    mamba_full_memory_ratio) divided by a slot's bytes, one slot (the padding slot 0) taken off
+    first. The KV cache gets the rest less (slots + 1) slots."""
+    slots = settings.max_mamba_cache_size
+    if slots is None:
+        ratio = settings.mamba_full_memory_ratio
+        budget_bytes = rest_gb * ratio / (1 + ratio) * GIB
+        slots = int((budget_bytes - 0 - slot_bytes) // slot_bytes)
+    if slots <= 0:
+        raise CapacityError(
+            f"engine: the budget holds no Mamba state slot; expected at least one slot of "
+            f"{slot_bytes} bytes (plus the padding slot), got {slots} slots from "
+            f"{rest_gb * GIB:.0f} bytes",
+            field="engine.mamba_full_memory_ratio",
+        )
+    state_gb = ((slots + 1) * slot_bytes + 0) / GIB
+    return MambaBudget(slots, rest_gb - state_gb)
+
+
+def kv_budget_bytes(rest_gb: float) -> int:
+    """The KV cache's bytes: SGLang's int(rest GB * 2**30); none left is a refusal."""
+    if rest_gb <= 0:
+        raise CapacityError(
+            f"device: no memory is left for the KV cache; expected a positive budget, got "
+            f"{rest_gb * GIB:.0f} bytes (raise mem_fraction_static or the free memory)",
+            field="device.available_bytes",
+        )
+    return int(rest_gb * GIB)
+
+
+def floor_page(tokens: int, page_size: int) -> int:
+    return tokens // page_size * page_size
+
+
+def max_total_num_tokens(available_bytes: int, cell: CellSize, page_size: int) -> int:
+    """Tokens of the full pool: the budget over the cell size, floored to a whole page (an
+    integer division; with window layers the float division SGLang does, then int)."""
+    if isinstance(cell.total, int):
+        tokens = available_bytes // cell.total
+    else:
+        tokens = int(available_bytes // cell.total)
+    return floor_page(tokens, page_size)
+
+
+def cap_max_total_tokens(settings: SGLangSettings, tokens: int, page_size: int) -> int:
+    """`--max-total-tokens` caps the token count (a larger value is ignored); the capped count
+    is floored to a page again."""
+    cap = settings.max_total_tokens
+    if cap is None or cap >= tokens:
+        return tokens
+    return floor_page(cap, page_size)
+
+
+def swa_tokens(full_tokens: int, ratio: float, page_size: int) -> int:
+    """Tokens of the window pool: int(full tokens * ratio), floored to a page."""
+    return floor_page(int(full_tokens * ratio), page_size)
+
+
+def validate_swa_pool(swa: int, window: int, page_size: int) -> None:
+    """SGLang refuses a window pool that cannot admit one request: a prefill holds its window
+    plus a page, so the pool must have more tokens than window + page_size."""
+    if window + page_size >= swa:
+        raise CapacityError(
+            f"engine.swa_full_tokens_ratio: the window pool cannot hold one request; expected "
+            f"more than sliding_window + page_size = {window + page_size} tokens, got {swa} "
+            "(raise swa_full_tokens_ratio or the budget)",
+            field="engine.swa_full_tokens_ratio",
+        )
+
+
+def refuse_empty_pool(tokens: int, page_size: int) -> None:
+    """A budget below one page (beside the padding page) leaves SGLang no token to hand out."""
+    if tokens <= 0:
+        raise CapacityError(
+            f"device.available_bytes: the KV budget holds no page; expected at least one page "
+            f"of {page_size} tokens, got {tokens} tokens",
+            field="device.available_bytes",
+        )
+
+
+def max_running_requests(
+    settings: SGLangSettings, token_capacity: int, mamba_slots: int | None
+) -> int:
+    """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
+    Given: min(--max-running-requests, tokens // 2); else SGLang's estimate
+    int(tokens / context_length * 512) clamped to [2048, 4096], then min(., tokens // 2).
+    Mamba hybrids: at most max_mamba_cache_size // 3 (three state slots a request)."""
+    estimated = int(token_capacity / settings.context_length * REQUESTS_PER_CONTEXT)
+    estimated = max(min(estimated, MAX_ESTIMATED_REQUESTS), MIN_ESTIMATED_REQUESTS)
+    given = settings.max_running_requests
+    requests = min(estimated if given is None else max(1, given), token_capacity // 2)
+    if mamba_slots is not None:
+        requests = min(requests, mamba_slots // MAMBA_SLOTS_PER_REQUEST)
+    if requests <= 0:
+        raise CapacityError(
+            f"engine: SGLang would run no request; expected at least one, got {requests} "
+            f"(tokens {token_capacity}, Mamba slots {mamba_slots})",
+            field="engine.max_running_requests",
+        )
+    return requests
+
+
+def req_to_token_shape(settings: SGLangSettings, requests: int) -> tuple[int, int]:
+    """SGLang's request-to-token table: int32 [requests + 1 (row 0 pads), context_length + 4
+    + draft tokens]."""
+    if settings.speculative_num_draft_tokens:
+        raise UnsupportedRequestError(
+            "engine.speculative_num_draft_tokens: speculative decoding (draft layers, extra "
+            "request-table width) is not planned for SGLang yet; expected 0, got "
+            f"{settings.speculative_num_draft_tokens}",
+            field="engine.speculative_num_draft_tokens",
+        )
+    return requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+
+
+def refuse_dsa_page(page_size: int) -> None:
+    """SGLang's DSA index keys are paged by exactly 64 tokens on CUDA."""
+    if page_size != DSA_PAGE_SIZE:
+        raise UnsupportedRequestError(
+            f"engine.page_size: SGLang's DSA models page by {DSA_PAGE_SIZE} tokens; expected "
+            f"{DSA_PAGE_SIZE}, got {page_size}",
+            field="engine.page_size",
+        )
+
+
+def hisparse_device_buffer(settings: SGLangSettings) -> int:
+    """Hot rows per request: the given size, else 2 * top_k; fewer than top_k is refused."""
+    size = settings.hisparse_device_buffer_size
+    size = 2 * settings.hisparse_top_k if size is None else size
+    if size < settings.hisparse_top_k:
+        raise PlanError(
+            f"engine.hisparse_device_buffer_size: the hot buffer must hold top_k rows; "
+            f"expected at least {settings.hisparse_top_k}, got {size}",
+            field="engine.hisparse_device_buffer_size",
+        )
+    return size
+
+
+def hisparse_host_tokens(device_tokens: int, ratio: int, page_size: int) -> int:
+    """Tokens of HiSparse's pinned host pool: (device tokens * ratio // page + 1) pages."""
+    return (device_tokens * ratio // page_size + 1) * page_size
