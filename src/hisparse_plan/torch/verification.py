@@ -25,7 +25,6 @@ blocks in Python.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from hisparse_plan.torch.stages import resolve_stage, stage_views
 from hisparse_plan.torch.tasks import LOG, Progress
 from hisparse_plan.torch.verify_layers import (
     Layer,
+    Mismatch,
     Scratch,
     block_pattern,
     forward_pattern,
@@ -101,30 +101,6 @@ class VerifyReport:
     def gb_per_s(self) -> float:
         """Page bytes verified per second, in 10**9 bytes."""
         return self.bytes / self.seconds / 1e9 if self.seconds > 0 else math.inf
-
-
-class _Mismatch:
-    """Whether any batch of one layer and direction differed. On a GPU the answer stays on the
-    device until asked, so batches run without a host sync each."""
-
-    def __init__(self, device: torch.device) -> None:
-        lazy = device.type == "cuda"
-        self._flag = torch.zeros((), dtype=torch.bool, device=device) if lazy else None
-        self._seen = False
-
-    def add(self, got: torch.Tensor, expected: torch.Tensor, page: int) -> None:
-        if page % 8 == 0:
-            # Compare words, not bytes, where both sides allow it (a batch buffer starts on an
-            # 8-byte boundary; a view of the pool may not).
-            with contextlib.suppress(RuntimeError):
-                got, expected = got.view(torch.int64), expected.view(torch.int64)
-        if self._flag is not None:
-            self._flag |= torch.ne(got, expected).any()
-        elif not self._seen:
-            self._seen = not torch.equal(got, expected)
-
-    def __bool__(self) -> bool:
-        return bool(self._flag) if self._flag is not None else self._seen
 
 
 def verify(
@@ -249,7 +225,7 @@ def _check_block_ids(members: list[Layer]) -> None:
 
 
 def _compare_all(layer: Layer, check: _Pass) -> None:
-    differs = _Mismatch(layer.pool.device)
+    differs = Mismatch(layer.pool.device)
     for start, ids in layer.batches():
         got = read_raw(layer, ids) if check.raw_read else read_view(layer, ids, start)
         differs.add(got, check.pattern(layer, ids), layer.page)
