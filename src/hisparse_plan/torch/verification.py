@@ -34,9 +34,12 @@ from typing import NoReturn
 import torch
 
 from hisparse_plan.models import KVCachePlan
+from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
+from hisparse_plan.torch.sglang_pools import SGLangPools
+from hisparse_plan.torch.sglang_verify import verify_sglang
 from hisparse_plan.torch.stages import resolve_stage, stage_views
 from hisparse_plan.torch.tasks import LOG, Progress
 from hisparse_plan.torch.verify_layers import (
@@ -104,8 +107,8 @@ class VerifyReport:
 
 
 def verify(
-    plan: KVCachePlan,
-    pools: Pools,
+    plan: KVCachePlan | SGLangPlan,
+    pools: Pools | SGLangPools,
     *,
     blocks: int | None = None,
     progress: Progress | None = None,
@@ -121,11 +124,18 @@ def verify(
     (default 4 MiB on the CPU, up to 256 MiB on a GPU, bounded by its free memory). Raises
     `VerifyError` at the first byte that disagrees, `BackendError` when a view cannot even be
     bound (outside its pool, misaligned) or the pools were released.
+
+    An SGLang plan (with the `SGLangPools` allocate gave for it) is checked allocation by
+    allocation (`sglang_verify`): every range of every layer's pages both ways, and each of
+    SGLang's tensors on the bytes its plan view names, inside its pages. The report's `groups`
+    then counts allocations and `pages` (layer, block, range) page ranges.
     """
     if blocks is not None and blocks < 1:
         raise BackendError(f"blocks is {blocks}; expected None (every block) or at least 1")
     if chunk_bytes is not None and chunk_bytes < 1:
         raise BackendError(f"chunk_bytes is {chunk_bytes}; expected at least 1")
+    if isinstance(plan, SGLangPlan) or isinstance(pools, SGLangPools):
+        return _verify_sglang(plan, pools, blocks, progress, chunk_bytes)
     device_pool = pools.device
     pools.check_shared("verifying it")
     if device_pool.device.type == "meta":
@@ -141,6 +151,31 @@ def verify(
             f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
             "chunk_bytes"
         ) from error
+
+
+def _verify_sglang(
+    plan: KVCachePlan | SGLangPlan, pools: Pools | SGLangPools, blocks: int | None,
+    progress: Progress | None, chunk_bytes: int | None,
+) -> VerifyReport:
+    if not (isinstance(plan, SGLangPlan) and isinstance(pools, SGLangPools)):
+        raise BackendError(
+            f"verify was given a {type(plan).__name__} with {type(pools).__name__}; expected "
+            "the pools that allocate(plan) returned for that plan"
+        )
+    pools.check_shared("verifying it")
+    started = time.perf_counter()
+    try:
+        counts = verify_sglang(plan, pools, blocks=blocks, progress=progress,
+                               chunk_bytes=chunk_bytes)
+    except torch.OutOfMemoryError as error:
+        raise BackendError(
+            f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
+            "chunk_bytes"
+        ) from error
+    return VerifyReport(
+        groups=counts.allocations, layers=counts.layers, pages=counts.pages,
+        bytes=counts.page_bytes, seconds=time.perf_counter() - started, sampled=counts.sampled,
+    )
 
 
 def _verify(
