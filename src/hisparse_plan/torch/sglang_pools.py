@@ -11,7 +11,7 @@ registration, the shared /dev/shm pool and the undo order), so both engines pin 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import prod
 from types import TracebackType
@@ -505,8 +505,7 @@ def allocate_sglang(
             for name, size in host_bytes.items():
                 state = HostState(HostBuffer(size, huge_pages=huge_pages), ram_counted=size)
                 hosts[name] = state
-                guarded(state, lambda buffer, state=state: place_and_prefault(
-                    state, buffer, numa_node, gpu, threads, progress))
+                guarded(state, _prefault_step(state, numa_node, gpu, threads, progress))
         else:
             (name, size), = host_bytes.items()
             state, devices = shared_host(
@@ -516,9 +515,7 @@ def allocate_sglang(
         if pin:
             pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
             for name, state in hosts.items():
-                guarded(state, lambda buffer, state=state, name=name: register(
-                    state, Registration(buffer.address, pinning), chunks[name], threads,
-                    progress))
+                guarded(state, _register_step(state, pinning, chunks[name], threads, progress))
     except BaseException:
         # `guarded` undid the pool that failed; the ones done before it are closed here.
         for state in hosts.values():
@@ -526,6 +523,26 @@ def allocate_sglang(
                 suppress_close_errors(state)
         raise
     return _done(plan, hosts, devices, index)
+
+
+def _prefault_step(
+    state: HostState, numa_node: int | None, gpu: int | None, threads: int,
+    progress: Progress | None,
+) -> Callable[[HostBuffer], None]:
+    def step(buffer: HostBuffer) -> None:
+        place_and_prefault(state, buffer, numa_node, gpu, threads, progress)
+
+    return step
+
+
+def _register_step(
+    state: HostState, pinning: Registrar, chunks: list[Chunk], threads: int,
+    progress: Progress | None,
+) -> Callable[[HostBuffer], None]:
+    def step(buffer: HostBuffer) -> None:
+        register(state, Registration(buffer.address, pinning), chunks, threads, progress)
+
+    return step
 
 
 def _check_host_pool_name(

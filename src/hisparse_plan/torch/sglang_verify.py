@@ -81,9 +81,8 @@ def verify_sglang(
 ) -> SGLangCounts:
     """Check every allocation of `pools` (module doc), in plan order; `progress("verify", done,
     total)` counts allocations."""
-    if pools.plan is not plan and pools.plan != plan:
-        raise BackendError("these pools were allocated for another plan; expected the plan "
-                           "passed to allocate")
+    # `plan` decides every address, `pools` only lends the buffers: a plan edited after
+    # allocation is checked against real bytes, not trusted (as for vLLM plans).
     held = pools.allocations()
     if any(buffer.device.type == "meta" for buffer in held.values()):
         raise BackendError(
@@ -228,16 +227,17 @@ _WIDEST = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def _rows(placed: PlacedView, tensor: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int],
                                                              int]:
-    """The tensor as rows of bytes: (bytes view [*rows, run], row shape, row byte strides, run
-    bytes). A contiguous last axis joins the run; otherwise each element is a run."""
+    """The tensor as bytes [*shape, itemsize], and its rows by the plan's numbers: (bytes, row
+    shape, row byte strides, run bytes). A contiguous last axis joins the run; otherwise each
+    element is a run. The bytes view takes the bound tensor as it is, whatever its strides, so
+    that a tensor bound wrongly is read where it really points."""
     view = placed.view
     size = BUFFER_DTYPE_SIZE[view.dtype]
-    if len(view.shape) >= 2 and view.strides[-1] == 1:
-        data = tensor if tensor.dtype == torch.uint8 else tensor.view(torch.uint8)
-        return (data, list(view.shape[:-1]), [stride * size for stride in view.strides[:-1]],
-                view.shape[-1] * size)
     data = tensor.unsqueeze(-1)
     data = data if data.dtype == torch.uint8 else data.view(torch.uint8)
+    if len(view.shape) >= 2 and view.strides[-1] == 1:
+        return (data, list(view.shape[:-1]), [stride * size for stride in view.strides[:-1]],
+                view.shape[-1] * size)
     return data, list(view.shape), [stride * size for stride in view.strides], size
 
 
@@ -285,16 +285,17 @@ def _check_buffer(
     for batch in _batches(ids, per):
         index = _unravel(batch, row_shape)
         starts = torch.full_like(batch, base)
-        for axis, stride in zip(index, row_strides, strict=True):
-            starts += axis * stride
+        for position, step in zip(index, row_strides, strict=True):
+            starts += position * step
         _check_owned(where, placed, starts, run, owners, index)
         at = (starts // unit)[:, None] + steps[None, :]
         first = row_pattern(starts, run, 1)
         units[at] = first.contiguous().view(element)
-        _compare_rows(where, placed, data[tuple(index)], first, starts, index,
+        rows = tuple(index)
+        _compare_rows(where, placed, data[rows].reshape(-1, run), first, starts, index,
                       "written at the plan's address, SGLang's tensor reads")
         second = row_pattern(starts, run, 2)
-        data[tuple(index)] = second
+        data[rows] = second.reshape(-1, *data.shape[len(rows):])
         _compare_rows(where, placed, units[at].view(torch.uint8), second, starts, index,
                       "written through SGLang's tensor, the allocation holds")
 
