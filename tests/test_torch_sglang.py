@@ -422,6 +422,14 @@ def test_a_corrupted_byte_is_reported_exactly(monkeypatch: pytest.MonkeyPatch) -
     assert "expected 0x" in str(error)
 
 
+def test_a_plan_placing_pages_the_pools_lack_is_refused() -> None:
+    def add_layer(plan: dict[str, Any]) -> None:
+        plan["tensors"][0]["layers"].append("l2")
+
+    with pytest.raises(BackendError, match="pool 'kv' \\(layer 'l2'\\), which these pools do not"):
+        run(hand_plan(add_layer), on=hand_plan())
+
+
 def test_a_kind_mismatch_is_refused() -> None:
     from golden import load
 

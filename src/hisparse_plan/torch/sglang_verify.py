@@ -33,6 +33,7 @@ from hisparse_plan.torch.sglang_pools import (
     PageTrain,
     PlacedView,
     SGLangPools,
+    allocations,
     bind_buffer,
     bind_pages,
     check_buffer,
@@ -90,6 +91,15 @@ def verify_sglang(
             "check the views of a full-size plan"
         )
     pool_of = {pool.name: pool for pool in plan.pools}
+    # Another stage's device pools are legitimately absent; anything else the plan places
+    # must have its buffer here, or its pages would go unchecked.
+    ours = [pool for pool in plan.pools if pool.location == "host" or pool.stage == pools.stage]
+    missing = [key for key in allocations(plan, ours) if key not in held]
+    if missing:
+        raise BackendError(
+            f"the plan places pages in {describe_allocation(missing[0])}, which these pools do "
+            f"not hold; expected the pools that allocate(plan) returned for this plan"
+        )
     trains = [train for train in page_trains(plan) if train.allocation in held]
     views = [placed for placed in placed_views(plan) if placed.allocation in held]
     keys = list(held)
