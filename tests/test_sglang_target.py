@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golden import GOLDEN
+from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView, Pool
@@ -20,7 +21,6 @@ from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang
 
-GOLDEN = Path("/work/shared/golden")
 BIG = 1 << 40
 GIB = 1 << 30
 
@@ -230,7 +230,7 @@ def test_mamba_slot_pools() -> None:
     conv = pool(plan, "mamba_conv0")
     assert (conv.num_blocks, conv.block_tokens, conv.padding_blocks, conv.allocation) == (
         17, 1, 1, "whole")
-    assert plan.max_running_requests == 16 // 3
+    assert plan.max_running_requests == 16 // 5
     assert tensor(plan, "kv").layers == ["a1"]
     assert plan.budget.cell_size_bytes == 8 * 256 * 2  # the attention layer alone
 
@@ -367,6 +367,13 @@ def test_refuses_what_sglang_does_not_run(layers: dict[str, Any], match: str) ->
         plan_sglang(request(layers))
 
 
+def test_refuses_decode_context_parallelism() -> None:
+    req = golden("modes_deepseek_v32_dcp8", context_length=163840)
+    with pytest.raises(UnsupportedRequestError, match="expected 1, got 8") as info:
+        plan_sglang(req)
+    assert info.value.field == "scheduler.decode_context_parallel_size"
+
+
 def test_refuses_speculative_decoding_and_vllm_requests() -> None:
     with pytest.raises(UnsupportedRequestError, match="speculative"):
         plan_sglang(request({"a": mha()}, speculative_num_draft_tokens=3))
@@ -457,4 +464,129 @@ def small_requests(draw: st.DrawFn) -> PlanRequest:
 @settings(max_examples=100)
 @given(small_requests())
 def test_pages_and_views_inside_their_allocations(req: PlanRequest) -> None:
-    check_layout(plan_sglang(req))
+    plan = plan_sglang(req)
+    check_layout(plan)
+    check_plan(plan)
+
+
+# --- SGLang's own runs (REFERENCE.md: SGLang 0.5.23's configurator on meta tensors) ---------
+
+PRE, MFS = 149_250_113_536, 0.9
+
+
+def per_rank(layers: int, **spec: Any) -> dict[str, Any]:
+    return {f"l{i}": spec for i in range(layers)}
+
+
+def test_reference_llama31_8b_tp8() -> None:
+    plan = plan_sglang(request(per_rank(32, **mha(heads=1)), 0, context_length=8192,
+                               pre_model_load_free_bytes=PRE,
+                               post_weights_free_bytes=147_102_629_888, mem_fraction_static=MFS))
+    assert plan.budget.available_bytes == 132_177_618_534
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (8_067_481, 4096)
+    assert plan.req_to_token.shape == [4097, 8196]
+    assert view(plan, "kv", "k_buffer").shape == [8_067_482, 1, 128]
+
+
+def test_reference_llama31_8b_tp1_small_fp8() -> None:
+    plan = plan_sglang(request(per_rank(32, **mha()), 1_073_754_169, page_size=64,
+                               kv_cache_dtype="fp8_e4m3"))
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (16_384, 2048)
+    assert plan.budget.cell_size_bytes == 65_536
+    assert shape(view(plan, "kv", "k_buffer")) == ([16_448, 8, 128], [1024, 128, 1], 0)
+
+
+@pytest.mark.parametrize(
+    ("engine", "tokens", "requests", "cell", "index_pages"),
+    [
+        ({"mem_fraction_static": MFS, "pre_model_load_free_bytes": PRE,
+          "post_weights_free_bytes": 63_350_767_616, "context_length": 8192},
+         1_007_424, 4096, 48_068, 15_742),
+        ({"mem_fraction_static": MFS, "pre_model_load_free_bytes": PRE,
+          "post_weights_free_bytes": 63_350_767_616, "context_length": 8192,
+          "dsa_backend": "trtllm"}, 1_121_216, 4096, 43_188, 17_520),
+        ({"mem_fraction_static": MFS, "pre_model_load_free_bytes": PRE,
+          "post_weights_free_bytes": 63_350_767_616, "context_length": 8192,
+          "enable_hisparse": True, "hisparse_device_buffer_size": 4096},
+         862_848, 4096, 56_120, 26_965),
+        ({"max_running_requests": 8}, 44_672, 8, 48_068, 699),
+        ({"enable_hisparse": True, "hisparse_host_to_device_ratio": 4},
+         29_696, 3712, 72_224, 1857),
+    ],
+)
+def test_reference_deepseek_v32(
+    engine: dict[str, Any], tokens: int, requests: int, cell: int, index_pages: int
+) -> None:
+    available = 0 if "pre_model_load_free_bytes" in engine else 2 * GIB
+    plan = plan_sglang(request(dsa_layers(61), available, kv_cache_dtype="fp8_e4m3", **engine))
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (tokens, requests)
+    assert plan.budget.cell_size_bytes == cell
+    assert view(plan, "index", "index_k").shape == [index_pages, 8448]
+    if plan.hisparse is not None:
+        ratio = plan.hisparse.host_to_device_ratio
+        assert view(plan, "hisparse_host", "host_kv_buffer").shape == [
+            61, tokens * ratio + 64, 1, 656]
+
+
+def test_reference_glm5_tp8() -> None:
+    plan = plan_sglang(request(dsa_layers(78), 0, context_length=8192, mem_fraction_static=MFS,
+                               pre_model_load_free_bytes=PRE,
+                               post_weights_free_bytes=54_760_833_024))
+    assert plan.budget.cell_size_bytes == 61_464
+    assert plan.budget.available_bytes == 39_835_821_670
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (648_064, 4096)
+    assert view(plan, "index", "index_k").shape == [10_127, 8448]
+
+
+def gpt_oss(heads: int) -> dict[str, Any]:
+    layers: dict[str, Any] = {}
+    for i in range(36):
+        layers[f"l{i}"] = swa(128, heads, 64) if i % 2 == 0 else mha(heads, 64)
+    return layers
+
+
+def test_reference_gpt_oss_120b_tp8() -> None:
+    plan = plan_sglang(request(gpt_oss(1), 0, context_length=8192, mem_fraction_static=MFS,
+                               pre_model_load_free_bytes=PRE,
+                               post_weights_free_bytes=140_660_178_944))
+    assert plan.budget.cell_size_bytes == 8294.4
+    assert plan.budget.available_bytes == 125_735_167_590
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (15_159_043, 4096)
+    assert view(plan, "swa", "k_buffer").shape == [12_127_235, 1, 64]
+
+
+def test_reference_gpt_oss_120b_tp1_small() -> None:
+    plan = plan_sglang(request(gpt_oss(8), 2 * GIB, swa_full_tokens_ratio=0.5))
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (38_836, 4096)
+    assert view(plan, "swa", "k_buffer").shape == [19_419, 8, 64]
+
+
+def qwen3_next(tp: int) -> dict[str, Any]:
+    layers: dict[str, Any] = {}
+    for i in range(48):
+        if i % 4 == 3:
+            layers[f"l{i}"] = mha(2 // min(tp, 2), 256)
+        else:
+            layers[f"l{i}"] = {"kind": "mamba", "block_size": 4096,
+                               "state_shapes": [[3, 8192 // tp], [32 // tp, 128, 128]],
+                               "state_dtypes": ["bfloat16", "bfloat16"]}
+    return layers
+
+
+def test_reference_qwen3_next_tp8() -> None:
+    plan = plan_sglang(request(qwen3_next(8), 0, context_length=8192, mem_fraction_static=MFS,
+                               pre_model_load_free_bytes=PRE,
+                               post_weights_free_bytes=127_775_277_056))
+    assert pool(plan, "mamba_conv0").num_blocks == 5533 + 1
+    assert plan.budget.available_bytes == 59_400_857_190
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (4_834_054, 1106)
+    assert plan.budget.cell_size_bytes == 12_288
+    assert shape(view(plan, "mamba_temporal", "temporal")) == (
+        [36, 5534, 4, 128, 128], [362_676_224, 65_536, 16_384, 128, 1], 0)
+
+
+def test_reference_qwen3_next_tp1_small() -> None:
+    plan = plan_sglang(request(qwen3_next(1), 4 * GIB, max_mamba_cache_size=30))
+    assert plan.budget.available_bytes == 1_899_692_032
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (77_298, 6)
+    assert view(plan, "mamba_conv0", "conv[0]").shape == [36, 31, 8192, 3]

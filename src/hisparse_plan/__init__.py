@@ -31,8 +31,12 @@ from hisparse_plan.models import (
     UniformTypeSpec,
     Workload,
 )
+from hisparse_plan.models.any_plan import Plan, load_plan
+from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.operator.refit import refit_after_warmup
 from hisparse_plan.planning import plan
+from hisparse_plan.targets import plan_for_engine
 
 __version__ = "0.1.0"
 
@@ -54,10 +58,13 @@ __all__ = [
     "MLASpec",
     "MambaSpec",
     "PipelineStage",
+    "Plan",
     "PlanError",
     "PlanInvariantError",
     "PlanRequest",
     "PlanWarning",
+    "SGLangPlan",
+    "SGLangSettings",
     "SlidingWindowMLASpec",
     "SlidingWindowSpec",
     "UniformTypeSpec",
@@ -65,6 +72,8 @@ __all__ = [
     "Workload",
     "__version__",
     "check_plan",
+    "load_plan",
     "plan",
+    "plan_for_engine",
     "refit_after_warmup",
 ]

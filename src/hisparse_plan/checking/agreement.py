@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.planning import plan as make_plan
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.any_plan import Plan
+from hisparse_plan.targets import plan_for_engine
 
 
-def check_answers(plan: KVCachePlan, request: PlanRequest | Mapping[str, object]) -> None:
-    """Refuse a plan that differs from what `request` plans to, naming the first field."""
+def check_answers(plan: Plan, request: PlanRequest | Mapping[str, object]) -> None:
+    """Refuse a plan that differs from what `request` plans to (for the engine it names),
+    naming the first field."""
     try:
-        expected = make_plan(request)
+        expected = plan_for_engine(request)
     except PlanError as error:
         raise PlanInvariantError(
             f"the request is refused ({error}), so no plan answers it"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from warnings import warn
 
-from hisparse_plan.errors import PlanWarning
+from hisparse_plan.errors import PlanWarning, UnsupportedRequestError
 from hisparse_plan.models import (
     Capacity,
     DevicePool,
@@ -77,6 +77,13 @@ def _validated(request: PlanRequest | Mapping[str, object]) -> PlanRequest:
 
 
 def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
+    if request.engine is not None:
+        raise UnsupportedRequestError(
+            f"the request is for {request.engine.name}, whose pools plan() (vLLM's planner) "
+            "does not lay out; expected plan_for_engine(request) (see "
+            "docs/planning-rules.md#sglang)",
+            field="engine",
+        )
     layers = request_layers(request)
     if request.scheduler.disable_hybrid_kv_cache_manager:
         layers = one_manager_layers(layers, trace)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 
 from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.compare import add_compare_arguments, run_compare
+from hisparse_plan.cli.engines import Engine, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.sglang_render import render_engines
+from hisparse_plan.cli.sglang_source import add_sglang_arguments
 from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
 from hisparse_plan.cli.source import (
     Source,
@@ -52,10 +56,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="draw the sweep or the --compare table as a PNG (needs the plot "
                             "extra: matplotlib)")
     add_compare_arguments(parser)
+    add_engine_choice(parser, several=True)
+    add_sglang_arguments(parser)
     add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    engines = chosen_engines(args, several=True)
+    if args.engine is not None:
+        return run_engines(args, engines)
     if args.compare:
         return run_compare(args)
     if args.plot_memory is not None or args.node_gpus is not None:
@@ -106,6 +115,19 @@ def run(args: argparse.Namespace) -> int:
         render_sweep(out, source, result)
         if args.plot is not None:
             out.line(f"plot: {args.plot}")
+    return 0
+
+
+def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
+    """`capacity --engine ...`: each engine's pools for the same model, GPU and ranks."""
+    figures = [engine.figures(args) for engine in engines]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(f) for f in figures], indent=2))
+        return 0
+    model = args.model or args.hf_config or args.request
+    where = f"{args.gpu} x tp {args.tp or 1}" if args.gpu else f"tp {args.tp or 1}"
+    render_engines(Renderer(plain=args.plain), f"{model} on {where}: one rank's KV pools",
+                   figures)
     return 0
 
 

@@ -7,10 +7,13 @@ import json
 
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
+from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
 from hisparse_plan.cli.memory_render import memory_json, render_deployment, render_rank_memory
 from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.sglang_render import render_sglang_plan
+from hisparse_plan.cli.sglang_source import add_sglang_arguments, resolve_sglang_source
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import (
     Source,
@@ -22,6 +25,7 @@ from hisparse_plan.cli.source import (
 from hisparse_plan.models import KVCacheGroup, KVCachePlan, MLASpec
 from hisparse_plan.operator import PoolBounds, pool_bounds
 from hisparse_plan.planning import plan as make_plan
+from hisparse_plan.targets.sglang import plan_sglang
 
 LABELS = {
     "hisparse_resident": "resident",
@@ -32,10 +36,14 @@ LABELS = {
 def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     add_settings_arguments(parser)
+    add_engine_choice(parser, several=False)
+    add_sglang_arguments(parser)
     add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if chosen_engines(args, several=False) == [SGLANG]:
+        return run_sglang(args)
     source = resolve_source(args)
     result = make_plan(source.request)
     breakdown = rank_memory(args)
@@ -63,6 +71,22 @@ def run(args: argparse.Namespace) -> int:
         split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
         render_rank_memory(out, breakdown, result, kv_override, split)
         render_deployment(out, breakdown, result)
+    return 0
+
+
+def run_sglang(args: argparse.Namespace) -> int:
+    """`plan --engine sglang`: the pools SGLang 0.5.23 would allocate on one rank."""
+    source = resolve_sglang_source(args)
+    result = plan_sglang(source.request)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return 0
+    out = Renderer(plain=args.plain)
+    render_sglang_plan(out, source.title, result)
+    serving = serving_from(args)
+    if serving.shown:
+        out.line()
+        render_serving(out, serving, result.capacity.max_concurrency)
     return 0
 
 

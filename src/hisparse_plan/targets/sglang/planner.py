@@ -29,7 +29,8 @@ MAMBA_SSM_DTYPE = "float32"
 
 
 def sglang_settings(request: PlanRequest) -> SGLangSettings:
-    """The request's SGLang settings; a request without them is a vLLM request."""
+    """The request's SGLang settings; a request without them is a vLLM request. Pipeline
+    stages and decode context parallelism are refused (one rank, one stage is planned)."""
     if request.engine is None:
         raise PlanError(
             "engine: expected SGLang settings ({'name': 'sglang', ...}) to plan for SGLang, "
@@ -41,6 +42,13 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
             "device.pipeline_stages: pipeline parallelism is not planned for SGLang yet; "
             "expected null",
             field="device.pipeline_stages",
+        )
+    dcp = request.scheduler.decode_context_parallel_size
+    if dcp != 1:
+        raise UnsupportedRequestError(
+            "scheduler.decode_context_parallel_size: SGLang's decode context parallelism "
+            f"(widened token ids, replicated index keys) is not planned yet; expected 1, got {dcp}",
+            field="scheduler.decode_context_parallel_size",
         )
     return request.engine
 
@@ -99,8 +107,7 @@ def _size(settings: SGLangSettings, request: PlanRequest, model: SGLangModel) ->
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
     swa = None
-    if model.swa is not None:
-        assert model.swa.window is not None
+    if model.swa is not None and model.swa.window is not None:  # window groups have one
         swa = sizing.swa_tokens(tokens, ratio, page)
         sizing.validate_swa_pool(swa, model.swa.window, page)
     return _Sized(page, rest_gb, fraction, slots, available, cell, tokens, swa)

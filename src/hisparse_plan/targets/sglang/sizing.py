@@ -25,8 +25,10 @@ GIB: Final = 1 << 30
 DSA_PAGE_SIZE: Final = 64
 """DSA models page their index keys by 64 tokens; SGLang asserts the page on CUDA."""
 DEFAULT_SWA_FULL_TOKENS_RATIO: Final = 0.8
-MAMBA_SLOTS_PER_REQUEST: Final = 3
-"""State slots SGLang keeps per running request with the radix cache on (its default)."""
+MAMBA_SLOTS_PER_REQUEST: Final = 3 + 2
+"""State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
+the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
+the overlap scheduler on)."""
 REQUESTS_PER_CONTEXT: Final = 512
 MIN_ESTIMATED_REQUESTS: Final = 2048
 MAX_ESTIMATED_REQUESTS: Final = 4096
@@ -123,7 +125,11 @@ def cell_size(
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio)
         return CellSize(full, 0, full)
-    assert model.full is not None  # read_model refuses a model without attention layers
+    if model.full is None:  # read_model refuses such a model first; kept for the reader
+        raise UnsupportedRequestError(
+            "layers: SGLang needs attention layers beside the others; expected full "
+            "attention or MLA layers, got none", field="layers",
+        )
     full = mha_token_bytes(model.full, kv_dtype(settings, model.full.dtype))
     if model.swa is None:
         return CellSize(full, 0, full)
@@ -267,7 +273,7 @@ def max_running_requests(
     """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
     Given: min(--max-running-requests, tokens // 2); else SGLang's estimate
     int(tokens / context_length * 512) clamped to [2048, 4096], then min(., tokens // 2).
-    Mamba hybrids: at most max_mamba_cache_size // 3 (three state slots a request)."""
+    Mamba hybrids: at most max_mamba_cache_size // 5 (the state slots one request may hold)."""
     estimated = int(token_capacity / settings.context_length * REQUESTS_PER_CONTEXT)
     estimated = max(min(estimated, MAX_ESTIMATED_REQUESTS), MIN_ESTIMATED_REQUESTS)
     given = settings.max_running_requests

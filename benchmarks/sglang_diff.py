@@ -1,0 +1,327 @@
+"""Random SGLang cases: SGLang 0.5.23's own report against our planner's, field by field.
+
+    python benchmarks/sglang_diff.py --seed 0 --count 20 [--kinds mha,swa,...] [--dump]
+
+Each case (a config built from a fixture in tests/hf_configs or from DeepSeek-V4-Flash's
+config in benchmarks/sglang_cases, with random layers, heads, dims, dtypes, tp, page size,
+context length, memory) is run twice:
+
+* the reference, ``sglang_reference.run_case_safely``: in this process when SGLang imports
+  here, else in one subprocess of the SGLang interpreter (``--sglang-python``, default
+  ``$SGLANG_PYTHON`` or /work/sglang/bin/python, with the import stubs on PYTHONPATH);
+* our side, ``hisparse_plan.adapters.sglang.report_for_case(case)``.
+
+It prints one line per case (agree / both refuse / mismatch with the first differing
+field and both values) and the totals.  Without SGLang it says so and exits 2; without
+our side it says so and dumps the reference reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeAlias
+
+JSONValue: TypeAlias = Any
+"""A decoded JSON value."""
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+FIXTURES = REPO / "tests" / "hf_configs"
+V4_CONFIG = HERE / "sglang_cases" / "deepseek_v4_flash_config.json"
+STUBS = os.environ.get("SGLANG_STUBS", "/work/sglang-research/stubs")
+DEFAULT_SGLANG_PYTHON = os.environ.get("SGLANG_PYTHON", "/work/sglang/bin/python")
+
+COMPARED = (
+    "page_size",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "cell_size_bytes",
+    "available_bytes",
+    "req_to_token",
+    "pools",
+)
+GIB = 1 << 30
+H200_FREE = 139 * GIB
+
+Case = dict[str, Any]
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FIXTURES / name / "config.json").read_text())
+    return loaded
+
+
+def _memory(rng: random.Random, weights_gib: float) -> dict[str, int]:
+    if rng.random() < 0.5:
+        return {"available_bytes": rng.randrange(256 << 20, 16 * GIB)}
+    return {
+        "pre_model_load_free_bytes": H200_FREE,
+        "post_weights_free_bytes": H200_FREE - int(weights_gib * GIB),
+    }
+
+
+def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "tp_size": rng.choice(tp_choices),
+        "context_length": rng.choice([2048, 4096, 8192, 32768]),
+        "mem_fraction_static": rng.choice([0.8, 0.85, 0.88, 0.9]),
+    }
+    if rng.random() < 0.3:
+        args["max_running_requests"] = rng.choice([1, 8, 64, 256, 1024])
+    if rng.random() < 0.2:
+        args["max_total_tokens"] = rng.randrange(4096, 200_000)
+    return args
+
+
+def case_mha(rng: random.Random) -> Case:
+    cfg = _fixture("llama-3.1-8b-instruct")
+    kv_heads = rng.choice([1, 2, 4, 8, 16])
+    cfg.update(
+        num_hidden_layers=rng.randrange(1, 49),
+        num_key_value_heads=kv_heads,
+        num_attention_heads=kv_heads * rng.choice([1, 2, 4, 8]),
+        head_dim=rng.choice([64, 128, 256]),
+        torch_dtype=rng.choice(["bfloat16", "float16"]),
+    )
+    args = _common_args(rng, [1, 2, 4, 8])
+    args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3", "bfloat16"])
+    if rng.random() < 0.5:
+        args["page_size"] = rng.choice([1, 16, 32, 64])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 2)}
+
+
+def case_swa(rng: random.Random) -> Case:
+    cfg = _fixture("gpt-oss-120b")
+    layers = rng.randrange(2, 37)
+    cfg.update(
+        num_hidden_layers=layers,
+        layer_types=[("sliding_attention", "full_attention")[i % 2] for i in range(layers)],
+        sliding_window=rng.choice([128, 256, 512]),
+    )
+    args = _common_args(rng, [1, 2, 4, 8])
+    if rng.random() < 0.5:
+        args["swa_full_tokens_ratio"] = rng.choice([0.1, 0.25, 0.5, 0.8, 1.0])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 8)}
+
+
+def case_mamba(rng: random.Random) -> Case:
+    cfg = _fixture("qwen3-next-80b-a3b-instruct")
+    cfg.update(num_hidden_layers=4 * rng.randrange(1, 13))
+    args = _common_args(rng, [1, 2, 4, 8])
+    if rng.random() < 0.4:
+        args["max_mamba_cache_size"] = rng.randrange(8, 400)
+    if rng.random() < 0.4:
+        args["mamba_full_memory_ratio"] = rng.choice([0.5, 0.9, 2.0])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+def case_mla(rng: random.Random) -> Case:
+    cfg = _fixture("deepseek-v3")
+    cfg.update(num_hidden_layers=rng.randrange(4, 62))
+    args = _common_args(rng, [1, 8])
+    args["kv_cache_dtype"] = rng.choice(["auto", "fp8_e4m3"])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 80)}
+
+
+def _dsa(rng: random.Random, hisparse: bool) -> Case:
+    cfg = _fixture(rng.choice(["deepseek-v3.2-exp", "glm-5"]))
+    cfg.update(num_hidden_layers=rng.randrange(4, 62))
+    args = _common_args(rng, [1, 8])
+    args["kv_cache_dtype"] = "fp8_e4m3" if hisparse else rng.choice(["fp8_e4m3", "bfloat16"])
+    fp8 = args["kv_cache_dtype"] == "fp8_e4m3"
+    args["dsa_backend"] = rng.choice(["flashmla_kv", "trtllm"] if fp8 else ["flashmla_sparse"])
+    if hisparse:
+        args["dsa_backend"] = "flashmla_kv"
+        args["enable_hisparse"] = True
+        top_k = rng.choice([512, 1024, 2048])
+        args["hisparse_config"] = {
+            "top_k": top_k,
+            "device_buffer_size": top_k * rng.choice([1, 2]),
+            "host_to_device_ratio": rng.choice([1, 2, 4, 8]),
+        }
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 80)}
+
+
+def case_dsa(rng: random.Random) -> Case:
+    return _dsa(rng, hisparse=False)
+
+
+def case_hisparse(rng: random.Random) -> Case:
+    return _dsa(rng, hisparse=True)
+
+
+def case_v4(rng: random.Random) -> Case:
+    cfg: dict[str, Any] = json.loads(V4_CONFIG.read_text())
+    layers = rng.randrange(4, 44)
+    ratios = [0, 0] + [(4, 128)[i % 2] for i in range(layers - 2)]
+    cfg.update(num_hidden_layers=layers, compress_ratios=[*ratios, 0])
+    args = _common_args(rng, [1, 8])
+    if rng.random() < 0.4:
+        args["swa_full_tokens_ratio"] = rng.choice([0.05, 0.1, 0.2])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+KINDS: dict[str, Callable[[random.Random], Case]] = {
+    "mha": case_mha,
+    "swa": case_swa,
+    "mamba": case_mamba,
+    "mla": case_mla,
+    "dsa": case_dsa,
+    "hisparse": case_hisparse,
+    "v4": case_v4,
+}
+
+
+def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        case = KINDS[kind](rng)
+        case["name"] = f"{kind}-{seed}-{i}"
+        cases.append(case)
+    return cases
+
+
+def _sglang_in_process() -> bool:
+    return importlib.util.find_spec("sglang") is not None
+
+
+def reference_reports(cases: list[Case], sglang_python: str) -> list[dict[str, Any]] | None:
+    """SGLang's reports, or None when SGLang is nowhere to be found."""
+    if _sglang_in_process():
+        sys.path.insert(0, str(HERE))
+        ref = importlib.import_module("sglang_reference")
+        return [ref.run_case_safely(case) for case in cases]
+    if not Path(sglang_python).exists():
+        return None
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (STUBS, str(HERE), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sglang_python, str(HERE / "sglang_reference.py"), "-"],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        return None
+    loaded = json.loads(proc.stdout)
+    return loaded if isinstance(loaded, list) else [loaded]
+
+
+def our_side() -> Callable[[Case], dict[str, Any]] | None:
+    try:
+        module = importlib.import_module("hisparse_plan.adapters.sglang")
+    except ImportError:
+        return None
+    func = getattr(module, "report_for_case", None)
+    return func if callable(func) else None
+
+
+def first_difference(
+    ours: JSONValue, ref: JSONValue, path: str = ""
+) -> tuple[str, JSONValue, JSONValue] | None:
+    """The first field (a dotted path) where the two reports differ."""
+    if isinstance(ref, dict) and isinstance(ours, dict):
+        keys = list(ref) if path else [k for k in COMPARED if k in ref]
+        for key in keys:
+            found = first_difference(ours.get(key), ref.get(key), f"{path}.{key}" if path else key)
+            if found:
+                return found
+        if path:
+            extra = sorted(set(ours) - set(ref))
+            if extra:
+                return f"{path}.{extra[0]}", ours[extra[0]], None
+        return None
+    if isinstance(ref, list) and isinstance(ours, list):
+        for i, (a, b) in enumerate(zip(ours, ref, strict=False)):
+            found = first_difference(a, b, f"{path}[{i}]")
+            if found:
+                return found
+        if len(ours) != len(ref):
+            return f"{path}.length", len(ours), len(ref)
+        return None
+    if isinstance(ref, float) or isinstance(ours, float):
+        if ours is None or ref is None or float(ours) != float(ref):
+            return path, ours, ref
+        return None
+    if ours != ref:
+        return path, ours, ref
+    return None
+
+
+def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
+    if "refused" in ref and "refused" in ours:
+        return "both refuse"
+    if "refused" in ref:
+        return f"mismatch: SGLang refuses ({ref['refused'][:200]}), ours does not"
+    if "refused" in ours:
+        return f"mismatch: ours refuses ({str(ours['refused'])[:200]}), SGLang does not"
+    found = first_difference(ours, ref)
+    if found is None:
+        return "agree"
+    field, a, b = found
+    return f"mismatch at {field}: ours {json.dumps(a)[:200]} vs SGLang {json.dumps(b)[:200]}"
+
+
+def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str, Any]:
+    try:
+        return func(case)
+    except Exception as exc:  # a refusal of our planner is a PlanError; report any
+        return {"refused": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count", type=int, default=14)
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma list of " + ",".join(KINDS))
+    parser.add_argument("--sglang-python", default=DEFAULT_SGLANG_PYTHON)
+    parser.add_argument("--dump", action="store_true", help="print the reference reports too")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        parser.error(f"unknown kinds {unknown}; expected some of {sorted(KINDS)}")
+
+    cases = make_cases(args.seed, args.count, kinds)
+    refs = reference_reports(cases, args.sglang_python)
+    if refs is None:
+        print(
+            "SGLang is missing: it does not import here and "
+            f"{args.sglang_python} is not a working SGLang interpreter"
+        )
+        return 2
+    ours = our_side()
+    if ours is None or args.dump:
+        if ours is None:
+            print("our side is absent (hisparse_plan.adapters.sglang.report_for_case); "
+                  "reference reports follow")
+        print(json.dumps([{"case": c, "reference": r} for c, r in zip(cases, refs, strict=True)],
+                         indent=1))
+        if ours is None:
+            return 0
+    totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
+    for case, ref in zip(cases, refs, strict=True):
+        verdict = compare(_ours_safely(ours, case), ref)
+        key = verdict if verdict in totals else "mismatch"
+        totals[key] += 1
+        print(f"{case['name']}: {verdict}")
+    print(", ".join(f"{k} {v}" for k, v in totals.items()) + f" (of {len(cases)})")
+    return 1 if totals["mismatch"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

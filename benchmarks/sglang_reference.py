@@ -1,0 +1,551 @@
+"""What SGLang 0.5.23 itself computes for one case: budget, sizes and pool buffers.
+
+Run in the SGLang venv (never in the project venv; SGLang is not a dependency):
+
+    PYTHONPATH=/work/sglang-research/stubs:benchmarks /work/sglang/bin/python \
+        benchmarks/sglang_reference.py CASE.json [CASE2.json ...]
+
+prints the reference report of the SGLang design (section 3) as JSON: one object
+for one case, a list for several.  A case is JSON::
+
+    {"config": {...HF config.json...} | "tests/hf_configs/NAME/config.json",
+     "server_args": {"page_size": 64, "kv_cache_dtype": "fp8_e4m3", "tp_size": 8,
+                     "dsa_backend": "flashmla_kv", "context_length": 4096,
+                     "hisparse_config": {"top_k": 2048, ...}, ...},
+     "memory": {"pre_model_load_free_bytes": N, "post_weights_free_bytes": M}
+               | {"available_bytes": N}}
+
+Every number comes from SGLang's own code.  The case drives, in order:
+``ServerArgs(...).resolve_once()`` (SGLang's defaults and model overrides:
+page size, backends, swa ratio), ``publish`` of the runtime context,
+``ModelConfig.from_server_args`` (SGLang's reading of config.json),
+``resolve_layer_indices``, ``configure_kv_cache_dtype``, and then
+``KVCacheConfigurator.configure`` -- the same call ``ModelRunner.alloc_memory_pool``
+makes -- which profiles the budget, sizes the pools (``pool_configurator``),
+resolves max_running_requests and builds the real pool, allocator and
+req_to_token objects on ``device="meta"``.  The HiSparse host pool is built
+from SGLang's ``MLATokenToKVPoolHost`` with the arguments ``HiSparseCoordinator``
+passes (the coordinator itself needs CUDA streams).
+
+What is patched (the report's ``patched`` list says which ones were used):
+
+* ``get_available_gpu_memory`` in ``kv_cache_configurator``: returns the case's
+  post-weights free memory (GB = bytes / 2**30, what ``torch.cuda.mem_get_info``
+  would give); ``pre_model_load_memory`` is the case's pre-load figure in GB.
+  With ``available_bytes`` the pre-load figure is 0 and the post-weights
+  figure is the budget, so ``_profile_available_bytes`` returns it unchanged.
+* ``torch.get_device_module("meta")`` returns ``torch.cpu`` (pools ask for a
+  stream module; nothing is launched).
+* the runtime parallel context: tp rank 0, no DCP, one pipeline stage, a dummy
+  world group (no process group exists on this machine).
+* the host-RAM check of SGLang's host pools (``host_memory_budget_bytes``): the
+  host pool lives on meta, so this machine's RAM is irrelevant.
+* ``model``: a bare namespace -- no weights are loaded, so model-class hooks
+  (``get_attention_sliding_window_size``, FP4 scales) are not consulted; the
+  sliding window comes from ``ModelConfig``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import types
+import warnings
+from pathlib import Path
+from typing import Any, TypeAlias
+
+SGLangObject: TypeAlias = Any
+"""An object of SGLang or torch (both untyped in the project venv)."""
+
+REPO = Path(__file__).resolve().parent.parent
+
+# SGLang functions as imported, before any patch (several cases share a process).
+_ORIGINALS: dict[str, Any] = {}
+
+# server_args keys of a case that are not ServerArgs fields under that name.
+_CASE_ONLY_KEYS = {"dsa_backend"}
+
+
+def _load_config(value: SGLangObject) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    path = Path(str(value))
+    if not path.is_absolute():
+        path = REPO / path
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def _server_args_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """Map the case's server_args onto ServerArgs field names."""
+    fields = {k: v for k, v in raw.items() if k not in _CASE_ONLY_KEYS and v is not None}
+    backend = raw.get("dsa_backend")
+    if backend is not None:
+        fields.setdefault("dsa_prefill_backend", backend)
+        fields.setdefault("dsa_decode_backend", backend)
+    if isinstance(fields.get("hisparse_config"), dict):
+        fields["hisparse_config"] = json.dumps(fields["hisparse_config"])
+    return fields
+
+
+def _storage_key(tensor: SGLangObject, keys: dict[int, str], pool: str) -> str:
+    ident = int(tensor.untyped_storage()._cdata)
+    if ident not in keys:
+        count = sum(1 for k in keys.values() if k.startswith(pool + "/"))
+        keys[ident] = f"{pool}/{count}"
+    return keys[ident]
+
+
+def _buffer(
+    name: str, layer: int | None, tensor: SGLangObject, keys: dict[int, str], pool: str
+) -> dict[str, Any]:
+    return {
+        "layer": layer,
+        "name": name,
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "shape": list(tensor.shape),
+        "strides": list(tensor.stride()),
+        "storage_offset": int(tensor.storage_offset()),
+        "storage_nbytes": int(tensor.untyped_storage().nbytes()),
+        "storage": _storage_key(tensor, keys, pool),
+    }
+
+
+class _Collector:
+    """Reads buffers off SGLang's pool objects into the report's pool list."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.keys: dict[int, str] = {}
+
+    def pool(self, name: str, location: str, tokens: int) -> dict[str, Any]:
+        entry = self.pools.setdefault(
+            name, {"name": name, "location": location, "tokens": int(tokens), "buffers": []}
+        )
+        return entry
+
+    def add(self, pool: str, name: str, layer: int | None, tensor: SGLangObject) -> None:
+        if tensor is None:
+            return
+        self.pools[pool]["buffers"].append(_buffer(name, layer, tensor, self.keys, pool))
+
+    def per_layer(
+        self, pool: str, name: str, tensors: SGLangObject, layer_ids: list[int]
+    ) -> None:
+        for i, tensor in enumerate(tensors):
+            self.add(pool, name, layer_ids[i] if i < len(layer_ids) else None, tensor)
+
+    def report(self) -> list[dict[str, Any]]:
+        out = []
+        for name in sorted(self.pools):
+            entry = self.pools[name]
+            entry["buffers"].sort(
+                key=lambda b: (-1 if b["layer"] is None else b["layer"], b["name"])
+            )
+            out.append(entry)
+        return out
+
+
+def _layer_range(pool: SGLangObject) -> list[int]:
+    start = int(getattr(pool, "start_layer", 0) or 0)
+    return list(range(start, start + int(pool.layer_num)))
+
+
+def _collect_attention(
+    col: _Collector, pool: SGLangObject, name: str, layer_ids: list[int]
+) -> None:
+    """MHA / MLA / DSA pools (one tensor per layer)."""
+    col.pool(name, "device", pool.size)
+    if hasattr(pool, "k_buffer"):
+        col.per_layer(name, "k_buffer", pool.k_buffer, layer_ids)
+        col.per_layer(name, "v_buffer", pool.v_buffer, layer_ids)
+    if hasattr(pool, "kv_buffer"):
+        col.per_layer(name, "kv_buffer", pool.kv_buffer, layer_ids)
+    index_cache = getattr(pool, "index_key_cache", None)
+    if index_cache is not None:
+        col.pool("index", "device", getattr(pool, "index_buf_size", pool.size))
+        col.per_layer("index", "index_k", index_cache.buffer, layer_ids)
+
+
+def _collect_mamba(col: _Collector, mamba_pool: SGLangObject) -> None:
+    cache = mamba_pool.mamba_cache
+    slots = int(mamba_pool.size)
+    for i, conv in enumerate(cache.conv):
+        col.pool(f"mamba_conv{i}", "device", slots)
+        col.add(f"mamba_conv{i}", f"conv[{i}]", None, conv)
+    col.pool("mamba_temporal", "device", slots)
+    col.add("mamba_temporal", "temporal", None, cache.temporal)
+
+
+def _collect_dsv4(col: _Collector, pool: SGLangObject, notes: list[str]) -> None:
+    """DeepSeek-V4: SWA pool, one compressed pool and indexer pool per ratio, and a
+    compress-state pool per compressed layer (its own allocation each)."""
+    swa = pool.swa_kv_pool
+    col.pool("v4_swa", "device", swa.size)
+    col.per_layer("v4_swa", "kv_buffer", swa.kv_buffer, _layer_range(swa))
+    by_ratio: dict[int, list[int]] = {}
+    for layer, item in enumerate(pool.layer_mapping):
+        if item is not None and item.compress_ratio not in (0,):
+            by_ratio.setdefault(int(item.compress_ratio), []).append(layer)
+    for ratio, sub in sorted(pool.kv_pools.items()):
+        if sub is None:
+            continue
+        pname = f"v4_c{ratio}"
+        col.pool(pname, "device", sub.size)
+        col.per_layer(pname, "kv_buffer", sub.kv_buffer, by_ratio.get(ratio, []))
+    for ratio, sub in sorted(pool.index_pools.items()):
+        pname = f"v4_index_c{ratio}"
+        col.pool(pname, "device", sub.size)
+        col.per_layer(pname, "index_k", sub.index_k_with_scale_buffer, by_ratio.get(ratio, []))
+    for prefix, states in (
+        ("v4_state_c", pool.compress_state_pools),
+        ("v4_index_state_c", pool.indexer_compress_state_pools),
+    ):
+        for layer, state in enumerate(states):
+            if state is None:
+                continue
+            pname = f"{prefix}{state.ratio}"
+            col.pool(pname, "device", state._size)
+            tensors = _tensor_attrs(state.kv_score_buffer)
+            if not tensors:
+                notes.append(f"{pname}: no tensor found on {type(state.kv_score_buffer).__name__}")
+            for attr, tensor in tensors:
+                col.add(pname, attr, layer, tensor)
+
+
+def _tensor_attrs(obj: SGLangObject) -> list[tuple[str, SGLangObject]]:
+    import torch
+
+    found = []
+    names = list(getattr(obj, "__slots__", ())) + list(getattr(obj, "__dict__", {}))
+    for attr in names:
+        value = getattr(obj, attr, None)
+        if isinstance(value, torch.Tensor):
+            found.append((attr, value))
+    return found
+
+
+def _collect(col: _Collector, kv: SGLangObject, req_pool: SGLangObject, notes: list[str]) -> None:
+    kind = type(kv).__name__
+    if kind == "SWAKVPool":
+        full_ids = sorted(g for g, (_, swa) in kv.layers_mapping.items() if not swa)
+        swa_ids = sorted(g for g, (_, swa) in kv.layers_mapping.items() if swa)
+        full_ids.sort(key=lambda g: kv.layers_mapping[g][0])
+        swa_ids.sort(key=lambda g: kv.layers_mapping[g][0])
+        if getattr(kv, "full_kv_pool", None) is not None and full_ids:
+            _collect_attention(col, kv.full_kv_pool, "kv", full_ids)
+        _collect_attention(col, kv.swa_kv_pool, "swa", swa_ids)
+    elif kind == "HybridLinearKVPool":
+        full_ids = list(kv.full_attention_layer_id_mapping)
+        full_ids.sort(key=lambda g: kv.full_attention_layer_id_mapping[g])
+        _collect_attention(col, kv.full_kv_pool, "kv", full_ids)
+    elif kind.startswith("DeepSeekV4"):
+        _collect_dsv4(col, kv, notes)
+    else:
+        _collect_attention(col, kv, "kv", _layer_range(kv))
+    mamba = getattr(req_pool, "mamba_pool", None)
+    if mamba is not None:
+        _collect_mamba(col, mamba)
+
+
+def _hisparse_host(col: _Collector, kv: SGLangObject, patched: list[str]) -> None:
+    """The host pool HiSparseCoordinator builds for a DSA model, on meta."""
+    host_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.mla")
+    base_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.base")
+    factory: SGLangObject = importlib.import_module("sglang.srt.mem_cache.sparsity")
+    ratio = factory.parse_hisparse_config().host_to_device_ratio
+    common_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.common")
+    import torch
+
+    base_mod.host_memory_budget_bytes = lambda requested=0, **_: requested
+    real_allocate = _ORIGINALS.setdefault("host_allocate", common_mod.HostTensorAllocator.allocate)
+
+    def allocate(
+        self: SGLangObject, dims: tuple[int, ...], dtype: SGLangObject, device: str
+    ) -> SGLangObject:
+        if device != "meta":
+            return real_allocate(self, dims, dtype, device)
+        self.dtype, self.dims = dtype, dims
+        return torch.empty(dims, dtype=dtype, device="meta")
+
+    common_mod.HostTensorAllocator.allocate = allocate
+    patched.append(
+        "pool_host: host_memory_budget_bytes (no RAM check) and HostTensorAllocator.allocate "
+        "(meta tensor of the same dims/dtype instead of an mmap'd CPU tensor)"
+    )
+    capacity = kv.size if kv.host_capacity_tokens is None else kv.host_capacity_tokens
+    host = host_mod.MLATokenToKVPoolHost(
+        buffer_info=kv.get_device_pool_infos()[0].buffer_info,
+        device_capacity_tokens=capacity,
+        start_layer=kv.start_layer,
+        end_layer=kv.end_layer,
+        target_layer_num=kv.layer_num,
+        host_to_device_ratio=ratio,
+        host_size=0,
+        page_size=kv.page_size,
+        layout="layer_first",
+        override_kv_cache_dim=kv.kv_cache_dim,
+        pin_memory=False,
+        device="meta",
+    )
+    col.pool("hisparse_host", "host", host.size)
+    col.add("hisparse_host", "host_kv_buffer", None, host.kv_buffer)
+
+
+def _cuda_only_registrations(patched: list[str]) -> None:
+    """Registrations SGLang makes only when it sees a CUDA platform."""
+    quant: SGLangObject = importlib.import_module("sglang.srt.layers.quantization")
+    if "mxfp4" not in quant.QUANTIZATION_METHODS:
+        quant.QUANTIZATION_METHODS["mxfp4"] = quant.Mxfp4Config
+        quant.BASE_QUANTIZATION_METHODS["mxfp4"] = quant.Mxfp4Config
+        patched.append("quantization: mxfp4 -> Mxfp4Config (registered on CUDA only)")
+    mamba_hook: SGLangObject = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
+    mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
+    patched.append("mamba_hook: platform supports mamba extra_buffer (true on CUDA)")
+
+
+def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
+    model_dir = tmp / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(config))
+    return model_dir
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """Reference report of one case (raises what SGLang raises)."""
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    import torch
+
+    notes: list[str] = []
+    patched: list[str] = []
+    config = _load_config(case["config"])
+    raw_args = dict(case.get("server_args", {}))
+    memory = dict(case.get("memory", {}))
+    with tempfile.TemporaryDirectory() as tmp_name:
+        model_dir = _write_model_dir(config, Path(tmp_name))
+        server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
+        rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+        fields = _server_args_fields(raw_args)
+        fields.setdefault("device", "cuda")
+        fields.setdefault("load_format", "dummy")
+        fields.setdefault("skip_tokenizer_init", True)
+        _cuda_only_registrations(patched)
+        capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
+        torch.cuda.get_device_capability = lambda device=None: capability
+        patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
+        server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
+        server_args.resolve_once()
+        rc.publish(server_args, role="test")
+        tp = int(rc.get_parallel().attn_tp_size)
+        rc.get_parallel().override_permanently(
+            attn_dcp_size=1,
+            tp_rank=0,
+            attn_tp_rank=0,
+            world_group=types.SimpleNamespace(cpu_group=None),
+            launch_world_size=int(server_args.tp_size),
+            pp_size=1,
+        )
+        patched.append("runtime parallel context: rank 0, attn_dcp_size 1, pp 1, dummy world group")
+        mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
+        model_config = mc_mod.ModelConfig.from_server_args(server_args)
+        given = set(raw_args)
+        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
+
+
+def _configure(
+    model_config: SGLangObject,
+    server_args: SGLangObject,
+    memory: dict[str, Any],
+    tp: int,
+    notes: list[str],
+    patched: list[str],
+    torch: SGLangObject,
+    _given: set[str],
+) -> dict[str, Any]:
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    pc: SGLangObject = importlib.import_module("sglang.srt.model_executor.pool_configurator")
+    layer_setup: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.layer_setup"
+    )
+    load_utils: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.load_model_utils"
+    )
+    aux_mod: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
+    )
+    spec_mod: SGLangObject = importlib.import_module("sglang.srt.speculative.spec_info")
+    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
+    attn_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
+
+    # Memory figures, in the GB floats SGLang's memory queries return.
+    gib = float(1 << 30)
+    if "available_bytes" in memory:
+        pre_gb = 0.0
+        post_gb = int(memory["available_bytes"]) / gib
+    else:
+        pre_gb = int(memory["pre_model_load_free_bytes"]) / gib
+        post_gb = int(memory["post_weights_free_bytes"]) / gib
+    kcc.get_available_gpu_memory = lambda *a, **k: post_gb
+    patched.append("kv_cache_configurator.get_available_gpu_memory -> case post-weights figure")
+    real_module = _ORIGINALS.setdefault("get_device_module", torch.get_device_module)
+    torch.get_device_module = lambda d=None: (
+        torch.cpu if str(d) == "meta" else real_module(d)
+    )
+    patched.append('torch.get_device_module("meta") -> torch.cpu')
+
+    # Record the configurator SGLang picks, its cell size and the budget it gets.
+    seen: dict[str, Any] = {}
+    real_create = _ORIGINALS.setdefault("create", pc.create_memory_pool_configurator)
+
+    def create(kvc: SGLangObject) -> SGLangObject:
+        conf = real_create(kvc)
+        seen.setdefault("configurator", conf)
+        real_calc = conf.calculate_pool_sizes
+
+        def calc(available_bytes: int, page_size: int) -> SGLangObject:
+            seen.setdefault("available_bytes", int(available_bytes))
+            return real_calc(available_bytes, page_size)
+
+        conf.calculate_pool_sizes = calc
+        return conf
+
+    pc.create_memory_pool_configurator = create
+
+    model = types.SimpleNamespace()
+    layer_info = layer_setup.resolve_layer_indices(
+        model=model, model_config=model_config, is_draft_worker=False
+    )
+    spec = rc.get_spec()
+    resolved_dtype, kv_dtype = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
+        model=None,
+        model_dtype=model_config.dtype,
+        is_draft_worker=False,
+        is_dflash=False,
+        speculative_draft_attention_backend=None,
+        speculative_draft_kv_cache_dtype=spec.speculative_draft_kv_cache_dtype,
+    )
+    kvc = kcc.KVCacheConfigurator(
+        device="meta",
+        gpu_id=0,
+        attn_dp_size=rc.get_parallel().attn_dp_size,
+        pp_size=1,
+        pp_group=None,
+        model=model,
+        model_config=model_config,
+        server_args=server_args,
+        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=resolved_dtype or rc.get_model().kv_cache_dtype,
+        model_dtype=model_config.dtype,
+        page_size=rc.get_schedule().page_size,
+        sliding_window_size=load_utils.resolve_sliding_window_size(model, model_config),
+        spec_algorithm=spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm),
+        is_draft_worker=False,
+        post_capture_kv_active=False,
+        spec_aux_config=aux_mod.SpecAuxHiddenStateConfig(),
+        is_hybrid_swa=model_config.is_hybrid_swa,
+        is_hybrid_swa_compress=model_config.is_hybrid_swa_compress,
+        use_mla_backend=model_config.attention_arch == attn_mod.AttentionArch.MLA,
+        layer_info=layer_info,
+        forward_stream=None,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=None,
+        memory_pool_config=None,
+    )
+    if server_args.mem_fraction_static is not None and "mem_fraction_static" not in _given:
+        notes.append(
+            "mem_fraction_static not given: SGLang's default rule needs the GPU's total memory, "
+            f"unknown on this machine, so it resolved to {server_args.mem_fraction_static}"
+        )
+    notes.append(
+        "post_capture_kv_active=False (the runner's is_post_capture_kv_active needs the "
+        "live allocator); model hooks absent (no weights loaded)"
+    )
+    result = kvc.configure(pre_model_load_memory=pre_gb)
+
+    col = _Collector()
+    _collect(col, result.token_to_kv_pool, result.req_to_token_pool, notes)
+    schedule = rc.get_schedule()
+    if rc.get_memory().enable_hisparse:
+        _hisparse_host(col, result.token_to_kv_pool, patched)
+    conf = seen.get("configurator")
+    cell = getattr(conf, "_cell_size", None)
+    req = result.req_to_token_pool.req_to_token
+    report: dict[str, Any] = {
+        "page_size": int(schedule.page_size),
+        "max_total_num_tokens": int(result.max_total_num_tokens),
+        "max_running_requests": int(result.max_running_requests),
+        "cell_size_bytes": None if cell is None else _num(cell),
+        "available_bytes": seen.get("available_bytes"),
+        "req_to_token": {"shape": list(req.shape), "dtype": str(req.dtype).removeprefix("torch.")},
+        "pools": col.report(),
+        "sglang": {
+            "configurator": type(conf).__name__,
+            "token_to_kv_pool": type(result.token_to_kv_pool).__name__,
+            "allocator": type(result.token_to_kv_pool_allocator).__name__,
+            "req_to_token_pool": type(result.req_to_token_pool).__name__,
+            "kv_cache_dtype": str(kv_dtype).removeprefix("torch."),
+            "mem_fraction_static": schedule.mem_fraction_static,
+            "context_len": int(model_config.context_len),
+            "tp_size": tp,
+            "full_max_total_num_tokens": result.full_max_total_num_tokens,
+            "swa_max_total_num_tokens": result.swa_max_total_num_tokens,
+            "swa_full_tokens_ratio": schedule.swa_full_tokens_ratio,
+            "max_mamba_cache_size": schedule.max_mamba_cache_size,
+            "dsa_prefill_backend": rc.get_exec().kernel.dsa_prefill_backend,
+            "dsa_decode_backend": rc.get_exec().kernel.dsa_decode_backend,
+            "attention_backend": server_args.resolved_dict().get("attention_backend"),
+            "mamba_scheduler_strategy": server_args.resolved_dict().get("mamba_scheduler_strategy"),
+        },
+        "notes": notes,
+        "patched": patched,
+    }
+    return report
+
+
+def _num(value: float) -> int | float:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, int):
+        return int(value)
+    return float(value)
+
+
+def run_case_safely(case: dict[str, Any]) -> dict[str, Any]:
+    """The report, or ``{"refused": message}`` when SGLang raises."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = run_case(case)
+    except Exception as exc:  # SGLang's refusals are plain exceptions
+        report = {"refused": f"{type(exc).__name__}: {exc}"}
+    if "name" in case:
+        report = {"case": case["name"], **report}
+    return report
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
+    reports: list[dict[str, Any]] = []
+    for name in argv:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text()
+        loaded = json.loads(text)
+        cases = loaded if isinstance(loaded, list) else [loaded]
+        reports.extend(run_case_safely(case) for case in cases)
+    print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,51 @@
+"""hisparse_plan for SGLang 0.5.23: requests from SGLang's server arguments, plans as the
+reference report SGLang's own pools give (`report`), and the keyword arguments SGLang's pool
+classes take for a plan (`pool_kwargs`).
+
+SGLang is never imported here: this package works without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from hisparse_plan.adapters.sglang.defaults import default_mem_fraction_static
+from hisparse_plan.adapters.sglang.pool_kwargs import pool_kwargs
+from hisparse_plan.adapters.sglang.report import layer_id, report
+from hisparse_plan.adapters.sglang.request import (
+    request_from_server_args,
+    settings_from_server_args,
+    sglang_request,
+)
+from hisparse_plan.errors import HisparsePlanError
+
+
+def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference case (`{"config": dict or path, "server_args": {...}, "memory": {...}}`)
+    planned as SGLang would size it, as the reference report; a refusal is `{"error":
+    message}`."""
+    from hisparse_plan.targets.sglang import plan_sglang
+
+    try:
+        for key in ("config", "server_args", "memory"):
+            if key not in case:
+                raise HisparsePlanError(f"{key}: missing; expected in a case")
+        request = request_from_server_args(case["config"], case["server_args"], case["memory"])
+        return report(plan_sglang(request))
+    except (HisparsePlanError, ValidationError, OSError, ValueError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+__all__ = [
+    "default_mem_fraction_static",
+    "layer_id",
+    "pool_kwargs",
+    "report",
+    "report_for_case",
+    "request_from_server_args",
+    "settings_from_server_args",
+    "sglang_request",
+]

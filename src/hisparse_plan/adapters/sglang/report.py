@@ -1,0 +1,116 @@
+"""An SGLangPlan projected onto the reference report: what SGLang's own pool objects would
+show (pools, each buffer's layer id, dtype, shape, strides, storage), so that a plan and a run
+of SGLang compare field by field (benchmarks/sglang_diff.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from hisparse_plan.models.plan import KVCacheTensor
+from hisparse_plan.models.pools import BufferView, Pool
+from hisparse_plan.models.sglang_plan import SGLangPlan
+
+_LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+_ANY_NUMBER: Final = re.compile(r"\d+")
+SEPARATE_V_SUFFIX: Final = "_v"
+"""The planner keeps V in a pool of its own (`kv_v`) when K and V differ in head size; SGLang
+keeps both in one pool object, which the report names once (`kv`)."""
+
+
+def layer_id(name: str, position: int) -> int:
+    """The model's layer index of a request layer name: the number after `layers.`
+    (`model.layers.7.self_attn.attn` -> 7; a DSA model's index keys,
+    `model.layers.7.self_attn.indexer.k_cache`, share their latent layer's id), else the first
+    number in the name, else the layer's `position` in its tensor."""
+    match = _LAYER_ID.search(name) or _ANY_NUMBER.search(name)
+    return int(match.group(1) if match.re is _LAYER_ID else match.group(0)) if match else position
+
+
+def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> int:
+    """The token (or slot) count SGLang's pool object reports as its size."""
+    hisparse = plan.hisparse
+    if pool.name == "kv":
+        return plan.max_total_num_tokens
+    if pool.name == "index":
+        return plan.max_total_num_tokens if hisparse is None else hisparse.logical_tokens
+    if pool.name == "hisparse_host" and hisparse is not None:
+        return hisparse.host_tokens
+    if pool.block_tokens == 1 and pool.allocation == "whole":  # Mamba state slots
+        return pool.num_blocks - pool.padding_blocks
+    if tensor is not None and tensor.views and pool.block_tokens is not None:
+        # Token rows [size + page_size, ...]: the padding page is not handed out.
+        return tensor.views[0].shape[0] - pool.block_tokens * pool.padding_blocks
+    return (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
+
+
+def _buffer(
+    view: BufferView, layer: int | None, pool: Pool, storage: str
+) -> dict[str, Any]:
+    return {
+        "layer": layer,
+        "name": view.name,
+        "dtype": view.dtype,
+        "shape": list(view.shape),
+        "strides": list(view.strides),
+        "storage_offset": view.storage_offset,
+        "storage_nbytes": pool.size,
+        "storage": storage,
+    }
+
+
+def _sort_key(buffer: dict[str, Any]) -> tuple[int, str]:
+    layer = buffer["layer"]
+    return (-1 if layer is None else int(layer), str(buffer["name"]))
+
+
+def report(plan: SGLangPlan) -> dict[str, Any]:
+    """The plan as the reference report of one case: the budget figures, the request table,
+    and every pool with its buffers. A per-layer pool gives each of its layers its own
+    allocation (`storage` "<pool>/<n>", n counted in layer order, V after K where they are
+    apart); a whole pool is one allocation whose buffers span its layers (`layer` null)."""
+    pools = {pool.name: pool for pool in plan.pools}
+    tensors = {tensor.pool: tensor for tensor in plan.tensors}
+    entries: dict[str, dict[str, Any]] = {}
+    storages: dict[str, int] = {}
+    # K pools before their separate V pools, so V storages count on from K's.
+    order = sorted(pools, key=lambda name: (name.removesuffix(SEPARATE_V_SUFFIX),
+                                            name.endswith(SEPARATE_V_SUFFIX)))
+    for name in order:
+        pool = pools[name]
+        tensor = tensors.get(name)
+        shown = name
+        if name.endswith(SEPARATE_V_SUFFIX) and name.removesuffix(SEPARATE_V_SUFFIX) in pools:
+            shown = name.removesuffix(SEPARATE_V_SUFFIX)
+        entry = entries.setdefault(shown, {
+            "name": shown, "location": pool.location,
+            "tokens": _pool_tokens(plan, pool, tensor), "buffers": [],
+        })
+        if tensor is None:
+            continue
+        buffers = entry["buffers"]
+        if pool.allocation == "whole":
+            key = f"{shown}/{storages.get(shown, 0)}"
+            storages[shown] = storages.get(shown, 0) + 1
+            buffers.extend(_buffer(view, None, pool, key) for view in tensor.views)
+            continue
+        ids = sorted(layer_id(layer, i) for i, layer in enumerate(tensor.layers))
+        first = storages.get(shown, 0)
+        storages[shown] = first + len(ids)
+        for n, layer in enumerate(ids):
+            key = f"{shown}/{first + n}"
+            buffers.extend(_buffer(view, layer, pool, key) for view in tensor.views)
+    for entry in entries.values():
+        entry["buffers"].sort(key=_sort_key)
+    budget = plan.budget
+    return {
+        "page_size": plan.page_size,
+        "max_total_num_tokens": plan.max_total_num_tokens,
+        "max_running_requests": plan.max_running_requests,
+        "cell_size_bytes": budget.cell_size_bytes,
+        "available_bytes": budget.available_bytes,
+        "req_to_token": {
+            "shape": list(plan.req_to_token.shape), "dtype": plan.req_to_token.dtype,
+        },
+        "pools": [entries[name] for name in sorted(entries)],
+    }

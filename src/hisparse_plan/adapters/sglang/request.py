@@ -1,0 +1,203 @@
+"""SGLang requests: a model's per-rank layers (read as the project reads any config.json or
+preset, at SGLang's tensor-parallel size) with SGLang's server settings as the request's
+`engine`; and SGLang's server arguments, as a reference case spells them, turned into those
+settings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.presets import (
+    Architecture,
+    ModelArchitecture,
+    RegularArchitecture,
+    Settings,
+    build_request,
+)
+from hisparse_plan.presets.config_file import model_from_config
+from hisparse_plan.presets.kv_dtypes import KVDtype
+
+SERVER_ARGS: Final[dict[str, str]] = {
+    "page_size": "page_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "dsa_backend": "dsa_backend",
+    "context_length": "context_length",
+    "max_running_requests": "max_running_requests",
+    "max_total_tokens": "max_total_tokens",
+    "mem_fraction_static": "mem_fraction_static",
+    "swa_full_tokens_ratio": "swa_full_tokens_ratio",
+    "mamba_full_memory_ratio": "mamba_full_memory_ratio",
+    "max_mamba_cache_size": "max_mamba_cache_size",
+    "mamba_ssm_dtype": "mamba_ssm_dtype",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "enable_hisparse": "enable_hisparse",
+}
+"""SGLang server arguments that are SGLangSettings fields under the same name."""
+LAYER_ARGS: Final = frozenset({"tp_size", "hisparse_config"})
+"""Server arguments read here rather than copied: the layers' split, HiSparse's JSON."""
+HISPARSE_CONFIG: Final[dict[str, str]] = {
+    "top_k": "hisparse_top_k",
+    "device_buffer_size": "hisparse_device_buffer_size",
+    "host_to_device_ratio": "hisparse_host_to_device_ratio",
+}
+"""`--hisparse-config` keys that size the pools, and the settings they become."""
+HISPARSE_CONFIG_IGNORED: Final = frozenset({
+    "swap_in_block_size", "algorithm", "backend", "min_sparse_prompt_len", "page_size",
+})
+"""`--hisparse-config` keys that do not move a pool (kernels, policies)."""
+BF16_DSA_DTYPES: Final = frozenset({"auto", "bfloat16", "float16"})
+"""SGLang kv dtypes that keep a DSA model's latent rows unquantized on Hopper (`auto` is
+bfloat16 there)."""
+
+
+def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
+    """`--hisparse-config` (its JSON text or dict) as SGLangSettings fields."""
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as error:
+            raise PlanError(f"hisparse_config: expected a JSON object, got invalid JSON "
+                            f"({error.msg})", field="hisparse_config") from None
+    if not isinstance(config, Mapping):
+        raise PlanError(f"hisparse_config: expected a JSON object, got "
+                        f"{type(config).__name__}", field="hisparse_config")
+    fields = {}
+    for key, value in config.items():
+        if key in HISPARSE_CONFIG:
+            fields[HISPARSE_CONFIG[key]] = value
+        elif key not in HISPARSE_CONFIG_IGNORED:
+            known = ", ".join(sorted([*HISPARSE_CONFIG, *HISPARSE_CONFIG_IGNORED]))
+            raise PlanError(f"hisparse_config.{key}: expected one of {known}, got {key!r}",
+                            field=f"hisparse_config.{key}")
+    return fields
+
+
+def settings_from_server_args(
+    server_args: Mapping[str, Any], memory: Mapping[str, Any] | None = None,
+    *, context_length: int | None = None,
+) -> SGLangSettings:
+    """SGLangSettings from SGLang's server arguments (`page_size`, `kv_cache_dtype`,
+    `hisparse_config`, ...) and a case's memory figures (`pre_model_load_free_bytes` with
+    `post_weights_free_bytes`; an `available_bytes` budget is the request's device memory).
+    `context_length` is the default when the arguments give none (the model's length)."""
+    fields: dict[str, Any] = {"name": "sglang"}
+    for key, value in server_args.items():
+        if value is None:
+            continue
+        if key in SERVER_ARGS:
+            fields[SERVER_ARGS[key]] = value
+        elif key == "hisparse_config":
+            fields.update(hisparse_settings(value))
+        elif key not in LAYER_ARGS:
+            known = ", ".join(sorted([*SERVER_ARGS, *LAYER_ARGS]))
+            raise PlanError(f"server_args.{key}: not an argument the SGLang plan reads; "
+                            f"expected one of {known}", field=f"server_args.{key}")
+    fields.setdefault("context_length", context_length)
+    for key in ("pre_model_load_free_bytes", "post_weights_free_bytes"):
+        if memory is not None and key in memory:
+            fields[key] = memory[key]
+    try:
+        return SGLangSettings.model_validate(fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "server_args"
+        raise PlanError(f"server_args.{where}: {first['msg']}, got {first.get('input')!r}",
+                        field=f"engine.{where}") from None
+
+
+def layer_kv_dtype(arch: Architecture, kv_cache_dtype: str) -> KVDtype | None:
+    """The cache dtype the layers are built in: a DSA model's latent rows are bfloat16 under
+    SGLang's `auto` on Hopper, fp8 (656-byte packed rows or 576 raw, as the backend decides)
+    otherwise; a regular model's layers keep the model dtype (SGLang's planner applies an
+    explicit `kv_cache_dtype` itself)."""
+    if not isinstance(arch, ModelArchitecture):
+        return None
+    return "bfloat16" if kv_cache_dtype in BF16_DSA_DTYPES else "fp8_ds_mla"
+
+
+def sglang_request(
+    arch: Architecture, engine: SGLangSettings, *, tp: int = 1,
+    available_bytes: int | None = None,
+) -> PlanRequest:
+    """The request SGLang plans for `arch` on one of `tp` ranks: the layers the project reads
+    for the model (vLLM's names, one rank's heads), no vLLM HiSparse section (SGLang's HiSparse
+    is `engine.enable_hisparse`), max_model_len the context length."""
+    settings = Settings(
+        tp=tp, kv_dtype=layer_kv_dtype(arch, engine.kv_cache_dtype),
+        max_model_len=engine.context_length, allow_long_context=True,
+        gpu_mem_bytes=available_bytes,
+        hisparse=False if isinstance(arch, ModelArchitecture) else None,
+    )
+    request = build_request(arch, settings)
+    data = request.model_dump(mode="json")
+    data["engine"] = engine.model_dump(mode="json")
+    return PlanRequest.model_validate(data)
+
+
+def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
+    """A case's model: its config.json dict, or a path to one (relative to the working
+    directory), read as the project reads any config.json."""
+    origin = "config"
+    if not isinstance(config, Mapping):
+        origin = str(config)
+        config = json.loads(Path(config).read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise PlanError(f"{origin}: expected a JSON object, got {type(config).__name__}",
+                            field="config")
+    text = config.get("text_config", config)
+    if isinstance(text, Mapping) and text.get("model_type") == "deepseek_v4":
+        raise UnsupportedRequestError(
+            f"{origin}: model_type deepseek_v4: DeepSeek-V4's compressed pools are not planned "
+            "for SGLang yet; expected another model", field="config.model_type")
+    return model_from_config(config, origin=origin)
+
+
+def request_from_server_args(
+    config: Mapping[str, Any] | str | Path | Architecture,
+    server_args: Mapping[str, Any],
+    memory: Mapping[str, Any],
+) -> PlanRequest:
+    """The request for a model (a config.json dict or path, or an architecture) served with
+    SGLang's `server_args` (`tp_size` splits the heads) on `memory`: either
+    `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
+    if isinstance(config, ModelArchitecture | RegularArchitecture):
+        arch: Architecture = config
+    else:
+        arch = model_of_case(config)
+    engine = settings_from_server_args(
+        server_args, memory, context_length=arch.max_position_embeddings
+    )
+    tp = server_args.get("tp_size")
+    tp = 1 if tp is None else tp
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise PlanError(f"server_args.tp_size: expected a positive integer, got {tp!r}",
+                        field="server_args.tp_size")
+    available = memory.get("available_bytes")
+    if available is None and engine.pre_model_load_free_bytes is None:
+        raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
+                        "post_weights_free_bytes", field="memory")
+    return sglang_request(arch, engine, tp=tp, available_bytes=available)
+
+
+def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:
+    """`request` (its layers kept) planned for SGLang with `engine`."""
+    return request.model_copy(update={"engine": engine})
+
+
+__all__ = [
+    "hisparse_settings",
+    "layer_kv_dtype",
+    "model_of_case",
+    "request_from_server_args",
+    "settings_from_server_args",
+    "sglang_request",
+    "with_engine",
+]

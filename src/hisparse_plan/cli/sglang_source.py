@@ -1,0 +1,220 @@
+"""SGLang as the engine of `plan` and `capacity`: its flags (SGLang's own spellings), the
+request they give for a preset or a config.json, and the memory it sizes its pools from."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+from hisparse_plan.adapters.sglang import default_mem_fraction_static, sglang_request
+from hisparse_plan.adapters.sglang.request import hisparse_settings
+from hisparse_plan.cli.arg_types import AUTO, positive_int, positive_tokens
+from hisparse_plan.cli.deployment_args import deployment_weights
+from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import check_regular_file
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.sglang_settings import DSABackend, SGLangSettings
+from hisparse_plan.presets import (
+    DEFAULTS,
+    Architecture,
+    ModelArchitecture,
+    load_config_file,
+    load_preset,
+)
+from hisparse_plan.presets.hardware import find_gpu, weight_bytes
+
+SGLANG_KV_CACHE_DTYPES: Final[dict[str, str]] = {
+    "auto": "auto", "bfloat16": "bfloat16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "fp8_ds_mla": "fp8_e4m3",
+}
+"""`--kv-cache-dtype` (vLLM's names) as SGLang's: fp8 is fp8_e4m3 (656-byte packed DSA rows
+with the flashmla_kv backend)."""
+DSA_BACKENDS: Final[tuple[DSABackend, ...]] = (
+    "flashmla_kv", "trtllm", "tilelang", "flashmla_sparse", "fa3",
+)
+
+
+def fraction(text: str) -> float:
+    """A fraction strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}"
+                                         ) from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text}")
+    return value
+
+
+def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
+    """SGLang's server flags that move its pools, under SGLang's names (`--engine sglang`)."""
+    group = parser.add_argument_group(
+        "how SGLang runs it (--engine sglang; defaults: SGLang 0.5.23's)",
+        "Each flag keeps SGLang's name and meaning; see docs/planning-rules.md#sglang.",
+    )
+    group.add_argument("--page-size", type=positive_int, metavar="TOKENS",
+                       help="tokens per page (default: 64 for DSA models, else 1)")
+    group.add_argument("--mem-fraction-static", type=fraction, metavar="F",
+                       help="share of the GPU's memory for weights and KV pools; needs --gpu "
+                            "(default: SGLang's rule for the GPU, about 0.89 on an H200)")
+    group.add_argument("--max-running-requests", type=positive_int, metavar="N",
+                       help="request slots (default: SGLang's estimate from the tokens)")
+    group.add_argument("--context-length", type=positive_tokens, metavar="TOKENS",
+                       help="longest request (the same as --max-model-len; default: the "
+                            "model's)")
+    group.add_argument("--max-total-tokens", type=positive_int, metavar="N",
+                       help="cap on the KV pool's tokens")
+    group.add_argument("--enable-hisparse", action="store_true",
+                       help="HiSparse on a DSA model: every token in a pinned host pool, a hot "
+                            "buffer per request on the GPU")
+    group.add_argument("--hisparse-config", metavar="JSON",
+                       help='HiSparse settings, as SGLang\'s: {"top_k": 2048, '
+                            '"device_buffer_size": 4096, "host_to_device_ratio": 2}')
+    group.add_argument("--dsa-backend", choices=DSA_BACKENDS, metavar="NAME",
+                       help=f"DSA attention backend ({', '.join(DSA_BACKENDS)}; default "
+                            "flashmla_kv): trtllm and tilelang keep 576-byte latent rows, "
+                            "flashmla_kv packs fp8 ones in 656")
+    group.add_argument("--swa-full-tokens-ratio", type=fraction, metavar="F",
+                       help="window-pool tokens per full-pool token (default 0.8)")
+    group.add_argument("--max-mamba-cache-size", type=positive_int, metavar="N",
+                       help="Mamba state slots (default: from the memory)")
+
+
+SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
+    ("page_size", "--page-size"),
+    ("mem_fraction_static", "--mem-fraction-static"),
+    ("max_running_requests", "--max-running-requests"),
+    ("context_length", "--context-length"),
+    ("max_total_tokens", "--max-total-tokens"),
+    ("enable_hisparse", "--enable-hisparse"),
+    ("hisparse_config", "--hisparse-config"),
+    ("dsa_backend", "--dsa-backend"),
+    ("swa_full_tokens_ratio", "--swa-full-tokens-ratio"),
+    ("max_mamba_cache_size", "--max-mamba-cache-size"),
+)
+"""(dest, flag) of every SGLang-only flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangSource:
+    request: PlanRequest
+    title: str
+    memory: str
+    """Where the budget came from, in words."""
+
+
+def _model(args: argparse.Namespace) -> tuple[Architecture, str, int | None]:
+    """The model, its title and its default context length."""
+    if args.model is not None:
+        preset = load_preset(args.model)
+        default = preset.default_max_model_len
+        return preset.architecture, preset.title, None if default == AUTO else default
+    check_regular_file(args.hf_config, "--hf-config")
+    arch = load_config_file(args.hf_config)
+    title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
+    return arch, title, None
+
+
+def _context_length(args: argparse.Namespace, arch: Architecture, default: int | None) -> int:
+    given = args.context_length
+    length = args.max_model_len
+    if given is not None and length is not None:
+        raise CommandError("--context-length and --max-model-len both set the longest request; "
+                           "expected one of them")
+    if length == AUTO:
+        raise CommandError("--max-model-len auto: SGLang does not fit the context to the memory; "
+                           "expected a token count (or --context-length)")
+    chosen = given if given is not None else length
+    trained = arch.max_position_embeddings
+    if chosen is None:
+        return default or trained
+    if chosen > trained and not args.allow_long_context:
+        raise CommandError(f"--context-length: expected at most the model's "
+                           f"max_position_embeddings ({trained}), got {chosen}; pass "
+                           "--allow-long-context to plan it anyway")
+    return int(chosen)
+
+
+def _uses_mla(arch: Architecture) -> bool:
+    return isinstance(arch, ModelArchitecture) or bool(getattr(arch, "kv_lora_rank", None))
+
+
+def _memory(
+    args: argparse.Namespace, arch: Architecture, tp: int
+) -> tuple[dict[str, Any], int | None, str]:
+    """The engine's memory fields, the budget given outright (else None) and a description."""
+    given = args.gpu_mem if args.gpu_mem is not None else args.kv_cache_memory
+    if args.gpu is None:
+        if args.mem_fraction_static is not None:
+            raise CommandError("--mem-fraction-static needs --gpu NAME (the memory it is a "
+                               "share of)")
+        for flag, value in (("--weights-bytes", args.weights_bytes),
+                            ("--parameters", args.parameters)):
+            if value is not None:
+                raise CommandError(f"{flag} needs --gpu NAME")
+        budget = given if given is not None else DEFAULTS.gpu_mem_bytes
+        assert budget is not None
+        return {}, budget, "KV budget given" if given is not None else "default KV budget"
+    if given is not None:
+        raise CommandError("--gpu and --gpu-mem both set the KV memory; expected one of them")
+    gpu = find_gpu(args.gpu)
+    weights = deployment_weights(args)
+    total = weights if isinstance(weights, int) else weight_bytes(weights)
+    per_rank = math.ceil(total / tp)
+    if per_rank >= gpu.hbm_bytes:
+        raise CommandError(f"--gpu: {gpu.title} holds {gpu.hbm_bytes} B, but one of {tp} ranks "
+                           f"takes {per_rank} B of weights; expected less (add --tp ranks)")
+    fraction_used = args.mem_fraction_static
+    rule = ""
+    if fraction_used is None:
+        fraction_used = default_mem_fraction_static(
+            gpu.hbm_bytes, tp=tp, mla=_uses_mla(arch),
+            max_running_requests=args.max_running_requests,
+        )
+        rule = ", SGLang's default rule"
+    fields = {
+        "pre_model_load_free_bytes": gpu.hbm_bytes,
+        "post_weights_free_bytes": gpu.hbm_bytes - per_rank,
+        "mem_fraction_static": fraction_used,
+    }
+    words = (f"{gpu.name}, weights {per_rank} B a rank, mem_fraction_static "
+             f"{fraction_used:g}{rule}")
+    return fields, None, words
+
+
+def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
+                    default_length: int | None) -> tuple[SGLangSettings, int | None, str]:
+    """SGLangSettings from the flags, the budget given outright, and the memory's words."""
+    memory, budget, words = _memory(args, arch, tp)
+    fields: dict[str, Any] = {
+        "name": "sglang",
+        "context_length": _context_length(args, arch, default_length),
+        "kv_cache_dtype": SGLANG_KV_CACHE_DTYPES[args.kv_dtype or "auto"],
+        **memory,
+    }
+    for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
+                 "swa_full_tokens_ratio", "max_mamba_cache_size"):
+        value = getattr(args, dest)
+        if value is not None:
+            fields[dest] = value
+    if args.hisparse_config is not None:
+        if not args.enable_hisparse:
+            raise CommandError("--hisparse-config needs --enable-hisparse")
+        fields.update(hisparse_settings(args.hisparse_config))
+    fields["enable_hisparse"] = bool(args.enable_hisparse)
+    return SGLangSettings.model_validate(fields), budget, words
+
+
+def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
+    """The SGLang request the arguments name (a preset or a config.json)."""
+    if (args.model is None) == (args.hf_config is None):
+        raise CommandError("--engine sglang: expected exactly one of MODEL or --hf-config FILE "
+                           "(a request file is vLLM's)")
+    arch, title, default_length = _model(args)
+    tp = args.tp or 1
+    engine, budget, words = sglang_settings(args, arch, tp, default_length)
+    request = sglang_request(arch, engine, tp=tp, available_bytes=budget)
+    title = f"{title} on SGLang 0.5.23 (tp {tp}; {words})"
+    return SGLangSource(request, title, words)
