@@ -24,10 +24,11 @@ from hisparse_plan.torch.errors import (
 )
 from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
 from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.meta import MetaReport, meta_check
+from hisparse_plan.torch.meta import MetaReport, SGLangMetaReport, meta_check
 from hisparse_plan.torch.numa import NumaPlacement
 from hisparse_plan.torch.pools import Pools, allocate
 from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
+from hisparse_plan.torch.sglang_pools import SGLangPools
 from hisparse_plan.torch.shm import SharedPool
 from hisparse_plan.torch.tasks import Progress
 from hisparse_plan.torch.verification import VerifyReport, verify
@@ -47,6 +48,8 @@ __all__ = [
     "Registrar",
     "Registration",
     "RegistrationError",
+    "SGLangMetaReport",
+    "SGLangPools",
     "SharedPool",
     "UnsoundPlanError",
     "VerifyError",

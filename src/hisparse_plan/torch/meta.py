@@ -14,8 +14,18 @@ from dataclasses import dataclass
 import torch
 
 from hisparse_plan.models import KVCachePlan
+from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.binding import check_bound
 from hisparse_plan.torch.pools import allocate
+from hisparse_plan.torch.sglang_pools import (
+    BufferKey,
+    allocations,
+    bind_buffer,
+    bind_pages,
+    check_buffer,
+    page_trains,
+    placed_views,
+)
 from hisparse_plan.torch.stages import resolve_stage, stage_views
 
 
@@ -35,10 +45,29 @@ class MetaReport:
         return len(self.views)
 
 
-def meta_check(plan: KVCachePlan, stage: int | None = None) -> MetaReport:
+@dataclass(frozen=True, slots=True)
+class SGLangMetaReport:
+    """SGLang's tensors a full-size SGLang plan yields, on meta allocations."""
+
+    host_bytes: int
+    device_bytes: int
+    """Bytes of every device allocation (a per-layer pool counts once per layer)."""
+    allocations: int
+    buffers: dict[BufferKey, torch.Tensor]
+    pages: int
+    """Page ranges bound: one per range of each layer."""
+
+
+def meta_check(
+    plan: KVCachePlan | SGLangPlan, stage: int | None = None
+) -> MetaReport | SGLangMetaReport:
     """Bind every layer view of `plan` on meta pools of its full size and check each one
     against the plan's numbers; raise `BackendError` on the first that disagrees. A plan with
-    pipeline stages: every stage, or only `stage` when given."""
+    pipeline stages: every stage, or only `stage` when given. An SGLang plan: every
+    allocation on meta, SGLang's tensors bound and checked, every page range bound inside its
+    allocation; nothing is touched (`SGLangMetaReport`)."""
+    if isinstance(plan, SGLangPlan):
+        return meta_check_sglang(plan, stage)
     stages = (range(len(plan.device_pools)) if stage is None
               else [resolve_stage(plan, stage)])
     host_bytes = 0
@@ -56,3 +85,30 @@ def meta_check(plan: KVCachePlan, stage: int | None = None) -> MetaReport:
             views.update(bound)
     return MetaReport(host_bytes=host_bytes, device_bytes=sum(stage_bytes), views=views,
                       stage_bytes=tuple(stage_bytes))
+
+
+def meta_check_sglang(plan: SGLangPlan, stage: int | None = None) -> SGLangMetaReport:
+    """`meta_check` for an SGLang plan."""
+    with allocate(plan, device="meta", pin=False, stage=stage) as pools:
+        held = pools.allocations()
+        buffers: dict[BufferKey, torch.Tensor] = {}
+        for placed in placed_views(plan):
+            allocation = held.get(placed.allocation)
+            if allocation is None:
+                continue
+            tensor = bind_buffer(placed, allocation)
+            check_buffer(placed, tensor, allocation)
+            buffers[placed.key] = tensor
+        pages = 0
+        for train in page_trains(plan):
+            if train.allocation in held:
+                bind_pages(train, held[train.allocation])
+                pages += 1
+        host = {pool.name for pool in plan.pools if pool.location == "host"}
+        return SGLangMetaReport(
+            host_bytes=sum(buffer.numel() for (name, _), buffer in held.items() if name in host),
+            device_bytes=sum(buffer.numel() for (name, _), buffer in held.items()
+                             if name not in host),
+            allocations=len([key for key in allocations(plan, plan.pools) if key in held]),
+            buffers=buffers, pages=pages,
+        )

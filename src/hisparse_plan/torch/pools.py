@@ -5,12 +5,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import torch
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import KVCachePlan
+from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.binding import bind_view, bind_views
 from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
 from hisparse_plan.torch.devices import (
@@ -48,6 +50,11 @@ from hisparse_plan.torch.shm import SharedPool, check_free_space, claim
 from hisparse_plan.torch.stages import refuse_layer, resolve_stage, stage_views
 from hisparse_plan.torch.tasks import LOG, Progress
 from hisparse_plan.views import pool_name, stage_of, tensor_stage
+
+if TYPE_CHECKING:
+    from hisparse_plan.torch.sglang_pools import SGLangPools
+
+Devices = TypeVar("Devices")
 
 
 class Pools:
@@ -180,8 +187,26 @@ class Pools:
         self.release()
 
 
+@overload
 def allocate(
-    plan: KVCachePlan,
+    plan: KVCachePlan, *, device: str = ..., pin: bool = ..., register_chunk_bytes: int = ...,
+    prefault_threads: int | None = ..., huge_pages: bool = ..., registrar: Registrar | None = ...,
+    host_pool_name: str | None = ..., numa_node: int | None = ...,
+    progress: Progress | None = ..., stage: int | None = ..., lock_timeout_s: float = ...,
+) -> Pools: ...
+
+
+@overload
+def allocate(
+    plan: SGLangPlan, *, device: str = ..., pin: bool = ..., register_chunk_bytes: int = ...,
+    prefault_threads: int | None = ..., huge_pages: bool = ..., registrar: Registrar | None = ...,
+    host_pool_name: str | None = ..., numa_node: int | None = ...,
+    progress: Progress | None = ..., stage: int | None = ..., lock_timeout_s: float = ...,
+) -> SGLangPools: ...
+
+
+def allocate(
+    plan: KVCachePlan | SGLangPlan,
     *,
     device: str = "cuda",
     pin: bool = True,
@@ -194,7 +219,7 @@ def allocate(
     progress: Progress | None = None,
     stage: int | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-) -> Pools:
+) -> Pools | SGLangPools:
     """Allocate the plan's pools: the host pool page-aligned and sized by `host_pool_bytes`,
     placed on a NUMA node, prefaulted on `prefault_threads` threads (default up to 8; 0 skips
     prefaulting) and, with `pin`, registered with CUDA in chunks of at most
@@ -223,7 +248,20 @@ def allocate(
     pool above the GPU's free memory, a pool no chunking can register. A failure or interrupt
     midway (Ctrl-C included) frees whatever was already allocated, unregistering before
     unmapping. `registrar` replaces CUDA registration (for tests).
+
+    An `SGLangPlan` is allocated by `sglang_pools.allocate_sglang`, with the same arguments and
+    refusals: every pool as its `allocation` says, SGLang's buffers bound by `buffers()`.
     """
+    if isinstance(plan, SGLangPlan):
+        # Imported here: the SGLang target builds on this module's host-pool steps.
+        from hisparse_plan.torch.sglang_pools import allocate_sglang
+
+        return allocate_sglang(
+            plan, device=device, pin=pin, register_chunk_bytes=register_chunk_bytes,
+            prefault_threads=prefault_threads, huge_pages=huge_pages, registrar=registrar,
+            host_pool_name=host_pool_name, numa_node=numa_node, progress=progress, stage=stage,
+            lock_timeout_s=lock_timeout_s,
+        )
     check_sound(plan)
     target = parse_device(device)
     check_pin(pin, target, own_registrar=registrar is not None)
@@ -261,21 +299,21 @@ def allocate(
         check_host_fits(host_bytes + in_ram, available_host_memory(), what=what)
         device_pool = allocate_device_pool(device_bytes, target, device_name)
         state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages), ram_counted=host_bytes)
-        _guarded(state, lambda buffer: _place_and_prefault(
+        guarded(state, lambda buffer: place_and_prefault(
             state, buffer, numa_node, gpu, threads, progress))
     else:
-        state, device_pool = _shared_host(
-            host_pool_name, host_bytes, device_bytes, target, in_ram, huge_pages, numa_node,
-            threads, progress, lock_timeout_s,
+        state, device_pool = shared_host(
+            host_pool_name, host_bytes, target, in_ram, huge_pages, numa_node, threads,
+            progress, lock_timeout_s, lambda: allocate_device_pool(device_bytes, target),
         )
     if pin:
         pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
-        _guarded(state, lambda buffer: _register(
+        guarded(state, lambda buffer: register(
             state, Registration(buffer.address, pinning), chunks, threads, progress))
     return _done(plan, state, device_pool, index)
 
 
-def check_sound(plan: KVCachePlan) -> None:
+def check_sound(plan: KVCachePlan | SGLangPlan) -> None:
     """Refuse a plan `check_plan` refuses (layer_stride 0 loaded from JSON, say): its views
     could overlap across block ids, and only `verify` would notice, after the fact."""
     try:
@@ -293,13 +331,14 @@ def _done(plan: KVCachePlan, state: HostState, device_pool: torch.Tensor, stage:
     return pools
 
 
-def _shared_host(
-    name: str, host_bytes: int, device_bytes: int, target: torch.device, in_ram: int,
-    huge_pages: bool, numa_node: int | None, threads: int, progress: Progress | None,
-    lock_timeout_s: float,
-) -> tuple[HostState, torch.Tensor]:
-    """Create or attach the shared host pool, and allocate the device pool meanwhile (after
-    the RAM check, which depends on whether this process creates the pool)."""
+def shared_host(
+    name: str, host_bytes: int, target: torch.device, in_ram: int, huge_pages: bool,
+    numa_node: int | None, threads: int, progress: Progress | None, lock_timeout_s: float,
+    allocate_devices: Callable[[], Devices],
+) -> tuple[HostState, Devices]:
+    """Create or attach the shared host pool, and allocate the device pools meanwhile with
+    `allocate_devices` (after the RAM check, which depends on whether this process creates the
+    pool)."""
     gpu = target.index if target.type == "cuda" else None
     with claim(name, lock_timeout_s=lock_timeout_s) as held:
         creating = held.existing is None
@@ -311,24 +350,24 @@ def _shared_host(
         check_host_fits(counted + in_ram, available_host_memory(), what=what)
         if creating:
             check_free_space(host_bytes)
-        device_pool = allocate_device_pool(device_bytes, target)
+        device_pool = allocate_devices()
         segment = held.create(host_bytes) if creating else held.attach(host_bytes)
         state = HostState(HostBuffer(host_bytes, huge_pages=huge_pages, segment=segment),
                           segment=segment, ram_counted=counted)
         if creating:
             # Under the guard: no other process touches a page before it is placed.
-            _guarded(state, lambda buffer: _place_and_prefault(
+            guarded(state, lambda buffer: place_and_prefault(
                 state, buffer, numa_node, gpu, threads, progress), keep_segment=True)
     if not creating:
         def attach(buffer: HostBuffer) -> None:
             buffer.prefault(threads, progress)
             state.numa = attached_placement(buffer.address, numa_node)
 
-        _guarded(state, attach)
+        guarded(state, attach)
     return state, device_pool
 
 
-def _place_and_prefault(
+def place_and_prefault(
     state: HostState, buffer: HostBuffer, numa_node: int | None, gpu: int | None,
     threads: int, progress: Progress | None,
 ) -> None:
@@ -336,7 +375,7 @@ def _place_and_prefault(
     buffer.prefault(threads, progress)
 
 
-def _register(
+def register(
     state: HostState, registration: Registration, chunks: list[Chunk], threads: int,
     progress: Progress | None,
 ) -> None:
@@ -346,7 +385,7 @@ def _register(
     registration.register(chunks, threads=max(1, threads), progress=progress)
 
 
-def _guarded(state: HostState, step: Callable[[HostBuffer], None], *,
+def guarded(state: HostState, step: Callable[[HostBuffer], None], *,
              keep_segment: bool = False) -> None:
     """Run one allocation step; on any exception or interrupt undo the host pool (unless some
     chunk may still be registered) and re-raise. `keep_segment` leaves the shared pool's hold

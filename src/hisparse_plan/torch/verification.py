@@ -25,7 +25,6 @@ blocks in Python.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -35,13 +34,17 @@ from typing import NoReturn
 import torch
 
 from hisparse_plan.models import KVCachePlan
+from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.pools import Pools
+from hisparse_plan.torch.sglang_pools import SGLangPools
+from hisparse_plan.torch.sglang_verify import verify_sglang
 from hisparse_plan.torch.stages import resolve_stage, stage_views
 from hisparse_plan.torch.tasks import LOG, Progress
 from hisparse_plan.torch.verify_layers import (
     Layer,
+    Mismatch,
     Scratch,
     block_pattern,
     forward_pattern,
@@ -103,33 +106,9 @@ class VerifyReport:
         return self.bytes / self.seconds / 1e9 if self.seconds > 0 else math.inf
 
 
-class _Mismatch:
-    """Whether any batch of one layer and direction differed. On a GPU the answer stays on the
-    device until asked, so batches run without a host sync each."""
-
-    def __init__(self, device: torch.device) -> None:
-        lazy = device.type == "cuda"
-        self._flag = torch.zeros((), dtype=torch.bool, device=device) if lazy else None
-        self._seen = False
-
-    def add(self, got: torch.Tensor, expected: torch.Tensor, page: int) -> None:
-        if page % 8 == 0:
-            # Compare words, not bytes, where both sides allow it (a batch buffer starts on an
-            # 8-byte boundary; a view of the pool may not).
-            with contextlib.suppress(RuntimeError):
-                got, expected = got.view(torch.int64), expected.view(torch.int64)
-        if self._flag is not None:
-            self._flag |= torch.ne(got, expected).any()
-        elif not self._seen:
-            self._seen = not torch.equal(got, expected)
-
-    def __bool__(self) -> bool:
-        return bool(self._flag) if self._flag is not None else self._seen
-
-
 def verify(
-    plan: KVCachePlan,
-    pools: Pools,
+    plan: KVCachePlan | SGLangPlan,
+    pools: Pools | SGLangPools,
     *,
     blocks: int | None = None,
     progress: Progress | None = None,
@@ -145,11 +124,18 @@ def verify(
     (default 4 MiB on the CPU, up to 256 MiB on a GPU, bounded by its free memory). Raises
     `VerifyError` at the first byte that disagrees, `BackendError` when a view cannot even be
     bound (outside its pool, misaligned) or the pools were released.
+
+    An SGLang plan (with the `SGLangPools` allocate gave for it) is checked allocation by
+    allocation (`sglang_verify`): every range of every layer's pages both ways, and each of
+    SGLang's tensors on the bytes its plan view names, inside its pages. The report's `groups`
+    then counts allocations and `pages` (layer, block, range) page ranges.
     """
     if blocks is not None and blocks < 1:
         raise BackendError(f"blocks is {blocks}; expected None (every block) or at least 1")
     if chunk_bytes is not None and chunk_bytes < 1:
         raise BackendError(f"chunk_bytes is {chunk_bytes}; expected at least 1")
+    if isinstance(plan, SGLangPlan) or isinstance(pools, SGLangPools):
+        return _verify_sglang(plan, pools, blocks, progress, chunk_bytes)
     device_pool = pools.device
     pools.check_shared("verifying it")
     if device_pool.device.type == "meta":
@@ -165,6 +151,31 @@ def verify(
             f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
             "chunk_bytes"
         ) from error
+
+
+def _verify_sglang(
+    plan: KVCachePlan | SGLangPlan, pools: Pools | SGLangPools, blocks: int | None,
+    progress: Progress | None, chunk_bytes: int | None,
+) -> VerifyReport:
+    if not (isinstance(plan, SGLangPlan) and isinstance(pools, SGLangPools)):
+        raise BackendError(
+            f"verify was given a {type(plan).__name__} with {type(pools).__name__}; expected "
+            "the pools that allocate(plan) returned for that plan"
+        )
+    pools.check_shared("verifying it")
+    started = time.perf_counter()
+    try:
+        counts = verify_sglang(plan, pools, blocks=blocks, progress=progress,
+                               chunk_bytes=chunk_bytes)
+    except torch.OutOfMemoryError as error:
+        raise BackendError(
+            f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
+            "chunk_bytes"
+        ) from error
+    return VerifyReport(
+        groups=counts.allocations, layers=counts.layers, pages=counts.pages,
+        bytes=counts.page_bytes, seconds=time.perf_counter() - started, sampled=counts.sampled,
+    )
 
 
 def _verify(
@@ -249,7 +260,7 @@ def _check_block_ids(members: list[Layer]) -> None:
 
 
 def _compare_all(layer: Layer, check: _Pass) -> None:
-    differs = _Mismatch(layer.pool.device)
+    differs = Mismatch(layer.pool.device)
     for start, ids in layer.batches():
         got = read_raw(layer, ids) if check.raw_read else read_view(layer, ids, start)
         differs.add(got, check.pattern(layer, ids), layer.page)

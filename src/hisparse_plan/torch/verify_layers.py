@@ -9,6 +9,7 @@ is caught by comparing the two sides.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -85,6 +86,30 @@ class Layer:
         """(position in the selection, block ids) of each batch."""
         for start in range(0, self.blocks.numel(), self.chunk):
             yield start, self.blocks[start:start + self.chunk]
+
+
+class Mismatch:
+    """Whether any batch of one layer and direction differed. On a GPU the answer stays on the
+    device until asked, so batches run without a host sync each."""
+
+    def __init__(self, device: torch.device) -> None:
+        lazy = device.type == "cuda"
+        self._flag = torch.zeros((), dtype=torch.bool, device=device) if lazy else None
+        self._seen = False
+
+    def add(self, got: torch.Tensor, expected: torch.Tensor, page: int) -> None:
+        if page % 8 == 0:
+            # Compare words, not bytes, where both sides allow it (a batch buffer starts on an
+            # 8-byte boundary; a view of the pool may not).
+            with contextlib.suppress(RuntimeError):
+                got, expected = got.view(torch.int64), expected.view(torch.int64)
+        if self._flag is not None:
+            self._flag |= torch.ne(got, expected).any()
+        elif not self._seen:
+            self._seen = not torch.equal(got, expected)
+
+    def __bool__(self) -> bool:
+        return bool(self._flag) if self._flag is not None else self._seen
 
 
 def select_blocks(
