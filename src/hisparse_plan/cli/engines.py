@@ -128,7 +128,8 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
     source = resolve_sglang_source(args)
     result = plan_sglang(source.request)
     engine = source.request.engine
-    assert engine is not None
+    if engine is None:  # resolve_sglang_source always sets it
+        raise CommandError("--engine sglang: the request carries no SGLang settings")
     kv = next((t for t in result.tensors if t.pool == "kv"), result.tensors[0])
     return Figures(
         engine="sglang", kv_dtype=f"{engine.kv_cache_dtype} ({kv.views[0].dtype} rows)",

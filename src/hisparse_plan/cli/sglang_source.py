@@ -155,7 +155,8 @@ def _memory(
             if value is not None:
                 raise CommandError(f"{flag} needs --gpu NAME")
         budget = given if given is not None else DEFAULTS.gpu_mem_bytes
-        assert budget is not None
+        if budget is None:
+            raise CommandError("--engine sglang: expected --gpu NAME or --gpu-mem SIZE")
         return {}, budget, "KV budget given" if given is not None else "default KV budget"
     if given is not None:
         raise CommandError("--gpu and --gpu-mem both set the KV memory; expected one of them")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from hisparse_plan.adapters.sglang.report import layer_id
-from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -21,6 +21,15 @@ FP8_STORED: Final = "uint8"
 
 def _tensor(plan: SGLangPlan, pool: str) -> KVCacheTensor | None:
     return next((t for t in plan.tensors if t.pool == pool), None)
+
+
+def _required(plan: SGLangPlan, pool: str) -> KVCacheTensor:
+    """The tensor of `pool`, which the plan's other pools say it has."""
+    tensor = _tensor(plan, pool)
+    if tensor is None:
+        raise PlanError(f"plan: pool {pool!r} has no tensor; expected one (is the plan checked?)",
+                        field="tensors")
+    return tensor
 
 
 def _view(tensor: KVCacheTensor, name: str) -> BufferView:
@@ -36,8 +45,7 @@ def _dtype(view: BufferView, fp8: str) -> str:
 
 
 def _mha(plan: SGLangPlan, pool: str, size: int, fp8: str) -> dict[str, Any]:
-    tensor = _tensor(plan, pool)
-    assert tensor is not None
+    tensor = _required(plan, pool)
     k = _view(tensor, "k_buffer")
     separate = _tensor(plan, f"{pool}_v")
     v = _view(tensor, "v_buffer") if separate is None else _view(separate, "v_buffer")
@@ -57,8 +65,7 @@ def _latent_dims(row: int, packed: bool) -> tuple[int, int]:
 
 
 def _latent(plan: SGLangPlan, fp8: str) -> tuple[str, dict[str, Any]]:
-    tensor = _tensor(plan, "kv")
-    assert tensor is not None
+    tensor = _required(plan, "kv")
     view = _view(tensor, "kv_buffer")
     row = view.shape[2]
     dsa = _tensor(plan, "index") is not None
@@ -90,10 +97,8 @@ def pool_kwargs(plan: SGLangPlan, *, fp8: str = "float8_e4m3fn") -> dict[str, di
     if "kv" in names and _tensor(plan, "index") is None and _is_mha(plan):
         full = _mha(plan, "kv", plan.max_total_num_tokens, fp8)
         if "swa" in names:
-            swa_tensor = _tensor(plan, "swa")
-            kv_tensor = _tensor(plan, "kv")
-            assert swa_tensor is not None
-            assert kv_tensor is not None
+            swa_tensor = _required(plan, "swa")
+            kv_tensor = _required(plan, "kv")
             swa_rows = _view(swa_tensor, "k_buffer").shape[0]
             out["kv"] = {
                 "class": "SWAKVPool", "size": plan.max_total_num_tokens,
@@ -113,8 +118,7 @@ def pool_kwargs(plan: SGLangPlan, *, fp8: str = "float8_e4m3fn") -> dict[str, di
     conv = _tensor(plan, "mamba_conv0")
     if conv is not None:
         view = _view(conv, "conv[0]")
-        temporal = _tensor(plan, "mamba_temporal")
-        assert temporal is not None
+        temporal = _required(plan, "mamba_temporal")
         out["mamba"] = {
             "class": "MambaPool", "size": view.shape[1] - 1,
             "conv_state_shape": list(view.shape[2:]), "conv_dtype": view.dtype,
@@ -135,6 +139,5 @@ def _is_mha(plan: SGLangPlan) -> bool:
 
 
 def _swa_size(plan: SGLangPlan) -> int:
-    tensor = _tensor(plan, "swa")
-    assert tensor is not None
+    tensor = _required(plan, "swa")
     return _view(tensor, "k_buffer").shape[0] - plan.page_size
