@@ -10,6 +10,7 @@ layers on a pool of that stage's size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -56,6 +57,14 @@ class SGLangMetaReport:
     buffers: dict[BufferKey, torch.Tensor]
     pages: int
     """Page ranges bound: one per range of each layer."""
+
+
+@overload
+def meta_check(plan: KVCachePlan, stage: int | None = None) -> MetaReport: ...
+
+
+@overload
+def meta_check(plan: SGLangPlan, stage: int | None = None) -> SGLangMetaReport: ...
 
 
 def meta_check(
