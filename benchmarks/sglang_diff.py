@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 FIXTURES = REPO / "tests" / "hf_configs"
 V4_CONFIG = HERE / "sglang_cases" / "deepseek_v4_flash_config.json"
-STUBS = os.environ.get("SGLANG_STUBS", "/work/sglang-research/stubs")
+STUBS = os.environ.get("SGLANG_STUBS", str(HERE / "sglang_stubs"))
 DEFAULT_SGLANG_PYTHON = os.environ.get("SGLANG_PYTHON", "/work/sglang/bin/python")
 
 COMPARED = (
@@ -283,6 +283,13 @@ def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str
         return {"refused": f"{type(exc).__name__}: {exc}"}
 
 
+def fixed_case(path: Path) -> Case:
+    """A case file, named by its stem."""
+    case: Case = json.loads(path.read_text(encoding="utf-8"))
+    case.setdefault("name", path.stem)
+    return case
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -290,13 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma list of " + ",".join(KINDS))
     parser.add_argument("--sglang-python", default=DEFAULT_SGLANG_PYTHON)
     parser.add_argument("--dump", action="store_true", help="print the reference reports too")
+    parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
+                        help="these case files (e.g. benchmarks/sglang_cases/*.json) instead of "
+                             "random ones")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         parser.error(f"unknown kinds {unknown}; expected some of {sorted(KINDS)}")
 
-    cases = make_cases(args.seed, args.count, kinds)
+    cases = (make_cases(args.seed, args.count, kinds) if args.cases is None
+             else [fixed_case(path) for path in args.cases])
     refs = reference_reports(cases, args.sglang_python)
     if refs is None:
         print(

@@ -2,10 +2,24 @@
 
 Run in the SGLang venv (never in the project venv; SGLang is not a dependency):
 
-    PYTHONPATH=/work/sglang-research/stubs:benchmarks /work/sglang/bin/python \
+    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \
         benchmarks/sglang_reference.py CASE.json [CASE2.json ...]
 
-prints the reference report of the SGLang design (section 3) as JSON: one object
+The SGLang venv (CPU torch; SGLang and triton without their CUDA dependencies)::
+
+    python3 -m venv /work/sglang && cd /work/sglang
+    bin/pip install torch==2.13.0 'transformers==5.19.0'
+    bin/pip install --no-deps sglang==0.5.23 triton==3.9.0 numpy psutil packaging \
+        pydantic requests tqdm regex orjson msgspec pybase64 pillow starlette anyio pyzmq \
+        IPython traitlets pygments aiohttp multidict attrs yarl propcache idna aiosignal \
+        frozenlist aiohappyeyeballs dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
+        compressed_tensors loguru gguf pytest hypothesis
+
+``benchmarks/sglang_stubs`` on PYTHONPATH stands in for torchvision, which cannot load
+beside that torch and which pool sizing never calls.
+
+It prints the reference report as JSON (the shape `hisparse_plan.adapters.sglang.report`
+gives for our plans): one object
 for one case, a list for several.  A case is JSON::
 
     {"config": {...HF config.json...} | "tests/hf_configs/NAME/config.json",

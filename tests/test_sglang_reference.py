@@ -1,7 +1,7 @@
 """SGLang 0.5.23's own reports (benchmarks/sglang_reference.py) against hand-checked numbers.
 
 Needs SGLang: run in its venv, e.g.
-``PYTHONPATH=/work/sglang-research/stubs:benchmarks:tests:src /work/sglang/bin/python -m pytest
+``PYTHONPATH=benchmarks/sglang_stubs:benchmarks:tests:src /work/sglang/bin/python -m pytest
 -q tests/test_sglang_reference.py``.  Elsewhere the whole module skips.
 """
 
