@@ -356,6 +356,43 @@ def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
     return model_dir
 
 
+def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLangObject:
+    """ServerArgs for the case, resolved by SGLang (defaults and model overrides) and
+    published as the runtime context."""
+    import torch
+
+    server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    fields = _server_args_fields(dict(case.get("server_args", {})))
+    fields.setdefault("device", "cuda")
+    fields.setdefault("load_format", "dummy")
+    fields.setdefault("skip_tokenizer_init", True)
+    _cuda_only_registrations(patched)
+    capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
+    torch.cuda.get_device_capability = lambda device=None: capability
+    patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
+    _gpu_memory(case.get("gpu", {}), patched, torch)
+    server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
+    server_args.resolve_once()
+    rc.publish(server_args, role="test")
+    return server_args
+
+
+def memory_defaults(case: dict[str, Any]) -> dict[str, Any]:
+    """Only what SGLang's memory rule resolves for the case (mem_fraction_static, chunked
+    prefill size, graph settings), without building pools: a quick check of the rule."""
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        model_dir = _write_model_dir(_load_config(case["config"]), Path(tmp_name))
+        server_args = _resolve(case, model_dir, [])
+        return {
+            "mem_fraction_static": rc.get_schedule().mem_fraction_static,
+            **_graph_settings(server_args),
+        }
+
+
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Reference report of one case (raises what SGLang raises)."""
     warnings.filterwarnings("ignore")
@@ -369,20 +406,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     memory = dict(case.get("memory", {}))
     with tempfile.TemporaryDirectory() as tmp_name:
         model_dir = _write_model_dir(config, Path(tmp_name))
-        server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
         rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-        fields = _server_args_fields(raw_args)
-        fields.setdefault("device", "cuda")
-        fields.setdefault("load_format", "dummy")
-        fields.setdefault("skip_tokenizer_init", True)
-        _cuda_only_registrations(patched)
-        capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
-        torch.cuda.get_device_capability = lambda device=None: capability
-        patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
-        _gpu_memory(case.get("gpu", {}), patched, torch)
-        server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
-        server_args.resolve_once()
-        rc.publish(server_args, role="test")
+        server_args = _resolve(case, model_dir, patched)
         tp = int(rc.get_parallel().attn_tp_size)
         rc.get_parallel().override_permanently(
             attn_dcp_size=1,
