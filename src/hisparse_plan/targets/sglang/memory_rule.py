@@ -60,7 +60,9 @@ FRACTION_DECIMALS: Final = 3
 
 def gpu_memory_mib(total_bytes: int) -> float:
     """The GPU's memory as SGLang's capacity query answers it: nvidia-smi's memory.total, whole
-    MiB (bytes floored to MiB), as a float."""
+    MiB (bytes floored to MiB), as a float. Not CUDA's own total, which is lower (an H200:
+    nvidia-smi 143771 MiB, cudaMemGetInfo 143155 MiB); SGLang reads that one only when
+    nvidia-smi fails."""
     return float(total_bytes // MIB)
 
 
