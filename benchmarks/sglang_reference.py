@@ -325,11 +325,86 @@ def _cuda_only_registrations(patched: list[str]) -> None:
     patched.append("mamba_hook: platform supports mamba extra_buffer (true on CUDA)")
 
 
+def _gpu_memory(gpu: dict[str, Any], patched: list[str], torch: SGLangObject) -> None:
+    """A case's `"gpu": {"total_memory_bytes": N, "name": ...}`: SGLang's own GPU-memory query
+    answers N as nvidia-smi would (whole MiB), so ServerArgs' default mem_fraction_static,
+    chunked_prefill_size and decode graph batch run their real rule; the prefill CUDA graph
+    backend defaults to what SGLang picks on a CUDA machine (breakable), since that rule's
+    graph reserve depends on it.  Without the key SGLang sees no GPU memory (its 0.95
+    fallback) and the CPU default (no prefill graph), as before."""
+    memory_hook: SGLangObject = importlib.import_module("sglang.srt.arg_groups.memory_hook")
+    kv_shard_hook: SGLangObject = importlib.import_module("sglang.srt.arg_groups.kv_shard_hook")
+    graph_config: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.cuda_graph_config"
+    )
+    real_query = _ORIGINALS.setdefault("capacity", memory_hook.get_device_memory_capacity)
+    real_backend = _ORIGINALS.setdefault("prefill_backend", graph_config.default_prefill_backend)
+    real_name = _ORIGINALS.setdefault("device_name", torch.cuda.get_device_name)
+    total = gpu.get("total_memory_bytes")
+    if total is None:
+        memory_hook.get_device_memory_capacity = real_query
+        kv_shard_hook.get_device_memory_capacity = real_query
+        graph_config.default_prefill_backend = real_backend
+        torch.cuda.get_device_name = real_name
+        return
+    mib = float(int(total) // (1 << 20))
+
+    def capacity(device: str | None = None) -> float:
+        return mib
+
+    memory_hook.get_device_memory_capacity = capacity
+    kv_shard_hook.get_device_memory_capacity = capacity
+    graph_config.default_prefill_backend = lambda: graph_config.Backend.BREAKABLE
+    name = str(gpu.get("name", "NVIDIA GPU"))
+    torch.cuda.get_device_name = lambda device=None: name
+    patched.append(
+        f"get_device_memory_capacity -> {mib} MiB (nvidia-smi memory.total of {name}: "
+        f"{int(total)} bytes, floored to MiB); default_prefill_backend -> breakable (CUDA)"
+    )
+
+
 def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
     model_dir = tmp / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps(config))
     return model_dir
+
+
+def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLangObject:
+    """ServerArgs for the case, resolved by SGLang (defaults and model overrides) and
+    published as the runtime context."""
+    import torch
+
+    server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    fields = _server_args_fields(dict(case.get("server_args", {})))
+    fields.setdefault("device", "cuda")
+    fields.setdefault("load_format", "dummy")
+    fields.setdefault("skip_tokenizer_init", True)
+    _cuda_only_registrations(patched)
+    capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
+    torch.cuda.get_device_capability = lambda device=None: capability
+    patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
+    _gpu_memory(case.get("gpu", {}), patched, torch)
+    server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
+    server_args.resolve_once()
+    rc.publish(server_args, role="test")
+    return server_args
+
+
+def memory_defaults(case: dict[str, Any]) -> dict[str, Any]:
+    """Only what SGLang's memory rule resolves for the case (mem_fraction_static, chunked
+    prefill size, graph settings), without building pools: a quick check of the rule."""
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        model_dir = _write_model_dir(_load_config(case["config"]), Path(tmp_name))
+        server_args = _resolve(case, model_dir, [])
+        return {
+            "mem_fraction_static": rc.get_schedule().mem_fraction_static,
+            **_graph_settings(server_args),
+        }
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -345,19 +420,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     memory = dict(case.get("memory", {}))
     with tempfile.TemporaryDirectory() as tmp_name:
         model_dir = _write_model_dir(config, Path(tmp_name))
-        server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
         rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-        fields = _server_args_fields(raw_args)
-        fields.setdefault("device", "cuda")
-        fields.setdefault("load_format", "dummy")
-        fields.setdefault("skip_tokenizer_init", True)
-        _cuda_only_registrations(patched)
-        capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
-        torch.cuda.get_device_capability = lambda device=None: capability
-        patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
-        server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
-        server_args.resolve_once()
-        rc.publish(server_args, role="test")
+        server_args = _resolve(case, model_dir, patched)
         tp = int(rc.get_parallel().attn_tp_size)
         rc.get_parallel().override_permanently(
             attn_dcp_size=1,
@@ -371,6 +435,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         given = set(raw_args)
+        if "total_memory_bytes" in case.get("gpu", {}):
+            given.add("gpu")
         return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
 
 
@@ -475,7 +541,12 @@ def _configure(
         token_to_kv_pool_allocator=None,
         memory_pool_config=None,
     )
-    if server_args.mem_fraction_static is not None and "mem_fraction_static" not in _given:
+    if "mem_fraction_static" not in _given and "gpu" in _given:
+        notes.append(
+            "mem_fraction_static not given: SGLang's default rule ran on the case's GPU memory "
+            f"and resolved to {rc.get_schedule().mem_fraction_static}"
+        )
+    elif server_args.mem_fraction_static is not None and "mem_fraction_static" not in _given:
         notes.append(
             "mem_fraction_static not given: SGLang's default rule needs the GPU's total memory, "
             f"unknown on this machine, so it resolved to {server_args.mem_fraction_static}"
@@ -519,11 +590,28 @@ def _configure(
             "dsa_decode_backend": rc.get_exec().kernel.dsa_decode_backend,
             "attention_backend": server_args.resolved_dict().get("attention_backend"),
             "mamba_scheduler_strategy": server_args.resolved_dict().get("mamba_scheduler_strategy"),
+            **_graph_settings(server_args),
         },
         "notes": notes,
         "patched": patched,
     }
     return report
+
+
+def _graph_settings(server_args: SGLangObject) -> dict[str, Any]:
+    """What SGLang's memory rule resolved beside the fraction: chunked prefill size and the
+    CUDA-graph settings its reserve reads."""
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    graphs = rc.get_exec().graph.cuda_graph_config
+    decode, prefill = graphs.decode, graphs.prefill
+    return {
+        "chunked_prefill_size": server_args.resolved_dict().get("chunked_prefill_size"),
+        "cuda_graph_decode_backend": decode.backend,
+        "cuda_graph_decode_max_bs": decode.max_bs,
+        "cuda_graph_prefill_backend": prefill.backend,
+        "cuda_graph_prefill_max_bs": prefill.max_bs,
+        "cuda_graph_prefill_sizes": len(prefill.bs or ()),
+    }
 
 
 def _num(value: float) -> int | float:

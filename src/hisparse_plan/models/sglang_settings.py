@@ -43,7 +43,36 @@ class SGLangSettings(Model):
         default=None, description="`--max-total-tokens`: a cap on the full pool's tokens."
     )
     mem_fraction_static: Fraction | None = Field(
-        default=None, description="`--mem-fraction-static`; null: SGLang's rule for the GPU."
+        default=None,
+        description="`--mem-fraction-static`; null: SGLang's rule for the GPU (needs "
+        "gpu_memory_bytes).",
+    )
+    gpu_memory_bytes: ByteCount | None = Field(
+        default=None,
+        description="The GPU's total memory as SGLang reads it (nvidia-smi memory.total, whole "
+        "MiB): the input of SGLang's default mem_fraction_static, chunked prefill size and "
+        "decode graph batch; null: unknown (a null fraction is then refused with memory "
+        "figures).",
+    )
+    tp_size: PositiveInt = Field(
+        default=1,
+        description="`--tp-size`: only SGLang's default fraction reads it (the layers are "
+        "already one rank's).",
+    )
+    chunked_prefill_size: PositiveInt | None = Field(
+        default=None,
+        description="`--chunked-prefill-size`: tokens of one prefill chunk; null: SGLang's "
+        "default for the GPU's memory (2048 to 16384).",
+    )
+    disable_decode_cuda_graph: bool = Field(
+        default=False,
+        description="`--disable-decode-cuda-graph`: no decode graphs, so no memory is kept "
+        "back for them.",
+    )
+    disable_prefill_cuda_graph: bool = Field(
+        default=False,
+        description="`--disable-prefill-cuda-graph`: no prefill graphs (SGLang captures them "
+        "on CUDA by default), so no memory is kept back for them.",
     )
     pre_model_load_free_bytes: ByteCount | None = Field(
         default=None,

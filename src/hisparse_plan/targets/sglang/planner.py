@@ -96,7 +96,8 @@ def _size(settings: SGLangSettings, request: PlanRequest, model: SGLangModel) ->
     page = sizing.default_page_size(settings, model)
     if model.latent is not None and model.latent.is_dsa:
         sizing.refuse_dsa_page(page)
-    rest_gb, fraction = sizing.rest_memory_gb(settings, request.device.available_bytes)
+    fraction = sizing.static_fraction(settings, model)
+    rest_gb, fraction = sizing.rest_memory_gb(settings, request.device.available_bytes, fraction)
     slots = None
     if model.mamba is not None:
         slot_bytes = sizing.mamba_slot_bytes(model.mamba, MAMBA_CONV_DTYPE, _ssm_dtype(settings))

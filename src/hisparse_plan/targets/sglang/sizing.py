@@ -12,6 +12,7 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -152,20 +153,32 @@ def mamba_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
     return per_layer * len(group.names)
 
 
-def rest_memory_gb(settings: SGLangSettings, available_bytes: int) -> tuple[float, float | None]:
+def static_fraction(settings: SGLangSettings, model: SGLangModel) -> float | None:
+    """The mem_fraction_static SGLang runs with: `--mem-fraction-static` when given, else its
+    default rule when the GPU's total memory (gpu_memory_bytes) is known (MLA models keep more
+    back for prefill graphs), else unknown (null)."""
+    if settings.mem_fraction_static is not None:
+        return settings.mem_fraction_static
+    if settings.gpu_memory_bytes is None:
+        return None
+    return default_mem_fraction_static(settings, mla=model.latent is not None)
+
+
+def rest_memory_gb(
+    settings: SGLangSettings, available_bytes: int, fraction: float | None
+) -> tuple[float, float | None]:
     """GB (2**30 bytes, a float as in SGLang) left for the KV cache and Mamba states, and the
     mem_fraction_static used. With pre_model_load_free_bytes and post_weights_free_bytes:
-    free-after-weights - free-before-weights * (1 - mem_fraction_static) (weights and the
-    runtime's slack come off); else device.available_bytes is the budget itself. SGLang's
-    default mem_fraction_static depends on the GPU, graph capture and chunked-prefill settings,
-    which the request does not carry, so the formula needs it given."""
+    free-after-weights - free-before-weights * (1 - fraction) (weights and the runtime's slack
+    come off), `fraction` being `static_fraction`'s; else device.available_bytes is the budget
+    itself. Without a fraction (none given, no gpu_memory_bytes for SGLang's rule) the formula
+    cannot run."""
     if settings.pre_model_load_free_bytes is None or settings.post_weights_free_bytes is None:
         return available_bytes / GIB, None
-    fraction = settings.mem_fraction_static
     if fraction is None:
         raise UnsupportedRequestError(
-            "engine.mem_fraction_static: SGLang's default fraction depends on the GPU and its "
-            "graph settings, which the request does not carry; expected a fraction beside "
+            "engine.mem_fraction_static: SGLang's default fraction depends on the GPU's total "
+            "memory; expected a fraction, or gpu_memory_bytes for SGLang's rule, beside "
             "pre_model_load_free_bytes and post_weights_free_bytes, got null",
             field="engine.mem_fraction_static",
         )
