@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from hisparse_plan.adapters.sglang import (
-    default_mem_fraction_static,
     layer_id,
     pool_kwargs,
     report_for_case,
@@ -164,14 +163,6 @@ def test_pool_kwargs_window_and_mamba() -> None:
     assert (mamba["size"], mamba["conv_state_shape"], mamba["ssm_dtype"]) == (
         30, [8192, 3], "float32")
     assert mamba["mamba_layer_ids"][:3] == [0, 1, 2]
-
-
-def test_default_mem_fraction_static() -> None:
-    """SGLang's rule, e.g. an H200 at tp 8 for an MLA model: 16384 MB reserved -> 0.886."""
-    h200 = 143771 * 2**20
-    assert default_mem_fraction_static(h200, tp=8, mla=True) == 0.886
-    assert default_mem_fraction_static(h200, tp=1) < default_mem_fraction_static(h200, tp=1,
-                                                                                max_running_requests=8)
 
 
 def test_adapter_never_imports_sglang() -> None:

@@ -73,19 +73,24 @@ def _check_views_walk_the_pages(index: int, tensor: KVCacheTensor, pool: Pool) -
             )
         rows, row_step = axes[0]
         tokens = pool.block_tokens or 1
-        if rows == pool.num_blocks * tokens:
-            rows_a_page = tokens  # token-major: a row a token
-        elif rows == pool.num_blocks:
-            rows_a_page = 1  # page-major: a row a page
+        step = row_step * itemsize
+        if step == tensor.block_stride:
+            rows_a_page = 1  # page-major: a row a block
+        elif step * tokens == tensor.block_stride:
+            rows_a_page = tokens  # token-major: a row a token (or slot)
         else:
             raise PlanInvariantError(
-                f"tensors[{index}] view {view.name!r} has {rows} rows; expected a row a token "
-                f"({pool.num_blocks * tokens}) or a page ({pool.num_blocks}) of pool "
-                f"{pool.name!r}", tensor=index, layer=tensor.layers[0],
+                f"tensors[{index}] view {view.name!r} steps {step} bytes a row; the pages it "
+                f"views give {tensor.block_stride} a block of {tokens} tokens (a row a block, "
+                "or a row a token)", tensor=index, layer=tensor.layers[0],
             )
-        _expect(index, tensor, view, "the byte step of a page along its rows",
-                row_step * itemsize * rows_a_page,
-                tensor.block_stride)
+        # Every block's page in the view; SGLang may keep a few spare rows past the last.
+        if rows < pool.num_blocks * rows_a_page:
+            raise PlanInvariantError(
+                f"tensors[{index}] view {view.name!r} has {rows} rows; the pool's "
+                f"{pool.num_blocks} blocks need {pool.num_blocks * rows_a_page}",
+                tensor=index, layer=tensor.layers[0],
+            )
         row_bytes = prod(n for n, _ in axes[1:]) * itemsize
         _expect(index, tensor, view, "the bytes of a page", row_bytes * rows_a_page, part.size)
         _expect(index, tensor, view, "its first byte", view.storage_offset * itemsize,
@@ -111,7 +116,8 @@ def _check_padding(plan: SGLangPlan) -> None:
                 f"pool {pool.name!r} has {pool.padding_blocks} padding blocks; expected 1 "
                 "(SGLang's padding page or slot 0)"
             )
-        if pool.block_tokens not in (plan.page_size, 1):
+        # DeepSeek-V4's compressed pools hold page_size / ratio slots a block.
+        if plan.deepseek_v4 is None and pool.block_tokens not in (plan.page_size, 1):
             raise PlanInvariantError(
                 f"pool {pool.name!r} holds {pool.block_tokens} tokens a block; expected the page "
                 f"size {plan.page_size} (or 1 for state slots)"

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from hisparse_plan.adapters.sglang import default_mem_fraction_static, sglang_request
+from hisparse_plan.adapters.sglang import sglang_request
 from hisparse_plan.adapters.sglang.request import hisparse_settings
 from hisparse_plan.cli.arg_types import AUTO, positive_int, positive_tokens
 from hisparse_plan.cli.deployment_args import deployment_weights
@@ -167,21 +167,18 @@ def _memory(
     if per_rank >= gpu.hbm_bytes:
         raise CommandError(f"--gpu: {gpu.title} holds {gpu.hbm_bytes} B, but one of {tp} ranks "
                            f"takes {per_rank} B of weights; expected less (add --tp ranks)")
-    fraction_used = args.mem_fraction_static
-    rule = ""
-    if fraction_used is None:
-        fraction_used = default_mem_fraction_static(
-            gpu.hbm_bytes, tp=tp, mla=_uses_mla(arch),
-            max_running_requests=args.max_running_requests,
-        )
-        rule = ", SGLang's default rule"
-    fields = {
+    fields: dict[str, Any] = {
         "pre_model_load_free_bytes": gpu.hbm_bytes,
         "post_weights_free_bytes": gpu.hbm_bytes - per_rank,
-        "mem_fraction_static": fraction_used,
+        # The GPU's total and the ranks feed SGLang's default rule when no fraction is given.
+        "gpu_memory_bytes": gpu.hbm_bytes,
+        "tp_size": tp,
     }
-    words = (f"{gpu.name}, weights {per_rank} B a rank, mem_fraction_static "
-             f"{fraction_used:g}{rule}")
+    if args.mem_fraction_static is not None:
+        fields["mem_fraction_static"] = args.mem_fraction_static
+    fraction = ("SGLang's default rule" if args.mem_fraction_static is None
+                else f"{args.mem_fraction_static:g}")
+    words = f"{gpu.name}, weights {per_rank} B a rank, mem_fraction_static {fraction}"
     return fields, None, words
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hisparse_plan.adapters.sglang.defaults import default_mem_fraction_static
 from hisparse_plan.adapters.sglang.pool_kwargs import pool_kwargs
 from hisparse_plan.adapters.sglang.report import layer_id, report
 from hisparse_plan.adapters.sglang.request import (
@@ -24,7 +23,8 @@ from hisparse_plan.errors import HisparsePlanError
 
 
 def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
-    """A reference case (`{"config": dict or path, "server_args": {...}, "memory": {...}}`)
+    """A reference case (`{"config": dict or path, "server_args": {...}, "memory": {...}}`,
+    optionally `"gpu": {"total_memory_bytes": N}` for SGLang's default mem_fraction_static)
     planned as SGLang would size it, as the reference report; a refusal is `{"error":
     message}`."""
     from hisparse_plan.targets.sglang import plan_sglang
@@ -33,14 +33,14 @@ def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("config", "server_args", "memory"):
             if key not in case:
                 raise HisparsePlanError(f"{key}: missing; expected in a case")
-        request = request_from_server_args(case["config"], case["server_args"], case["memory"])
+        request = request_from_server_args(case["config"], case["server_args"], case["memory"],
+                                           gpu=case.get("gpu"))
         return report(plan_sglang(request))
     except (HisparsePlanError, ValidationError, OSError, ValueError) as error:
         return {"error": f"{type(error).__name__}: {error}"}
 
 
 __all__ = [
-    "default_mem_fraction_static",
     "layer_id",
     "pool_kwargs",
     "report",

@@ -38,11 +38,16 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "max_mamba_cache_size": "max_mamba_cache_size",
     "mamba_ssm_dtype": "mamba_ssm_dtype",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "tp_size": "tp_size",
+    "chunked_prefill_size": "chunked_prefill_size",
+    "disable_decode_cuda_graph": "disable_decode_cuda_graph",
+    "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
     "enable_hisparse": "enable_hisparse",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
-LAYER_ARGS: Final = frozenset({"tp_size", "hisparse_config"})
-"""Server arguments read here rather than copied: the layers' split, HiSparse's JSON."""
+LAYER_ARGS: Final = frozenset({"hisparse_config"})
+"""Server arguments read here rather than copied: HiSparse's JSON. (`tp_size` is copied, and
+also splits the layers' heads.)"""
 HISPARSE_CONFIG: Final[dict[str, str]] = {
     "top_k": "hisparse_top_k",
     "device_buffer_size": "hisparse_device_buffer_size",
@@ -82,7 +87,7 @@ def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
 
 def settings_from_server_args(
     server_args: Mapping[str, Any], memory: Mapping[str, Any] | None = None,
-    *, context_length: int | None = None,
+    *, context_length: int | None = None, gpu: Mapping[str, Any] | None = None,
 ) -> SGLangSettings:
     """SGLangSettings from SGLang's server arguments (`page_size`, `kv_cache_dtype`,
     `hisparse_config`, ...) and a case's memory figures (`pre_model_load_free_bytes` with
@@ -101,6 +106,8 @@ def settings_from_server_args(
             raise PlanError(f"server_args.{key}: not an argument the SGLang plan reads; "
                             f"expected one of {known}", field=f"server_args.{key}")
     fields.setdefault("context_length", context_length)
+    if gpu is not None and gpu.get("total_memory_bytes") is not None:
+        fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]
     for key in ("pre_model_load_free_bytes", "post_weights_free_bytes"):
         if memory is not None and key in memory:
             fields[key] = memory[key]
@@ -159,6 +166,8 @@ def request_from_server_args(
     config: Mapping[str, Any] | str | Path | Architecture,
     server_args: Mapping[str, Any],
     memory: Mapping[str, Any],
+    *,
+    gpu: Mapping[str, Any] | None = None,
 ) -> PlanRequest:
     """The request for a model (a config.json dict or path, or an architecture) served with
     SGLang's `server_args` (`tp_size` splits the heads) on `memory`: either
@@ -168,7 +177,7 @@ def request_from_server_args(
     else:
         arch = model_of_case(config)
     engine = settings_from_server_args(
-        server_args, memory, context_length=arch.max_position_embeddings
+        server_args, memory, context_length=arch.max_position_embeddings, gpu=gpu
     )
     tp = server_args.get("tp_size")
     tp = 1 if tp is None else tp

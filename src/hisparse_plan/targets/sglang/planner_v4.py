@@ -59,7 +59,8 @@ def plan_deepseek_v4(
     sizing_v4.refuse_v4_settings(settings)
     model = read_v4_model(request)
     page = sizing_v4.v4_page_size(settings)
-    rest_gb, fraction = sizing.rest_memory_gb(settings, request.device.available_bytes)
+    rest_gb, fraction = sizing.rest_memory_gb(
+        settings, request.device.available_bytes, sizing_v4.v4_static_fraction(settings))
     available = sizing.kv_budget_bytes(rest_gb)
     ratio = sizing_v4.v4_swa_ratio(settings)
     coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)

@@ -225,3 +225,17 @@ def refuse_v4_settings(settings: SGLangSettings) -> None:
             "and paged host pool) is not planned yet; expected false, got true",
             field="engine.enable_hisparse",
         )
+
+
+def v4_static_fraction(settings: SGLangSettings) -> float | None:
+    """The mem_fraction_static for DeepSeek-V4: only a given one. SGLang's default rule runs
+    with V4's own graph settings, which are not modelled here, so it is refused rather than
+    guessed."""
+    if settings.mem_fraction_static is None and settings.gpu_memory_bytes is not None:
+        raise UnsupportedRequestError(
+            "engine.mem_fraction_static: SGLang's default fraction for DeepSeek-V4 is not "
+            "planned (its graph settings differ); expected mem_fraction_static "
+            "(--mem-fraction-static), got none",
+            field="engine.mem_fraction_static",
+        )
+    return settings.mem_fraction_static
