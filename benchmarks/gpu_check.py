@@ -28,6 +28,10 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
 11. A shared host pool (host_pool_name) across two processes, each pinning its own mapping:
    writes through one process's pinned mapping from the GPU are read by the other's, both
    ways; nothing is left in /dev/shm after both release.
+13. SGLang plans on the GPU: DeepSeek-V3.2-like DSA layers with HiSparse (per-layer latent and
+   index buffers on the GPU, the pinned host pool in chunks) and Llama-like MHA layers (K/V
+   halves of one buffer): allocated, SGLang's buffers bound on the GPU, every page verified,
+   a host page copied to the GPU and back, released with nothing left pinned.
 12. Regular plans on the GPU: the Qwen3-Next golden plan (Mamba pages padded to the attention
    page) and one stage of the Llama-3-70B four-stage golden plan, each with --device-gib per
    pool, allocated and verified (a sample of blocks); a layer of another stage is refused.
@@ -433,6 +437,64 @@ def regular_plans(device_bytes: int, device: str) -> None:
             check("a layer of stage 0 is refused by stage 1's pools", False)
 
 
+def sglang_request(layers: dict[str, Any], budget: int, **engine: Any) -> hp.PlanRequest:  # noqa: ANN401
+    engine.setdefault("context_length", 4096)
+    return hp.PlanRequest.model_validate({
+        "layers": layers, "model": {"max_model_len": engine["context_length"]},
+        "device": {"available_bytes": budget}, "engine": {"name": "sglang", **engine},
+    })
+
+
+def sglang_plans(device: str) -> None:
+    latent = {"kind": "mla", "block_size": 64, "head_size": 576, "dtype": "uint8",
+              "cache_dtype": "fp8_ds_mla", "state_content_bytes": 656}
+    indexer = {"kind": "mla", "block_size": 64, "head_size": 132, "dtype": "uint8",
+               "cache_role": "indexer"}
+    dsa = {}
+    for i in range(4):
+        dsa[f"model.layers.{i}.self_attn.attn"] = latent
+        dsa[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    mha = {f"model.layers.{i}.self_attn.attn": {
+        "kind": "full_attention", "block_size": 16, "num_kv_heads": 8, "head_size": 128,
+        "dtype": "bfloat16"} for i in range(4)}
+    cases = {
+        "DSA + HiSparse": sglang_request(dsa, GIB, enable_hisparse=True),
+        "MHA": sglang_request(mha, GIB, page_size=16),
+    }
+    for name, request in cases.items():
+        plan = hp.plan_for_engine(request)
+        assert isinstance(plan, hp.SGLangPlan)
+        with allocate(plan, device=device, pin=True, register_chunk_bytes=GIB // 4) as pools:
+            buffers = pools.buffers()
+            on_gpu = [t for (pool, _, _), t in buffers.items()
+                      if any(p.name == pool and p.location == "device" for p in plan.pools)]
+            check(f"SGLang {name}: device buffers bound on the GPU",
+                  bool(on_gpu) and all(t.device.type == "cuda" for t in on_gpu),
+                  f"{len(buffers)} buffers, {pools.summary()}")
+            if plan.hisparse is not None:
+                host = next(t for (pool, _, _), t in buffers.items() if pool == "hisparse_host")
+                check(f"SGLang {name}: the host pool is pinned", bool(host.is_pinned()),
+                      f"{len(pools.chunks)} chunks")
+                page = host[0, 64:128].contiguous() if host.dim() > 2 else host[64:128]
+                page.view(torch.uint8).copy_(torch.randint(0, 256, page.view(torch.uint8).shape,
+                                                           dtype=torch.uint8))
+                back = page.to(device).cpu()
+                check(f"SGLang {name}: a host page goes to the GPU and back", torch.equal(
+                    back.view(torch.uint8), page.view(torch.uint8)))
+            report = verify(plan, pools)
+            check(f"SGLang {name}: verify, every page", not report.sampled,
+                  f"{report.pages} page ranges, {report.bytes / 1e6:.1f} MB in "
+                  f"{report.seconds:.2f} s")
+            chunks = pools.chunks
+            kept = None if plan.hisparse is None else next(
+                t for (pool, _, _), t in buffers.items() if pool == "hisparse_host")
+        registrar = CudaRegistrar(torch.device(device).index or 0)
+        if kept is not None:
+            left = [registered(registrar, kept.data_ptr() + c.start, c.nbytes) for c in chunks]
+            check(f"SGLang {name}: nothing left registered after release", not any(left),
+                  f"registered {left}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host-gib", type=float, default=8.0)
@@ -460,6 +522,7 @@ def main() -> int:
         ("versus torch pinned", lambda: versus_torch_pinned(int(args.host_gib * GIB),
                                                             args.device)),
         ("regular plans", lambda: regular_plans(int(args.device_gib * GIB), args.device)),
+        ("SGLang plans", lambda: sglang_plans(args.device)),
         ("meta", meta_golden),
     ]
     failed: list[str] = []
