@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.plan import KVCacheTensor
-from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.presets import Settings, build_request, load_preset
 from hisparse_plan.targets.sglang import plan_sglang
+from test_sglang_target import pool, tensor
 
 GIB = 1 << 30
 TP8: dict[str, Any] = {"mem_fraction_static": 0.9, "pre_model_load_free_bytes": 149_250_113_536,
@@ -39,12 +39,6 @@ def v4_request(available: int = 0, **engine: Any) -> PlanRequest:
     return PlanRequest.model_validate(data)
 
 
-def pool(plan: SGLangPlan, name: str) -> Pool:
-    return next(p for p in plan.pools if p.name == name)
-
-
-def tensor(plan: SGLangPlan, name: str) -> KVCacheTensor:
-    return next(t for t in plan.tensors if t.pool == name)
 
 
 def layer_ids(t: KVCacheTensor) -> list[int]:

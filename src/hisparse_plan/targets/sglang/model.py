@@ -28,6 +28,17 @@ ROPE_HEAD_DIM = 64
 kv_lora_rank."""
 
 
+def refuse_promoted_window(name: str, spec: MLASpec) -> None:
+    """An MLA layer that remembers a window was promoted to full blocks by vLLM's one-manager
+    mode; SGLang keeps windows in pools of their own, so the request is vLLM's."""
+    if spec.sliding_window is not None:
+        raise UnsupportedRequestError(
+            f"{_field(name)}.sliding_window: a window MLA layer promoted to full blocks is "
+            "vLLM's; expected null for SGLang",
+            field=f"{_field(name)}.sliding_window",
+        )
+
+
 @dataclass(frozen=True)
 class HeadGroup:
     """Layers of one MHA pool: K and V rows of `heads` x `head_dim` / `v_head_dim` elements."""
@@ -261,12 +272,7 @@ def _sort_layer(
         swa[0].append(name)
         swa[1].append(spec)
     elif isinstance(spec, MLASpec):
-        if spec.sliding_window is not None:
-            raise UnsupportedRequestError(
-                f"{_field(name)}.sliding_window: a window MLA layer promoted to full blocks "
-                "is not planned for SGLang; expected null",
-                field=f"{_field(name)}.sliding_window",
-            )
+        refuse_promoted_window(name, spec)
         (index if spec.cache_role == "indexer" else sparse).append((name, spec))
     elif isinstance(spec, MambaSpec):
         mamba[0].append(name)

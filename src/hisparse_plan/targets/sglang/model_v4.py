@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.layer_specs import LayerSpec, MLASpec, SlidingWindowMLASpec
 from hisparse_plan.models.request import PlanRequest
+from hisparse_plan.targets.sglang.model import _field, refuse_promoted_window
 
 V4_VERSION = "deepseek_v4"
 ROPE_DIM = 64
@@ -31,10 +32,6 @@ RATIOS = (4, 128)
 2 are not planned)."""
 STATE_DTYPE = "float32"
 """SGLang's compressor-state element type unless SGLANG_DSV4_COMPRESS_STATE_DTYPE says otherwise."""
-
-
-def _field(name: str) -> str:
-    return f"layers[{name!r}]"
 
 
 def state_overlap(ratio: int) -> int:
@@ -126,12 +123,7 @@ def _sort_v4_layer(name: str, spec: LayerSpec, out: _Sorted) -> None:
             out.states.append((name, spec))
         return
     if isinstance(spec, MLASpec):
-        if spec.sliding_window is not None:
-            raise UnsupportedRequestError(
-                f"{_field(name)}.sliding_window: a window cache promoted to full blocks is "
-                "vLLM's; expected null for SGLang",
-                field=f"{_field(name)}.sliding_window",
-            )
+        refuse_promoted_window(name, spec)
         if spec.model_version != V4_VERSION:
             out.index_keys.append((name, spec))
             return
