@@ -278,9 +278,11 @@ def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
 
 def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str, Any]:
     try:
-        return func(case)
+        report = func(case)
     except Exception as exc:  # a refusal of our planner is a PlanError; report any
         return {"refused": f"{type(exc).__name__}: {exc}"}
+    # report_for_case gives a refusal as {"error": message}.
+    return {"refused": report["error"]} if "error" in report else report
 
 
 def fixed_case(path: Path) -> Case:

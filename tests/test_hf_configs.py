@@ -321,3 +321,21 @@ def test_plain_mla_takes_an_fp8_cache(cli: Run) -> None:
         assert code == 0, err
         pages.append(json.loads(out)["groups"][0]["spec"]["page_size_bytes"])
     assert pages == [64 * 576 * 2, 64 * 576]
+
+
+@pytest.mark.parametrize(("weights", "cache"), [
+    ("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "bfloat16"), (None, "bfloat16"),
+])
+def test_auto_caches_take_the_models_dtype(weights: str | None, cache: str) -> None:
+    """`auto` is the model's own dtype, as vLLM and SGLang resolve it: a float16 checkpoint
+    keeps float16 caches (same bytes as bfloat16, another element type); float32 runs in
+    bfloat16."""
+    config = json.loads((CONFIGS / "llama-3.1-8b-instruct" / "config.json").read_text())
+    config.pop("torch_dtype", None)
+    if weights is not None:
+        config["torch_dtype"] = weights
+    arch = model_from_config(config, origin="config.json", use_transformers=False)
+    request = build_request(arch, Settings(max_model_len=4096))
+    assert {getattr(spec, "dtype", None) for spec in request.layers.values()} == {cache}
+    fp8 = build_request(arch, Settings(max_model_len=4096, kv_dtype="fp8_e4m3"))
+    assert {getattr(spec, "dtype", None) for spec in fp8.layers.values()} == {"uint8"}

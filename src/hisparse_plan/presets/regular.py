@@ -87,6 +87,10 @@ class RegularArchitecture(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
 
     model_type: str | None = None
+    torch_dtype: str | None = None
+    dtype: str | None = None
+    """The weights' dtype (`torch_dtype`, or transformers 5's `dtype`): a float16 model keeps
+    float16 caches under `auto`, anything else bfloat16 (vLLM's auto dtype)."""
     num_hidden_layers: PositiveInt
     num_attention_heads: PositiveInt
     num_key_value_heads: PositiveInt
@@ -115,6 +119,12 @@ class RegularArchitecture(BaseModel):
     the kinds follow from the fields above."""
     mamba: MambaGeometry | None = None
     layer_names: LayerNames = LayerNames()
+
+    @property
+    def auto_cache_dtype(self) -> Literal["bfloat16", "float16"]:
+        """The cache dtype `auto` gives: the model's own for float16 models, else bfloat16
+        (vLLM and SGLang run float32 checkpoints in bfloat16)."""
+        return "float16" if (self.torch_dtype or self.dtype) == "float16" else "bfloat16"
 
     @property
     def compressed_mla(self) -> bool:

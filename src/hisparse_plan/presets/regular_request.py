@@ -66,7 +66,8 @@ NOT_FOR_REGULAR: Final = {
 def build_regular_request(arch: RegularArchitecture, settings: Settings) -> PlanRequest:
     kinds = arch.layer_kinds()
     refuse_unplannable(settings, REGULAR_DTYPES, "its layers are regular attention or plain MLA")
-    cache_dtype: DType = DTYPE if settings.kv_dtype in (None, DTYPE) else FP8_STORAGE
+    cache_dtype: DType = (arch.auto_cache_dtype if settings.kv_dtype is None
+                          else DTYPE if settings.kv_dtype == DTYPE else FP8_STORAGE)
     tp = settings.tp or 1
     max_model_len = context_length(arch.max_position_embeddings, settings)
     if "mla" in kinds:
