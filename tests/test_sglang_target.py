@@ -65,7 +65,9 @@ def request(
 
 
 def golden(name: str, **engine: Any) -> PlanRequest:
+    """A golden request's layers for SGLang (its vLLM-only HiSparse section dropped)."""
     data = json.loads((GOLDEN / f"{name}.request.json").read_text())
+    data["hisparse"] = None
     data["engine"] = {"name": "sglang", **engine}
     return PlanRequest.model_validate(data)
 
@@ -163,7 +165,6 @@ def test_deepseek_v32_cell_size() -> None:
     assert plan.max_total_num_tokens == 60 * GIB // 48_068 // 64 * 64
     trtllm = plan_sglang(golden("deepseek_v32_fp8", context_length=163840, dsa_backend="trtllm"))
     assert trtllm.budget.cell_size_bytes == 43_188
-    assert plan.warnings  # vLLM's hisparse settings are ignored, and said so
 
 
 def test_hisparse_pools() -> None:
@@ -590,3 +591,16 @@ def test_reference_qwen3_next_tp1_small() -> None:
     assert plan.budget.available_bytes == 1_899_692_032
     assert (plan.max_total_num_tokens, plan.max_running_requests) == (77_298, 6)
     assert view(plan, "mamba_conv0", "conv[0]").shape == [36, 31, 8192, 3]
+
+
+def test_vllm_only_sections_are_refused_not_ignored() -> None:
+    data = json.loads((GOLDEN / "deepseek_v32_fp8.request.json").read_text())
+    data["engine"] = {"name": "sglang", "context_length": 163840}
+    with pytest.raises(UnsupportedRequestError, match="enable_hisparse") as caught:
+        plan_sglang(PlanRequest.model_validate(data))
+    assert caught.value.field == "hisparse"
+    data["hisparse"] = None
+    data["device"]["num_blocks_override"] = 1000
+    with pytest.raises(UnsupportedRequestError, match="max_total_tokens") as caught:
+        plan_sglang(PlanRequest.model_validate(data))
+    assert caught.value.field == "device.num_blocks_override"

@@ -55,20 +55,23 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
     return request.engine
 
 
-def ignored_fields(request: PlanRequest) -> list[str]:
-    """vLLM-only fields of the request that an SGLang plan does not read, as warnings."""
-    warnings = []
+def refuse_vllm_sections(request: PlanRequest) -> None:
+    """vLLM-only sections have no SGLang meaning: HiSparse on SGLang is engine.enable_hisparse
+    (its host pool follows host_to_device_ratio, not a GiB budget), and SGLang's tokens are
+    capped by engine.max_total_tokens, not a block count. Reading them silently would plan
+    something else than asked."""
     if request.hisparse is not None:
-        warnings.append(
-            "hisparse: vLLM's HiSparse settings are ignored for SGLang; SGLang's are "
-            "engine.enable_hisparse and engine.hisparse_*"
+        raise UnsupportedRequestError(
+            "hisparse: vLLM's HiSparse settings do not apply to SGLang; expected null, and "
+            "engine.enable_hisparse with engine.hisparse_* for SGLang's HiSparse",
+            field="hisparse",
         )
     if request.device.num_blocks_override is not None:
-        warnings.append(
-            "device.num_blocks_override is ignored for SGLang; engine.max_total_tokens caps "
-            "its tokens"
+        raise UnsupportedRequestError(
+            "device.num_blocks_override: vLLM's block count does not apply to SGLang; expected "
+            "null, and engine.max_total_tokens to cap SGLang's tokens",
+            field="device.num_blocks_override",
         )
-    return warnings
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,9 @@ def plan_sglang(request: PlanRequest) -> SGLangPlan:
     as its classes do, and count how many context_length requests they hold. DeepSeek-V4
     requests take SGLang's own V4 path (planner_v4)."""
     settings = sglang_settings(request)
+    refuse_vllm_sections(request)
     if is_deepseek_v4(request):
-        return plan_deepseek_v4(request, settings, ignored_fields(request))
+        return plan_deepseek_v4(request, settings)
     model = read_model(request)
     _refuse_hisparse_without_dsa(settings, model)
     if settings.enable_hisparse:
@@ -216,5 +220,4 @@ def plan_sglang(request: PlanRequest) -> SGLangPlan:
         ),
         hisparse=hisparse,
         capacity=capacity,
-        warnings=ignored_fields(request),
     )

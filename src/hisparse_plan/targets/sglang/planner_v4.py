@@ -49,7 +49,7 @@ def _place_v4(
 
 
 def plan_deepseek_v4(
-    request: PlanRequest, settings: SGLangSettings, warnings: list[str]
+    request: PlanRequest, settings: SGLangSettings
 ) -> SGLangPlan:
     """SGLang's DeepSeek-V4 plan: the budget as for any model, less the c128 state rings of the
     requested running requests, split by the per-full-token coefficient into full tokens; the
@@ -106,5 +106,4 @@ def plan_deepseek_v4(
             fixed_bytes=fixed,
         ),
         capacity=capacity,
-        warnings=warnings,
     )
