@@ -3,7 +3,7 @@ parallel sizes, models and the settings the rule reads.
 
 Run in the SGLang venv with the project's src on the path:
 
-    PYTHONPATH=/work/sglang-research/stubs:benchmarks:src /work/sglang/bin/python \\
+    PYTHONPATH=benchmarks/sglang_stubs:benchmarks:src /work/sglang/bin/python \\
         benchmarks/sglang_fraction_sweep.py [--quick]
 
 For every point SGLang resolves its ServerArgs (``sglang_reference.memory_defaults``: the
