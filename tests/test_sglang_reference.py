@@ -113,3 +113,29 @@ def test_hisparse_index_covers_host_tokens_and_host_pool_is_layer_first() -> Non
     assert host["location"] == "host"
     assert host["tokens"] == 4160
     assert host["buffers"][0]["shape"] == [61, 4160, 1, 656]
+
+
+@pytest.mark.parametrize("case", ["dsv32_tp8_hisparse", "gptoss120b_tp1_small",
+                                  "qwen3next_tp1_small"])
+def test_a_request_from_sglangs_own_server_args_plans_what_sglang_allocates(
+    case: str, tmp_path: Path
+) -> None:
+    """SGLang's resolved ServerArgs object, read by `request_from_sglang`, plans to SGLang's
+    own report."""
+    import json
+
+    from hisparse_plan.adapters.sglang import report, request_from_sglang
+    from hisparse_plan.targets.sglang import plan_sglang
+
+    data = json.loads((BENCHMARKS / "sglang_cases" / f"{case}.json").read_text())
+    config = reference._load_config(data["config"])
+    model_dir = reference._write_model_dir(config, tmp_path)
+    server_args = reference._resolve(data, model_dir, [])
+    ours = report(plan_sglang(request_from_sglang(server_args, data["memory"],
+                                                  gpu=data.get("gpu"))))
+    theirs = _report(data)
+    assert {k: ours[k] for k in ("page_size", "max_total_num_tokens", "max_running_requests",
+                                 "pools")} == {k: theirs[k] for k in ("page_size",
+                                                                      "max_total_num_tokens",
+                                                                      "max_running_requests",
+                                                                      "pools")}

@@ -1,4 +1,5 @@
-"""hisparse_plan for SGLang 0.5.23: requests from SGLang's server arguments, plans as the
+"""hisparse_plan for SGLang 0.5.23: requests from SGLang's server arguments (a dict, or its
+own ServerArgs object: `request_from_sglang`), plans as the
 reference report SGLang's own pools give (`report`), and the keyword arguments SGLang's pool
 classes take for a plan (`pool_kwargs`).
 
@@ -18,6 +19,11 @@ from hisparse_plan.adapters.sglang.request import (
     request_from_server_args,
     settings_from_server_args,
     sglang_request,
+)
+from hisparse_plan.adapters.sglang.server_args import (
+    request_from_sglang,
+    server_args_mapping,
+    settings_from_sglang,
 )
 from hisparse_plan.errors import HisparsePlanError
 
@@ -46,6 +52,9 @@ __all__ = [
     "report",
     "report_for_case",
     "request_from_server_args",
+    "request_from_sglang",
+    "server_args_mapping",
     "settings_from_server_args",
+    "settings_from_sglang",
     "sglang_request",
 ]
