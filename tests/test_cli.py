@@ -331,7 +331,10 @@ def test_schema(cli: Run) -> None:
     assert schemas == {
         "request": draft | hp.PlanRequest.model_json_schema(),
         "plan": draft | hp.KVCachePlan.model_json_schema(mode="serialization"),
+        "sglang-plan": draft | hp.SGLangPlan.model_json_schema(mode="serialization"),
     }
+    code, out, _ = cli("schema", "sglang-plan")
+    assert json.loads(out)["title"] == "SGLangPlan"
     code, out, _ = cli("schema", "request", "--json")
     assert json.loads(out)["title"] == "PlanRequest"
 

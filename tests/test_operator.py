@@ -368,11 +368,13 @@ def test_explain_starts_from_the_config_fields() -> None:
 
 def test_schemas_describe_the_contracts() -> None:
     schemas = json_schemas()
-    assert set(schemas) == {"request", "plan"}
+    assert set(schemas) == {"request", "plan", "sglang-plan"}
     assert {"layers", "model", "hisparse", "device", "scheduler"} <= set(
         schemas["request"]["properties"])
-    assert {"num_blocks", "groups", "tensors", "host_pool", "capacity"} <= set(
+    assert {"num_blocks", "groups", "tensors", "host_pool", "capacity", "pools"} <= set(
         schemas["plan"]["properties"])
+    assert {"pools", "tensors", "max_total_num_tokens", "req_to_token"} <= set(
+        schemas["sglang-plan"]["properties"])
 
 
 def test_tune_results_are_tagged() -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.models.sglang_plan import SGLangPlan
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
-    """{"request": ..., "plan": ...}: what `PlanRequest` accepts and what a plan dumps to."""
+    """{"request": ..., "plan": ..., "sglang-plan": ...}: what `PlanRequest` accepts, and what
+    a vLLM plan and an SGLang plan dump to."""
     return {
         "request": PlanRequest.model_json_schema(mode="validation"),
         "plan": KVCachePlan.model_json_schema(mode="serialization"),
+        "sglang-plan": SGLangPlan.model_json_schema(mode="serialization"),
     }

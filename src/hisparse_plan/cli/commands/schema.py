@@ -14,8 +14,11 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("which", nargs="?", choices=("request", "plan", "all"), default="all",
-                        help="one schema, or both as {\"request\": ..., \"plan\": ...} (default)")
+    parser.add_argument("which", nargs="?", choices=("request", "plan", "sglang-plan", "all"),
+                        default="all",
+                        help="one schema (plan: vLLM's; sglang-plan: SGLang's), or all as "
+                             "{\"request\": ..., \"plan\": ..., \"sglang-plan\": ...} "
+                             "(default)")
     parser.add_argument("--json", action="store_true",
                         help="accepted for symmetry: a schema is always JSON")
 
@@ -35,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
 COMMAND = Command(
     name="schema",
     help="JSON Schema of the plan request and of the plan",
-    description="Print the JSON Schema (draft 2020-12) of a plan request and of a plan.",
+    description="Print the JSON Schema (draft 2020-12) of a plan request and of a plan (vLLM's "
+    "and SGLang's).",
     configure=configure,
     run=run,
 )
