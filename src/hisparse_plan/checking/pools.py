@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from math import prod
 from typing import Literal
 
 from hisparse_plan.checking.geometry import prove_disjoint
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.plan import DevicePool, HostPool, KVCacheTensor
-from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView, Pool, vllm_pool_name
+from hisparse_plan.models.pools import BufferView, Pool, vllm_pool_name
 from hisparse_plan.views import Train
 
 ONE_GROUP = 0
@@ -118,12 +117,7 @@ def check_view_inside(index: int, tensor: KVCacheTensor, view: BufferView, pool:
             f"{len(view.strides)} strides; expected one stride per dim",
             tensor=index, layer=tensor.layers[0],
         )
-    itemsize = BUFFER_DTYPE_SIZE[view.dtype]
-    if prod(view.shape) == 0:
-        return
-    last = view.storage_offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides,
-                                                                  strict=True))
-    end = (last + 1) * itemsize
+    end = view.end_byte
     if end > pool.size or end > INT64_MAX:
         raise PlanInvariantError(
             f"tensors[{index}] view {view.name!r} ends at byte {end}, past its pool "

@@ -110,13 +110,8 @@ def _vllm_figures(args: argparse.Namespace) -> Figures:
 
 def sglang_device_bytes(plan: SGLangPlan) -> int:
     """Bytes of every device pool (a per-layer pool once per layer)."""
-    total = 0
-    for pool in plan.pools:
-        if pool.location != "device":
-            continue
-        layers = next((len(t.layers) for t in plan.tensors if t.pool == pool.name), 1)
-        total += pool.size * (layers if pool.allocation == "per_layer" else 1)
-    return total
+    return sum(pool.size * len(plan.allocation_layers(pool)) for pool in plan.pools
+               if pool.location == "device")
 
 
 def sglang_host_bytes(plan: SGLangPlan) -> int | None:

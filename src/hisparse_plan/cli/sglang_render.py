@@ -23,7 +23,7 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
     for pool in plan.pools:
         tensor = tensors.get(pool.name)
         layers = len(tensor.layers) if tensor is not None else 1
-        count = layers if pool.allocation == "per_layer" else 1
+        count = len(plan.allocation_layers(pool))
         tokens = (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
         pools.append([
             pool.name, pool.location, str(tokens), str(layers),

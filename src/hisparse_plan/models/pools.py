@@ -3,6 +3,7 @@ for any engine (see docs/plan-contract.md#pools)."""
 
 from __future__ import annotations
 
+from math import prod
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, StringConstraints
@@ -80,6 +81,16 @@ class BufferView(Model):
     storage_offset: Elements = Field(
         description="Elements from the allocation's start to element [0, ..., 0]."
     )
+
+    @property
+    def end_byte(self) -> int:
+        """Bytes from the allocation's start to the end of the last element (0 for an empty
+        view). Shape and strides must be of one length, which check_plan proves first."""
+        if prod(self.shape) == 0:
+            return 0
+        last = self.storage_offset + sum(
+            (extent - 1) * stride for extent, stride in zip(self.shape, self.strides, strict=True))
+        return (last + 1) * BUFFER_DTYPE_SIZE[self.dtype]
 
 
 def vllm_pool_name(location: Literal["device", "host"], stage: int, stages: int) -> str:

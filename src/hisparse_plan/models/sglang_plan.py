@@ -98,3 +98,14 @@ class SGLangPlan(Model):
         default_factory=list, validate_default=True,
         description="Conditions that plan but waste memory.",
     )
+
+    def allocation_layers(self, pool: Pool) -> list[str | None]:
+        """Who owns each allocation of `pool`: every layer of its tensors, in plan order, for a
+        per-layer pool; `[None]` (one allocation for all) for a whole pool."""
+        if pool.allocation == "whole":
+            return [None]
+        layers: dict[str | None, None] = {}
+        for tensor in self.tensors:
+            if tensor.pool == pool.name:
+                layers.update(dict.fromkeys(tensor.layers))
+        return list(layers)

@@ -262,15 +262,8 @@ def allocate(
             host_pool_name=host_pool_name, numa_node=numa_node, progress=progress, stage=stage,
             lock_timeout_s=lock_timeout_s,
         )
-    check_sound(plan)
-    target = parse_device(device)
-    check_pin(pin, target, own_registrar=registrar is not None)
-    threads = default_prefault_threads() if prefault_threads is None else prefault_threads
-    if threads < 0:
-        raise BackendError(f"prefault_threads is {threads}; expected 0 (no prefault) or more")
-    if numa_node is not None and numa_node < 0:
-        raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
-                           "node number, 0 or more")
+    target, threads = checked_arguments(plan, device, pin, registrar, prefault_threads,
+                                        numa_node)
     index = resolve_stage(plan, stage)
     check_shared(plan, host_pool_name, target)
     host_bytes = None
@@ -311,6 +304,25 @@ def allocate(
         guarded(state, lambda buffer: register(
             state, Registration(buffer.address, pinning), chunks, threads, progress))
     return _done(plan, state, device_pool, index)
+
+
+def checked_arguments(
+    plan: KVCachePlan | SGLangPlan, device: str, pin: bool, registrar: Registrar | None,
+    prefault_threads: int | None, numa_node: int | None,
+) -> tuple[torch.device, int]:
+    """What `allocate` refuses before anything else, for either engine's plan: an unsound
+    plan, an unknown device, pinning without CUDA, a negative thread count or NUMA node. Gives
+    the device and the prefault threads (default up to 8)."""
+    check_sound(plan)
+    target = parse_device(device)
+    check_pin(pin, target, own_registrar=registrar is not None)
+    threads = default_prefault_threads() if prefault_threads is None else prefault_threads
+    if threads < 0:
+        raise BackendError(f"prefault_threads is {threads}; expected 0 (no prefault) or more")
+    if numa_node is not None and numa_node < 0:
+        raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
+                           "node number, 0 or more")
+    return target, threads
 
 
 def check_sound(plan: KVCachePlan | SGLangPlan) -> None:

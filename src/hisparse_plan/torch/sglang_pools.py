@@ -13,7 +13,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from math import prod
 from types import TracebackType
 
 import torch
@@ -24,12 +23,10 @@ from hisparse_plan.rules.arith import round_up
 from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, plan_chunks
 from hisparse_plan.torch.devices import (
     allocate_device_pool,
-    check_pin,
-    parse_device,
     pin_device_index,
 )
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.host import OS_PAGE, HostBuffer, MetaHostBuffer, default_prefault_threads
+from hisparse_plan.torch.host import OS_PAGE, HostBuffer, MetaHostBuffer
 from hisparse_plan.torch.hostmem import (
     DEVICE_POOL_ADVICE,
     HOST_POOL_ADVICE,
@@ -40,7 +37,7 @@ from hisparse_plan.torch.hostmem import (
 from hisparse_plan.torch.hostpool import HostState, describe, suppress_close_errors
 from hisparse_plan.torch.locks import DEFAULT_LOCK_TIMEOUT_S
 from hisparse_plan.torch.pools import (
-    check_sound,
+    checked_arguments,
     guarded,
     place_and_prefault,
     register,
@@ -104,16 +101,7 @@ def describe_allocation(key: AllocationKey) -> str:
 def allocations(plan: SGLangPlan, pools: Sequence[Pool]) -> list[AllocationKey]:
     """The allocations of `pools`, in plan order: one per layer of a per-layer pool's tensors,
     one for a whole pool."""
-    keys: list[AllocationKey] = []
-    for pool in pools:
-        if pool.allocation == "whole":
-            keys.append((pool.name, None))
-            continue
-        for tensor in plan.tensors:
-            if tensor.pool == pool.name:
-                keys.extend((pool.name, layer) for layer in tensor.layers
-                            if (pool.name, layer) not in keys)
-    return keys
+    return [(pool.name, layer) for pool in pools for layer in plan.allocation_layers(pool)]
 
 
 def page_trains(plan: SGLangPlan) -> list[PageTrain]:
@@ -149,15 +137,6 @@ def placed_views(plan: SGLangPlan) -> list[PlacedView]:
     return placed
 
 
-def view_end(view: BufferView) -> int:
-    """Bytes from the allocation's start to the end of the view's last element (0 if empty)."""
-    if prod(view.shape) == 0:
-        return 0
-    last = view.storage_offset + sum(
-        (extent - 1) * stride for extent, stride in zip(view.shape, view.strides, strict=True))
-    return (last + 1) * BUFFER_DTYPE_SIZE[view.dtype]
-
-
 def bind_buffer(placed: PlacedView, allocation: torch.Tensor) -> torch.Tensor:
     """SGLang's tensor: the plan's dtype, shape, strides and storage offset (in elements) on
     the allocation's own storage, after proving it lies inside."""
@@ -168,7 +147,7 @@ def bind_buffer(placed: PlacedView, allocation: torch.Tensor) -> torch.Tensor:
         raise BackendError(f"{where}: {len(view.shape)} dims but {len(view.strides)} strides; "
                            "expected one stride per dim")
     nbytes = allocation.numel()
-    end = view_end(view)
+    end = view.end_byte
     if end > nbytes:
         raise BackendError(f"{where} ends at byte {end}, past the allocation's {nbytes} bytes; "
                            "expected it inside")
@@ -458,15 +437,8 @@ def allocate_sglang(
     and, with `pin`, registered in chunks that no page range crosses. `host_pool_name` shares
     the plan's one host pool, which must say `shared`. Refusals come before memory is touched:
     an unsound plan, an unknown device, too little RAM or free GPU memory."""
-    check_sound(plan)
-    target = parse_device(device)
-    check_pin(pin, target, own_registrar=registrar is not None)
-    threads = default_prefault_threads() if prefault_threads is None else prefault_threads
-    if threads < 0:
-        raise BackendError(f"prefault_threads is {threads}; expected 0 (no prefault) or more")
-    if numa_node is not None and numa_node < 0:
-        raise BackendError(f"numa_node is {numa_node}; expected None (follow the GPU) or a "
-                           "node number, 0 or more")
+    target, threads = checked_arguments(plan, device, pin, registrar, prefault_threads,
+                                        numa_node)
     index = _resolve_stage(plan, stage)
     host_pools = [pool for pool in plan.pools if pool.location == "host"]
     device_pools = [pool for pool in plan.pools
