@@ -21,8 +21,13 @@ from hisparse_plan.models.request import PlanRequest
 
 INDEX_HEAD_DIM = 128
 """Elements of one DSA index key: SGLang accepts no other."""
-INDEX_ROW_BYTES = INDEX_HEAD_DIM + INDEX_HEAD_DIM // 128 * 4
-"""Bytes of one token's index key: 128 fp8 bytes and one fp32 scale per 128 (132)."""
+def index_row_bytes(index_head_dim: int) -> int:
+    """Bytes of one token's DSA index key: fp8 values and one float32 scale per 128."""
+    return index_head_dim + index_head_dim // 128 * 4
+
+
+INDEX_ROW_BYTES = index_row_bytes(INDEX_HEAD_DIM)
+"""Bytes of one token's index key at SGLang's index_head_dim (132)."""
 ROPE_HEAD_DIM = 64
 """The rope part of a latent row (DeepSeek's and GLM's qk_rope_head_dim): the rest is the
 kv_lora_rank."""

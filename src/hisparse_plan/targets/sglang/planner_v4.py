@@ -15,6 +15,7 @@ from hisparse_plan.targets.sglang.layout import (
     v4_kv_pool,
     v4_state_pool,
 )
+from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.model_v4 import V4Model, read_v4_model
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING, V4Sizes
 
@@ -30,7 +31,7 @@ def _place_v4(
     if c4:
         slots = page // 4
         placed += v4_kv_pool("v4_c4", c4, sizes.c4, slots, page)
-        key_bytes = sizing_v4.index_bytes_per_token(model.index_head_dim)
+        key_bytes = index_row_bytes(model.index_head_dim)
         index_size = sizes.c128 * C4_INDEX_SLOTS_PER_C128
         placed += v4_index_pool(model.index_keys, index_size, slots, page, key_bytes)
         rows = sizing_v4.state_rows(sizes.c4_state, 4)

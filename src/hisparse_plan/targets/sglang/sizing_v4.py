@@ -12,6 +12,7 @@ from typing import Final
 
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.model_v4 import STATE_DTYPE, V4_ROW_BYTES, V4Model
 from hisparse_plan.targets.sglang.sizing import element_size
 
@@ -70,11 +71,6 @@ def paged_bytes_per_slot(page_size: int, ratio: int = 1) -> float:
     return v4_page_bytes(slots) / slots
 
 
-def index_bytes_per_token(index_head_dim: int) -> int:
-    """Bytes of one c4 indexer key: fp8 values and one float32 scale per 128."""
-    return index_head_dim + index_head_dim // 128 * 4
-
-
 def state_row_bytes(width: int) -> int:
     """Bytes of one compressor-state row of `width` float32 values."""
     return width * element_size(STATE_DTYPE)
@@ -99,7 +95,7 @@ def compressed_bytes_per_full_token(model: V4Model, ratio: int, page_size: int) 
     if ratio == 4:
         return (
             1 / 4 * paged_bytes_per_slot(page_size, 4)
-            + 1 / 4 * index_bytes_per_token(model.index_head_dim)
+            + 1 / 4 * index_row_bytes(model.index_head_dim)
         )
     return 1 / 128 * paged_bytes_per_slot(page_size, 128)
 
