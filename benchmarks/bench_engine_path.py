@@ -5,7 +5,8 @@ KVCacheConfig out). vLLM's: `get_global_kv_cache_groups` + `get_kv_cache_configs
 default builder, the engine's flow (tests/vllm_support.py `run_vllm`). Both get the same spec
 objects and engine config, for DeepSeek-V3.2 (HiSparse), Qwen3-Next-80B and Gemma-3-27B. The
 two are timed call by call, alternately, so a busy machine slows both alike; each figure is a
-median. Also: JSON text to plan (`PlanRequest.model_validate_json` + `plan`) for DeepSeek-V3.2.
+median. Also: JSON text to plan (`PlanRequest.model_validate_json` + `plan`) for DeepSeek-V3.2,
+with its parse, validation and planning apart and the cost of one plain pydantic model here.
 
     PYTHONPATH=src:tests /work/vllm34/bin/python benchmarks/bench_engine_path.py [--calls N]
 
@@ -25,6 +26,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import from_json
 
 import hisparse_plan as hp
 from bench_plan import golden
@@ -48,17 +52,37 @@ def timed_ns(action: Callable[[], object]) -> int:
     return time.perf_counter_ns() - start
 
 
-def json_to_plan(calls: int) -> tuple[float, float]:
-    """(median, min) microseconds of JSON text to plan for DeepSeek-V3.2."""
+class _Calibration(BaseModel):
+    """A model with nothing of ours in it: what one validated model costs on this machine."""
+
+    a: int
+    b: int
+    c: int
+    d: int
+    e: int
+
+
+def json_to_plan(calls: int) -> dict[str, float]:
+    """Median microseconds of JSON text to plan for DeepSeek-V3.2, and of its parts, timed
+    alternately: the JSON parse alone (pydantic's parser), validating the text into a request
+    (parse included), planning a validated request, and one five-field pydantic model (how fast
+    this machine validates anything)."""
     text = REQUEST.read_text()
-
-    def once() -> None:
-        hp.plan(hp.PlanRequest.model_validate_json(text))
-
-    for _ in range(20):
-        once()
-    samples = [timed_ns(once) for _ in range(calls)]
-    return statistics.median(samples) / 1e3, min(samples) / 1e3
+    request = hp.PlanRequest.model_validate_json(text)
+    actions: dict[str, Callable[[], object]] = {
+        "json to plan": lambda: hp.plan(hp.PlanRequest.model_validate_json(text)),
+        "parse": lambda: from_json(text),
+        "validate": lambda: hp.PlanRequest.model_validate_json(text),
+        "plan": lambda: hp.plan(request),
+        "one model": lambda: _Calibration(a=1, b=2, c=3, d=4, e=5),
+    }
+    samples: dict[str, list[int]] = {name: [] for name in actions}
+    for call in range(calls + 20):
+        for name, action in actions.items():
+            took = timed_ns(action)
+            if call >= 20:  # warm-up
+                samples[name].append(took)
+    return {name: statistics.median(values) / 1e3 for name, values in samples.items()}
 
 
 def engine_path(case: str, calls: int) -> dict[str, Any]:
@@ -109,9 +133,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="timed calls per figure")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    median, fastest = json_to_plan(args.calls)
-    print(f"JSON text to plan, DeepSeek-V3.2: median {median:.0f} us, min {fastest:.0f} us "
-          "(target: median < 500 us)")
+    parts = json_to_plan(args.calls)
+    print(f"JSON text to plan, DeepSeek-V3.2: median {parts['json to plan']:.0f} us (target: "
+          f"median < 500 us); its parts: parse {parts['parse']:.0f} us, validate (parse "
+          f"included) {parts['validate']:.0f} us, plan {parts['plan']:.0f} us; one five-field "
+          f"pydantic model {parts['one model']:.2f} us")
     try:
         # vLLM's CPU platform, as tests/vllm_support.py sets it, before vLLM resolves one.
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")

@@ -143,12 +143,22 @@ def test_empty_layer_name_is_a_validation_error() -> None:
         hp.PlanRequest.model_validate(request)
 
 
-def test_reserved_layer_names_are_validation_errors() -> None:
+@pytest.mark.parametrize("taken", [
+    "model.layers.0.self_attn.attn.hisparse_hot", "a\nb.hisparse_resident", "x.hisparse_hot\n"
+    "y.hisparse_hot",
+])
+def test_reserved_layer_names_are_validation_errors(taken: str) -> None:
     request = copy.deepcopy(BASE)
-    taken = "model.layers.0.self_attn.attn.hisparse_hot"
     request["layers"][taken] = request["layers"].pop("model.extra.0.attn")
     with pytest.raises(ValidationError, match="reserved"):
         hp.PlanRequest.model_validate(request)
+
+
+@pytest.mark.parametrize("name", ["a.hisparse_hot\nb", "a.hisparse_resident.x", "hisparse_hot"])
+def test_names_that_only_contain_a_reserved_ending_are_taken(name: str) -> None:
+    request = copy.deepcopy(BASE)
+    request["layers"][name] = request["layers"].pop("model.extra.0.attn")
+    assert name in hp.PlanRequest.model_validate(request).layers
 
 
 def test_json_text_with_nan_and_huge_numbers() -> None:

@@ -53,8 +53,12 @@ def _handed_out() -> list[tuple[str, BaseModel]]:
     request = hp.PlanRequest.model_validate(MAMBA_REQUEST)
     golden_request, _ = load("deepseek_v32_fp8")
     golden = hp.PlanRequest.model_validate(golden_request)
+    sglang = hp.PlanRequest.model_validate(
+        {**MAMBA_REQUEST, "device": {"available_bytes": 2**26},
+         "engine": {"name": "sglang", "context_length": 64, "page_size": 16}})
     return [("mamba request", request), ("mamba plan", hp.plan(request)),
-            ("hisparse request", golden), ("hisparse plan", hp.plan(golden))]
+            ("hisparse request", golden), ("hisparse plan", hp.plan(golden)),
+            ("sglang request", sglang), ("sglang plan", hp.plan_for_engine(sglang))]
 
 
 @pytest.mark.parametrize(("what", "model"), _handed_out(), ids=lambda v: str(v)[:20])

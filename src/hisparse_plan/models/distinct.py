@@ -79,9 +79,10 @@ def _period(specs: list[object]) -> int | None:
     # (They are listed in each dict's own key order; another order only fails this check.)
     types = list(map(type, chain.from_iterable(map(dict.values, dicts))))
     shift = sum(map(len, dicts[:period]))
-    if not _SCALARS.issuperset(set(types)) or (shift and types[shift:] != types[:-shift]):
+    if shift and types[shift:] != types[:-shift]:
         return None
-    return period
+    # The types repeat with the period, so the first period's are all of them.
+    return period if _SCALARS.issuperset(types[:shift]) else None
 
 
 def validate_distinct(value: object, handler: ValidatorFunctionWrapHandler) -> object:

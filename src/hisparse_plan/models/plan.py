@@ -8,7 +8,14 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.models.base import READ_ONLY, ByteCount, LayerName, Model, PositiveInt
+from hisparse_plan.models.base import (
+    READ_ONLY,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    empty_frozen_list,
+)
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
@@ -62,7 +69,7 @@ class KVCacheTensor(Model):
         "halves); null: one range, the group spec's page.",
     )
     views: Annotated[list[BufferView], READ_ONLY] = Field(
-        default_factory=list, validate_default=True,
+        default_factory=empty_frozen_list,
         description="The engine's own tensors over the pool (SGLang); empty for vLLM, whose "
         "views follow from the group specs.",
     )
@@ -204,7 +211,7 @@ class KVCachePlan(Model):
         description="The request's figures that sizes, admission and capacity came from."
     )
     warnings: Annotated[list[str], READ_ONLY] = Field(
-        default_factory=list, validate_default=True,
+        default_factory=empty_frozen_list,
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
 

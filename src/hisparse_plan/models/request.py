@@ -185,13 +185,20 @@ class PlanRequest(Model):
         )
 
     def model_post_init(self, context: object, /) -> None:
+        # One search of all names at once finds any reserved ending; only then are they
+        # looked at one by one (a name may itself contain the separator).
+        joined = "\n".join(self.layers) + "\n"
+        if RESIDENT_SUFFIX + "\n" in joined or HOT_SUFFIX + "\n" in joined:
+            self._refuse_reserved_names()
+        freeze(self, "layers", self.layers)
+
+    def _refuse_reserved_names(self) -> None:
         for name in self.layers:
             if name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)):
                 raise ValueError(
                     f"layers[{name!r}]: names ending in {RESIDENT_SUFFIX!r} or {HOT_SUFFIX!r} "
                     "are reserved for the layers HiSparse derives; expected another name"
                 )
-        freeze(self, "layers", self.layers)
 
 
 def spec_key(spec: LayerSpec) -> tuple[object, ...]:

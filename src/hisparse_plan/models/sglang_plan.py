@@ -7,7 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from hisparse_plan.models.base import READ_ONLY, ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import (
+    READ_ONLY,
+    ByteCount,
+    Model,
+    PositiveInt,
+    empty_frozen_list,
+)
 from hisparse_plan.models.plan import Capacity, KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 
@@ -95,7 +101,7 @@ class SGLangPlan(Model):
     )
     capacity: Capacity = Field(description="How many context_length requests the pools hold.")
     warnings: Annotated[list[str], READ_ONLY] = Field(
-        default_factory=list, validate_default=True,
+        default_factory=empty_frozen_list,
         description="Conditions that plan but waste memory.",
     )
 
