@@ -35,6 +35,12 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
 12. Regular plans on the GPU: the Qwen3-Next golden plan (Mamba pages padded to the attention
    page) and one stage of the Llama-3-70B four-stage golden plan, each with --device-gib per
    pool, allocated and verified (a sample of blocks); a layer of another stage is refused.
+14. An SGLang hybrid plan with Mamba pools on the GPU: Qwen3-Next's layer pattern (three Gated
+   DeltaNet layers to one full-attention layer) cut to eight layers in 1 GiB, allocated with
+   pin=True: every allocation and buffer on the GPU, the conv and temporal state tensors bound
+   with the plan's shapes, strides and dtypes, a slot written through SGLang's tensor read back
+   through it and as the plan's bytes of that slot (its neighbours untouched), every page and
+   slot verified.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from hisparse_plan.torch import (
     BackendError,
     CudaRegistrar,
     RegistrationError,
+    SGLangPools,
     allocate,
     host_pool_bytes,
     host_trains,
@@ -71,6 +78,7 @@ from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_cro
 from hisparse_plan.torch.host import OS_PAGE, HostBuffer
 from hisparse_plan.torch.numa import memory_policy, page_node, pci_bus_id, pci_numa_node
 from hisparse_plan.torch.registration import register_chunks
+from hisparse_plan.torch.sglang_pools import BUFFER_TORCH_DTYPES
 from hisparse_plan.torch.shm import lock_path, pool_path
 from hisparse_plan.views import plan_views
 
@@ -495,6 +503,85 @@ def sglang_plans(device: str) -> None:
                   f"registered {left}")
 
 
+MAMBA_POOLS = ("mamba_conv0", "mamba_temporal")
+"""SGLang's MambaPool: the conv state and the recurrent (temporal) state, one pool each."""
+
+
+def qwen3_next_like(budget: int) -> hp.SGLangPlan:
+    """Qwen3-Next-80B's per-rank layers cut to eight: its 3:1 pattern of Gated DeltaNet and full
+    attention and its real state shapes, so the state slots are as large as the GPU will see
+    (2 MiB of float32 temporal state a layer) while the whole plan stays small."""
+    attention = {"kind": "full_attention", "block_size": 16, "num_kv_heads": 2,
+                 "head_size": 256, "dtype": "bfloat16"}
+    # No mamba_ssm_dtype: SGLang's float32 temporal state next to the bfloat16 conv state, so
+    # the two bound tensors differ in dtype as they do in a served Qwen3-Next.
+    linear = {"kind": "mamba", "block_size": 4096, "state_shapes": [[3, 8192], [32, 128, 128]],
+              "state_dtypes": ["bfloat16", "bfloat16"]}
+    layers = {
+        f"model.layers.{i}.self_attn.attn" if i % 4 == 3 else f"model.layers.{i}.linear_attn":
+        attention if i % 4 == 3 else linear for i in range(8)
+    }
+    plan = hp.plan_for_engine(sglang_request(layers, budget))
+    assert isinstance(plan, hp.SGLangPlan)
+    return plan
+
+
+def mamba_slot(pools: SGLangPools, pool: str, layers: list[str], state: torch.Tensor) -> None:
+    """The last slot of the last Mamba layer, written through SGLang's state tensor on the GPU,
+    must read back through it and as the plan's bytes of that slot (`pages`, bound from the
+    plan's offsets, not from the view), while the slot before it and the same slot of the first
+    layer keep their bytes: the view addresses exactly the slot the plan says."""
+    layer = len(layers) - 1
+    slot = state.shape[1] - 1
+    neighbours = (state[layer, slot - 1], state[0, slot])
+    untouched = [raw_bytes(neighbour).clone() for neighbour in neighbours]
+    values = torch.randn(state.shape[2:], dtype=state.dtype, device=state.device)
+    state[layer, slot].copy_(values)
+    page = pools.pages(layers[layer])[(pool, 0)][slot]
+    written = raw_bytes(values)
+    check(f"SGLang Mamba: {pool} slot {slot} of {layers[layer]} reads back as written",
+          torch.equal(raw_bytes(state[layer, slot]), written) and torch.equal(page, written),
+          f"{page.numel()} bytes")
+    check(f"SGLang Mamba: {pool} slot {slot - 1} and layer 0's slot {slot} are untouched",
+          all(torch.equal(raw_bytes(neighbour), before)
+              for neighbour, before in zip(neighbours, untouched, strict=True)))
+
+
+def raw_bytes(state: torch.Tensor) -> torch.Tensor:
+    """A slot's bytes. Slots are compared as bytes, not floats: memory reused from an earlier
+    section holds verify's patterns, NaNs among them, and NaN never equals itself."""
+    return state.reshape(-1).view(torch.uint8)
+
+
+def sglang_mamba(device: str) -> None:
+    plan = qwen3_next_like(GIB)
+    states = {tensor.pool: tensor for tensor in plan.tensors if tensor.pool in MAMBA_POOLS}
+    check("SGLang Mamba: the plan has the conv and temporal state pools",
+          sorted(states) == sorted(MAMBA_POOLS), ", ".join(pool.name for pool in plan.pools))
+    layers = {layer for tensor in plan.tensors for layer in tensor.layers}
+    with allocate(plan, device=device, pin=True) as pools:
+        held = pools.allocations()
+        buffers = pools.buffers()
+        on_device = {pool.name for pool in plan.pools if pool.location == "device"}
+        check("SGLang Mamba: every device allocation and buffer on the GPU",
+              {pool for pool, _ in held} == on_device
+              and all(t.device.type == "cuda" for t in [*held.values(), *buffers.values()]),
+              pools.summary().replace("\n", "; "))
+        for pool, tensor in states.items():
+            (view,) = tensor.views  # SGLang has one state tensor per Mamba pool
+            state = buffers[(pool, None, view.name)]
+            check(f"SGLang Mamba: {pool} bound as {view.name}, {view.dtype} {view.shape}",
+                  state.dtype == BUFFER_TORCH_DTYPES[view.dtype]
+                  and list(state.shape) == view.shape and list(state.stride()) == view.strides,
+                  f"got {state.dtype} {list(state.shape)} strides {list(state.stride())}")
+            mamba_slot(pools, pool, tensor.layers, state)
+        report = verify(plan, pools)
+        check("SGLang Mamba: verify, every page and slot of every layer",
+              not report.sampled and report.layers == len(layers),
+              f"{report.layers} layers, {report.pages} page ranges, "
+              f"{report.bytes / 1e6:.1f} MB in {report.seconds:.2f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host-gib", type=float, default=8.0)
@@ -523,6 +610,7 @@ def main() -> int:
                                                             args.device)),
         ("regular plans", lambda: regular_plans(int(args.device_gib * GIB), args.device)),
         ("SGLang plans", lambda: sglang_plans(args.device)),
+        ("SGLang Mamba", lambda: sglang_mamba(args.device)),
         ("meta", meta_golden),
     ]
     failed: list[str] = []
