@@ -80,6 +80,26 @@ def real_plan(case: str) -> SGLangPlan:
 # --- allocation and binding ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("case", ["k_and_v_apart", "mamba"])
+def test_tensors_bind_inside_an_allocation_that_starts_inside_a_larger_buffer(case: str) -> None:
+    # as_strided counts from the storage's start, so every tensor must be placed from the
+    # allocation's own first byte, whatever its offset in the storage.
+    plan = real_plan(case)
+    lead = 64
+    for placed in pools_module.placed_views(plan):
+        pool = next(p for p in plan.pools if p.name == placed.allocation[0])
+        backing = torch.zeros(lead + pool.size, dtype=torch.uint8)
+        allocation = backing[lead:]
+        tensor = pools_module.bind_buffer(placed, allocation)
+        pools_module.check_buffer(placed, tensor, allocation)
+        itemsize = tensor.element_size()
+        assert tensor.data_ptr() == (allocation.data_ptr()
+                                     + placed.view.storage_offset * itemsize)
+        shifted = pools_module.bind_buffer(placed, backing)  # the same view, lead bytes earlier
+        with pytest.raises(BackendError, match="start byte"):
+            pools_module.check_buffer(placed, shifted, allocation)
+
+
 def test_a_per_layer_pool_is_one_buffer_per_layer() -> None:
     plan = hand_plan()
     with on_cpu(plan) as pools:

@@ -154,9 +154,12 @@ def bind_buffer(placed: PlacedView, allocation: torch.Tensor) -> torch.Tensor:
     itemsize = BUFFER_DTYPE_SIZE[view.dtype]
     dtype = BUFFER_TORCH_DTYPES[view.dtype]
     # A typed view of the whole allocation, cut to whole elements: as_strided then counts the
-    # storage offset in elements of the dtype, as SGLang's tensors do.
+    # storage offset in elements of the dtype, as SGLang's tensors do. Its storage offset is
+    # absolute in the storage, so the allocation's own start is added (an allocation may be a
+    # slice of a larger buffer, as page views and vLLM views allow too).
     typed = allocation[: nbytes // itemsize * itemsize].view(dtype)
-    return typed.as_strided(view.shape, view.strides, view.storage_offset)
+    return typed.as_strided(view.shape, view.strides,
+                            typed.storage_offset() + view.storage_offset)
 
 
 def check_buffer(placed: PlacedView, tensor: torch.Tensor, allocation: torch.Tensor) -> None:
@@ -165,12 +168,15 @@ def check_buffer(placed: PlacedView, tensor: torch.Tensor, allocation: torch.Ten
     view = placed.view
     got = {
         "dtype": tensor.dtype, "shape": list(tensor.shape), "strides": list(tensor.stride()),
-        "storage offset": tensor.storage_offset() - allocation.storage_offset(),
+        # In bytes from the allocation's start: the two offsets count different element sizes.
+        "start byte": tensor.storage_offset() * tensor.element_size()
+        - allocation.storage_offset(),
         "storage bytes": tensor.untyped_storage().nbytes(),
     }
     expected = {
         "dtype": BUFFER_TORCH_DTYPES[view.dtype], "shape": list(view.shape),
-        "strides": list(view.strides), "storage offset": view.storage_offset,
+        "strides": list(view.strides),
+        "start byte": view.storage_offset * BUFFER_DTYPE_SIZE[view.dtype],
         "storage bytes": allocation.untyped_storage().nbytes(),
     }
     where = f"view {view.name!r} of tensors[{placed.tensor}] on " + describe_allocation(
