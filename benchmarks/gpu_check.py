@@ -28,13 +28,13 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
 11. A shared host pool (host_pool_name) across two processes, each pinning its own mapping:
    writes through one process's pinned mapping from the GPU are read by the other's, both
    ways; nothing is left in /dev/shm after both release.
+12. Regular plans on the GPU: the Qwen3-Next golden plan (Mamba pages padded to the attention
+   page) and one stage of the Llama-3-70B four-stage golden plan, each with --device-gib per
+   pool, allocated and verified (a sample of blocks); a layer of another stage is refused.
 13. SGLang plans on the GPU: DeepSeek-V3.2-like DSA layers with HiSparse (per-layer latent and
    index buffers on the GPU, the pinned host pool in chunks) and Llama-like MHA layers (K/V
    halves of one buffer): allocated, SGLang's buffers bound on the GPU, every page verified,
    a host page copied to the GPU and back, released with nothing left pinned.
-12. Regular plans on the GPU: the Qwen3-Next golden plan (Mamba pages padded to the attention
-   page) and one stage of the Llama-3-70B four-stage golden plan, each with --device-gib per
-   pool, allocated and verified (a sample of blocks); a layer of another stage is refused.
 14. An SGLang hybrid plan with Mamba pools on the GPU: Qwen3-Next's layer pattern (three Gated
    DeltaNet layers to one full-attention layer) cut to eight layers in 1 GiB, allocated with
    pin=True: every allocation and buffer on the GPU, the conv and temporal state tensors bound
