@@ -35,8 +35,8 @@ from hisparse_plan.models.any_plan import Plan, load_plan
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.operator.refit import refit_after_warmup
-from hisparse_plan.planning import plan
 from hisparse_plan.targets import plan_for_engine
+from hisparse_plan.targets.vllm import plan
 
 __version__ = "0.1.0"
 

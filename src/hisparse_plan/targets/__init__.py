@@ -13,8 +13,8 @@ from hisparse_plan.models.any_plan import Plan
 def plan_for_engine(request: PlanRequest | Mapping[str, object]) -> Plan:
     """The plan of the engine the request names: vLLM's `KVCachePlan` without `engine`,
     SGLang's `SGLangPlan` with `engine.name` "sglang"."""
-    from hisparse_plan.planning import plan  # each target imports only when picked
     from hisparse_plan.targets.sglang import plan_sglang
+    from hisparse_plan.targets.vllm import plan  # each target imports only when picked
 
     validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
         request)

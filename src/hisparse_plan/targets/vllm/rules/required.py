@@ -17,7 +17,7 @@ from hisparse_plan.models import (
     Workload,
 )
 from hisparse_plan.rules.arith import ceil_div
-from hisparse_plan.rules.buckets import SpecBucket
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket
 
 ACTIVE_TAIL_PAGES = 2
 """A request already reading from host pins only its last pages of each resident group."""

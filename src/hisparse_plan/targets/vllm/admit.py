@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from hisparse_plan.errors import CapacityError
 from hisparse_plan.models import Workload
 from hisparse_plan.models.base import GIB
-from hisparse_plan.planning.groups import PlannedGroup
-from hisparse_plan.planning.size import StageSizing
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.required import buckets_required
-from hisparse_plan.rules.required import longest_fitting as longest_in
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import PlannedGroup
+from hisparse_plan.targets.vllm.rules.required import buckets_required
+from hisparse_plan.targets.vllm.rules.required import longest_fitting as longest_in
+from hisparse_plan.targets.vllm.size import StageSizing
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hisparse_plan.models import Capacity, GroupSpec
-from hisparse_plan.rules.required import steady_blocks
+from hisparse_plan.targets.vllm.rules.required import steady_blocks
 
 
 def regular_capacity(num_blocks: int, required: list[int]) -> Capacity:

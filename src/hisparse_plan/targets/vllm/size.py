@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import DeviceConfig
-from hisparse_plan.planning.groups import Layer, PlannedGroup
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.block_bytes import bytes_per_block
-from hisparse_plan.rules.buckets import SpecBucket, stage_buckets
-from hisparse_plan.rules.pool_memory import pool_blocks, pool_memory, usable_bytes
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup
+from hisparse_plan.targets.vllm.rules.block_bytes import bytes_per_block
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket, stage_buckets
+from hisparse_plan.targets.vllm.rules.pool_memory import pool_blocks, pool_memory, usable_bytes
 
 
 @dataclass(frozen=True, slots=True)

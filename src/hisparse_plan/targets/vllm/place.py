@@ -17,8 +17,8 @@ from hisparse_plan.models import (
     KVCacheTensor,
     dtype_size,
 )
-from hisparse_plan.rules.buckets import SpecBucket
 from hisparse_plan.rules.strides import layer_and_block_strides
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket
 
 BLOCK_OUTERMOST = " or ".join(layout.value for layout in KVCacheLayout if layout.block_outermost)
 

@@ -15,12 +15,12 @@ from hisparse_plan.models import (
     spec_key,
 )
 from hisparse_plan.models.base import built_for
-from hisparse_plan.planning.groups import Layer, PlannedGroup, single_spec_group, uniform_group
-from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
-from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.promotion import promote_local_layers
-from hisparse_plan.rules.window_merges import refuse_bucket_merge
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup, single_spec_group, uniform_group
+from hisparse_plan.targets.vllm.rules.families import one_family
+from hisparse_plan.targets.vllm.rules.promotion import promote_local_layers
+from hisparse_plan.targets.vllm.rules.window_merges import refuse_bucket_merge
 
 
 class _CannotUnify(Exception):

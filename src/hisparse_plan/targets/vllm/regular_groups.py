@@ -8,20 +8,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hisparse_plan.models import KVCacheLayout
-from hisparse_plan.planning.groups import (
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import (
     Layer,
     PlannedGroup,
     first_of_each_spec,
     single_spec_group,
     uniform_group,
 )
-from hisparse_plan.planning.packed import packed_groups
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.planning.unified import unified_groups
-from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.pages import check_pages
-from hisparse_plan.rules.uniform_spec import merged_spec
-from hisparse_plan.rules.window_merges import refuse_uniform_merge
+from hisparse_plan.targets.vllm.packed import packed_groups
+from hisparse_plan.targets.vllm.rules.families import one_family
+from hisparse_plan.targets.vllm.rules.pages import check_pages
+from hisparse_plan.targets.vllm.rules.uniform_spec import merged_spec
+from hisparse_plan.targets.vllm.rules.window_merges import refuse_uniform_merge
+from hisparse_plan.targets.vllm.unified import unified_groups
 
 
 def regular_groups(

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import FullAttentionSpec, LayerSpec, MambaSpec, MLASpec
-from hisparse_plan.planning.groups import Layer, first_of_each_spec
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.promotion import is_local, promote_local_layers
-from hisparse_plan.rules.uniform_spec import merged_spec
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import Layer, first_of_each_spec
+from hisparse_plan.targets.vllm.rules.families import one_family
+from hisparse_plan.targets.vllm.rules.promotion import is_local, promote_local_layers
+from hisparse_plan.targets.vllm.rules.uniform_spec import merged_spec
 
 FIELD = "scheduler.disable_hybrid_kv_cache_manager"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hisparse_plan.errors import CapacityError
 from hisparse_plan.models import HisparseConfig, HostPool
 from hisparse_plan.models.base import GIB
-from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div, require_int64
-from hisparse_plan.rules.host import (
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.rules.host import (
     SPARE_HOST_BLOCKS,
     host_block_stride,
     host_blocks_needed,

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import MambaSpec, SlidingWindowMLASpec, SlidingWindowSpec
-from hisparse_plan.planning.groups import Layer, PlannedGroup, uniform_group
-from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import ceil_div
-from hisparse_plan.rules.families import FamilyKey, family_key, keys_joined_by
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup, uniform_group
+from hisparse_plan.targets.vllm.rules.families import FamilyKey, family_key, keys_joined_by
 
 
 @dataclass(slots=True)

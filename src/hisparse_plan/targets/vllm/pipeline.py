@@ -31,18 +31,18 @@ from hisparse_plan.models import (
 )
 from hisparse_plan.models.base import built_for
 from hisparse_plan.models.pools import Pool, vllm_pool_name
-from hisparse_plan.planning.admit import Admission, admit, group_required
-from hisparse_plan.planning.groups import Layer, PlannedGroup
-from hisparse_plan.planning.hisparse_groups import hisparse_groups
-from hisparse_plan.planning.host_pool import longest_request_for_host, plan_host_pool
-from hisparse_plan.planning.one_manager import one_manager_layers
-from hisparse_plan.planning.place import check_placeable, place_pool
-from hisparse_plan.planning.regular_groups import regular_groups
-from hisparse_plan.planning.size import StageSizing, size_stages
-from hisparse_plan.planning.trace import Trace
 from hisparse_plan.rules.arith import require_int64
-from hisparse_plan.rules.block_bytes import check_layout
-from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.admit import Admission, admit, group_required
+from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup
+from hisparse_plan.targets.vllm.hisparse_groups import hisparse_groups
+from hisparse_plan.targets.vllm.host_pool import longest_request_for_host, plan_host_pool
+from hisparse_plan.targets.vllm.one_manager import one_manager_layers
+from hisparse_plan.targets.vllm.place import check_placeable, place_pool
+from hisparse_plan.targets.vllm.regular_groups import regular_groups
+from hisparse_plan.targets.vllm.rules.block_bytes import check_layout
+from hisparse_plan.targets.vllm.rules.capacity import hisparse_capacity, regular_capacity
+from hisparse_plan.targets.vllm.size import StageSizing, size_stages
 
 LOG = logging.getLogger("hisparse_plan")
 """The library's logger: a one-line summary per plan at INFO; nothing is printed."""

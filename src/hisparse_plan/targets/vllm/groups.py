@@ -13,7 +13,7 @@ from hisparse_plan.models import (
     UniformTypeSpec,
 )
 from hisparse_plan.models.base import built_for
-from hisparse_plan.rules.buckets import SpecBucket, buckets_of, spec_buckets
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket, buckets_of, spec_buckets
 
 Layer = tuple[str, LayerSpec]
 """A layer name and its spec, in request order."""

@@ -7,7 +7,7 @@ from math import lcm
 from hisparse_plan.errors import LayoutError
 from hisparse_plan.models import HisparseHotSpec, KVCacheLayout
 from hisparse_plan.rules.arith import require_int64, round_up
-from hisparse_plan.rules.buckets import SpecBucket
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket
 
 
 def layouts_for_mixed_pages(num_groups: int) -> tuple[KVCacheLayout, ...]:

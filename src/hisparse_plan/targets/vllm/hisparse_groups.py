@@ -18,17 +18,17 @@ from hisparse_plan.models import (
     PlanRequest,
 )
 from hisparse_plan.models.base import built_for
-from hisparse_plan.planning.groups import (
+from hisparse_plan.rules.arith import ceil_div
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import (
     Layer,
     PlannedGroup,
     first_of_each_spec,
     single_spec_group,
     uniform_group,
 )
-from hisparse_plan.planning.regular_groups import regular_groups
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.arith import ceil_div
-from hisparse_plan.rules.hot import HotBuffer, HotPack, hot_buffer, hot_packs
+from hisparse_plan.targets.vllm.regular_groups import regular_groups
+from hisparse_plan.targets.vllm.rules.hot import HotBuffer, HotPack, hot_buffer, hot_packs
 
 
 @dataclass(frozen=True, slots=True)
