@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from hisparse_plan.models import GroupSpec, KVCachePlan, LayerSpec, UniformTypeSpec
+from hisparse_plan.models.group_specs import UniformTypeSpec
+
+if TYPE_CHECKING:  # a plan's own property calls this module: names for the types only
+    from hisparse_plan.models.group_specs import GroupSpec
+    from hisparse_plan.models.layer_specs import LayerSpec
+    from hisparse_plan.models.plan import KVCachePlan
 
 FINGERPRINT_VERSION: Final = 1
 """Part of the hashed text: a change to what is hashed changes every fingerprint."""
