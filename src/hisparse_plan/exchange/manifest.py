@@ -13,6 +13,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
+from hisparse_plan.exchange.fingerprint import fingerprint
 from hisparse_plan.models import (
     HOT_SUFFIX,
     RESIDENT_SUFFIX,
@@ -22,7 +23,6 @@ from hisparse_plan.models import (
     dtype_size,
 )
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
-from hisparse_plan.models.fingerprint import fingerprint
 from hisparse_plan.views import LayerView, plan_views, pool_name
 
 MANIFEST_VERSION: Final = 1
