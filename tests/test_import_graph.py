@@ -1,5 +1,5 @@
-"""The package's modules import each other in one direction (no cycle), and none grows past
-400 lines.
+"""The package's modules import each other in one direction (no cycle, and each room only the
+rooms docs/architecture.md lists for it), and none grows past 400 lines.
 
 The graph is read from the source with `ast`, never by importing. A module's edges are the
 modules of this package it imports: `import a.b`, `from a import b` (to the submodule `a.b` when
@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,46 @@ KNOWN_LONG: frozenset[str] = frozenset({
     "hisparse_plan/torch/sglang_pools.py",
 })
 """Modules over MAX_LINES today, each split by a named later change; any other fails."""
+
+
+BASE = frozenset({"errors", "rule_docs"})
+"""Modules every room may import."""
+TARGET = "targets.*"
+"""Any engine's target package (`targets/vllm/`, `targets/sglang/`, ...)."""
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "models": frozenset(),
+    "rules": frozenset({"models"}),
+    "targets": frozenset({"models"}),  # the registry and the trace
+    TARGET: frozenset({"models", "rules", "targets"}),  # never another target
+    "views": frozenset({"models", "rules"}),
+    "checking": frozenset({"models", "rules", "views", "targets", TARGET}),
+    "exchange": frozenset({"models", "views"}),
+    "presets": frozenset({"models"}),
+    "operator": frozenset({"models", "presets", "checking", "targets", TARGET}),
+    "adapters": frozenset({"models", "presets", "rules", "targets", TARGET, "torch"}),
+    "torch": frozenset({"models", "rules", "views", "checking"}),
+}
+"""docs/architecture.md's table: the rooms each room may import (cli and the package's own
+`__init__` may import any)."""
+
+
+ENGINES = frozenset(path.parent.name for path in (SRC / PACKAGE / "targets").glob("*/__init__.py"))
+"""The target packages under targets/."""
+
+
+def room(module: str) -> str:
+    """The room a module belongs to: its top-level package, or for a target `targets.<engine>`."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return PACKAGE
+    if parts[0] == "targets" and len(parts) > 1 and parts[1] in ENGINES:
+        return f"targets.{parts[1]}"
+    return parts[0]
+
+
+def kind(room_name: str) -> str:
+    """A room as MAY_IMPORT names it: every target is TARGET."""
+    return TARGET if room_name.removeprefix("targets.") in ENGINES else room_name
 
 
 def modules() -> dict[str, Path]:
@@ -81,6 +122,7 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return {target for target in targets if target in known and target != name}
 
 
+@cache
 def import_graph() -> dict[str, set[str]]:
     known = modules()
     return {name: imported(name, path, known) for name, path in known.items()}
@@ -184,6 +226,47 @@ def test_no_import_cycle() -> None:
                          ids=lambda names: names[0])
 def test_a_known_cycle_is_still_there(cycle: list[str]) -> None:
     assert frozenset(cycle) in cycles(import_graph()), f"{cycle} is gone: remove it from the list"
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a room that its room may not import, as "module -> module"."""
+    shims = {name for name, edges in graph.items() if f"{PACKAGE}._moved" in edges}
+    wrong = []
+    for name, edges in sorted(graph.items()):
+        allowed = MAY_IMPORT.get(kind(room(name)))
+        if name in shims or allowed is None:
+            continue  # an old path importing its new home; cli/ and the package itself
+        wrong += [f"{name} -> {edge}" for edge in sorted(edges)
+                  if room(edge) != room(name) and kind(room(edge)) not in allowed | BASE]
+    return wrong
+
+
+def test_each_room_imports_only_the_rooms_it_may() -> None:
+    assert room_violations(import_graph()) == []
+
+
+def test_a_target_importing_another_or_models_importing_rules_is_found() -> None:
+    graph = {
+        "hisparse_plan.targets.vllm.pipeline": {"hisparse_plan.targets.sglang.sizing",
+                                                "hisparse_plan.targets.trace",
+                                                "hisparse_plan.targets.vllm.rules.hot"},
+        "hisparse_plan.models.plan": {"hisparse_plan.rules.arith", "hisparse_plan.errors"},
+        "hisparse_plan.checking.meaning": {"hisparse_plan.targets.vllm.rules.hot"},
+        "hisparse_plan.cli.main": {"hisparse_plan.torch"},
+    }
+    assert room_violations(graph) == [
+        "hisparse_plan.models.plan -> hisparse_plan.rules.arith",
+        "hisparse_plan.targets.vllm.pipeline -> hisparse_plan.targets.sglang.sizing",
+    ]
+
+
+def test_each_target_is_a_room_of_its_own() -> None:
+    assert {"vllm", "sglang"} <= ENGINES
+    assert room("hisparse_plan.targets.vllm.rules.hot") == room("hisparse_plan.targets.vllm")
+    assert room("hisparse_plan.targets.vllm") != room("hisparse_plan.targets.sglang.planner")
+    assert kind(room("hisparse_plan.targets.sglang")) == TARGET
+    assert room("hisparse_plan.targets.registry") == room("hisparse_plan.targets.trace")
+    assert kind(room("hisparse_plan.targets.trace")) == "targets"
 
 
 def test_no_module_over_400_lines() -> None:
