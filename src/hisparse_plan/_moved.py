@@ -1,5 +1,6 @@
-"""Old import paths of modules that moved: each still imports, with a DeprecationWarning naming
-the new path. Code in this package imports only the new paths."""
+"""Old import paths of modules that moved (docs/architecture.md#old-import-paths): each still
+imports, with a DeprecationWarning naming the new path. Code in this package imports only the
+new paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What each planning stage decided and why: the record `explain` renders.
+"""What each planning stage decided and why: the record `explain` renders. A record any target
+may keep, so it lives beside them, not in one.
 
 Tracing is off for plain `plan()` calls; `plan_traced()` turns it on. A decision's reason is a
 callable, so an untraced plan never formats a string it would throw away.

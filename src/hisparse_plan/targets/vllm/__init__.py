@@ -1,4 +1,6 @@
-"""Pure planning: no I/O, no torch, the same request always gives the same plan."""
+"""vLLM (0.33, 0.34) as a planning target: `plan(request)` decides its groups, pools, strides and
+offsets through named stages (pipeline.py), by vLLM's own rules (rules/). Pure: no I/O, no
+torch, the same request always gives the same plan."""
 
 from hisparse_plan.targets.trace import Decision, Trace
 from hisparse_plan.targets.vllm.pipeline import TracedPlan, plan, plan_traced
