@@ -12,7 +12,6 @@ from typing import Final
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.base import Model
 from hisparse_plan.models.layer_specs import KVLayerSpec, MambaSpec
-from hisparse_plan.planning import Decision, plan_traced
 from hisparse_plan.presets import (
     Architecture,
     KVDtype,
@@ -22,6 +21,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.kv_dtypes import FP8_TILE, SCALE_BYTES
 from hisparse_plan.rule_docs import rule_doc
+from hisparse_plan.targets.vllm import Decision, plan_traced
 
 Number = int | float
 Value = int | float | str

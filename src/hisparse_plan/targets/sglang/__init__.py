@@ -3,4 +3,7 @@ allocate for a request, computed without SGLang or torch (entry point `plan_sgla
 
 from hisparse_plan.targets.sglang.planner import plan_sglang
 
-__all__ = ["plan_sglang"]
+plan = plan_sglang
+"""The entry point under the name every target gives it (targets/registry.py)."""
+
+__all__ = ["plan", "plan_sglang"]
