@@ -26,9 +26,9 @@ from hisparse_plan.targets.sglang.size import size
 from hisparse_plan.targets.trace import Trace
 
 STAGE_TITLES: Final[Mapping[str, str]] = MappingProxyType({
-    "read": "model: its layers by SGLang pool (see docs/planning-rules.md#sglang-pools)",
+    "read": "model: layers by pool (see docs/planning-rules.md#sglang-pools)",
     "resolve": "server defaults (see docs/planning-rules.md#sglang-pools, #sglang-budget)",
-    "size": "budget, tokens and requests (see docs/planning-rules.md#sglang-budget)",
+    "size": "budget and tokens (see docs/planning-rules.md#sglang-budget)",
     "place": "pools and buffers (see docs/planning-rules.md#sglang-pools)",
     "report": "capacity (see docs/planning-rules.md#sglang-capacity)",
 })
