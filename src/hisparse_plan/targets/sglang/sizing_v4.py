@@ -22,6 +22,8 @@ STATE_RING: Final = {4: 8, 128: 128}
 overlapping 4-token windows), 128 for ratio 128."""
 STATE_ROWS_ALIGN: Final = {4: 4, 128: 128}
 """A compressor-state buffer's rows are rounded up to a multiple of its ratio."""
+C4_INDEX_SLOTS_PER_C128: Final = 32
+"""SGLang sizes the c4 index keys from the c128 pool: c128 slots * 128 / 4."""
 
 
 def v4_page_bytes(slots: int) -> int:
@@ -82,14 +84,29 @@ def state_rows(size: int, ratio: int) -> int:
     return -(-rows // align) * align
 
 
+def c128_state_rings(requests: int) -> int:
+    """Rings of the c128 compressor states: one per request slot, ring 0 slot 0's."""
+    return requests + 1
+
+
 def c128_state_size(requests: int) -> int:
     """Ring rows of the c128 states: one 128-row ring per request slot (slot 0 pads)."""
-    return (requests + 1) * STATE_RING[128]
+    return c128_state_rings(requests) * STATE_RING[128]
 
 
 def c4_state_size(swa_tokens: int, page_size: int) -> int:
     """Ring rows of the c4 states: one 8-row ring per window page."""
     return swa_tokens // page_size * STATE_RING[4]
+
+
+def c4_state_rings(swa_tokens: int, page_size: int) -> int:
+    """Rings of the c4 compressor states: one per window page, ring 0 the padding page's."""
+    return swa_tokens // page_size + 1
+
+
+def c4_index_tokens(c128_tokens: int) -> int:
+    """Slots of the c4 index keys: the c128 pool's slots * 128 / 4."""
+    return c128_tokens * C4_INDEX_SLOTS_PER_C128
 
 
 def c128_state_fixed_bytes(model: V4Model, requests: int) -> int:
@@ -161,22 +178,3 @@ def v4_pages(size: int, slots_per_page: int, page_size: int) -> int:
     """Pages of a V4 pool of `size` slots: SGLang reserves one model page (page_size tokens,
     counted in slots) on top, then rounds up to whole pages of `slots_per_page`."""
     return -(-(size + page_size) // slots_per_page)
-
-
-C4_INDEX_SLOTS_PER_C128: Final = 32
-"""SGLang sizes the c4 index keys from the c128 pool: c128 slots * 128 / 4."""
-
-
-def c4_index_tokens(c128_tokens: int) -> int:
-    """Slots of the c4 index keys: the c128 pool's slots * 128 / 4."""
-    return c128_tokens * C4_INDEX_SLOTS_PER_C128
-
-
-def c4_state_rings(swa_tokens: int, page_size: int) -> int:
-    """Rings of the c4 compressor states: one per window page, ring 0 the padding page's."""
-    return swa_tokens // page_size + 1
-
-
-def c128_state_rings(requests: int) -> int:
-    """Rings of the c128 compressor states: one per request slot, ring 0 slot 0's."""
-    return requests + 1
