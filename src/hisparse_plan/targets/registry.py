@@ -1,5 +1,6 @@
 """The engines a request may name, each planned by a target package of its own. Adding an
-engine is a package under targets/ with a `plan(request)`, and one line in `TARGETS`."""
+engine is a package under targets/ with a `plan(request)`, a `plan_traced(request)` and the
+titles of its stages, and one line in `TARGETS`."""
 
 from __future__ import annotations
 
@@ -11,13 +12,31 @@ from typing import Final, Protocol, cast
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.any_plan import Plan
+from hisparse_plan.targets.trace import Trace
+
+
+class Traced(Protocol):
+    """A plan with the decisions each stage made on the way (what `explain` renders)."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def trace(self) -> Trace: ...
 
 
 class Target(Protocol):
     """What a target package offers the rest of the library."""
 
+    STAGE_TITLES: Mapping[str, str]
+    """Each stage's name in the trace -> a title for its decisions, in the order they run."""
+
     def plan(self, request: PlanRequest) -> Plan:
         """The engine's own plan for a validated request that names this engine."""
+        ...
+
+    def plan_traced(self, request: PlanRequest) -> Traced:
+        """The same plan with every stage's decisions and their reasons."""
         ...
 
 

@@ -3,6 +3,6 @@ offsets through named stages (pipeline.py), by vLLM's own rules (rules/). Pure: 
 torch, the same request always gives the same plan."""
 
 from hisparse_plan.targets.trace import Decision, Trace
-from hisparse_plan.targets.vllm.pipeline import TracedPlan, plan, plan_traced
+from hisparse_plan.targets.vllm.pipeline import STAGE_TITLES, TracedPlan, plan, plan_traced
 
-__all__ = ["Decision", "Trace", "TracedPlan", "plan", "plan_traced"]
+__all__ = ["STAGE_TITLES", "Decision", "Trace", "TracedPlan", "plan", "plan_traced"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
 from warnings import warn
 
 from hisparse_plan.errors import PlanWarning, UnsupportedRequestError
@@ -46,6 +48,16 @@ from hisparse_plan.targets.vllm.size import StageSizing, size_stages
 
 LOG = logging.getLogger("hisparse_plan")
 """The library's logger: a one-line summary per plan at INFO; nothing is printed."""
+STAGE_TITLES: Final[Mapping[str, str]] = MappingProxyType({
+    "pages": "pages (see docs/planning-rules.md#pages)",
+    "group": "groups (see docs/planning-rules.md#hisparse-groups, #grouping)",
+    "size": "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
+    "#pipeline-stages)",
+    "admit": "admission (see docs/planning-rules.md#admission, #auto-fit)",
+    "place": "tensors (see docs/planning-rules.md#placement)",
+    "report": "capacity (see docs/planning-rules.md#capacity)",
+})
+"""One section of `explain` per stage, in the order the stages run."""
 
 
 @dataclass(frozen=True, slots=True)
