@@ -95,7 +95,7 @@ def mha_plan() -> dict[str, Any]:
                          "strides": [4100, 1], "storage_offset": 0},
         "budget": {"available_bytes": 10**9, "cell_size_bytes": 2 * 2 * ROW_BYTES,
                    "mem_fraction_static": None},
-        "capacity": {"max_concurrency": 1.0, "steady_state_concurrency": None},
+        "capacity": {"max_concurrency": 0.25, "steady_state_concurrency": None},
     }
 
 
