@@ -226,8 +226,8 @@ def _check_allocation(
     if first.start < pages:
         raise PlanInvariantError(
             f"tensors[{first.tensor}] view {first.view!r}: its rows past the pool's last block "
-            f"start at byte {first.start} of {where}, inside its pages (which end at byte "
-            f"{pages}); expected spare rows past every page of the allocation",
+            f"start at byte {first.start} of {where}, among the allocation's pages (which end at "
+            f"byte {pages}); expected spare rows past every page of the allocation",
             tensor=first.tensor, layer=tensors[first.tensor].layers[0],
         )
     furthest = first

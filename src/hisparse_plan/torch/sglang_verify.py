@@ -360,10 +360,10 @@ def _check_owned(
         within = (relative >= 0) & (block < train.num_blocks) & (
             relative - block * stride + run <= train.size)
         if pages.per_page:  # its own page: its layer's, its row's block
-            row = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
+            own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
             layer = index[0] == number if pages.layered else True
-            within &= (row == block) & layer
-            inside |= (row >= train.num_blocks) & (starts >= pages.tail) & (
+            within &= (own == block) & layer
+            inside |= (own >= train.num_blocks) & (starts >= pages.tail) & (
                 starts + run <= pages.end)
         inside |= within
     if bool(inside.all()):
