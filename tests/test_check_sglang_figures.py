@@ -261,3 +261,19 @@ def test_mamba_slots_bound_the_running_requests() -> None:
         plan["req_to_token"]["shape"][0] += 1
 
     _refused("mamba", more, "Mamba state slots")
+
+
+def _cell(factor: float) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        plan["budget"]["cell_size_bytes"] *= factor
+
+    return edit
+
+
+@pytest.mark.parametrize(("case", "factor"), [
+    *((case, factor) for case in ("mha", "k_and_v_apart", "dsa", "dsa_hisparse", "mamba")
+      for factor in (0.5, 1.5)),
+    ("window", 0.5),  # a window pool adds its ratio of a token, which the plan does not state
+])
+def test_the_cell_size_is_the_counted_pools_bytes_a_token(case: str, factor: float) -> None:
+    _refused(case, _cell(factor), "cell_size_bytes")

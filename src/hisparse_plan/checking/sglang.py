@@ -5,10 +5,10 @@ own fields another way than the planner took.
 Meaning, from the plan alone: every pool is one of SGLang's, in its role (sglang_roles); every
 engine view lies in its own pages or its allocation's unowned tail (views); the full pool has one
 padding page beside `max_total_num_tokens`; the index keys, the V halves and the Mamba states
-have the blocks those figures give; the request-to-token table has a padding row beside
-`max_running_requests`, fits int64 bytes and its int32 entries hold every token id; HiSparse's
-and DeepSeek-V4's figures agree with one another and with the pools (sglang_v4); no figure
-claims more than the pools hold.
+have the blocks those figures give; the cell size is the counted pools' bytes a token; the
+request-to-token table has a padding row beside `max_running_requests`, fits int64 bytes and
+its int32 entries hold every token id; HiSparse's and DeepSeek-V4's figures agree with one
+another and with the pools (sglang_v4); no figure claims more than the pools hold.
 With the request, the plan must be the one the request gives.
 """
 
@@ -52,6 +52,7 @@ def check_sglang_plan(
     _check_request_table(plan)
     _check_hisparse(plan, pools)
     _check_token_pools(plan, pools)
+    _check_cell_size(plan)
     check_deepseek_v4(plan, pools)
     _check_figures(plan)
     if request is not None:
@@ -175,6 +176,30 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             f"max_running_requests {plan.max_running_requests} needs "
             f"{plan.max_running_requests * MAMBA_SLOTS_A_REQUEST} Mamba state slots; the pools "
             f"hold {slots.num_blocks - 1} beside the padding slot"
+        )
+
+
+def _check_cell_size(plan: SGLangPlan) -> None:
+    """budget.cell_size_bytes is one token's bytes over the pools SGLang counts: the full pool
+    (and its V pool), the index keys (with HiSparse, ratio tokens' worth a device token); a
+    window pool adds its ratio of a token (more than nothing); Mamba states and the host pool
+    come off the budget apart. DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
+    if plan.deepseek_v4 is not None:
+        return
+    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    weights = {"kv": 1, "kv_v": 1, "index": ratio}
+    full = window = 0
+    for tensor in plan.tensors:
+        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
+        full += page_bytes * weights.get(tensor.pool, 0)
+        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    cell = plan.budget.cell_size_bytes
+    # Bytes a page over the page's tokens: a page of every counted layer.
+    fits = cell * plan.page_size > full if window else cell * plan.page_size == full
+    if not fits:
+        raise PlanInvariantError(
+            f"budget.cell_size_bytes is {cell}; the counted pools take {full / plan.page_size} "
+            f"bytes a token{' before the window pool' if window else ''}"
         )
 
 
