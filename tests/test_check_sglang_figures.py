@@ -142,6 +142,7 @@ def _scaled_mha_page_1(tokens: int) -> dict[str, Any]:
     tensor["views"][1]["storage_offset"] = half
     plan["max_total_num_tokens"] = tokens
     plan["budget"]["available_bytes"] = tokens * plan["budget"]["cell_size_bytes"]
+    plan["capacity"]["max_concurrency"] = float(plan["max_running_requests"])  # the fewest
     return plan
 
 
@@ -240,6 +241,21 @@ def _steady_state_claimed(plan: dict[str, Any]) -> None:
     plan["capacity"]["steady_state_concurrency"] = plan["max_running_requests"] + 1.0
 
 
+def _concurrency(factor: float) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        plan["capacity"]["max_concurrency"] *= factor
+
+    return edit
+
+
+def _steady_state_lowered(plan: dict[str, Any]) -> None:
+    plan["capacity"]["steady_state_concurrency"] /= 2
+
+
+def _second_stage(plan: dict[str, Any]) -> None:
+    plan["pools"][-1]["stage"] = 1
+
+
 @pytest.mark.parametrize(("case", "edit"), [
     ("k_and_v_apart", _blocks("kv_v", -1)),
     ("window", _blocks("swa", -1)),
@@ -249,8 +265,19 @@ def _steady_state_claimed(plan: dict[str, Any]) -> None:
     ("mha", _more_requests),
     ("dsa_hisparse", _host_tokens_padded),
     ("dsa_hisparse", _steady_state_claimed),
+    ("dsa_hisparse", _steady_state_lowered),
+    ("mha", _concurrency(1.5)),
+    ("mha", _concurrency(0.5)),
+    ("mamba", _concurrency(0.5)),
+    ("window", _concurrency(10)),  # past the full pool's bound: the window's is not stated
+    ("deepseek_v4", _concurrency(1.5)),
+    ("mamba", _second_stage),
+    ("deepseek_v4", _second_stage),
 ], ids=["v_blocks", "window_v_blocks", "index_pages", "hisparse_index_pages",
-        "mamba_slots", "requests_past_half_the_tokens", "host_tokens", "steady_state"])
+        "mamba_slots", "requests_past_half_the_tokens", "host_tokens", "steady_state",
+        "steady_state_lowered", "concurrency_claimed", "concurrency_lowered",
+        "mamba_concurrency_lowered", "window_concurrency_claimed", "v4_concurrency_claimed",
+        "mamba_second_stage", "v4_second_stage"])
 def test_figures_beside_the_full_pool_are_derived(case: str, edit: Edit) -> None:
     _refused(case, edit)
 

@@ -126,7 +126,7 @@ def _tails_meeting() -> dict[str, Any]:
     # The figures of three pages of four tokens, one request of the table's 16 tokens.
     plan.update(max_total_num_tokens=(blocks - 1) * plan["page_size"], max_running_requests=1)
     plan["req_to_token"].update(shape=[2, plan["req_to_token"]["shape"][1]])
-    plan["capacity"]["max_concurrency"] = 0.5
+    plan["capacity"]["max_concurrency"] = 12 / 16  # 12 tokens of 16-token requests
     plan["budget"]["cell_size_bytes"] = 2 * page * 2 // plan["page_size"]  # K + V, two layers
     return plan
 

@@ -54,7 +54,7 @@ def check_sglang_plan(
     _check_token_pools(plan, pools)
     _check_cell_size(plan)
     check_deepseek_v4(plan, pools)
-    _check_figures(plan)
+    _check_figures(plan, pools)
     if request is not None:
         check_answers(plan, request)
 
@@ -203,10 +203,10 @@ def _check_cell_size(plan: SGLangPlan) -> None:
         )
 
 
-def _check_figures(plan: SGLangPlan) -> None:
+def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """No figure claims more than the pools hold: the budget covers the tokens, a request
-    slot has two tokens, and no more requests of the table's context length run at once than
-    the pools hold."""
+    slot has two tokens; the capacity is what the pools hold (at most that beside a window pool,
+    whose window the plan does not state)."""
     budget = plan.budget
     if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
         raise PlanInvariantError(
@@ -218,38 +218,50 @@ def _check_figures(plan: SGLangPlan) -> None:
             f"max_running_requests {plan.max_running_requests} exceeds max_total_num_tokens "
             f"// 2 = {plan.max_total_num_tokens // 2} (SGLang's cap)"
         )
-    capacity = plan.capacity
-    context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
-    need = -(-context // plan.page_size) * plan.page_size
-    bounds = {"max_running_requests": float(plan.max_running_requests),
-              "max_total_num_tokens": plan.max_total_num_tokens / need}
-    if plan.hisparse is not None:
-        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
-    for what, bound in bounds.items():
-        if capacity.max_concurrency > bound:
-            raise PlanInvariantError(
-                f"capacity.max_concurrency {capacity.max_concurrency} exceeds the {bound} "
-                f"requests of {context} tokens (the request table's context) that {what} holds"
-            )
-    _check_steady_state(plan)
-
-
-def _check_steady_state(plan: SGLangPlan) -> None:
-    """HiSparse's steady state: given exactly with HiSparse, never more requests than run or
-    than the full pool's hot buffers."""
+    windowed = "swa" in pools or plan.deepseek_v4 is not None
+    _check_capacity("max_concurrency", plan.capacity.max_concurrency,
+                    concurrency_bounds(plan, pools), exact=not windowed)
     steady = plan.capacity.steady_state_concurrency
-    hisparse = plan.hisparse
-    if (steady is None) != (hisparse is None):
+    if (steady is None) != (plan.hisparse is None):
         raise PlanInvariantError(
             f"capacity.steady_state_concurrency is {steady}; expected a figure exactly with "
             "HiSparse"
         )
-    if steady is None or hisparse is None:
-        return
-    bound = min(float(plan.max_running_requests),
-                plan.max_total_num_tokens / hisparse.hot_rows_per_request)
-    if steady > bound:
+    if steady is not None and plan.hisparse is not None:
+        bounds = concurrency_bounds(plan, pools)
+        hot = {"the full pool's hot buffers":
+               plan.max_total_num_tokens / plan.hisparse.hot_rows_per_request}
+        _check_capacity("steady_state_concurrency", steady, {
+            what: bounds[what] for what in ("max_running_requests", "hisparse.logical_tokens")
+        } | hot, exact=True)
+
+
+def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, float]:
+    """Requests of the request table's context each counted pool holds at once: a request
+    takes its context in whole pages of the full pool (and of HiSparse's logical tokens), one
+    Mamba slot, one request slot."""
+    context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
+    need = -(-context // plan.page_size) * plan.page_size
+    bounds = {"max_running_requests": float(plan.max_running_requests),
+              "max_total_num_tokens": plan.max_total_num_tokens / need}
+    if "mamba_conv0" in pools:
+        bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
+    if plan.hisparse is not None:
+        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
+    return bounds
+
+
+def _check_capacity(what: str, got: float, bounds: dict[str, float], *, exact: bool) -> None:
+    """`got` at most every bound, and the least of them when `exact`."""
+    for name, bound in bounds.items():
+        if got > bound:
+            raise PlanInvariantError(
+                f"capacity.{what} {got} exceeds the {bound} requests of the request table's "
+                f"context that {name} holds"
+            )
+    least = min(bounds.values())
+    if exact and got != least:
         raise PlanInvariantError(
-            f"capacity.steady_state_concurrency {steady} exceeds {bound}, the running requests "
-            "or the full pool's hot buffers"
+            f"capacity.{what} is {got}; expected {least}, the fewest requests of the request "
+            "table's context any of the pools holds"
         )

@@ -94,13 +94,18 @@ HiSparse's host pool beside a DSA model's index keys."""
 
 
 def check_pool_role(pool: Pool, page_size: int) -> PoolRole:
-    """The pool is one of SGLang's, where its role keeps it, allocated as its role allocates
-    it, holding its role's tokens a block; its role."""
+    """The pool is one of SGLang's, of the one pipeline stage, where its role keeps it,
+    allocated as its role allocates it, holding its role's tokens a block; its role."""
     role = SGLANG_POOL_ROLES.get(pool.name)
     if role is None:
         raise PlanInvariantError(
             f"pool {pool.name!r} is none of SGLang's pools; expected one of "
             f"{sorted(SGLANG_POOL_ROLES)}"
+        )
+    if pool.stage != 0:
+        raise PlanInvariantError(
+            f"pool {pool.name!r} is of pipeline stage {pool.stage}; expected 0 (SGLang's plans "
+            "are one stage)"
         )
     got = (pool.location, pool.allocation, pool.block_tokens)
     want = (role.location, role.allocation, role.block_tokens(page_size))
