@@ -198,16 +198,16 @@ def test_help_shows_per_model_defaults(cli: Run) -> None:
         assert f"{flag} " in flat or f"{flag}," in flat, flag
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLI_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 
 def test_readme_vllm_serve_lines_and_their_plans() -> None:
-    """Each `vllm serve` line of the README's table sits beside a `hisparse-plan` line with the
-    same flags that plans."""
+    """Each `vllm serve` line of the CLI guide's table sits beside a `hisparse-plan` line with
+    the same flags that plans."""
     from hisparse_plan.cli.main import main
 
     rows = re.findall(r"^\s*\| `(vllm serve [^`]+)` \| `(hisparse-plan [^`]+)` \|$",
-                      README.read_text(encoding="utf-8"), flags=re.MULTILINE)
+                      CLI_GUIDE.read_text(encoding="utf-8"), flags=re.MULTILINE)
     assert len(rows) >= 3
     for serve, ours in rows:
         vllm_flags = {word for word in shlex.split(serve) if word.startswith("-")}

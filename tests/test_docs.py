@@ -32,7 +32,7 @@ from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangHisparse, SGLan
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.planning import plan_traced
 from hisparse_plan.presets import Settings, build_request, load_preset
-from hisparse_plan.rule_docs import ANCHORS, rule_doc
+from hisparse_plan.rule_docs import ANCHORS, DOC_NAMES, rule_doc
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -108,11 +108,55 @@ def test_no_user_facing_string_cites_the_spec() -> None:
 
 
 def test_the_wheel_carries_the_docs() -> None:
+    """Every page of docs/, and nothing else of it, ships; `hisparse-plan docs` knows each."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
-    for doc in ("planning-rules.md", "plan-contract.md"):
-        assert included[f"docs/{doc}"] == f"hisparse_plan/docs/{doc}"
-        assert (DOCS / doc).is_file()
+    pages = {path.stem for path in DOCS.glob("*.md")}
+    shipped = {source: target for source, target in included.items()
+               if source.startswith("docs/")}
+    assert shipped == {f"docs/{name}.md": f"hisparse_plan/docs/{name}.md" for name in pages}
+    assert set(DOC_NAMES) == pages
+    assert len(DOC_NAMES) == len(set(DOC_NAMES))
+
+
+def test_docs_lists_and_prints_every_page(cli: Run) -> None:
+    code, out, err = cli("docs", "--list")
+    assert (code, err) == (0, "")
+    listed = [line.split()[0] for line in out.splitlines()]
+    assert listed == list(DOC_NAMES)
+    assert "Glossary" in out
+    for name in DOC_NAMES:
+        code, out, _ = cli("docs", name)
+        assert code == 0, name
+        assert out == (DOCS / f"{name}.md").read_text(encoding="utf-8"), name
+
+
+def test_readme_and_docs_cite_no_spec_section() -> None:
+    """The pages cite docs/ anchors, never the internal spec's section numbers."""
+    for page in [REPO / "README.md", *DOCS.glob("*.md")]:
+        text = page.read_text(encoding="utf-8")
+        assert "SPEC" not in text, page.name
+        assert not re.search(r"\bspec(?:'s)? (?:section|is silent)", text, re.IGNORECASE), page.name
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+        # The spec's sections are numbered 4 to 7: "7.3.2", "section 5.12", "rule 7.7".
+        cited = re.search(r"(?<![\w.])[4-7]\.\d+\.\d+(?![\w.])|(?:section|rule|§)\s*[4-7]\.\d",
+                          prose, re.IGNORECASE)
+        assert cited is None, f"{page.name}: {cited and cited.group(0)}"
+
+
+def test_page_links_land_on_headings() -> None:
+    """Links between pages (`page.md#anchor`) reach a file of docs/ and one of its headings."""
+    checked = 0
+    for page in [REPO / "README.md", *DOCS.glob("*.md")]:
+        base = page.parent
+        for target, anchor in re.findall(r"\]\(((?:docs/)?[\w-]+\.md)(?:#([\w-]+))?\)",
+                                         page.read_text(encoding="utf-8")):
+            doc = base / target
+            assert doc.is_file(), f"{page.name}: {target}"
+            if anchor:
+                assert anchor in slugs(doc), f"{page.name}: {target}#{anchor}"
+                checked += 1
+    assert checked >= 10
 
 
 PLAN_MODELS: list[type[BaseModel]] = [
@@ -194,3 +238,16 @@ def test_installed_docs_are_found_inside_the_package(
     assert rule_docs.doc_path("planning-rules") == package / "docs" / "planning-rules.md"
     with pytest.raises(hp.PlanError, match="neither in the package nor beside it"):
         rule_docs.doc_path("plan-contract")
+
+
+def test_glossary_explains_the_words_the_output_uses() -> None:
+    """Each word the plan output and the pages lean on has an entry of its own."""
+    entries = " ".join(re.findall(r"^\*\*(.+?)\*\*", (DOCS / "glossary.md").read_text(
+        encoding="utf-8"), flags=re.MULTILINE)).lower()
+    for word in ("null block", "padding page", "layout", "page", "group", "pool", "view",
+                 "admitted", "steady", "binds", "placeholder sizes", "baseline", "hisparse"):
+        assert word in entries, word
+    text = (DOCS / "glossary.md").read_text(encoding="utf-8")
+    for word in ("BLNHC", "**source**", "**indexer**", "**resident**", "**hot**", "60 GiB",
+                 "64 GiB", "ranges"):
+        assert word in text, word

@@ -45,11 +45,16 @@ def rule_doc(rule: str) -> str:
     return RULES_DOC
 
 
-DOC_NAMES: Final = ("planning-rules", "plan-contract")
+DOC_NAMES: Final = (
+    "planning-rules", "plan-contract", "glossary", "cli", "presets", "library", "backend",
+    "engines", "versions-and-modes", "promises", "architecture",
+)
+"""Every page of docs/: the two that messages cite first, then the guides in reading order.
+Each ships in the wheel under hisparse_plan/docs/ (pyproject's force-include)."""
 
 
 def doc_path(name: str) -> Path:
-    """Where the doc `name` (planning-rules or plan-contract) is: inside the installed package
+    """Where the doc `name` (one of DOC_NAMES) is: inside the installed package
     (`hisparse_plan/docs/`, where the wheel puts it), else in a source checkout's `docs/`."""
     if name not in DOC_NAMES:
         raise PlanError(f"docs: expected one of {', '.join(DOC_NAMES)}, got {name!r}",

@@ -76,8 +76,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hisparse-plan",
-        description="Plan a HiSparse sparse-MLA KV cache, and see what it buys.",
-        epilog=f"{SIZE_HELP}. {EXIT_CODES}.",
+        description="Plan where every byte of an LLM's KV cache lives, for vLLM and SGLang: "
+        "regular models, and sparse-MLA models with HiSparse's host pool; see what a "
+        "deployment holds, and what more memory would buy.",
+        epilog=f"{SIZE_HELP}. {EXIT_CODES}. The guides: hisparse-plan docs --list.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(
