@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -385,3 +386,37 @@ def test_every_file_and_json_reader_goes_through_one_module() -> None:
         if READS.search(path.read_text()) and path.relative_to(root).parts[0] != "torch"
     )
     assert set(readers) <= set(ALLOWED), sorted(set(readers) - set(ALLOWED))
+
+
+# -- the reader itself ------------------------------------------------------------------------
+
+
+def _empty(info: os.stat_result) -> os.stat_result:
+    """`info` with a size of 0 bytes."""
+    fields = list(info)
+    fields[stat.ST_SIZE] = 0
+    return os.stat_result(fields)
+
+
+def test_the_size_bound_is_exact_and_holds_for_a_file_that_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hisparse_plan import untrusted_json
+
+    path = write(tmp_path / "a.json", '{"a": 1}')
+    assert untrusted_json.read_json_file(path, what="x", max_bytes=8) == {"a": 1}
+    with pytest.raises(PlanError, match=r"a\.json: expected at most 7 bytes, got 8 bytes"):
+        untrusted_json.read_json_file(path, what="x", max_bytes=7)
+    # A file that grows after stat and fstat: one byte past the bound is read, and refused.
+    real_stat, real_fstat = os.stat, os.fstat
+    monkeypatch.setattr(os, "stat", lambda p: _empty(real_stat(p)))
+    monkeypatch.setattr(os, "fstat", lambda fd: _empty(real_fstat(fd)))
+    with pytest.raises(PlanError, match="expected at most 7 bytes, got more than that"):
+        untrusted_json.read_json_file(path, what="x", max_bytes=7)
+
+
+def test_a_request_file_must_be_utf8(cli: Run, tmp_path: Path) -> None:
+    request = (CONFIGS.parent / "golden" / "deepseek_v32_fp8.request.json").read_text()
+    path = write(tmp_path / "request.json", request.encode("utf-16"))
+    line = one_error(*cli("plan", "--request", str(path)))
+    assert "byte 0xff at offset 0 is not UTF-8" in line
