@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from cli_support import Run
 from golden import GOLDEN
+from hisparse_plan import untrusted_json
 from hisparse_plan.cli import input_files
 from hisparse_plan.cli import main as cli_main
 from hisparse_plan.cli.errors import one_line
@@ -131,8 +132,9 @@ def test_requests_are_capped(
     line = one_error(*cli("plan", "--request", str(REQUEST)))
     assert f"expected at most {len(raw) - 1} bytes" in line
     assert f"got {len(raw)} bytes" in line
+    monkeypatch.setattr(untrusted_json, "MAX_CONFIG_BYTES", len(raw) - 1)
     line = one_error(*cli("plan", "--hf-config", str(REQUEST)))
-    assert "--hf-config" in line
+    assert f"--hf-config {REQUEST}: expected at most {len(raw) - 1} bytes" in line
 
 
 def test_stdin_is_read_up_to_the_cap_and_no_further(

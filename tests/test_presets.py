@@ -266,7 +266,7 @@ def test_bad_config_files_name_the_file_and_field(
 def test_config_file_that_is_not_json(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text("{not json")
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="Invalid JSON"):
         load_config_file(path)
 
 

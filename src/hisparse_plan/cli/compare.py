@@ -12,7 +12,7 @@ import argparse
 from hisparse_plan.cli.arg_types import AUTO, positive_int
 from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.input_files import check_regular_file
+from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import settings_from
@@ -78,8 +78,8 @@ def run_compare(args: argparse.Namespace) -> int:
         arch, title = preset.architecture, preset.title
         default_length = preset.default_max_model_len
     else:
-        check_regular_file(args.hf_config, "--hf-config")
-        arch, title = load_config_file(args.hf_config), args.hf_config
+        arch = load_config_file(args.hf_config, label=config_label(args.hf_config))
+        title = args.hf_config
     given_memory = args.gpu_mem is not None or args.kv_cache_memory is not None
     if given_memory and args.gpu is not None:
         raise CommandError("--compare: --gpu and --gpu-mem/--kv-cache-memory-bytes both set the "

@@ -5,14 +5,15 @@ module stays one idea. `source.py` calls the two hooks below."""
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hisparse_plan.cli.arg_types import non_negative_int, positive_int, positive_size, size_arg
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.presets import Settings, Weights, load_preset
+from hisparse_plan.presets.config_file import read_config_file
 from hisparse_plan.presets.hardware import (
     DEFAULT_ACTIVATION_RESERVE,
     DEFAULT_UTILIZATION,
@@ -177,7 +178,4 @@ def deployment_weights(args: argparse.Namespace) -> Weights | int:
 def _config_fields(path: Path) -> dict[str, Any]:
     """The config's top-level fields (where `quantization_config` and `torch_dtype` live, a
     multimodal wrapper's included)."""
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict):
-        raise CommandError(f"{path}: expected a JSON object")
-    return config
+    return read_config_file(path, label=config_label(str(path)))

@@ -13,7 +13,7 @@ from hisparse_plan.adapters.sglang.request import hisparse_settings
 from hisparse_plan.cli.arg_types import AUTO, positive_int, positive_tokens
 from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.input_files import check_regular_file
+from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import DSABackend, SGLangSettings
 from hisparse_plan.presets import (
@@ -111,8 +111,7 @@ def _model(args: argparse.Namespace) -> tuple[Architecture, str, int | None]:
         preset = load_preset(args.model)
         default = preset.default_max_model_len
         return preset.architecture, preset.title, None if default == AUTO else default
-    check_regular_file(args.hf_config, "--hf-config")
-    arch = load_config_file(args.hf_config)
+    arch = load_config_file(args.hf_config, label=config_label(args.hf_config))
     title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
     return arch, title, None
 

@@ -18,7 +18,7 @@ from hisparse_plan.cli.arg_types import (
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
 from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings, titled
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.input_files import check_regular_file, read_input
+from hisparse_plan.cli.input_files import config_label, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.models import KVCacheLayout, PlanRequest
@@ -188,8 +188,7 @@ def resolve_source(args: argparse.Namespace) -> Source:
             args, settings, preset.architecture, preset.title, preset.default_max_model_len
         )
     if args.hf_config is not None:
-        check_regular_file(args.hf_config, "--hf-config")
-        arch = load_config_file(args.hf_config)
+        arch = load_config_file(args.hf_config, label=config_label(args.hf_config))
         title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
         return _from_architecture(args, settings, arch, title, None)
     if args.kv_dtype is not None:

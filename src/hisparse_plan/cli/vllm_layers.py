@@ -4,13 +4,13 @@ builds on the meta device, before anything is planned from them."""
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
-from pathlib import Path
 
 from hisparse_plan.adapters.vllm.meta_model import check_layers_agree, kv_cache_specs
 from hisparse_plan.cli.errors import CommandError
+from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.presets import Architecture, Settings, build_request
+from hisparse_plan.presets.config_file import read_config_file
 
 META_BUILD_LENGTH = 4096
 """The max_model_len of the meta build: no layer spec depends on it, and every model takes it."""
@@ -32,7 +32,7 @@ def checked_by_vllm(
     config reading gives the same cache layers and model facts at tensor parallel size 1; what
     was checked, in a few words, for the plan's heading."""
     meta = kv_cache_specs(
-        json.loads(Path(config_file).read_text(encoding="utf-8")),
+        read_config_file(config_file, label=config_label(config_file)),
         max_model_len=META_BUILD_LENGTH, kv_cache_dtype=kv_cache_dtype or "auto",
     )
     one_rank = build_request(arch, replace(settings, tp=1))

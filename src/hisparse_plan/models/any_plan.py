@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic_core import from_json
-
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
 from hisparse_plan.models.plan import KVCachePlan
 from hisparse_plan.models.sglang_plan import SGLangPlan
 
@@ -16,14 +15,16 @@ Plan = KVCachePlan | SGLangPlan
 
 def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
     """A plan from its JSON text or dict: `engine` "sglang" gives an `SGLangPlan`, anything
-    else (a version 1 plan has no `engine`) a `KVCachePlan`."""
+    else (a version 1 plan has no `engine`) a `KVCachePlan`. JSON text is read strictly: a key
+    named twice, or nesting past MAX_DEPTH, is refused."""
     if isinstance(data, KVCachePlan | SGLangPlan):
         return data
     if isinstance(data, str | bytes):
         try:
-            data = from_json(data)
-        except ValueError as error:
-            raise PlanError(f"expected a plan's JSON text: {error}") from None
+            data = load_json_object(data, what="plan", max_depth=MAX_DEPTH)
+        except PlanError as error:
+            raise PlanError(f"expected a plan's JSON text: {error}", field=error.field
+                            ) from None
     if not isinstance(data, Mapping):
         raise PlanError(f"expected a plan (a JSON object), got {type(data).__name__}")
     if data.get("engine") == "sglang":

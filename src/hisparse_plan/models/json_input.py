@@ -1,5 +1,6 @@
-"""Reading request JSON strictly: a key named twice in one object is an error, not a silent
-"last one wins", and no error quotes more than a short excerpt of the input.
+"""Reading JSON strictly (requests, and every untrusted file: see `untrusted_json`): a key
+named twice in one object is an error, not a silent "last one wins", and no error quotes more
+than a short excerpt of the input.
 
 Python's `json` keeps the last of two equal keys, and so does pydantic's parser; a request whose
 meaning depends on which copy a parser keeps is refused instead, with the key and its path.
@@ -12,7 +13,7 @@ as many keys as the text has ':' characters dropped none.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
 from pydantic_core import from_json
@@ -21,6 +22,10 @@ from hisparse_plan.errors import PlanError
 
 EXCERPT_CHARS: Final = 200
 """The most characters of input any error message quotes."""
+MAX_DEPTH: Final = 64
+"""Levels of nesting untrusted JSON may have: requests and plans nest at most 5, the Hub's
+config.json files about as many; a reader that recurses on what was parsed (transformers does,
+on a config) stays far from Python's stack limit."""
 
 T = TypeVar("T")
 
@@ -74,13 +79,37 @@ def _find_duplicate(data: object) -> tuple[str, str] | None:
     return None
 
 
-def load_request_json(text: str | bytes) -> dict[str, Any]:
-    """Parse a request's JSON text (str, or bytes in UTF-8/16/32) into a dict.
+def nested_deeper(data: object, limit: int) -> bool:
+    """Whether parsed JSON `data` holds a container more than `limit` levels deep (the top
+    level is level 1). Walked with an explicit stack, so any depth is measured safely."""
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
-    Raises `PlanError` for text that is not JSON, for a top level that is not an object, and
-    for any object that names a key twice (`field` is the key's path, such as
-    ``layers['model.layers.0.self_attn.attn'].kind``). Messages quote at most about
-    `EXCERPT_CHARS` characters of the input.
+
+def load_json_object(
+    text: str | bytes, *, what: str = "request", max_depth: int | None = None
+) -> dict[str, Any]:
+    """Parse JSON text (str, or bytes in UTF-8/16/32) that must be one object: `what` it is
+    (a request, a plan, a config) names it in refusals, and is the `field` of those about the
+    text as a whole.
+
+    Raises `PlanError` for text that is not JSON, for a top level that is not an object, for
+    any object that names a key twice (`field` is the key's path, such as
+    ``layers['model.layers.0.self_attn.attn'].kind``) and, when `max_depth` is given, for
+    nesting deeper than that. Messages quote at most about `EXCERPT_CHARS` characters of the
+    input.
     """
     duplicated = False
 
@@ -96,22 +125,22 @@ def load_request_json(text: str | bytes) -> dict[str, Any]:
         marked.key = key
         return marked
 
+    deepest = f"a {what} nests a few levels" if max_depth is None else (
+        f"expected at most {max_depth} levels")
     try:
         data = json.loads(text, object_pairs_hook=pairs_hook)
     except json.JSONDecodeError as error:
         near = error.doc[error.pos:error.pos + 40]
         raise PlanError(
-            f"Invalid JSON: {error.msg} at line {error.lineno} column {error.colno} "
+            f"{what}: Invalid JSON: {error.msg} at line {error.lineno} column {error.colno} "
             f"(near {excerpt(near, 60)})",
-            field="request",
+            field=what,
         ) from None
     except RecursionError:
-        raise PlanError(
-            "Invalid JSON: nested too deeply to read; a plan request nests a few levels",
-            field="request",
-        ) from None
+        raise PlanError(f"{what}: Invalid JSON: nested too deeply to read; {deepest}",
+                        field=what) from None
     except ValueError as error:  # bytes that are not UTF-8, an integer of thousands of digits
-        raise PlanError(f"Invalid JSON: {cut(str(error))}", field="request") from None
+        raise PlanError(f"{what}: Invalid JSON: {cut(str(error))}", field=what) from None
     if duplicated:
         found = _find_duplicate(data)
         if found is not None:
@@ -123,13 +152,21 @@ def load_request_json(text: str | bytes) -> dict[str, Any]:
                 "once (which copy counts would depend on the parser)",
                 field=field,
             )
+    if max_depth is not None and nested_deeper(data, max_depth):
+        raise PlanError(f"{what}: nested more than {max_depth} levels deep; {deepest}",
+                        field=what)
     if not isinstance(data, dict):
         raise PlanError(
-            f"request: expected a JSON object, got {type(data).__name__} "
+            f"{what}: expected a JSON object, got {type(data).__name__} "
             f"{excerpt(data, 80)}",
-            field="request",
+            field=what,
         )
     return data
+
+
+def load_request_json(text: str | bytes) -> dict[str, Any]:
+    """A request's JSON text as a dict: `load_json_object` for a request."""
+    return load_json_object(text, what="request")
 
 
 def _keys_at_most_kept(data: object) -> int:

@@ -24,6 +24,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hisparse_plan.presets.layer_count import DraftLayerCount, LayerCount
+
 PositiveInt = Annotated[int, Field(ge=1)]
 
 DEFAULT_SKIP_TOPK_OFFSET = 2
@@ -36,7 +38,7 @@ class ModelArchitecture(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
 
     model_type: str | None = None
-    num_hidden_layers: PositiveInt
+    num_hidden_layers: LayerCount
     kv_lora_rank: PositiveInt
     qk_rope_head_dim: PositiveInt
     index_head_dim: PositiveInt
@@ -46,7 +48,7 @@ class ModelArchitecture(BaseModel):
     index_skip_topk_offset: Annotated[int, Field(ge=0)] = DEFAULT_SKIP_TOPK_OFFSET
     index_topk_pattern: str | None = None
     indexer_types: list[Literal["full", "shared"]] | None = None
-    num_nextn_predict_layers: Annotated[int, Field(ge=0)] = 0
+    num_nextn_predict_layers: DraftLayerCount = 0
 
     @model_validator(mode="after")
     def _one_indexer_per_leader(self) -> ModelArchitecture:

@@ -9,17 +9,19 @@ transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from hisparse_plan import untrusted_json
+from hisparse_plan.errors import PlanError
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.hf_layers import layer_layout
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
+from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
@@ -35,9 +37,14 @@ NO_TRANSFORMERS: Final = (
 )
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def _text_config(config: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
     """Multimodal wrappers keep the language model's fields under `text_config`; those win
-    when the top level lacks `num_hidden_layers`."""
+    when the top level lacks `num_hidden_layers`. Every reading starts here, so a config that
+    counts absurdly many layers anywhere is refused before anything is built per layer."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{origin}: expected a config (a JSON object), got "
+                          f"{type(config).__name__}", field="config")
+    check_layer_counts(config, origin)
     text_config = config.get("text_config")
     if "num_hidden_layers" not in config and isinstance(text_config, Mapping):
         return text_config
@@ -68,7 +75,7 @@ def _validated(
 def architecture_from_config(config: Mapping[str, Any], *, origin: str) -> ModelArchitecture:
     """The sparse-MLA fields of a parsed `config.json`; `origin` names it in refusals."""
     return _validated(
-        ModelArchitecture, _text_config(config), origin,
+        ModelArchitecture, _text_config(config, origin), origin,
         "HiSparse plans sparse-attention (DSA) models, whose config has it",
     )
 
@@ -77,7 +84,7 @@ def any_architecture_from_config(
     config: Mapping[str, Any], *, origin: str
 ) -> ModelArchitecture | RegularArchitecture:
     """A sparse-MLA model's fields when the config has `kv_lora_rank`, else a regular one's."""
-    fields = _text_config(config)
+    fields = _text_config(config, origin)
     if SPARSE_MARKER in fields:
         return architecture_from_config(config, origin=origin)
     return _validated(
@@ -104,7 +111,7 @@ def model_from_config(
     """Any model's cache-shaping fields from its parsed `config.json`, each layer's kind as
     vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
     """
-    fields = _text_config(config)
+    fields = _text_config(config, origin)
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
         return architecture_from_config(config, origin=origin)
@@ -120,11 +127,7 @@ def model_from_config(
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]
-    layers = merged.get("num_hidden_layers")
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
-        what = ("missing; expected in a model's config.json (its decoder layer count)"
-                if layers is None else f"expected a positive integer, got {layers!r}")
-        raise ConfigError(f"{origin}: num_hidden_layers: {what}", field="num_hidden_layers")
+    layers = _layer_count(merged, origin)
     try:
         layout = layer_layout(merged, layers)
     except ConfigError as error:
@@ -137,15 +140,30 @@ def model_from_config(
     return _validated(RegularArchitecture, merged, origin, missing_why)
 
 
-def load_config_file(
-    path: str | Path, *, use_transformers: bool = True
-) -> ModelArchitecture | RegularArchitecture:
-    """Read a `config.json` file (OSError when it cannot be read)."""
-    text = Path(path).read_text(encoding="utf-8")
+def _layer_count(fields: Mapping[str, Any], origin: str) -> int:
+    """The decoder layer count the layer rules build their lists for."""
+    layers = fields.get("num_hidden_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_LAYERS:
+        what = ("missing; expected in a model's config.json (its decoder layer count)"
+                if layers is None else
+                f"expected a positive integer of at most {MAX_LAYERS}, got {layers!r}")
+        raise ConfigError(f"{origin}: num_hidden_layers: {what}", field="num_hidden_layers")
+    return layers
+
+
+def read_config_file(path: str | Path, *, label: str | None = None) -> dict[str, Any]:
+    """The JSON object of a `config.json` file, read as any untrusted file is
+    (`untrusted_json`): ConfigError, naming `label` (default: the path), when it cannot be."""
     try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(config).__name__}")
+        return untrusted_json.read_json_file(
+            path, what="config", label=label, max_bytes=untrusted_json.MAX_CONFIG_BYTES)
+    except PlanError as error:
+        raise ConfigError(str(error), field=error.field) from None
+
+
+def load_config_file(
+    path: str | Path, *, use_transformers: bool = True, label: str | None = None
+) -> ModelArchitecture | RegularArchitecture:
+    """Read a `config.json` file (`read_config_file`) and the model in it."""
+    config = read_config_file(path, label=label)
     return model_from_config(config, origin=str(path), use_transformers=use_transformers)

@@ -53,6 +53,15 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
     finally:
         logging.set_verbosity(verbosity)
     text = hf_config.get_text_config()
+    if not hasattr(text, "to_dict"):
+        # The class declares no text sub-config, so transformers hands back the file's own
+        # `text_config` value, which vLLM cannot read a model from either.
+        raise ConfigError(
+            f"{origin}: text_config: transformers' {config_class.__name__} reads no text "
+            f"sub-config; expected the language model's fields at the top level, got a "
+            f"text_config of type {type(text).__name__}",
+            field="text_config",
+        )
     fields: dict[str, Any] = text.to_dict()
     raw = config.get("text_config") if text is not hf_config else config
     raw_fields = raw if isinstance(raw, Mapping) else config

@@ -12,14 +12,15 @@ best source at hand:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from hisparse_plan.errors import PlanError
 from hisparse_plan.presets.catalog import Weights
 from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.untrusted_json import read_json_file
 
 INDEX_FILE: Final = "model.safetensors.index.json"
 QUANT_BITS: Final = {"fp8": "8", "mxfp4": "4.25", "fbgemm_fp8": "8", "compressed-tensors": None}
@@ -38,14 +39,14 @@ class ModelWeights:
 def index_weights(config_path: Path) -> ModelWeights | None:
     """`metadata.total_size` of the safetensors index beside `config_path`, if there is one."""
     index = config_path.parent / INDEX_FILE
-    if not index.is_file():
+    if not index.exists():  # one that exists but is no regular file is refused, not skipped
         return None
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{index}: not a readable safetensors index ({error})",
-                          field="weights") from None
-    metadata = data.get("metadata") if isinstance(data, dict) else None
+        data = read_json_file(index, what="safetensors index")
+    except PlanError as error:
+        raise ConfigError(f"not a readable safetensors index: {error}", field="weights"
+                          ) from None
+    metadata = data.get("metadata")
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
         raise ConfigError(

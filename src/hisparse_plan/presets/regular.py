@@ -37,6 +37,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hisparse_plan.presets.layer_count import DraftLayerCount, LayerCount
 from hisparse_plan.presets.mamba_states import MambaGeometry
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -91,7 +92,7 @@ class RegularArchitecture(BaseModel):
     dtype: str | None = None
     """The weights' dtype (`torch_dtype`, or transformers 5's `dtype`): a float16 model keeps
     float16 caches under `auto`, anything else bfloat16 (vLLM's auto dtype)."""
-    num_hidden_layers: PositiveInt
+    num_hidden_layers: LayerCount
     num_attention_heads: PositiveInt
     num_key_value_heads: PositiveInt
     hidden_size: PositiveInt
@@ -108,7 +109,7 @@ class RegularArchitecture(BaseModel):
     linear_key_head_dim: PositiveInt | None = None
     linear_value_head_dim: PositiveInt | None = None
     linear_conv_kernel_dim: PositiveInt | None = None
-    num_nextn_predict_layers: Annotated[int, Field(ge=0)] = 0
+    num_nextn_predict_layers: DraftLayerCount = 0
     compress_ratios: list[Annotated[int, Field(ge=0)]] | None = None
     compress_rates: dict[str, Annotated[int, Field(ge=0)]] | None = None
     qk_rope_head_dim: PositiveInt | None = None

@@ -5,7 +5,6 @@ settings."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
     Architecture,
@@ -22,7 +22,7 @@ from hisparse_plan.presets import (
     Settings,
     build_request,
 )
-from hisparse_plan.presets.config_file import model_from_config
+from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.kv_dtypes import KVDtype
 
 SERVER_ARGS: Final[dict[str, str]] = {
@@ -63,17 +63,36 @@ BF16_DSA_DTYPES: Final = frozenset({"auto", "bfloat16", "float16"})
 bfloat16 there)."""
 
 
-def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
-    """`--hisparse-config` (its JSON text or dict) as SGLangSettings fields."""
+def mapping_argument(value: object, name: str) -> Mapping[str, Any]:
+    """`value` when it is a mapping (a dict), else a PlanError naming the argument: a caller
+    handing JSON text or a list where a dict goes gets a refusal, not an AttributeError."""
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{name}: expected a mapping (a dict), got {type(value).__name__}",
+                        field=name)
+    return value
+
+
+def hisparse_config_object(config: object) -> Mapping[str, Any]:
+    """`--hisparse-config` as a mapping: its JSON text read strictly (a key named twice, or
+    nesting past MAX_DEPTH, refused), or the mapping given."""
     if isinstance(config, str):
         try:
-            config = json.loads(config)
-        except json.JSONDecodeError as error:
-            raise PlanError(f"hisparse_config: expected a JSON object, got invalid JSON "
-                            f"({error.msg})", field="hisparse_config") from None
+            return load_json_object(config, what="hisparse_config", max_depth=MAX_DEPTH)
+        except PlanError as error:
+            if error.field == "hisparse_config":
+                raise
+            # A key named twice: its path is inside hisparse_config.
+            raise PlanError(f"hisparse_config.{error}", field=f"hisparse_config.{error.field}"
+                            ) from None
     if not isinstance(config, Mapping):
         raise PlanError(f"hisparse_config: expected a JSON object, got "
                         f"{type(config).__name__}", field="hisparse_config")
+    return config
+
+
+def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
+    """`--hisparse-config` (its JSON text or dict) as SGLangSettings fields."""
+    config = hisparse_config_object(config)
     fields = {}
     for key, value in config.items():
         if key in HISPARSE_CONFIG:
@@ -93,6 +112,9 @@ def settings_from_server_args(
     `hisparse_config`, ...) and a case's memory figures (`pre_model_load_free_bytes` with
     `post_weights_free_bytes`; an `available_bytes` budget is the request's device memory).
     `context_length` is the default when the arguments give none (the model's length)."""
+    server_args = mapping_argument(server_args, "server_args")
+    memory = None if memory is None else mapping_argument(memory, "memory")
+    gpu = None if gpu is None else mapping_argument(gpu, "gpu")
     fields: dict[str, Any] = {"name": "sglang"}
     for key, value in server_args.items():
         if value is None:
@@ -151,15 +173,14 @@ def sglang_request(
 
 def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
     """A case's model: its config.json dict, or a path to one (relative to the working
-    directory), read as the project reads any config.json."""
-    origin = "config"
-    if not isinstance(config, Mapping):
-        origin = str(config)
-        config = json.loads(Path(config).read_text(encoding="utf-8"))
-        if not isinstance(config, dict):
-            raise PlanError(f"{origin}: expected a JSON object, got {type(config).__name__}",
-                            field="config")
-    return model_from_config(config, origin=origin)
+    directory), read as the project reads any config.json (`untrusted_json`: a regular file
+    of bounded size, UTF-8, no key twice)."""
+    if isinstance(config, Mapping):
+        return model_from_config(config, origin="config")
+    if not isinstance(config, str | Path):
+        raise PlanError(f"config: expected a config.json dict or a path to one, got "
+                        f"{type(config).__name__}", field="config")
+    return model_from_config(read_config_file(config), origin=str(config))
 
 
 def request_from_server_args(
@@ -172,6 +193,8 @@ def request_from_server_args(
     """The request for a model (a config.json dict or path, or an architecture) served with
     SGLang's `server_args` (`tp_size` splits the heads) on `memory`: either
     `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
+    server_args = mapping_argument(server_args, "server_args")
+    memory = mapping_argument(memory, "memory")
     if isinstance(config, ModelArchitecture | RegularArchitecture):
         arch: Architecture = config
     else:
@@ -185,6 +208,10 @@ def request_from_server_args(
         raise PlanError(f"server_args.tp_size: expected a positive integer, got {tp!r}",
                         field="server_args.tp_size")
     available = memory.get("available_bytes")
+    if available is not None and (not isinstance(available, int) or isinstance(available, bool)
+                                  or available < 0):
+        raise PlanError(f"memory.available_bytes: expected a byte count (an integer of at "
+                        f"least 0), got {available!r}", field="memory.available_bytes")
     if available is None and engine.pre_model_load_free_bytes is None:
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")

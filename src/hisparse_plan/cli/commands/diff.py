@@ -14,7 +14,7 @@ from hisparse_plan.cli.render import Renderer
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.exchange import TransferManifest, diff
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.models.json_input import load_request_json
+from hisparse_plan.untrusted_json import parse_json_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def load_side(path: str) -> KVCachePlan | TransferManifest:
     """A plan or a manifest JSON file, told apart by `manifest_version`; a plan is proved
     sound first (two copies of one broken plan agree with each other, and are no use)."""
     raw = read_input(path, "diff")
-    data = load_request_json(raw)  # duplicate keys refused, errors quote excerpts
+    data = parse_json_text(raw, what="plan", label=path)  # duplicate keys refused
     is_manifest = "manifest_version" in data
     what = TransferManifest if is_manifest else KVCachePlan
     try:
