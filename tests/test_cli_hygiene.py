@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from cli_support import Run
 from golden import GOLDEN
-from hisparse_plan import untrusted_json
 from hisparse_plan.cli import input_files
 from hisparse_plan.cli import main as cli_main
 from hisparse_plan.cli.errors import one_line
 from hisparse_plan.cli.main import main
+from hisparse_plan.models import untrusted_json
 
 REQUEST = GOLDEN / "deepseek_v32_fp8.request.json"
 LAYER = "model.layers.0.self_attn.attn"

@@ -401,7 +401,7 @@ def _empty(info: os.stat_result) -> os.stat_result:
 def test_the_size_bound_is_exact_and_holds_for_a_file_that_grows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hisparse_plan import untrusted_json
+    from hisparse_plan.models import untrusted_json
 
     path = write(tmp_path / "a.json", '{"a": 1}')
     assert untrusted_json.read_json_file(path, what="x", max_bytes=8) == {"a": 1}

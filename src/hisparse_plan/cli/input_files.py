@@ -1,5 +1,5 @@
 """The files an operator names on the command line, read as every untrusted file is
-(`hisparse_plan.untrusted_json`: a regular file of bounded size, UTF-8), each refusal naming
+(`hisparse_plan.models.untrusted_json`: a regular file of bounded size, UTF-8), each refusal naming
 the flag and the path.
 
 Standard input ('-') is read too, but never more than the cap plus one byte, which is enough
@@ -12,7 +12,12 @@ import sys
 from typing import Final
 
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.untrusted_json import MAX_JSON_BYTES, decode_utf8, read_text_file, too_long
+from hisparse_plan.models.untrusted_json import (
+    MAX_JSON_BYTES,
+    decode_utf8,
+    read_text_file,
+    too_long,
+)
 
 MAX_INPUT_BYTES: Final = MAX_JSON_BYTES
 """The most bytes of a request or plan the command line reads (64 MiB)."""

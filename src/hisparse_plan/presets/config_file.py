@@ -15,8 +15,8 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from hisparse_plan import untrusted_json
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.hf_layers import layer_layout

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models.untrusted_json import read_json_file
 from hisparse_plan.presets.catalog import Weights
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.untrusted_json import read_json_file
 
 INDEX_FILE: Final = "model.safetensors.index.json"
 QUANT_BITS: Final = {"fp8": "8", "mxfp4": "4.25", "fbgemm_fp8": "8", "compressed-tensors": None}

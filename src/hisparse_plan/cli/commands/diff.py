@@ -14,7 +14,7 @@ from hisparse_plan.cli.render import Renderer
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.exchange import TransferManifest, diff
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.untrusted_json import parse_json_text
+from hisparse_plan.models.untrusted_json import parse_json_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
