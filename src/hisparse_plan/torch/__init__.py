@@ -12,8 +12,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "hisparse_plan.torch needs PyTorch; install the extra: pip install 'hisparse-plan[torch]'"
     ) from error
 
-from hisparse_plan.torch.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
-from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
 from hisparse_plan.torch.devices import default_device
 from hisparse_plan.torch.errors import (
     BackendError,
@@ -22,16 +20,18 @@ from hisparse_plan.torch.errors import (
     UnsoundPlanError,
     VerifyError,
 )
-from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
-from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.meta import MetaReport, SGLangMetaReport, meta_check
-from hisparse_plan.torch.numa import NumaPlacement
-from hisparse_plan.torch.pools import Pools, allocate
-from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
-from hisparse_plan.torch.sglang_pools import SGLangPools
-from hisparse_plan.torch.shm import SharedPool
-from hisparse_plan.torch.tasks import Progress
-from hisparse_plan.torch.verification import VerifyReport, verify
+from hisparse_plan.torch.hostmem.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
+from hisparse_plan.torch.hostmem.lifecycle import host_pool_bytes
+from hisparse_plan.torch.hostmem.numa import NumaPlacement
+from hisparse_plan.torch.hostmem.ram import HostMemory, available_host_memory
+from hisparse_plan.torch.hostmem.registration import CudaRegistrar, Registrar, Registration
+from hisparse_plan.torch.hostmem.shm import SharedPool
+from hisparse_plan.torch.hostmem.tasks import Progress
+from hisparse_plan.torch.sglang.pools import SGLangPools
+from hisparse_plan.torch.vllm.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
+from hisparse_plan.torch.vllm.meta import MetaReport, SGLangMetaReport, meta_check
+from hisparse_plan.torch.vllm.pools import Pools, allocate
+from hisparse_plan.torch.vllm.verification import VerifyReport, verify
 
 __all__ = [
     "CHUNK_BYTES",
