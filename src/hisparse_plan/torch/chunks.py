@@ -1,7 +1,26 @@
-"""Moved to `hisparse_plan.torch.hostmem.chunks`:
-this old path imports it, with a DeprecationWarning."""
+"""Split: the registration chunks are now `hisparse_plan.torch.hostmem.chunks`, and a vLLM
+plan's host trains (`host_trains`) `hisparse_plan.torch.vllm.host`. This old path re-exports
+what it held, with a DeprecationWarning."""
 
-from hisparse_plan._moved import moved
-from hisparse_plan.torch.hostmem.chunks import *  # noqa: F403
+from hisparse_plan._moved import deprecated_path
+from hisparse_plan.torch.hostmem.chunks import (
+    CHUNK_BYTES,
+    MAX_REGISTRATION_BYTES,
+    Chunk,
+    lowest_crossing,
+    plan_chunks,
+    validate_chunk_bytes,
+)
+from hisparse_plan.torch.vllm.host import host_trains
 
-moved(__name__, "hisparse_plan.torch.hostmem.chunks")
+deprecated_path(__name__, "hisparse_plan.torch.hostmem.chunks and hisparse_plan.torch.vllm.host")
+
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_REGISTRATION_BYTES",
+    "Chunk",
+    "host_trains",
+    "lowest_crossing",
+    "plan_chunks",
+    "validate_chunk_bytes",
+]

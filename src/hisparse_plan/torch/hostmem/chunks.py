@@ -13,12 +13,12 @@ number of layers, never with the number of blocks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.errors import BackendError
 from hisparse_plan.torch.hostmem.ram import gib
-from hisparse_plan.views import Train, plan_views
 
 CHUNK_BYTES = 64 * 2**30
 """Default largest registration: well under the 512 GiB a single call can take."""
@@ -28,6 +28,30 @@ MAX_REGISTRATION_BYTES = 512 * 2**30
 
 _MAX_STEPS = 100_000
 """Bound on the edge search; only a pathological page size gets near it."""
+
+
+class Train(Protocol):
+    """`count` runs of `run` bytes, `period` bytes apart, the first at byte `start` of the pool:
+    one range of a layer's pages, once per block (a plan's views give them, as
+    `hisparse_plan.views.Train`). `tensor` and `layer` name it in an error."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def run(self) -> int: ...
+
+    @property
+    def period(self) -> int: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def tensor(self) -> int: ...
+
+    @property
+    def layer(self) -> str: ...
 
 
 def lowest_crossing(train: Train, edge: int) -> int | None:
@@ -55,16 +79,6 @@ class Chunk:
         return self.end - self.start
 
 
-def host_trains(plan: KVCachePlan) -> list[Train]:
-    """Every run of every host layer, as trains over the host pool's blocks."""
-    return [
-        train
-        for view in plan_views(plan).values()
-        if view.host_resident
-        for train in view.trains()
-    ]
-
-
 def validate_chunk_bytes(chunk_bytes: int, os_page: int) -> None:
     if not os_page >= 1:
         raise BackendError(f"the OS page size must be at least 1 byte; got {os_page}")
@@ -76,7 +90,9 @@ def validate_chunk_bytes(chunk_bytes: int, os_page: int) -> None:
         )
 
 
-def plan_chunks(size: int, trains: list[Train], *, chunk_bytes: int, os_page: int) -> list[Chunk]:
+def plan_chunks(
+    size: int, trains: Sequence[Train], *, chunk_bytes: int, os_page: int
+) -> list[Chunk]:
     """Cut [0, size) into chunks of at most `chunk_bytes`, each edge OS-page aligned and
     crossed by no run. Greedy from the front: each chunk is as long as the rules allow."""
     validate_chunk_bytes(chunk_bytes, os_page)
@@ -89,7 +105,9 @@ def plan_chunks(size: int, trains: list[Train], *, chunk_bytes: int, os_page: in
     return chunks
 
 
-def _next_edge(start: int, size: int, trains: list[Train], chunk_bytes: int, os_page: int) -> int:
+def _next_edge(
+    start: int, size: int, trains: Sequence[Train], chunk_bytes: int, os_page: int
+) -> int:
     if size - start <= chunk_bytes:
         return size
     edge = (start + chunk_bytes) // os_page * os_page

@@ -215,3 +215,23 @@ def place(
 def _unbound(reason: str, level: int) -> NumaPlacement:
     LOG.log(level, "host pool NUMA placement: not bound (%s)", reason)
     return NumaPlacement(None, None, reason)
+
+
+def attached_placement(address: int, requested: int | None) -> NumaPlacement:
+    """Where the creating process put a shared pool this process attached (its policy and the
+    node of its first page); a node asked for explicitly must be that one."""
+    node = page_node(address)
+    if requested is not None and node != requested:
+        raise BackendError(
+            f"numa_node={requested} was asked for, but the shared host pool this process "
+            f"attached lives on node {'unknown' if node is None else node}, where the process "
+            "that created it placed it; ask every rank for the same node"
+        )
+    if node is None:
+        return NumaPlacement(None, None, "attached a shared pool; its node cannot be read")
+    policy = memory_policy(address)
+    if policy is None or policy[0] == "MPOL_DEFAULT":
+        return NumaPlacement(node, None, "where the kernel put the pages: the process that "
+                                         "created the shared pool bound nothing")
+    return NumaPlacement(node, policy[0], "set by the process that created the shared pool")
+

@@ -1,33 +1,26 @@
-"""SGLang plans on the torch backend: every pool allocated as its `allocation` says, SGLang's own
-buffers bound as the plan's `BufferView`s, and each layer's pages as byte views for `verify`.
+"""An SGLang plan's pools: every pool allocated as its `allocation` says (a per-layer pool as one
+buffer per layer), SGLang's own buffers and each layer's pages bound on them (module `binding`).
 
-A per-layer pool is one flat uint8 buffer per layer of its tensors (SGLang keeps a list of
-tensors, one per layer); a whole pool is one flat buffer. Every buffer starts at storage offset
-0, so a view's storage offset in the plan is its storage offset in torch. The host pool goes
-through the vLLM host pool's own steps (mapping, NUMA placement, prefault, chunked CUDA
-registration, the shared /dev/shm pool and the undo order), so both engines pin alike.
+The host pools take the same steps as a vLLM plan's (`hostmem`: mapping, NUMA placement,
+prefault, chunked CUDA registration, the shared /dev/shm pool and the undo order), so both
+engines pin alike.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 
 import torch
 
-from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferDType, BufferView, Pool
+from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.rules.arith import round_up
-from hisparse_plan.torch.devices import (
-    allocate_device_pool,
-    pin_device_index,
-)
+from hisparse_plan.torch.allocation import Arguments, check_sound
+from hisparse_plan.torch.devices import allocate_device_pool
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.hostmem.chunks import CHUNK_BYTES, Chunk, plan_chunks
-from hisparse_plan.torch.hostmem.lifecycle import HostState, describe, suppress_close_errors
-from hisparse_plan.torch.hostmem.locks import DEFAULT_LOCK_TIMEOUT_S
+from hisparse_plan.torch.hostmem.chunks import Chunk
+from hisparse_plan.torch.hostmem.lifecycle import private, register, share
 from hisparse_plan.torch.hostmem.mapping import OS_PAGE, HostBuffer, MetaHostBuffer
 from hisparse_plan.torch.hostmem.ram import (
     DEVICE_POOL_ADVICE,
@@ -36,177 +29,37 @@ from hisparse_plan.torch.hostmem.ram import (
     check_host_fits,
     gib,
 )
-from hisparse_plan.torch.hostmem.registration import CudaRegistrar, Registrar, Registration
 from hisparse_plan.torch.hostmem.shm import SharedPool
-from hisparse_plan.torch.hostmem.tasks import LOG, Progress
-from hisparse_plan.torch.vllm.pools import (
-    checked_arguments,
-    guarded,
-    place_and_prefault,
-    register,
-    shared_host,
+from hisparse_plan.torch.hostmem.state import HostState, close_all, describe
+from hisparse_plan.torch.hostmem.tasks import LOG
+from hisparse_plan.torch.sglang.binding import (
+    BUFFER_TORCH_DTYPES,
+    AllocationKey,
+    BufferKey,
+    allocations,
+    bind_buffer,
+    bind_pages,
+    check_buffer,
+    describe_allocation,
+    host_trains,
+    page_trains,
+    placed_views,
 )
-from hisparse_plan.views import Train
 
-AllocationKey = tuple[str, str | None]
-"""(pool name, layer): the layer's own buffer of a per-layer pool, or None for a whole pool."""
-BufferKey = tuple[str, str | None, str]
-"""(pool name, layer or None, view name): one of SGLang's tensors, e.g. ("kv", "model.layers.0
-.self_attn.attn", "k_buffer"); a whole pool's views span every layer and have None."""
-
-BUFFER_TORCH_DTYPES: dict[BufferDType, torch.dtype] = {
-    "uint8": torch.uint8, "int8": torch.int8, "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2, "bfloat16": torch.bfloat16, "float16": torch.float16,
-    "int16": torch.int16, "float32": torch.float32, "int32": torch.int32,
-    "float64": torch.float64, "int64": torch.int64,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PageTrain:
-    """One range of one layer's pages in one allocation: block `b`'s part is `size` bytes at
-    byte `start + b * block_stride` of the allocation."""
-
-    allocation: AllocationKey
-    tensor: int
-    layer: str
-    range: int
-    start: int
-    size: int
-    block_stride: int
-    num_blocks: int
-    host_resident: bool
-    stage: int
-
-    def where(self) -> str:
-        return (f"tensors[{self.tensor}] layer {self.layer!r} range {self.range} in "
-                f"{describe_allocation(self.allocation)}")
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedView:
-    """A `BufferView` of tensor `tensor` on allocation `allocation`."""
-
-    key: BufferKey
-    allocation: AllocationKey
-    tensor: int
-    view: BufferView
-
-
-def describe_allocation(key: AllocationKey) -> str:
-    pool, layer = key
-    return f"pool {pool!r}" if layer is None else f"pool {pool!r} (layer {layer!r})"
-
-
-def allocations(plan: SGLangPlan, pools: Sequence[Pool]) -> list[AllocationKey]:
-    """The allocations of `pools`, in plan order: one per layer of a per-layer pool's tensors,
-    one for a whole pool."""
-    return [(pool.name, layer) for pool in pools for layer in plan.allocation_layers(pool)]
-
-
-def page_trains(plan: SGLangPlan) -> list[PageTrain]:
-    """Every range of every layer's pages, in plan order."""
-    pools = {pool.name: pool for pool in plan.pools}
-    trains = []
-    for index, tensor in enumerate(plan.tensors):
-        pool = pools[tensor.pool]
-        for position, layer in enumerate(tensor.layers):
-            key: AllocationKey = (pool.name, layer if pool.allocation == "per_layer" else None)
-            for number, part in enumerate(tensor.ranges or []):
-                trains.append(PageTrain(
-                    key, index, layer, number,
-                    tensor.offset + position * tensor.layer_stride + part.offset, part.size,
-                    tensor.block_stride, pool.num_blocks, pool.location == "host", pool.stage,
-                ))
-    return trains
-
-
-def placed_views(plan: SGLangPlan) -> list[PlacedView]:
-    """Every SGLang buffer on every allocation, in plan order: a per-layer pool's views once
-    per layer, a whole pool's once."""
-    pools = {pool.name: pool for pool in plan.pools}
-    placed = []
-    for index, tensor in enumerate(plan.tensors):
-        pool = pools[tensor.pool]
-        layers: list[str | None] = (
-            list(tensor.layers) if pool.allocation == "per_layer" else [None])
-        for layer in layers:
-            for view in tensor.views:
-                placed.append(PlacedView((pool.name, layer, view.name), (pool.name, layer),
-                                         index, view))
-    return placed
-
-
-def bind_buffer(placed: PlacedView, allocation: torch.Tensor) -> torch.Tensor:
-    """SGLang's tensor: the plan's dtype, shape, strides and storage offset (in elements) on
-    the allocation's own storage, after proving it lies inside."""
-    view = placed.view
-    where = f"view {view.name!r} of tensors[{placed.tensor}] on " + describe_allocation(
-        placed.allocation)
-    if len(view.shape) != len(view.strides):
-        raise BackendError(f"{where}: {len(view.shape)} dims but {len(view.strides)} strides; "
-                           "expected one stride per dim")
-    nbytes = allocation.numel()
-    end = view.end_byte
-    if end > nbytes:
-        raise BackendError(f"{where} ends at byte {end}, past the allocation's {nbytes} bytes; "
-                           "expected it inside")
-    itemsize = BUFFER_DTYPE_SIZE[view.dtype]
-    dtype = BUFFER_TORCH_DTYPES[view.dtype]
-    # A typed view of the whole allocation, cut to whole elements: as_strided then counts the
-    # storage offset in elements of the dtype, as SGLang's tensors do. Its storage offset is
-    # absolute in the storage, so the allocation's own start is added (an allocation may be a
-    # slice of a larger buffer, as page views and vLLM views allow too).
-    typed = allocation[: nbytes // itemsize * itemsize].view(dtype)
-    return typed.as_strided(view.shape, view.strides,
-                            typed.storage_offset() + view.storage_offset)
-
-
-def check_buffer(placed: PlacedView, tensor: torch.Tensor, allocation: torch.Tensor) -> None:
-    """The bound tensor is exactly the plan's view: dtype, shape, strides, storage offset, and
-    the allocation's own storage."""
-    view = placed.view
-    got = {
-        "dtype": tensor.dtype, "shape": list(tensor.shape), "strides": list(tensor.stride()),
-        # In bytes from the allocation's start: the two offsets count different element sizes.
-        "start byte": tensor.storage_offset() * tensor.element_size()
-        - allocation.storage_offset(),
-        "storage bytes": tensor.untyped_storage().nbytes(),
-    }
-    expected = {
-        "dtype": BUFFER_TORCH_DTYPES[view.dtype], "shape": list(view.shape),
-        "strides": list(view.strides),
-        "start byte": view.storage_offset * BUFFER_DTYPE_SIZE[view.dtype],
-        "storage bytes": allocation.untyped_storage().nbytes(),
-    }
-    where = f"view {view.name!r} of tensors[{placed.tensor}] on " + describe_allocation(
-        placed.allocation)
-    for what, value in expected.items():
-        if got[what] != value:
-            raise BackendError(f"{where}: the bound tensor's {what} is {got[what]}; expected "
-                               f"{value} from the plan")
-    if tensor.device.type != "meta" and (
-        tensor.untyped_storage().data_ptr() != allocation.untyped_storage().data_ptr()
-    ):
-        raise BackendError(f"{where}: the bound tensor is not on its allocation's storage")
-
-
-def check_train_fits(train: PageTrain, nbytes: int) -> None:
-    """Every block's part of the range inside the allocation."""
-    end = train.start + (train.num_blocks - 1) * train.block_stride + train.size
-    if end > nbytes:
-        raise BackendError(
-            f"{train.where()}: block {train.num_blocks - 1}'s part ends at byte {end}, past "
-            f"the allocation's {nbytes} bytes; expected all {train.num_blocks} blocks inside "
-            f"(start {train.start}, block stride {train.block_stride})"
-        )
-
-
-def bind_pages(train: PageTrain, allocation: torch.Tensor) -> torch.Tensor:
-    """The range's parts of every block as [num_blocks, size] bytes of the allocation."""
-    check_train_fits(train, allocation.numel())
-    return allocation.as_strided((train.num_blocks, train.size), (train.block_stride, 1),
-                                 allocation.storage_offset() + train.start)
+__all__ = [
+    "BUFFER_TORCH_DTYPES",
+    "SGLangPools",
+    "allocate_sglang",
+    "allocations",
+    "bind_buffer",
+    "bind_pages",
+    "check_buffer",
+    "describe_allocation",
+    "page_trains",
+    "placed_views",
+]
+"""This module's own names, and what its old path `hisparse_plan.torch.sglang_pools` held that
+now lives in `binding`: that path is this module, so they are still read there."""
 
 
 class SGLangPools:
@@ -250,7 +103,7 @@ class SGLangPools:
             lines.append(f"{pool} pool: {len(buffers)} buffer(s), {gib(total)} on "
                          f"{buffers[0].device}")
         self._summary = "\n".join(lines)
-        self._finalizer = weakref.finalize(self, _close_all, list(hosts.values()))
+        self._finalizer = weakref.finalize(self, close_all, list(hosts.values()))
 
     @property
     def plan(self) -> SGLangPlan:
@@ -355,7 +208,7 @@ class SGLangPools:
             return
         self._devices = None
         self._finalizer.detach()
-        _close_all(list(self._hosts.values()), quiet=False)
+        close_all(list(self._hosts.values()), quiet=False)
 
     def _live(self) -> dict[AllocationKey, torch.Tensor]:
         if self._devices is None:
@@ -372,21 +225,6 @@ class SGLangPools:
         self.release()
 
 
-def _close_all(states: list[HostState], quiet: bool = True) -> None:
-    """Close every host pool; the first error (after trying all) is raised unless `quiet`."""
-    first: BaseException | None = None
-    for state in states:
-        if quiet:
-            suppress_close_errors(state)
-            continue
-        try:
-            state.close()
-        except BaseException as error:  # the rest must still be closed
-            first = first or error
-    if first is not None:
-        raise first
-
-
 def _resolve_stage(plan: SGLangPlan, stage: int | None) -> int:
     stages = sorted({pool.stage for pool in plan.pools if pool.location == "device"}) or [0]
     if stage is None:
@@ -398,12 +236,6 @@ def _resolve_stage(plan: SGLangPlan, stage: int | None) -> int:
         raise BackendError(f"stage is {stage!r}; expected one of the plan's device pool stages "
                            f"{stages} (or None)")
     return stage
-
-
-def _host_trains(plan: SGLangPlan, pool: str) -> list[Train]:
-    return [Train(train.start, train.size, train.block_stride, train.num_blocks, train.tensor,
-                  train.layer, 0)
-            for train in page_trains(plan) if train.allocation == (pool, None)]
 
 
 def _check_device_memory(sizes: dict[AllocationKey, int], target: torch.device) -> None:
@@ -423,104 +255,62 @@ def _check_device_memory(sizes: dict[AllocationKey, int], target: torch.device) 
         )
 
 
-def allocate_sglang(
-    plan: SGLangPlan,
-    *,
-    device: str = "cuda",
-    pin: bool = True,
-    register_chunk_bytes: int = CHUNK_BYTES,
-    prefault_threads: int | None = None,
-    huge_pages: bool = True,
-    registrar: Registrar | None = None,
-    host_pool_name: str | None = None,
-    numa_node: int | None = None,
-    progress: Progress | None = None,
-    stage: int | None = None,
-    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-) -> SGLangPools:
+def allocate_sglang(plan: SGLangPlan, arguments: Arguments) -> SGLangPools:
     """`allocate` for an SGLang plan (see `hisparse_plan.torch.allocate`): device pools on
     `device`, a per-layer pool as one buffer per layer; host pools mapped, placed, prefaulted
     and, with `pin`, registered in chunks that no page range crosses. `host_pool_name` shares
     the plan's one host pool, which must say `shared`. Refusals come before memory is touched:
     an unsound plan, an unknown device, too little RAM or free GPU memory."""
-    target, threads = checked_arguments(plan, device, pin, registrar, prefault_threads,
-                                        numa_node)
-    index = _resolve_stage(plan, stage)
+    check_sound(plan)
+    ask = arguments.checked()
+    index = _resolve_stage(plan, ask.stage)
     host_pools = [pool for pool in plan.pools if pool.location == "host"]
     device_pools = [pool for pool in plan.pools
                     if pool.location == "device" and pool.stage == index]
-    _check_host_pool_name(host_pools, host_pool_name, target)
-    host_bytes = {pool.name: round_up(pool.size, OS_PAGE) if pool.shared and host_pool_name
+    _check_host_pool_name(host_pools, ask.host_pool_name, ask.device)
+    host_bytes = {pool.name: round_up(pool.size, OS_PAGE) if pool.shared and ask.host_pool_name
                   else pool.size for pool in host_pools}
     sizes = {pool.name: pool.size for pool in device_pools}
     device_sizes = {key: sizes[key[0]] for key in allocations(plan, device_pools)}
-    in_ram = sum(device_sizes.values()) if target.type == "cpu" else 0
-    chunks = {
-        pool.name: plan_chunks(host_bytes[pool.name], _host_trains(plan, pool.name),
-                               chunk_bytes=register_chunk_bytes, os_page=OS_PAGE)
-        for pool in host_pools
-    } if pin else {}
-    _check_device_memory(device_sizes, target)
+    in_ram = sum(device_sizes.values()) if ask.device.type == "cpu" else 0
+    chunks: dict[str, list[Chunk]] = {
+        name: ask.chunks(size, host_trains(plan, name)) for name, size in host_bytes.items()
+    } if ask.pin else {}
+    _check_device_memory(device_sizes, ask.device)
 
     def allocate_devices() -> dict[AllocationKey, torch.Tensor]:
-        return {key: allocate_device_pool(size, target, describe_allocation(key))
+        return {key: allocate_device_pool(size, ask.device, describe_allocation(key))
                 for key, size in device_sizes.items()}
 
-    if target.type == "meta" or not host_pools:
-        if target.type != "meta":
+    if ask.device.type == "meta" or not host_pools:
+        if ask.device.type != "meta":
             check_host_fits(in_ram, available_host_memory(), what="the CPU device pools",
                             advice=DEVICE_POOL_ADVICE)
         hosts = {name: HostState(MetaHostBuffer(size)) for name, size in host_bytes.items()}
         return _done(plan, hosts, allocate_devices(), index)
-    gpu = target.index if target.type == "cuda" else None
     hosts = {}
     try:
-        if host_pool_name is None:
+        if ask.host_pool_name is None:
             what = "the host pools" + (" and the CPU device pools" if in_ram else "")
             check_host_fits(sum(host_bytes.values()) + in_ram, available_host_memory(),
                             what=what, advice=HOST_POOL_ADVICE)
             devices = allocate_devices()
             for name, size in host_bytes.items():
-                state = HostState(HostBuffer(size, huge_pages=huge_pages), ram_counted=size)
-                hosts[name] = state
-                guarded(state, _prefault_step(state, numa_node, gpu, threads, progress))
+                hosts[name] = private(HostBuffer(size, huge_pages=ask.host.huge_pages), ask.host)
         else:
             (name, size), = host_bytes.items()
-            state, devices = shared_host(
-                host_pool_name, size, target, in_ram, huge_pages, numa_node, threads, progress,
-                lock_timeout_s, allocate_devices)
-            hosts[name] = state
-        if pin:
-            pinning: Registrar = registrar or CudaRegistrar(pin_device_index(target))
+            hosts[name], devices = share(
+                ask.host_pool_name, size, ask.host, in_ram=in_ram,
+                memory=available_host_memory, allocate_devices=allocate_devices)
+        if ask.pin:
+            pinning = ask.pinning()
             for name, state in hosts.items():
-                guarded(state, _register_step(state, pinning, chunks[name], threads, progress))
+                register(state, pinning, chunks[name], ask.host)
     except BaseException:
-        # `guarded` undid the pool that failed; the ones done before it are closed here.
-        for state in hosts.values():
-            if state.buffer is not None:
-                suppress_close_errors(state)
+        # A step undoes the pool it failed on; the ones done before it are closed here.
+        close_all(state for state in hosts.values() if state.buffer is not None)
         raise
     return _done(plan, hosts, devices, index)
-
-
-def _prefault_step(
-    state: HostState, numa_node: int | None, gpu: int | None, threads: int,
-    progress: Progress | None,
-) -> Callable[[HostBuffer], None]:
-    def step(buffer: HostBuffer) -> None:
-        place_and_prefault(state, buffer, numa_node, gpu, threads, progress)
-
-    return step
-
-
-def _register_step(
-    state: HostState, pinning: Registrar, chunks: list[Chunk], threads: int,
-    progress: Progress | None,
-) -> Callable[[HostBuffer], None]:
-    def step(buffer: HostBuffer) -> None:
-        register(state, Registration(buffer.address, pinning), chunks, threads, progress)
-
-    return step
 
 
 def _check_host_pool_name(

@@ -22,9 +22,10 @@ the last block (DeepSeek-V4's compressor states) past every page of its allocati
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
 import torch
 
@@ -33,10 +34,9 @@ from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.hostmem.tasks import Progress
-from hisparse_plan.torch.sglang.pools import (
+from hisparse_plan.torch.sglang.binding import (
     PageTrain,
     PlacedView,
-    SGLangPools,
     allocations,
     bind_buffer,
     bind_pages,
@@ -45,6 +45,7 @@ from hisparse_plan.torch.sglang.pools import (
     page_trains,
     placed_views,
 )
+from hisparse_plan.torch.sglang.pools import SGLangPools
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Mismatch,
@@ -57,6 +58,7 @@ from hisparse_plan.torch.verify_layers import (
     write_raw,
     write_view,
 )
+from hisparse_plan.torch.verifying import VerifyReport, meta_pools_refused
 from hisparse_plan.views import LayerView
 
 BUFFER_BATCH_BYTES = 4 * 2**20
@@ -68,31 +70,19 @@ _ADDRESS_MIX = (0x5BD1E9, 0x27D4EB, 0x3C6EF3, 0x1B8735)
 """Odd multipliers below 2**23: word indices below 2**40 times any of them stay inside int64."""
 
 
-class SGLangCounts(NamedTuple):
-    """What `verify_sglang` checked."""
-
-    allocations: int
-    layers: int
-    pages: int
-    """Page ranges checked: (layer, block, range) triples."""
-    page_bytes: int
-    sampled: bool
-
-
 def verify_sglang(
     plan: SGLangPlan, pools: SGLangPools, *, blocks: int | None, progress: Progress | None,
     chunk_bytes: int | None,
-) -> SGLangCounts:
-    """Check every allocation of `pools` (module doc), in plan order; `progress("verify", done,
-    total)` counts allocations."""
+) -> VerifyReport:
+    """`verify` for an SGLang plan (see `hisparse_plan.torch.verify`): every allocation of
+    `pools` (module doc), in plan order; `progress("verify", done, total)` counts allocations.
+    The report's `groups` counts allocations, and `pages` (layer, block, range) page ranges."""
     # `plan` decides every address, `pools` only lends the buffers: a plan edited after
     # allocation is checked against real bytes, not trusted (as for vLLM plans).
     held = pools.allocations()
     if any(buffer.device.type == "meta" for buffer in held.values()):
-        raise BackendError(
-            "verify needs real buffers, and meta pools hold no bytes; use meta_check(plan) to "
-            "check the views of a full-size plan"
-        )
+        raise meta_pools_refused()
+    started = time.perf_counter()
     pool_of = {pool.name: pool for pool in plan.pools}
     # Another stage's device pools are legitimately absent; anything else the plan places
     # must have its buffer here, or its pages would go unchecked.
@@ -140,7 +130,8 @@ def verify_sglang(
     if any(buffer.device.type == "cuda" for buffer in held.values()):
         torch.cuda.synchronize()
     layer_names = {train.layer for train in trains}
-    return SGLangCounts(len(keys), len(layer_names), pages, page_bytes, sampled)
+    return VerifyReport(groups=len(keys), layers=len(layer_names), pages=pages, bytes=page_bytes,
+                        seconds=time.perf_counter() - started, sampled=sampled)
 
 
 # --- pages -----------------------------------------------------------------------------------

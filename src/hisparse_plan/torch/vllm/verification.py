@@ -1,4 +1,5 @@
-"""`verify`: prove on real buffers that every layer view addresses the bytes the plan names.
+"""`verify` for a vLLM plan: prove on real buffers that every layer view addresses the bytes the
+plan names.
 
 Three passes, each writing a pattern one way and reading it back the other:
 
@@ -25,7 +26,6 @@ blocks in Python.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,11 +34,8 @@ from typing import NoReturn
 import torch
 
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.hostmem.tasks import LOG, Progress
-from hisparse_plan.torch.sglang.pools import SGLangPools
-from hisparse_plan.torch.sglang.verify import verify_sglang
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Mismatch,
@@ -54,6 +51,7 @@ from hisparse_plan.torch.verify_layers import (
     write_raw,
     write_view,
 )
+from hisparse_plan.torch.verifying import VerifyReport, meta_pools_refused
 from hisparse_plan.torch.vllm.binding import bind_views, describe, pool_name
 from hisparse_plan.torch.vllm.pools import Pools
 from hisparse_plan.torch.vllm.stages import resolve_stage, stage_views
@@ -87,105 +85,15 @@ class _Steps:
                      now - self._started)
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """What `verify` checked: `pages` layer pages of `bytes` bytes in all, each written and read
-    back in every pass, in `seconds`."""
-
-    groups: int
-    layers: int
-    pages: int
-    bytes: int
-    seconds: float
-    sampled: bool
-    """False when every block of every layer was checked."""
-
-    @property
-    def gb_per_s(self) -> float:
-        """Page bytes verified per second, in 10**9 bytes."""
-        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else math.inf
-
-
-def verify(
-    plan: KVCachePlan | SGLangPlan,
-    pools: Pools | SGLangPools,
-    *,
-    blocks: int | None = None,
-    progress: Progress | None = None,
-    chunk_bytes: int | None = None,
-) -> VerifyReport:
-    """Check every byte of every layer page of `plan` on `pools`, both ways (module doc): for
-    the pools of one pipeline stage, every page of that stage's layers.
-
-    `blocks` limits each pool to a sample of about that many block ids spread from first to
-    last, always including the first two and the last two; None checks every block.
-    `progress("verify", done, total)` is called at the start and as each unit finishes: every
-    pool's block-id pass, then every group. `chunk_bytes` is the page bytes handled per batch
-    (default 4 MiB on the CPU, up to 256 MiB on a GPU, bounded by its free memory). Raises
-    `VerifyError` at the first byte that disagrees, `BackendError` when a view cannot even be
-    bound (outside its pool, misaligned) or the pools were released.
-
-    An SGLang plan (with the `SGLangPools` allocate gave for it) is checked allocation by
-    allocation (`sglang_verify`): every range of every layer's pages both ways, and each of
-    SGLang's tensors on the bytes its plan view names, inside its pages. The report's `groups`
-    then counts allocations and `pages` (layer, block, range) page ranges.
-    """
-    if blocks is not None and blocks < 1:
-        raise BackendError(f"blocks is {blocks}; expected None (every block) or at least 1")
-    if chunk_bytes is not None and chunk_bytes < 1:
-        raise BackendError(f"chunk_bytes is {chunk_bytes}; expected at least 1")
-    if isinstance(plan, SGLangPlan) or isinstance(pools, SGLangPools):
-        return _verify_sglang(plan, pools, blocks, progress, chunk_bytes)
-    device_pool = pools.device
-    pools.check_shared("verifying it")
-    if device_pool.device.type == "meta":
-        raise BackendError(
-            "verify needs real buffers, and meta pools hold no bytes; use meta_check(plan) to "
-            "check the views of a full-size plan"
-        )
-    started = time.perf_counter()
-    try:
-        return _verify(plan, pools, blocks, progress, chunk_bytes, started)
-    except torch.OutOfMemoryError as error:
-        raise BackendError(
-            f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
-            "chunk_bytes"
-        ) from error
-
-
-def _verify_sglang(
-    plan: KVCachePlan | SGLangPlan, pools: Pools | SGLangPools, blocks: int | None,
-    progress: Progress | None, chunk_bytes: int | None,
-) -> VerifyReport:
-    if not (isinstance(plan, SGLangPlan) and isinstance(pools, SGLangPools)):
-        raise BackendError(
-            f"verify was given a {type(plan).__name__} with {type(pools).__name__}; expected "
-            "the pools that allocate(plan) returned for that plan"
-        )
-    pools.check_shared("verifying it")
-    started = time.perf_counter()
-    try:
-        counts = verify_sglang(plan, pools, blocks=blocks, progress=progress,
-                               chunk_bytes=chunk_bytes)
-    except torch.OutOfMemoryError as error:
-        raise BackendError(
-            f"verify ran out of device memory for its batch buffers ({error}); pass a smaller "
-            "chunk_bytes"
-        ) from error
-    return VerifyReport(
-        groups=counts.allocations, layers=counts.layers, pages=counts.pages,
-        bytes=counts.page_bytes, seconds=time.perf_counter() - started, sampled=counts.sampled,
-    )
-
-
-def _verify(
-    plan: KVCachePlan,
-    pools: Pools,
-    blocks: int | None,
-    progress: Progress | None,
+def verify_vllm(
+    plan: KVCachePlan, pools: Pools, *, blocks: int | None, progress: Progress | None,
     chunk_bytes: int | None,
-    started: float,
 ) -> VerifyReport:
+    """`verify` for a vLLM plan (see `hisparse_plan.torch.verify`): every page of the layers
+    of the pools' pipeline stage, by the three passes of the module doc."""
+    if pools.device.device.type == "meta":
+        raise meta_pools_refused()
+    started = time.perf_counter()
     device_pool, host_pool = pools.device, pools.host
     # The pools of one pipeline stage hold only that stage's layers: those are the ones checked.
     stage = resolve_stage(plan, pools.stage)
