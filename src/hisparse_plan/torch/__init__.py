@@ -1,6 +1,9 @@
 """The torch backend: allocate a plan's pools, bind its layer views, verify them on real bytes.
 
-This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra).
+This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra). `allocate`,
+`verify` and `meta_check` (`engines.py`) hand a plan to its engine's part, `vllm/` or `sglang/`;
+both keep their host pools with `hostmem/`, which knows no plan (docs/architecture.md, "The
+torch backend").
 """
 
 from __future__ import annotations

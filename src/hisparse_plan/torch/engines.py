@@ -64,6 +64,10 @@ def allocate(plan: Plan, **options: Unpack[AllocateOptions]) -> Pools | SGLangPo
     midway (Ctrl-C included) frees whatever was already allocated, unregistering before
     unmapping. `registrar` replaces CUDA registration (for tests).
 
+    Every keyword may be left out: device="cuda", pin=True, register_chunk_bytes=64 GiB,
+    huge_pages=True (transparent huge pages asked for), lock_timeout_s=300, the others None
+    (`Arguments` in `allocation.py` holds these defaults).
+
     A `KVCachePlan` gives `Pools` (`vllm/pools.py`); an `SGLangPlan`, with the same
     arguments and refusals, `SGLangPools` (`sglang/pools.py`): every pool as its `allocation`
     says, SGLang's buffers bound by `buffers()`.

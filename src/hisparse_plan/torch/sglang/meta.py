@@ -1,6 +1,7 @@
 """Full-size SGLang plans without the memory: every allocation on the meta device, SGLang's
 tensors bound and checked against the plan's numbers, and every page range bound inside its
-allocation (module `vllm.meta` says why meta tensors prove this for the real sizes)."""
+allocation. A meta tensor has a size and no bytes, yet torch checks each view against its
+storage: that proves, for the real sizes, that every tensor fits its allocation."""
 
 from __future__ import annotations
 
