@@ -152,8 +152,11 @@ def render_deployments(
     weights = "experts split over tp x dp" if expert_parallel else "weights split over tp"
     cap = "" if comparison.max_num_seqs is None else (
         f", at most {comparison.max_num_seqs} a rank")
-    sizing = "" if comparison.sizing is None else f"; {comparison.sizing}"
-    out.heading(f"{comparison.model}: deployments ({weights}; node = dp x rank{cap}{sizing})")
+    if comparison.sizing is None:
+        out.heading(f"{comparison.model}: deployments ({weights}; node = dp x rank{cap})")
+    else:
+        # The GPU's sizing in the heading; what the columns mean moves below the table.
+        out.heading(f"{comparison.model}: deployments, {comparison.sizing}")
     sparse = any(r.deployment.hisparse for r in comparison.results)
     columns = [Column("gpu"), Column("ranks"), Column("kv cache")]
     if sparse:
@@ -182,5 +185,7 @@ def render_deployments(
             row.append("-" if host is None else format_size(host))
         rows.append(row)
     out.table(columns, rows)
+    if comparison.sizing is not None:
+        out.line(f"{weights}; node = dp x rank{cap}")
     for reason, number in notes.items():
         out.line(f"({number}) {reason}")

@@ -116,10 +116,10 @@ class MemorySizing:
     @property
     def words(self) -> str:
         """The assumption, in a few words for a heading."""
-        mode = "its extensible KV cache" if self.extensible else "a profiled KV cache"
+        mode = "extensible KV cache" if self.extensible else "profiled KV cache"
         if self.given:
-            return f"gpu_memory_utilization {self.utilization} (given; vLLM {self.vllm}, {mode})"
-        return f"gpu_memory_utilization {self.utilization} (vLLM {self.vllm}'s default with {mode})"
+            return f"gpu_memory_utilization {self.utilization} (given, vLLM {self.vllm} {mode})"
+        return f"gpu_memory_utilization {self.utilization} (vLLM {self.vllm}'s default, {mode})"
 
     @property
     def explained(self) -> str:
