@@ -108,12 +108,14 @@ def test_pipeline_stages_count_every_stage_pool(cli: Run) -> None:
 def test_an_unshared_host_pool_is_one_per_rank() -> None:
     request = build_request(load_preset("deepseek-v3.2").architecture,
                             Settings(tp=2, max_model_len=32768))
-    assert request.hisparse is not None and request.hisparse.shared_host_pool
+    assert request.hisparse is not None
+    assert request.hisparse.shared_host_pool
     shared = hp.plan(request)
     data = request.model_dump(mode="json")
     data["hisparse"]["shared_host_pool"] = False
     private = hp.plan(data)
-    assert private.host_pool is not None and shared.host_pool is not None
+    assert private.host_pool is not None
+    assert shared.host_pool is not None
     assert node_figures(shared, Ranks(tp=2, dp=3)).host_pools == 3
     assert node_figures(private, Ranks(tp=2, dp=3)).host_pools == 6
     assert node_figures(private, Ranks(tp=2, dp=3)).host_pool_bytes == (

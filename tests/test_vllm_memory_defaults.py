@@ -55,16 +55,17 @@ def test_vllm_033_default_as_its_source_says() -> None:
     assert (sizing.extensible, sizing.utilization) == (False, "0.92")
 
 
-@pytest.mark.parametrize(("version", "kwargs", "why"), [
-    ("0.33", {}, "vLLM 0.33 has no extensible KV cache"),
-    ("0.34", {"kv_cache_memory_given": True}, "which kv_cache_memory_bytes overrides"),
-    ("0.34", {"num_blocks_override_given": True}, "which num_gpu_blocks_override overrides"),
+@pytest.mark.parametrize(("version", "memory", "override", "why"), [
+    ("0.33", False, False, "vLLM 0.33 has no extensible KV cache"),
+    ("0.34", True, False, "which kv_cache_memory_bytes overrides"),
+    ("0.34", False, True, "which num_gpu_blocks_override overrides"),
 ])
 def test_the_extensible_kv_cache_asked_where_vllm_refuses_it(
-    version: Any, kwargs: dict[str, bool], why: str
+    version: Any, memory: bool, override: bool, why: str
 ) -> None:
     with pytest.raises(ConfigError, match=why) as refused:
-        memory_sizing(version, extensible=True, **kwargs)
+        memory_sizing(version, extensible=True, kv_cache_memory_given=memory,
+                      num_blocks_override_given=override)
     assert refused.value.field == "enable_extensible_kv_cache"
 
 

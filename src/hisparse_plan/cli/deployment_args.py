@@ -24,8 +24,8 @@ from hisparse_plan.presets.hardware import (
     memory_breakdown,
     memory_sizing,
 )
-from hisparse_plan.presets.settings import DEFAULT_VLLM
 from hisparse_plan.presets.model_weights import INDEX_FILE, counted_weights, index_weights
+from hisparse_plan.presets.settings import DEFAULT_VLLM
 
 
 def size_list(text: str) -> tuple[int, ...]:
