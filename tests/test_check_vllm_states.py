@@ -149,3 +149,13 @@ def test_one_listed_stage_lists_every_layer() -> None:
     _listed(0, ["l0"])(plan)
     with pytest.raises(hp.PlanInvariantError, match="'l1' is in no stage"):
         hp.check_plan(plan)
+
+
+
+def test_every_stage_states_the_one_override() -> None:
+    # Found by benchmarks/fuzz_plan_edits.py --seed 3: one stage's own override was accepted.
+    plan = _staged([["l0", "l1"], ["l2", "l3"]])
+    hp.check_plan(plan)
+    plan["device_pools"][1]["num_blocks_override"] = plan["num_blocks"]
+    with pytest.raises(hp.PlanInvariantError, match=r"device_pools\[1\]\.num_blocks_override"):
+        hp.check_plan(plan)
