@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.models.base import built_for
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangHisparse, SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang import sizing
+from hisparse_plan.targets.sglang import bounds, sizing
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
 from hisparse_plan.targets.sglang.layout import (
     Placed,
@@ -107,6 +108,7 @@ def _size(settings: SGLangSettings, request: PlanRequest, model: SGLangModel) ->
         budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     ratio = sizing.swa_full_tokens_ratio(settings)
     cell = sizing.cell_size(settings, model, _latent_row(settings, model)[1], ratio)
     tokens = sizing.max_total_num_tokens(available, cell, page)
@@ -160,19 +162,25 @@ def _place(
     return placed
 
 
-def _hisparse(settings: SGLangSettings, sized: _Sized) -> SGLangHisparse | None:
+def _hisparse(
+    settings: SGLangSettings, model: SGLangModel, sized: _Sized
+) -> SGLangHisparse | None:
     """HiSparse's figures: device tokens S, logical (host) token ids S * ratio, the pinned host
     pool's tokens, and the hot rows a request keeps on the GPU."""
-    if not settings.enable_hisparse:
+    if not settings.enable_hisparse or model.latent is None:
         return None
     ratio = settings.hisparse_host_to_device_ratio
     buffer = sizing.hisparse_device_buffer(settings)
+    bounds.refuse_hot_rows_past_int64(settings, buffer, sized.page_size)
+    host_tokens = sizing.hisparse_host_tokens(sized.tokens, ratio, sized.page_size)
+    row_bytes = _latent_row(settings, model)[1]
+    bounds.refuse_host_pool_past_int64(host_tokens, row_bytes, len(model.latent.names))
     return SGLangHisparse(
         top_k=settings.hisparse_top_k,
         device_buffer_size=buffer,
         hot_rows_per_request=buffer + sized.page_size,
         host_to_device_ratio=ratio,
-        host_tokens=sizing.hisparse_host_tokens(sized.tokens, ratio, sized.page_size),
+        host_tokens=host_tokens,
         logical_tokens=sized.tokens * ratio,
     )
 
@@ -181,7 +189,16 @@ def plan_sglang(request: PlanRequest) -> SGLangPlan:
     """The pools, tensors and figures SGLang 0.5.23 allocates for `request` on one rank: read
     the layers into SGLang's pools, size the budget and tokens as SGLang does, lay the pools out
     as its classes do, and count how many context_length requests they hold. DeepSeek-V4
-    requests take SGLang's own V4 path (planner_v4)."""
+    requests take SGLang's own V4 path (planner_v4).
+
+    Only PlanError comes out: a setting that would push a figure past what the plan states is
+    refused naming the setting (bounds), and a value any model of the plan still refuses is a
+    PlanError too, never a ValidationError about a model the caller never wrote."""
+    with built_for(None, "the SGLang plan"):
+        return _plan(request)
+
+
+def _plan(request: PlanRequest) -> SGLangPlan:
     settings = sglang_settings(request)
     refuse_vllm_sections(request)
     if is_deepseek_v4(request):
@@ -193,8 +210,9 @@ def plan_sglang(request: PlanRequest) -> SGLangPlan:
     sized = _size(settings, request, model)
     requests = sizing.max_running_requests(settings, sized.tokens, sized.mamba_slots)
     rows, width = sizing.req_to_token_shape(settings, requests)
-    hisparse = _hisparse(settings, sized)
-    placed = _place(settings, model, sized, hisparse)
+    hisparse = _hisparse(settings, model, sized)
+    with built_for(bounds.budget_field(settings), bounds.pools_built(sized.page_size)):
+        placed = _place(settings, model, sized, hisparse)
     capacity = sglang_capacity(PoolTokens(
         page_size=sized.page_size,
         context_length=settings.context_length,

@@ -3,10 +3,11 @@ one rank (paged window pool, c4 / c128 compressed pools, c4 index keys, compress
 
 from __future__ import annotations
 
+from hisparse_plan.models.base import built_for
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangDeepSeekV4, SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang import sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, sizing, sizing_v4
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
 from hisparse_plan.targets.sglang.layout import (
     Placed,
@@ -63,6 +64,7 @@ def plan_deepseek_v4(
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, request.device.available_bytes, sizing_v4.v4_static_fraction(settings))
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     ratio = sizing_v4.v4_swa_ratio(settings)
     coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
     requested = sizing_v4.v4_requested_requests(settings)
@@ -76,7 +78,8 @@ def plan_deepseek_v4(
         sizing_v4.state_rows(sizing_v4.c128_state_size(requests), 128)
         if model.num_layers(128) else 0
     )
-    placed = _place_v4(model, sizes, page, c128_rows, requests)
+    with built_for(bounds.budget_field(settings), bounds.pools_built(page)):
+        placed = _place_v4(model, sizes, page, c128_rows, requests)
     capacity = sglang_capacity(PoolTokens(
         page_size=page, context_length=settings.context_length, max_running_requests=requests,
         full=sizes.full, swa=sizes.swa, window=model.window,
