@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from os import PathLike
 from pathlib import Path
 from typing import Any, Final
 
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.json_input import excerpt, load_request_json
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
     Architecture,
@@ -63,17 +65,30 @@ BF16_DSA_DTYPES: Final = frozenset({"auto", "bfloat16", "float16"})
 bfloat16 there)."""
 
 
-def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
+def mapping_of(value: object, field: str) -> Mapping[str, Any]:
+    """`value` when it is a mapping (server arguments, memory figures, a case); anything else
+    is a PlanError naming `field`, not an AttributeError from reading it as one."""
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{field}: expected a mapping (a dict), got {type(value).__name__} "
+                        f"{excerpt(value, 80)}", field=field)
+    return value
+
+
+def hisparse_config_json(text: str | bytes) -> dict[str, Any]:
+    """`--hisparse-config` JSON text as a dict, read as a request's JSON is (one object, each
+    key once, any depth or number length refused in one line)."""
+    try:
+        return load_request_json(text)
+    except PlanError as error:
+        reason = str(error).removeprefix("request: ")
+        raise PlanError(f"hisparse_config: {reason}", field="hisparse_config") from None
+
+
+def hisparse_settings(config: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
     """`--hisparse-config` (its JSON text or dict) as SGLangSettings fields."""
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as error:
-            raise PlanError(f"hisparse_config: expected a JSON object, got invalid JSON "
-                            f"({error.msg})", field="hisparse_config") from None
-    if not isinstance(config, Mapping):
-        raise PlanError(f"hisparse_config: expected a JSON object, got "
-                        f"{type(config).__name__}", field="hisparse_config")
+    if isinstance(config, str | bytes):
+        config = hisparse_config_json(config)
+    config = mapping_of(config, "hisparse_config")
     fields = {}
     for key, value in config.items():
         if key in HISPARSE_CONFIG:
@@ -94,7 +109,9 @@ def settings_from_server_args(
     `post_weights_free_bytes`; an `available_bytes` budget is the request's device memory).
     `context_length` is the default when the arguments give none (the model's length)."""
     fields: dict[str, Any] = {"name": "sglang"}
-    for key, value in server_args.items():
+    memory = None if memory is None else mapping_of(memory, "memory")
+    gpu = None if gpu is None else mapping_of(gpu, "gpu")
+    for key, value in mapping_of(server_args, "server_args").items():
         if value is None:
             continue
         if key in SERVER_ARGS:
@@ -116,8 +133,8 @@ def settings_from_server_args(
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "server_args"
-        raise PlanError(f"server_args.{where}: {first['msg']}, got {first.get('input')!r}",
-                        field=f"engine.{where}") from None
+        raise PlanError(f"server_args.{where}: {first['msg']}, got "
+                        f"{excerpt(first.get('input'), 80)}", field=f"engine.{where}") from None
 
 
 def layer_kv_dtype(arch: Architecture, kv_cache_dtype: str) -> KVDtype | None:
@@ -137,6 +154,12 @@ def sglang_request(
     """The request SGLang plans for `arch` on one of `tp` ranks: the layers the project reads
     for the model (vLLM's names, one rank's heads), no vLLM HiSparse section (SGLang's HiSparse
     is `engine.enable_hisparse`), max_model_len the context length."""
+    if not isinstance(arch, ModelArchitecture | RegularArchitecture):
+        raise PlanError(f"arch: expected a model's architecture (a preset's, or a config's read "
+                        f"by model_from_config), got {type(arch).__name__}", field="arch")
+    if not isinstance(engine, SGLangSettings):
+        raise PlanError(f"engine: expected SGLangSettings, got {type(engine).__name__}",
+                        field="engine")
     settings = Settings(
         tp=tp, kv_dtype=layer_kv_dtype(arch, engine.kv_cache_dtype),
         max_model_len=engine.context_length, allow_long_context=True,
@@ -153,6 +176,9 @@ def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
     """A case's model: its config.json dict, or a path to one (relative to the working
     directory), read as the project reads any config.json."""
     origin = "config"
+    if not isinstance(config, Mapping | str | PathLike):
+        raise PlanError(f"config: expected a config.json dict or its path, got "
+                        f"{type(config).__name__}", field="config")
     if not isinstance(config, Mapping):
         origin = str(config)
         config = json.loads(Path(config).read_text(encoding="utf-8"))
@@ -176,6 +202,7 @@ def request_from_server_args(
         arch: Architecture = config
     else:
         arch = model_of_case(config)
+    server_args, memory = mapping_of(server_args, "server_args"), mapping_of(memory, "memory")
     engine = settings_from_server_args(
         server_args, memory, context_length=arch.max_position_embeddings, gpu=gpu
     )
@@ -197,8 +224,10 @@ def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:
 
 
 __all__ = [
+    "hisparse_config_json",
     "hisparse_settings",
     "layer_kv_dtype",
+    "mapping_of",
     "model_of_case",
     "request_from_server_args",
     "settings_from_server_args",

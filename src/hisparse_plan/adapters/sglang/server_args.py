@@ -4,13 +4,13 @@ left alone. SGLang is never imported here."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from hisparse_plan.adapters.sglang.request import (
     SERVER_ARGS,
+    hisparse_config_json,
     request_from_server_args,
     settings_from_server_args,
 )
@@ -41,8 +41,8 @@ def server_args_mapping(server_args: object) -> dict[str, Any]:
         mapping["disable_decode_cuda_graph"] = mapping["disable_prefill_cuda_graph"] = True
     if getattr(server_args, "enable_hisparse", False):
         config = getattr(server_args, "hisparse_config", None)
-        mapping["hisparse_config"] = json.loads(config) if isinstance(config, str) else (
-            config or {})
+        mapping["hisparse_config"] = hisparse_config_json(config) if isinstance(
+            config, str | bytes) else (config or {})
     return mapping
 
 

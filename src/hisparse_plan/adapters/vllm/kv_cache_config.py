@@ -10,6 +10,7 @@ from hisparse_plan.adapters.vllm import specs
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import HostPool, KVCacheGroup, KVCachePlan, KVCacheTensor
+from hisparse_plan.models.any_plan import expect_plan
 
 
 def vllm_tensor(tensor: KVCacheTensor) -> VllmObject:
@@ -76,6 +77,7 @@ def to_kv_cache_configs(
     `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
     fields the contract does not carry; without it those take vLLM's defaults.
     """
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_configs")
     groups = vllm_groups(
         plan.groups, plan.workload.extra_window_tokens, layer_specs, plan.workload.mamba_cache_mode
     )
@@ -107,6 +109,7 @@ def to_kv_cache_config(
     """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM plans for the same
     input. A plan with several pipeline stages has one config per stage: see
     `to_kv_cache_configs`."""
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_config")
     if len(plan.device_pools) != 1:
         raise PlanError(
             f"the plan has {len(plan.device_pools)} pipeline stages, so vLLM has one "

@@ -3,6 +3,7 @@ allocate on one rank."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
@@ -185,17 +186,20 @@ def _hisparse(
     )
 
 
-def plan_sglang(request: PlanRequest) -> SGLangPlan:
+def plan_sglang(request: PlanRequest | Mapping[str, object]) -> SGLangPlan:
     """The pools, tensors and figures SGLang 0.5.23 allocates for `request` on one rank: read
     the layers into SGLang's pools, size the budget and tokens as SGLang does, lay the pools out
     as its classes do, and count how many context_length requests they hold. DeepSeek-V4
     requests take SGLang's own V4 path (planner_v4).
 
-    Only PlanError comes out: a setting that would push a figure past what the plan states is
+    A mapping is validated first (pydantic's ValidationError for a malformed one). Planning
+    raises only PlanError: a setting that would push a figure past what the plan states is
     refused naming the setting (bounds), and a value any model of the plan still refuses is a
     PlanError too, never a ValidationError about a model the caller never wrote."""
+    validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
+        request)
     with built_for(None, "the SGLang plan"):
-        return _plan(request)
+        return _plan(validated)
 
 
 def _plan(request: PlanRequest) -> SGLangPlan:
