@@ -32,12 +32,12 @@ def transformers_available() -> bool:
 def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str, Any] | None:
     """The text model's fields as transformers' config class gives them, or None (no
     transformers, or no class for this `model_type`)."""
-    if not transformers_available():
-        return None
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not transformers_available():
+        return None  # no class to look up: the config is read as it is
     auto = importlib.import_module("transformers.models.auto.configuration_auto")
     logging = importlib.import_module("transformers.utils.logging")
-    model_type = config.get("model_type")
-    name = ALIASES.get(str(model_type), str(model_type))
+    name = ALIASES.get(model_type, model_type)
     mapping = auto.CONFIG_MAPPING
     if name not in mapping:
         return None
@@ -53,6 +53,14 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
     finally:
         logging.set_verbosity(verbosity)
     text = hf_config.get_text_config()
+    if isinstance(text, Mapping):
+        # A class without a text model of its own keeps a file's `text_config` as a plain
+        # dict and hands that back; vLLM would then read a dict as a config and fail.
+        raise ConfigError(
+            f"{origin}: text_config: {config_class.__name__} has no text_config of its own "
+            f"(a {model_type} model is not multimodal); expected none, got an object",
+            field="text_config",
+        )
     fields: dict[str, Any] = text.to_dict()
     raw = config.get("text_config") if text is not hf_config else config
     raw_fields = raw if isinstance(raw, Mapping) else config

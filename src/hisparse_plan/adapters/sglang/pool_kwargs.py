@@ -19,6 +19,8 @@ ROPE_HEAD_DIM: Final = 64
 INDEX_HEAD_DIM: Final = 128
 FP8_STORED: Final = "uint8"
 """SGLang stores an fp8 cache as bytes: the plan's buffers say uint8, the pool takes fp8."""
+MHA_VIEWS: Final = frozenset({"k_buffer", "v_buffer"})
+"""Views only an MHA pool has (a latent pool's is kv_buffer)."""
 MHA_AXES: Final = "rows, heads, head_dim"
 LATENT_AXES: Final = "rows, 1, row"
 STATE_AXES: Final = "layers, slots, *"
@@ -162,7 +164,7 @@ def pool_kwargs(plan: SGLangPlan, *, fp8: str = "float8_e4m3fn") -> dict[str, di
 
 def _is_mha(plan: SGLangPlan) -> bool:
     tensor = _tensor(plan, "kv")
-    return tensor is not None and any(v.name == "k_buffer" for v in tensor.views)
+    return tensor is not None and any(v.name in MHA_VIEWS for v in tensor.views)
 
 
 def _swa_size(plan: SGLangPlan) -> int:
