@@ -84,3 +84,15 @@ def test_ctrl_c_while_the_command_prints_is_one_line_and_130(tmp_path: Path) -> 
     """rich is imported only to print a table, after the plan is made."""
     pytest.importorskip("rich")
     _interrupted_in("rich", _console_script(), ["plan", "llama-3-8b"], tmp_path)
+
+
+def test_the_command_imports_nothing_heavy_before_its_guard() -> None:
+    """The entry point's module, with its packages, imports no dependency and no model: an
+    eager import in `hisparse_plan/__init__.py` would run before the guard."""
+    module = _console_script().splitlines()[1].split()[1]
+    code = (f"import sys\nimport {module}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'rich', 'torch') or m.startswith('hisparse_plan.')))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout
+    assert shown == "['hisparse_plan.cli', 'hisparse_plan.cli.launch']\n"

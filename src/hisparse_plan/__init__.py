@@ -7,7 +7,7 @@ command's first code) costs nothing: the command imports the rest inside its Ctr
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from hisparse_plan.targets import plan_for_engine
 else:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         home = _HOMES.get(name)
         if home is None:
             raise AttributeError(f"module 'hisparse_plan' has no attribute {name!r}")

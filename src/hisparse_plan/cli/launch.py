@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command (`hisparse_plan.cli.main.main`), its imports included."""
     try:
         from hisparse_plan.cli import main as command
-    except KeyboardInterrupt:
+
+        return command.main(argv)
+    except KeyboardInterrupt:  # command.main catches its own: this is start-up's
         return interrupted()
-    return command.main(argv)

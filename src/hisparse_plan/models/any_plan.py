@@ -32,7 +32,7 @@ def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
     return KVCachePlan.model_validate(dict(data))
 
 
-_KINDS: dict[type[KVCachePlan | SGLangPlan], str] = {
+_KINDS: dict[type[object], str] = {
     KVCachePlan: "a vLLM plan (KVCachePlan)",
     SGLangPlan: "an SGLang plan (SGLangPlan)",
 }
