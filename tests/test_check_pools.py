@@ -87,15 +87,16 @@ def mha_plan() -> dict[str, Any]:
             "size": 2 * HALF, "layers": ["l0", "l1"], "layer_stride": 0,
             "block_stride": page_bytes, "offset": 0, "host_resident": False, "pool": "kv",
             "ranges": [{"offset": 0, "size": page_bytes}, {"offset": HALF, "size": page_bytes}],
-            "views": [dict(view, name="k_buffer", storage_offset=0),
-                      dict(view, name="v_buffer", storage_offset=ROWS * HEADS * DIM)],
+            # Each view its own lists, so that editing one view's shape leaves the other's.
+            "views": [copy.deepcopy(dict(view, name=name, storage_offset=offset))
+                      for name, offset in (("k_buffer", 0), ("v_buffer", ROWS * HEADS * DIM))],
         }],
         "max_total_num_tokens": ROWS - PAGE, "max_running_requests": 8,
         "req_to_token": {"name": "req_to_token", "dtype": "int32", "shape": [9, 4100],
                          "strides": [4100, 1], "storage_offset": 0},
         "budget": {"available_bytes": 10**9, "cell_size_bytes": 2 * 2 * ROW_BYTES,
                    "mem_fraction_static": None},
-        "capacity": {"max_concurrency": 1.0, "steady_state_concurrency": None},
+        "capacity": {"max_concurrency": 0.25, "steady_state_concurrency": None},
     }
 
 

@@ -23,9 +23,9 @@ from golden import GOLDEN
 from hisparse_plan.adapters import sglang as sglang_adapter
 from hisparse_plan.adapters.vllm import request_from_vllm, to_kv_cache_config, to_kv_cache_configs
 from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.planning import plan_traced
 from hisparse_plan.presets import Architecture, load_preset
 from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.vllm import plan_traced
 from hisparse_plan.views import plan_views, tensor_views
 from test_extremes import _sglang
 

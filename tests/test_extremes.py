@@ -280,33 +280,53 @@ def _sglang(kind: str, available: int = 2**40, **engine: Any) -> dict[str, Any]:
             "engine": {"name": "sglang", "context_length": 4096, **engine}}
 
 
+HUGE_HEAD = {"l0.attn": {"kind": "full_attention", "block_size": 16, "num_kv_heads": 1,
+                         "head_size": 2**33, "dtype": "bfloat16"}}
+"""One layer whose token takes 2**35 bytes: a pool of few tokens and a page passes int64."""
+
 SGLANG_FOUND = [
-    # (request, the field the refusal must name): each escaped plan_for_engine as a
+    # (request, the field the refusal names, what it says): each escaped plan_for_engine as a
     # ValidationError about the plan's own models (BufferView, SGLangBudget, SGLangHisparse,
-    # Pool) or as a ValueError from a float that overflowed.
-    (_sglang("mha", context_length=INT64_MAX - 1), "engine.context_length"),
-    (_sglang("mha", context_length=2**61), "engine.context_length"),
-    (_sglang("mha", available=INT64_MAX), "device.available_bytes"),
+    # Pool) or as a ValueError from a float that overflowed, or planned a request table past
+    # int64 bytes.
+    (_sglang("mha", context_length=INT64_MAX - 1), "engine.context_length",
+     "the request-to-token table's bytes"),
+    (_sglang("mha", context_length=2**61), "engine.context_length",
+     "the request-to-token table's bytes"),
+    (_sglang("mha", available=INT64_MAX), "device.available_bytes",
+     "the KV budget in bytes would be 9223372036854775808"),
     (_sglang("mha", mem_fraction_static=0.5, pre_model_load_free_bytes=1,
-             post_weights_free_bytes=INT64_MAX), "engine.post_weights_free_bytes"),
-    (_sglang("mla", available=INT64_MAX - 2**20, page_size=2**40), "device.available_bytes"),
-    (_sglang("dsa", enable_hisparse=True, hisparse_top_k=2**62), "engine.hisparse_top_k"),
+             post_weights_free_bytes=INT64_MAX), "engine.post_weights_free_bytes",
+     "the KV budget in bytes would be 9223372036854775808"),
+    ({**_sglang("mha", available=INT64_MAX - 2**40, page_size=2**20), "layers": HUGE_HEAD},
+     "device.available_bytes", "its pools (each the budget's tokens and a padding page"),
+    (_sglang("dsa", enable_hisparse=True, hisparse_top_k=2**62), "engine.hisparse_top_k",
+     "a request's hot rows"),
     (_sglang("dsa", enable_hisparse=True, hisparse_device_buffer_size=INT64_MAX - 1),
-     "engine.hisparse_device_buffer_size"),
-    (_sglang("dsa", available=2**62, enable_hisparse=True, hisparse_host_to_device_ratio=8),
-     "engine.hisparse_host_to_device_ratio"),
-    (_sglang("mamba", mamba_full_memory_ratio=1.7e308), "engine.mamba_full_memory_ratio"),
-    (_sglang("deepseek_v4", available=INT64_MAX), "device.available_bytes"),
-    (_sglang("deepseek_v4", context_length=INT64_MAX - 3), "engine.context_length"),
+     "engine.hisparse_device_buffer_size", "a request's hot rows"),
+    (_sglang("mamba", mamba_full_memory_ratio=1.7e308), "engine.mamba_full_memory_ratio",
+     "the Mamba states' share of the budget in bytes overflows a float"),
+    # More token ids than the request table's int32 entries hold (check_plan refuses them).
+    (_sglang("mla", available=2**62), "device.available_bytes",
+     "SGLang's request-to-token table holds int32 token ids"),
+    (_sglang("dsa", enable_hisparse=True, hisparse_host_to_device_ratio=2**20),
+     "engine.hisparse_host_to_device_ratio",
+     "SGLang's request-to-token table holds int32 token ids"),
+    (_sglang("deepseek_v4", available=INT64_MAX), "device.available_bytes",
+     "the KV budget in bytes"),
+    (_sglang("deepseek_v4", context_length=INT64_MAX - 3), "engine.context_length",
+     "the request-to-token table's bytes"),
 ]
 
 
-@pytest.mark.parametrize(("raw", "field"), SGLANG_FOUND)
-def test_extreme_sglang_settings_are_refused_by_name(raw: dict[str, Any], field: str) -> None:
+@pytest.mark.parametrize(("raw", "field", "says"), SGLANG_FOUND)
+def test_extreme_sglang_settings_are_refused_by_name(
+    raw: dict[str, Any], field: str, says: str
+) -> None:
     with pytest.raises(hp.PlanError) as caught:
         hp.plan_for_engine(raw)
     assert caught.value.field == field
-    assert str(caught.value).startswith(f"{field}: ")
+    assert str(caught.value).startswith(f"{field}: {says}"), caught.value
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))

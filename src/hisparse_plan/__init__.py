@@ -7,6 +7,7 @@ command's first code) costs nothing: the command imports the rest inside its Ctr
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -27,7 +28,7 @@ _HOMES: dict[str, str] = {
     "SGLangPlan": "hisparse_plan.models.sglang_plan",
     "SGLangSettings": "hisparse_plan.models.sglang_settings",
     "refit_after_warmup": "hisparse_plan.operator.refit",
-    "plan": "hisparse_plan.planning",
+    "plan": "hisparse_plan.targets.vllm",
     "plan_for_engine": "hisparse_plan.targets",
 }
 """Each public name's module."""
@@ -68,17 +69,29 @@ if TYPE_CHECKING:
     from hisparse_plan.models.sglang_plan import SGLangPlan
     from hisparse_plan.models.sglang_settings import SGLangSettings
     from hisparse_plan.operator.refit import refit_after_warmup
-    from hisparse_plan.planning import plan
     from hisparse_plan.targets import plan_for_engine
+    from hisparse_plan.targets.vllm import plan
 else:
 
     def __getattr__(name: str) -> object:
+        if name == "planning":
+            return _old_planning()
         home = _HOMES.get(name)
         if home is None:
             raise AttributeError(f"module 'hisparse_plan' has no attribute {name!r}")
         value = getattr(importlib.import_module(home), name)
         globals()[name] = value  # looked up once
         return value
+
+    def _old_planning() -> object:
+        """`hisparse_plan.planning`, vLLM's planner's old name, imported when first read."""
+        from hisparse_plan._moved import deprecated_path
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # warned once below, at the reader
+            module = importlib.import_module("hisparse_plan.planning")
+        deprecated_path("hisparse_plan.planning", "hisparse_plan.targets.vllm", depth=1)
+        return module
 
 
 def __dir__() -> list[str]:

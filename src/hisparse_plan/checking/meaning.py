@@ -20,8 +20,8 @@ from hisparse_plan.models import (
     UniformTypeSpec,
 )
 from hisparse_plan.rules.arith import ceil_div
-from hisparse_plan.rules.families import one_family
-from hisparse_plan.rules.hot import hot_buffer, hot_packs
+from hisparse_plan.targets.vllm.rules.families import one_family
+from hisparse_plan.targets.vllm.rules.hot import hot_buffer, hot_packs
 
 DERIVED_KINDS = ("hisparse_resident", "hisparse_hot")
 

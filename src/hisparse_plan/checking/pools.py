@@ -1,6 +1,6 @@
 """What plan contract 2 promises about pools for any engine (docs/plan-contract.md#pools):
 names, tensors in their pool, explicit page ranges inside their allocation and apart from one
-another, engine views inside their allocation.
+another, engine views inside their pages (checking/views.py).
 
 Tensors with explicit `ranges` (SGLang's) are proved here, allocation by allocation: a pool with
 one allocation per layer is proved once per layer, since its layers share no address space.
@@ -16,10 +16,10 @@ from itertools import pairwise
 from typing import Literal
 
 from hisparse_plan.checking.geometry import prove_disjoint
+from hisparse_plan.checking.views import check_views
 from hisparse_plan.errors import PlanInvariantError
-from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.plan import DevicePool, HostPool, KVCacheTensor
-from hisparse_plan.models.pools import BufferView, Pool, vllm_pool_name
+from hisparse_plan.models.pools import Pool, vllm_pool_name
 from hisparse_plan.views import Train
 
 ONE_GROUP = 0
@@ -55,7 +55,8 @@ def check_pool_names(pools: Sequence[Pool], tensors: Sequence[KVCacheTensor]) ->
 
 def check_ranged_tensors(pools: dict[str, Pool], tensors: Sequence[KVCacheTensor]) -> None:
     """Every tensor with explicit ranges: its pages inside their allocation, no two pages (or
-    ranges) sharing a byte, every view inside its allocation; each layer placed once per pool."""
+    ranges) sharing a byte, every view inside its own pages or its allocation's unowned tail
+    and apart from the others (`check_views`); each layer placed once per pool."""
     trains: dict[tuple[str, str | None], list[Train]] = {}
     placed: dict[tuple[str, str], int] = {}
     for index, tensor in enumerate(tensors):
@@ -89,11 +90,11 @@ def check_ranged_tensors(pools: dict[str, Pool], tensors: Sequence[KVCacheTensor
                       index, layer, ONE_GROUP)
                 for part in tensor.ranges
             )
-        for view in tensor.views:
-            check_view_inside(index, tensor, view, pool)
     for (name, owner), members in trains.items():
         where = name if owner is None else f"{name} (layer {owner!r})"
         prove_disjoint(where, members, pools[name].num_blocks, pools[name].size)
+    # The pages are apart and inside: the views are proved against them.
+    check_views(pools, tensors)
 
 
 def _check_ranges(index: int, tensor: KVCacheTensor) -> None:
@@ -107,23 +108,6 @@ def _check_ranges(index: int, tensor: KVCacheTensor) -> None:
                 f"{previous.offset} ({previous.size} bytes); expected ranges in order and apart",
                 tensor=index, layer=tensor.layers[0],
             )
-
-
-def check_view_inside(index: int, tensor: KVCacheTensor, view: BufferView, pool: Pool) -> None:
-    """An engine view lies inside its allocation: its last element ends by the pool's size."""
-    if len(view.shape) != len(view.strides):
-        raise PlanInvariantError(
-            f"tensors[{index}] view {view.name!r} has {len(view.shape)} dims but "
-            f"{len(view.strides)} strides; expected one stride per dim",
-            tensor=index, layer=tensor.layers[0],
-        )
-    end = view.end_byte
-    if end > pool.size or end > INT64_MAX:
-        raise PlanInvariantError(
-            f"tensors[{index}] view {view.name!r} ends at byte {end}, past its pool "
-            f"{pool.name!r}'s {pool.size} bytes; expected it inside the allocation",
-            tensor=index, layer=tensor.layers[0],
-        )
 
 
 def check_vllm_pools(

@@ -2,29 +2,37 @@
 SGLang's pools mean (docs/plan-contract.md#sglang-plans), each number derived from the plan's
 own fields another way than the planner took.
 
-Meaning, from the plan alone: every engine view walks exactly the pages the tensor places (its
-row stride times a page's tokens is the block stride, its start is a range's start, its layer
-axis is the layer stride); the full pool has one padding page beside `max_total_num_tokens`;
-the request-to-token table has a padding row beside `max_running_requests`; HiSparse's figures
-agree with one another and with the pools; no figure claims more than the pools hold.
+Meaning, from the plan alone: every pool is one of SGLang's, in its role (sglang_roles); every
+engine view lies in its own pages or its allocation's unowned tail (views); the full pool has one
+padding page beside `max_total_num_tokens`; the index keys, the V halves and the Mamba states
+have the blocks those figures give; the cell size is the counted pools' bytes a token; the
+request-to-token table has a padding row beside `max_running_requests`, fits int64 bytes and
+its int32 entries hold every token id; HiSparse's and DeepSeek-V4's figures agree with one
+another and with the pools (sglang_v4); no figure claims more than the pools hold.
 With the request, the plan must be the one the request gives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from math import prod
+from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
+from hisparse_plan.checking.sglang_roles import check_pool_roles
+from hisparse_plan.checking.sglang_v4 import check_deepseek_v4
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.plan import KVCacheTensor
-from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView, Pool
+from hisparse_plan.models.base import INT64_MAX
+from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 
-FULL_POOL = "kv"
-"""The pool whose tokens are SGLang's max_total_num_tokens."""
+REQUEST_TABLE_EXTRA: Final = 4
+"""Columns SGLang's request-to-token table keeps beyond the context length."""
+INT32_IDS: Final = 2**31
+"""Token ids an int32 entry holds (0 to 2**31 - 1)."""
+MAMBA_SLOTS_A_REQUEST: Final = 5
+"""State slots SGLang keeps per running request of a Mamba hybrid."""
 
 
 def check_sglang_plan(
@@ -32,6 +40,7 @@ def check_sglang_plan(
 ) -> None:
     """Raise `PlanInvariantError` at the first broken invariant of an SGLang plan."""
     pools = check_pool_names(plan.pools, plan.tensors)
+    check_pool_roles(plan, pools)
     for index, tensor in enumerate(plan.tensors):
         if tensor.ranges is None:
             raise PlanInvariantError(
@@ -39,75 +48,18 @@ def check_sglang_plan(
                 "plan", tensor=index, layer=tensor.layers[0],
             )
     check_ranged_tensors(pools, plan.tensors)
-    for index, tensor in enumerate(plan.tensors):
-        _check_views_walk_the_pages(index, tensor, pools[tensor.pool])
-    _check_padding(plan)
+    _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
-    _check_figures(plan)
+    _check_token_pools(plan, pools)
+    _check_cell_size(plan)
+    check_deepseek_v4(plan, pools)
+    _check_figures(plan, pools)
     if request is not None:
         check_answers(plan, request)
 
 
-def _check_views_walk_the_pages(index: int, tensor: KVCacheTensor, pool: Pool) -> None:
-    """Each view's row of one token (or slot) is a page's share of the block stride, and view
-    i starts where range i of block 0 does."""
-    ranges = tensor.ranges or []
-    layered = pool.allocation == "whole"  # SGLang's whole pools are layer-first
-    if tensor.views and len(tensor.views) != len(ranges):
-        raise PlanInvariantError(
-            f"tensors[{index}] has {len(tensor.views)} views for {len(ranges)} page ranges; "
-            "expected one view per range", tensor=index, layer=tensor.layers[0],
-        )
-    for view, part in zip(tensor.views, ranges, strict=False):
-        itemsize = BUFFER_DTYPE_SIZE[view.dtype]
-        axes = list(zip(view.shape, view.strides, strict=True))
-        if layered:
-            layers, layer_step = axes.pop(0)
-            _expect(index, tensor, view, "its layer axis (layers, bytes a layer)",
-                    (layers, layer_step * itemsize), (len(tensor.layers), tensor.layer_stride))
-        if not axes:
-            raise PlanInvariantError(
-                f"tensors[{index}] view {view.name!r} has no token axis; expected one",
-                tensor=index, layer=tensor.layers[0],
-            )
-        rows, row_step = axes[0]
-        tokens = pool.block_tokens or 1
-        step = row_step * itemsize
-        if step == tensor.block_stride:
-            rows_a_page = 1  # page-major: a row a block
-        elif step * tokens == tensor.block_stride:
-            rows_a_page = tokens  # token-major: a row a token (or slot)
-        else:
-            raise PlanInvariantError(
-                f"tensors[{index}] view {view.name!r} steps {step} bytes a row; the pages it "
-                f"views give {tensor.block_stride} a block of {tokens} tokens (a row a block, "
-                "or a row a token)", tensor=index, layer=tensor.layers[0],
-            )
-        # Every block's page in the view; SGLang may keep a few spare rows past the last.
-        if rows < pool.num_blocks * rows_a_page:
-            raise PlanInvariantError(
-                f"tensors[{index}] view {view.name!r} has {rows} rows; the pool's "
-                f"{pool.num_blocks} blocks need {pool.num_blocks * rows_a_page}",
-                tensor=index, layer=tensor.layers[0],
-            )
-        row_bytes = prod(n for n, _ in axes[1:]) * itemsize
-        _expect(index, tensor, view, "the bytes of a page", row_bytes * rows_a_page, part.size)
-        _expect(index, tensor, view, "its first byte", view.storage_offset * itemsize,
-                tensor.offset + part.offset)
-
-
-def _expect(
-    index: int, tensor: KVCacheTensor, view: BufferView, what: str, got: object, want: object
-) -> None:
-    if got != want:
-        raise PlanInvariantError(
-            f"tensors[{index}] view {view.name!r}: {what} is {got}; the pages it views give "
-            f"{want}", tensor=index, layer=tensor.layers[0],
-        )
-
-
-def _check_padding(plan: SGLangPlan) -> None:
+def _check_padding(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """Every pool keeps one padding block (SGLang's page 0 or slot 0), and the full pool's
     other pages hold exactly max_total_num_tokens."""
     for pool in plan.pools:
@@ -116,23 +68,20 @@ def _check_padding(plan: SGLangPlan) -> None:
                 f"pool {pool.name!r} has {pool.padding_blocks} padding blocks; expected 1 "
                 "(SGLang's padding page or slot 0)"
             )
-        # DeepSeek-V4's compressed pools hold page_size / ratio slots a block.
-        if plan.deepseek_v4 is None and pool.block_tokens not in (plan.page_size, 1):
-            raise PlanInvariantError(
-                f"pool {pool.name!r} holds {pool.block_tokens} tokens a block; expected the page "
-                f"size {plan.page_size} (or 1 for state slots)"
-            )
-    full = next((pool for pool in plan.pools if pool.name == FULL_POOL), None)
-    if full is not None:
-        tokens = (full.num_blocks - 1) * (full.block_tokens or 1)
-        if tokens != plan.max_total_num_tokens:
-            raise PlanInvariantError(
-                f"pool {FULL_POOL!r} holds {tokens} tokens beside its padding page; expected "
-                f"max_total_num_tokens {plan.max_total_num_tokens}"
-            )
+    if plan.deepseek_v4 is not None:
+        return  # its full tokens are a figure of their own (sglang_v4)
+    full = pools["kv"]  # present in every plan without DeepSeek-V4 (sglang_roles)
+    tokens = (full.num_blocks - 1) * plan.page_size
+    if tokens != plan.max_total_num_tokens:
+        raise PlanInvariantError(
+            f"pool 'kv' holds {tokens} tokens beside its padding page; expected "
+            f"max_total_num_tokens {plan.max_total_num_tokens}"
+        )
 
 
 def _check_request_table(plan: SGLangPlan) -> None:
+    """int32 [max_running_requests + 1, context + 4], contiguous from 0, its bytes within
+    int64, every token id it may hold within int32."""
     table = plan.req_to_token
     rows = plan.max_running_requests + 1
     if table.dtype != "int32" or len(table.shape) != 2 or table.shape[0] != rows:
@@ -145,6 +94,29 @@ def _check_request_table(plan: SGLangPlan) -> None:
             f"req_to_token has strides {table.strides} from {table.storage_offset}; expected a "
             f"contiguous table, strides [{table.shape[1]}, 1] from 0"
         )
+    if table.shape[1] <= REQUEST_TABLE_EXTRA:
+        raise PlanInvariantError(
+            f"req_to_token is {table.shape[1]} wide; expected a context of at least one token "
+            f"and SGLang's {REQUEST_TABLE_EXTRA} extra columns"
+        )
+    if table.end_byte > INT64_MAX:
+        raise PlanInvariantError(
+            f"req_to_token ends at byte {table.end_byte}; expected at most {INT64_MAX} (int64)"
+        )
+    ids = token_ids(plan)
+    if ids > INT32_IDS:
+        raise PlanInvariantError(
+            f"req_to_token's int32 entries hold token ids below {INT32_IDS}; the plan hands out "
+            f"{ids} (padding page included)"
+        )
+
+
+def token_ids(plan: SGLangPlan) -> int:
+    """Token ids the request-to-token table may hold: the full pool's with its padding page, or
+    HiSparse's host tokens (its logical ids with a padding page)."""
+    if plan.hisparse is not None:
+        return plan.hisparse.host_tokens
+    return plan.max_total_num_tokens + plan.page_size
 
 
 def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
@@ -162,17 +134,13 @@ def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             f"{hisparse.hot_rows_per_request}; expected {logical} (max_total_num_tokens x "
             f"host_to_device_ratio) and {hot} (device_buffer_size + page)"
         )
-    host = pools.get("hisparse_host")
-    if host is None or host.num_blocks * page != hisparse.host_tokens:
-        held = None if host is None else host.num_blocks * page
+    host = pools["hisparse_host"]  # present exactly with hisparse (sglang_roles)
+    host_tokens = (logical // page + 1) * page
+    if (hisparse.host_tokens, host.num_blocks * page) != (host_tokens, host_tokens):
         raise PlanInvariantError(
-            f"the hisparse_host pool holds {held} tokens; expected hisparse.host_tokens "
-            f"{hisparse.host_tokens}"
-        )
-    if hisparse.host_tokens < logical + page:
-        raise PlanInvariantError(
-            f"hisparse.host_tokens {hisparse.host_tokens} is below the {logical} logical tokens "
-            "and a padding page"
+            f"hisparse.host_tokens is {hisparse.host_tokens} and the hisparse_host pool holds "
+            f"{host.num_blocks * page} tokens; expected {host_tokens} for both (the "
+            f"{logical} logical tokens in whole pages, and a padding page)"
         )
     if hisparse.device_buffer_size < hisparse.top_k:
         raise PlanInvariantError(
@@ -181,16 +149,119 @@ def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         )
 
 
-def _check_figures(plan: SGLangPlan) -> None:
-    """No figure claims more than the pools hold."""
+def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """The pools beside the full one have the blocks their figures give: a V half as many as
+    its K half, the index keys (index tokens + page + 1) // page pages of the full (or, with
+    HiSparse, logical) tokens, both Mamba states as many slots, five a running request."""
+    for values, keys in (("kv_v", "kv"), ("swa_v", "swa"), ("mamba_temporal", "mamba_conv0")):
+        if values in pools and pools[values].num_blocks != pools[keys].num_blocks:
+            raise PlanInvariantError(
+                f"pool {values!r} has {pools[values].num_blocks} blocks; expected pool "
+                f"{keys!r}'s {pools[keys].num_blocks} (SGLang sizes them alike)"
+            )
+    page = plan.page_size
+    if "index" in pools:
+        tokens = (plan.max_total_num_tokens if plan.hisparse is None
+                  else plan.hisparse.logical_tokens)
+        pages = (tokens + page + 1) // page
+        if pools["index"].num_blocks != pages:
+            raise PlanInvariantError(
+                f"pool 'index' has {pools['index'].num_blocks} pages; expected {pages} for its "
+                f"{tokens} tokens ((tokens + page + 1) // page)"
+            )
+    slots = pools.get("mamba_conv0")
+    if slots is not None and (
+            plan.max_running_requests * MAMBA_SLOTS_A_REQUEST > slots.num_blocks - 1):
+        raise PlanInvariantError(
+            f"max_running_requests {plan.max_running_requests} needs "
+            f"{plan.max_running_requests * MAMBA_SLOTS_A_REQUEST} Mamba state slots; the pools "
+            f"hold {slots.num_blocks - 1} beside the padding slot"
+        )
+
+
+def _check_cell_size(plan: SGLangPlan) -> None:
+    """budget.cell_size_bytes is one token's bytes over the pools SGLang counts: the full pool
+    (and its V pool), the index keys (with HiSparse, ratio tokens' worth a device token); a
+    window pool adds its ratio of a token (more than nothing); Mamba states and the host pool
+    come off the budget apart. DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
+    if plan.deepseek_v4 is not None:
+        return
+    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    weights = {"kv": 1, "kv_v": 1, "index": ratio}
+    full = window = 0
+    for tensor in plan.tensors:
+        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
+        full += page_bytes * weights.get(tensor.pool, 0)
+        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    cell = plan.budget.cell_size_bytes
+    # Bytes a page over the page's tokens: a page of every counted layer.
+    fits = cell * plan.page_size > full if window else cell * plan.page_size == full
+    if not fits:
+        raise PlanInvariantError(
+            f"budget.cell_size_bytes is {cell}; the counted pools take {full / plan.page_size} "
+            f"bytes a token{' before the window pool' if window else ''}"
+        )
+
+
+def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """No figure claims more than the pools hold: the budget covers the tokens, a request
+    slot has two tokens; the capacity is what the pools hold (at most that beside a window pool,
+    whose window the plan does not state)."""
     budget = plan.budget
     if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
         raise PlanInvariantError(
             f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "
             f"{budget.cell_size_bytes} exceeds budget.available_bytes {budget.available_bytes}"
         )
-    if plan.capacity.max_concurrency > plan.max_running_requests:
+    if plan.max_running_requests > plan.max_total_num_tokens // 2:
         raise PlanInvariantError(
-            f"capacity.max_concurrency {plan.capacity.max_concurrency} exceeds "
-            f"max_running_requests {plan.max_running_requests}"
+            f"max_running_requests {plan.max_running_requests} exceeds max_total_num_tokens "
+            f"// 2 = {plan.max_total_num_tokens // 2} (SGLang's cap)"
+        )
+    windowed = "swa" in pools or plan.deepseek_v4 is not None
+    _check_capacity("max_concurrency", plan.capacity.max_concurrency,
+                    concurrency_bounds(plan, pools), exact=not windowed)
+    steady = plan.capacity.steady_state_concurrency
+    if (steady is None) != (plan.hisparse is None):
+        raise PlanInvariantError(
+            f"capacity.steady_state_concurrency is {steady}; expected a figure exactly with "
+            "HiSparse"
+        )
+    if steady is not None and plan.hisparse is not None:
+        bounds = concurrency_bounds(plan, pools)
+        hot = {"the full pool's hot buffers":
+               plan.max_total_num_tokens / plan.hisparse.hot_rows_per_request}
+        _check_capacity("steady_state_concurrency", steady, {
+            what: bounds[what] for what in ("max_running_requests", "hisparse.logical_tokens")
+        } | hot, exact=True)
+
+
+def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, float]:
+    """Requests of the request table's context each counted pool holds at once: a request
+    takes its context in whole pages of the full pool (and of HiSparse's logical tokens), one
+    Mamba slot, one request slot."""
+    context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
+    need = -(-context // plan.page_size) * plan.page_size
+    bounds = {"max_running_requests": float(plan.max_running_requests),
+              "max_total_num_tokens": plan.max_total_num_tokens / need}
+    if "mamba_conv0" in pools:
+        bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
+    if plan.hisparse is not None:
+        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
+    return bounds
+
+
+def _check_capacity(what: str, got: float, bounds: dict[str, float], *, exact: bool) -> None:
+    """`got` at most every bound, and the least of them when `exact`."""
+    for name, bound in bounds.items():
+        if got > bound:
+            raise PlanInvariantError(
+                f"capacity.{what} {got} exceeds the {bound} requests of the request table's "
+                f"context that {name} holds"
+            )
+    least = min(bounds.values())
+    if exact and got != least:
+        raise PlanInvariantError(
+            f"capacity.{what} is {got}; expected {least}, the fewest requests of the request "
+            "table's context any of the pools holds"
         )

@@ -7,12 +7,16 @@ import math
 
 from hisparse_plan.errors import PlanError, PlanInvariantError
 from hisparse_plan.models import DevicePool, KVCachePlan, Workload
-from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
-from hisparse_plan.rules.buckets import SpecBucket, spec_buckets, stage_buckets
-from hisparse_plan.rules.capacity import hisparse_capacity, regular_capacity
-from hisparse_plan.rules.host import host_block_stride, host_blocks_needed, longest_request_held
-from hisparse_plan.rules.pool_memory import pool_blocks, usable_bytes
-from hisparse_plan.rules.required import buckets_required, longest_fitting
+from hisparse_plan.targets.vllm.rules.block_bytes import bytes_per_block, check_layout
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket, spec_buckets, stage_buckets
+from hisparse_plan.targets.vllm.rules.capacity import hisparse_capacity, regular_capacity
+from hisparse_plan.targets.vllm.rules.host import (
+    host_block_stride,
+    host_blocks_needed,
+    longest_request_held,
+)
+from hisparse_plan.targets.vllm.rules.pool_memory import pool_blocks, usable_bytes
+from hisparse_plan.targets.vllm.rules.required import buckets_required, longest_fitting
 
 
 def check_sizing(plan: KVCachePlan) -> None:

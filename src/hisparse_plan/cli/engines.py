@@ -14,8 +14,8 @@ from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.sglang_source import SGLANG_ONLY, resolve_sglang_source
 from hisparse_plan.cli.source import resolve_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.planning import plan as plan_vllm
 from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.vllm import plan as plan_vllm
 
 VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("request", "--request"),

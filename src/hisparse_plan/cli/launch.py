@@ -4,30 +4,9 @@ moment, start-up included, is one line on stderr and exit code 130, never a trac
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Sequence
-from typing import Final
 
-EXIT_INTERRUPTED: Final = 130
-INTERRUPTED: Final = "error: interrupted"
-
-
-def say(line: str) -> None:
-    """One line on stderr; nothing at all when stderr is closed (`2>&-`), where print would
-    fall back to stdout and mix a message into the command's output."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    # OSError, ValueError: the descriptor or the file object was closed under us.
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=stream)
-
-
-def interrupted() -> int:
-    """Ctrl-C, wherever it came: the one line, and the exit code that says so."""
-    say(INTERRUPTED)
-    return EXIT_INTERRUPTED
+from hisparse_plan.cli.stderr import interrupted
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,9 +37,9 @@ from hisparse_plan.cli.errors import (
     one_line,
     too_many_digits,
 )
-from hisparse_plan.cli.launch import EXIT_INTERRUPTED, interrupted, say
 from hisparse_plan.cli.printable import printable
 from hisparse_plan.cli.sizes import SIZE_HELP
+from hisparse_plan.cli.stderr import EXIT_INTERRUPTED, interrupted, say
 from hisparse_plan.errors import HisparsePlanError, PlanWarning
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models import KVCacheGroup, KVCachePlan, UniformTypeSpec
-from hisparse_plan.rules.required import required_blocks
+from hisparse_plan.targets.vllm.rules.required import required_blocks
 
 
 def group_label(group: KVCacheGroup) -> str:

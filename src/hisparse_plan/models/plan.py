@@ -16,6 +16,7 @@ from hisparse_plan.models.base import (
     PositiveInt,
     empty_frozen_list,
 )
+from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
@@ -236,9 +237,7 @@ class KVCachePlan(Model):
         """A stable hash of everything that decides where a byte lives (groups, tensors,
         pools; not capacity figures or metadata): two plans with one fingerprint lay out KV
         alike (`hisparse_plan.exchange`)."""
-        from hisparse_plan.exchange.fingerprint import fingerprint  # exchange reads models
-
-        return fingerprint(self)
+        return layout_fingerprint(self)
 
     @property
     def max_model_len(self) -> int:

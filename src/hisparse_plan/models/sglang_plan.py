@@ -26,8 +26,9 @@ class SGLangBudget(Model):
         description="Bytes of one token over the counted pools; a float where a window pool "
         "is counted at swa_full_tokens_ratio of a token."
     )
-    mem_fraction_static: float | None = Field(
-        description="The fraction used (given or SGLang's rule); null when the budget was given."
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
+        description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "
+        "budget was given."
     )
 
 

@@ -16,8 +16,8 @@ from hisparse_plan.errors import PlanError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
-from hisparse_plan.planning import plan as make_plan
-from hisparse_plan.rules.required import required_blocks
+from hisparse_plan.targets.vllm import plan as make_plan
+from hisparse_plan.targets.vllm.rules.required import required_blocks
 
 
 class BaselineCapacity(Model):

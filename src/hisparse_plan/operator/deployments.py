@@ -23,7 +23,6 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
 from hisparse_plan.operator.bounds import Binding, pool_bounds
-from hisparse_plan.planning import plan as make_plan
 from hisparse_plan.presets import Architecture, ModelArchitecture, Settings, build_request
 from hisparse_plan.presets.catalog import Weights
 from hisparse_plan.presets.hardware import (
@@ -34,6 +33,7 @@ from hisparse_plan.presets.hardware import (
 )
 from hisparse_plan.presets.kv_dtypes import VLLMKVCacheDtype, resolve_kv_cache_dtype
 from hisparse_plan.presets.settings import DEFAULTS
+from hisparse_plan.targets.vllm import plan as make_plan
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_KV_CACHE_DTYPES: tuple[VLLMKVCacheDtype, ...] = ("auto", "fp8")

@@ -1,18 +1,16 @@
 """Every number of a plan, with the rule and the inputs it came from.
 
-The planner's stages record what they decided and why (`plan_traced`); an explanation renders
-that record, section by stage, so it can never disagree with the plan. For a preset or a
-config.json, a first section derives the layer rows from the model's config fields.
+The stages of the request's target (vLLM's, SGLang's) record what they decided and why
+(`plan_traced`); an explanation renders that record, section by stage under the target's own
+titles, so it can never disagree with the plan. For a preset or a config.json, a first section
+derives the layer rows from the model's config fields.
 """
 
 from __future__ import annotations
 
-from typing import Final
-
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.base import Model
 from hisparse_plan.models.layer_specs import KVLayerSpec, MambaSpec
-from hisparse_plan.planning import Decision, plan_traced
 from hisparse_plan.presets import (
     Architecture,
     KVDtype,
@@ -22,20 +20,12 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.kv_dtypes import FP8_TILE, SCALE_BYTES
 from hisparse_plan.rule_docs import rule_doc
+from hisparse_plan.targets.registry import engine_name, target
+from hisparse_plan.targets.trace import Decision
 
 Number = int | float
 Value = int | float | str
 Inputs = dict[str, int | float | str]
-SECTION_TITLES: Final = {
-    "pages": "pages (see docs/planning-rules.md#pages)",
-    "group": "groups (see docs/planning-rules.md#hisparse-groups, #grouping)",
-    "size": "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
-    "#pipeline-stages)",
-    "admit": "admission (see docs/planning-rules.md#admission, #auto-fit)",
-    "place": "tensors (see docs/planning-rules.md#placement)",
-    "report": "capacity (see docs/planning-rules.md#capacity)",
-}
-"""One section per planning stage, in the order the stages run."""
 
 
 class Step(Model):
@@ -70,23 +60,25 @@ def explain(
     architecture: Architecture | None = None,
     kv_dtype: KVDtype | None = None,
 ) -> Explanation:
-    """Plan `request` and explain every decision of the plan.
+    """Plan `request` with its engine's target and explain every decision of the plan.
 
     With the `architecture` (and `kv_dtype`) the request was built from, a first section
     ("model config") derives the layer geometry from the model's config.json fields, for a
     sparse-MLA model and a regular one alike.
     """
-    traced = plan_traced(request)
+    planner = target(engine_name(request))
+    traced = planner.plan_traced(request)
+    titles = planner.STAGE_TITLES
     sections = []
     if isinstance(architecture, ModelArchitecture):
         sections.append(_config_section(request, architecture, kv_dtype or "fp8_ds_mla"))
     elif architecture is not None:
         sections.append(_regular_config_section(request, architecture))
-    by_stage: dict[str, list[Step]] = {stage: [] for stage in SECTION_TITLES}
+    by_stage: dict[str, list[Step]] = {stage: [] for stage in titles}
     for decision in traced.trace.decisions:
         by_stage.setdefault(decision.stage, []).append(_decision_step(decision))
     sections += [
-        Section(title=SECTION_TITLES.get(stage, stage), steps=steps)
+        Section(title=titles.get(stage, stage), steps=steps)
         for stage, steps in by_stage.items()
         if steps
     ]

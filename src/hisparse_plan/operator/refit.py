@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, PlanError
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.planning.pipeline import plan as plan_request
+from hisparse_plan.targets.vllm.pipeline import plan as plan_request
 
 
 def refit_after_warmup(

@@ -1,19 +1,7 @@
-"""What a device pool's memory holds: its bytes, the bytes left beside the null block, and its
-blocks (SPEC 5.8, 5.12, 7.6)."""
+"""Moved to `hisparse_plan.targets.vllm.rules.pool_memory`:
+this old path imports it, with a DeprecationWarning."""
 
-from __future__ import annotations
+from hisparse_plan._moved import moved
+from hisparse_plan.targets.vllm.rules.pool_memory import *  # noqa: F403
 
-
-def pool_memory(available_bytes: int, bytes_per_block: int, override: int | None) -> int:
-    """The bytes the pool may take: the available bytes, or `override` blocks."""
-    return available_bytes if override is None else override * bytes_per_block
-
-
-def usable_bytes(available_bytes: int, bytes_per_block: int, override: int | None) -> int:
-    """The pool's memory less the null block, which is never handed to a request."""
-    return pool_memory(available_bytes, bytes_per_block, override) - bytes_per_block
-
-
-def pool_blocks(available_bytes: int, bytes_per_block: int, override: int | None) -> int:
-    """The blocks the pool holds: the override, or available_bytes // bytes_per_block."""
-    return available_bytes // bytes_per_block if override is None else override
+moved(__name__, "hisparse_plan.targets.vllm.rules.pool_memory")

@@ -1,23 +1,7 @@
-"""Engine targets: each turns a PlanRequest into that engine's own plan. vLLM's planner is
-`hisparse_plan.planning`; the others live here, one package each. `plan_for_engine` picks the
-target once, by the request's `engine`."""
+"""Engine targets: each turns a PlanRequest into that engine's own plan, one package each
+(`vllm/`, `sglang/`). `plan_for_engine` picks the target by the request's `engine`, from the one
+table in `registry.py`."""
 
-from __future__ import annotations
+from hisparse_plan.targets.registry import plan_for_engine
 
-from collections.abc import Mapping
-
-from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.any_plan import Plan
-
-
-def plan_for_engine(request: PlanRequest | Mapping[str, object]) -> Plan:
-    """The plan of the engine the request names: vLLM's `KVCachePlan` without `engine`,
-    SGLang's `SGLangPlan` with `engine.name` "sglang"."""
-    from hisparse_plan.planning import plan  # each target imports only when picked
-    from hisparse_plan.targets.sglang import plan_sglang
-
-    validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
-        request)
-    if validated.engine is None:
-        return plan(validated)
-    return plan_sglang(validated)
+__all__ = ["plan_for_engine"]

@@ -14,19 +14,22 @@ Buffers. Each of SGLang's own tensors is first checked for its plan dtype, shape
 storage offset on its allocation's storage; then, on a sample of its rows (every row when
 `blocks` is None), a pattern of the byte address is written raw and read through the tensor,
 and another written through the tensor and read raw, at addresses computed from the plan's
-numbers alone. Every row must also lie inside one page range of its tensor's layers: SGLang's
-k_buffer row t of a layer is bytes of page t // page_size, never padding between pages.
+numbers alone. Every row must also lie where check_plan proves it: row t of a layer in that
+layer's page t // page_size (SGLang's k_buffer), never padding between pages; a spare row past
+the last block (DeepSeek-V4's compressor states) past every page of its allocation.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
 
 import torch
 
-from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
+from hisparse_plan.checking.views import rows_a_page
+from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.errors import BackendError, VerifyError
 from hisparse_plan.torch.sglang_pools import (
@@ -122,10 +125,16 @@ def verify_sglang(
         _check_pages(layers)
         pages += sum(layer.blocks.numel() for layer, _ in layers)
         page_bytes += sum(layer.blocks.numel() * layer.page for layer, _ in layers)
+        end = max((train.start + (train.num_blocks - 1) * train.block_stride + train.size
+                   for train in members), default=0)
+        numbers: dict[int, int] = {}
         for placed in views:
             if placed.allocation == key:
-                owners = [train for train in members if train.tensor == placed.tensor]
-                _check_buffer(placed, allocation, owners, blocks, pool.num_blocks)
+                # View i of a tensor walks its range i: one train per layer, in layer order.
+                number = numbers[placed.tensor] = numbers.get(placed.tensor, -1) + 1
+                owners = [train for train in members
+                          if (train.tensor, train.range) == (placed.tensor, number)]
+                _check_buffer(placed, allocation, owners, blocks, pool, end)
         if progress is not None:
             progress("verify", done, len(keys))
     if any(buffer.device.type == "cuda" for buffer in held.values()):
@@ -253,17 +262,15 @@ def _rows(placed: PlacedView, tensor: torch.Tensor) -> tuple[torch.Tensor, list[
 
 def _unravel(ids: torch.Tensor, shape: list[int]) -> list[torch.Tensor]:
     indices = []
-    rest = ids
     for extent in reversed(shape):
-        indices.append(rest % extent)
-        rest = rest // extent
-    indices.reverse()
-    return indices
+        indices.append(ids % extent)
+        ids = ids // extent
+    return indices[::-1]
 
 
 def _check_buffer(
     placed: PlacedView, allocation: torch.Tensor, owners: list[PageTrain],
-    blocks: int | None, num_blocks: int,
+    blocks: int | None, pool: Pool, page_end: int,
 ) -> None:
     view = placed.view
     tensor = bind_buffer(placed, allocation)
@@ -283,7 +290,7 @@ def _check_buffer(
     if count == 0 or run == 0:
         return
     # A sample about as dense as the page sample: `blocks` blocks' worth of rows, spread out.
-    wanted = None if blocks is None else max(blocks, blocks * -(-count // num_blocks))
+    wanted = None if blocks is None else max(blocks, blocks * -(-count // pool.num_blocks))
     ids, _ = select_blocks(count, wanted, allocation.device)
     base = view.storage_offset * BUFFER_DTYPE_SIZE[view.dtype]
     # The raw side moves whole units: the widest integer every row start and length divides.
@@ -292,20 +299,21 @@ def _check_buffer(
     units = allocation[: allocation.numel() // unit * unit].view(element)
     steps = torch.arange(run // unit, dtype=torch.int64, device=allocation.device)
     per = max(1, BUFFER_BATCH_BYTES // run)
+    pages = _RowPages.of(placed, owners, pool, page_end, allocation.numel())
     for batch in _batches(ids, per):
         index = _unravel(batch, row_shape)
         starts = torch.full_like(batch, base)
         for position, step in zip(index, row_strides, strict=True):
             starts += position * step
-        _check_owned(where, placed, starts, run, owners, index)
+        _check_owned(where, placed, starts, run, pages, index)
         at = (starts // unit)[:, None] + steps[None, :]
         first = row_pattern(starts, run, 1)
         units[at] = first.contiguous().view(element)
-        rows = tuple(index)
-        _compare_rows(where, placed, data[rows].reshape(-1, run), first, starts, index,
+        at_rows = tuple(index)
+        _compare_rows(where, placed, data[at_rows].reshape(-1, run), first, starts, index,
                       "written at the plan's address, SGLang's tensor reads")
         second = row_pattern(starts, run, 2)
-        data[rows] = second.reshape(-1, *data.shape[len(rows):])
+        data[at_rows] = second.reshape(-1, *data.shape[len(at_rows):])
         _compare_rows(where, placed, units[at].view(torch.uint8), second, starts, index,
                       "written through SGLang's tensor, the allocation holds")
 
@@ -315,20 +323,49 @@ def _batches(ids: torch.Tensor, per: int) -> Iterator[torch.Tensor]:
         yield ids[start:start + per]
 
 
+@dataclass(frozen=True, slots=True)
+class _RowPages:
+    """Where a view's rows may lie, as check_plan proves it: row j of layer l in layer l's
+    page of block j // per_page of the view's range (`owners`, one train a layer), or, past
+    the last block, in the allocation's unowned tail [tail, end). per_page 0: no row axis walks
+    the pages, so a row may lie in any page of the range and none is spare."""
+
+    owners: list[PageTrain]
+    layered: bool
+    per_page: int
+    tail: int
+    end: int
+
+    @staticmethod
+    def of(placed: PlacedView, owners: list[PageTrain], pool: Pool, tail: int,
+           end: int) -> _RowPages:
+        view, layered = placed.view, pool.allocation == "whole"
+        per_page = 0
+        if owners and int(layered) < len(view.shape) - (view.strides[-1] == 1):
+            step = view.strides[int(layered)] * BUFFER_DTYPE_SIZE[view.dtype]
+            per_page = rows_a_page(step, owners[0].block_stride, pool.block_tokens or 1) or 0
+        return _RowPages(owners, layered, per_page, tail, end)
+
+
 def _check_owned(
-    where: str, placed: PlacedView, starts: torch.Tensor, run: int, owners: list[PageTrain],
+    where: str, placed: PlacedView, starts: torch.Tensor, run: int, pages: _RowPages,
     index: list[torch.Tensor],
 ) -> None:
-    """Every row [start, start + run) inside one block's part of one range of the tensor's
-    pages in this allocation."""
+    """Every row [start, start + run) where `pages` says it may lie."""
     inside = torch.zeros_like(starts, dtype=torch.bool)
-    for train in owners:
+    for number, train in enumerate(pages.owners):
         relative = starts - train.start
         stride = max(train.block_stride, 1)
         block = torch.div(relative, stride, rounding_mode="floor")
-        within = relative - block * stride
-        inside |= ((relative >= 0) & (block < train.num_blocks)
-                   & (within + run <= train.size))
+        within = (relative >= 0) & (block < train.num_blocks) & (
+            relative - block * stride + run <= train.size)
+        if pages.per_page:  # its own page: its layer's, its row's block
+            own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
+            layer = index[0] == number if pages.layered else True
+            within &= (own == block) & layer
+            inside |= (own >= train.num_blocks) & (starts >= pages.tail) & (
+                starts + run <= pages.end)
+        inside |= within
     if bool(inside.all()):
         return
     row = int(torch.nonzero(~inside)[0, 0])
@@ -336,8 +373,10 @@ def _check_owned(
     position = tuple(int(axis[row]) for axis in index)
     raise VerifyError(
         f"verify failed (buffer inside pages): {where}: row {list(position)} is bytes "
-        f"[{start}, {start + run}) of the allocation, which lie in no single page range of "
-        f"tensors[{placed.tensor}]; expected every row of SGLang's tensor inside one page",
+        f"[{start}, {start + run}) of the allocation, outside its own page of "
+        f"tensors[{placed.tensor}] (a row past the last block: outside the unowned tail from "
+        f"byte {pages.tail}); expected every row of SGLang's tensor inside its page, or a "
+        "spare row past every page",
         tensor=placed.tensor, layer=placed.allocation[1] or "", block=-1, byte_offset=start,
     )
 

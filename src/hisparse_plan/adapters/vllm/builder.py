@@ -27,12 +27,12 @@ from hisparse_plan.adapters.vllm.settings import (
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.models.base import GIB
-from hisparse_plan.planning.groups import PlannedGroup
-from hisparse_plan.planning.hisparse_groups import hisparse_groups
-from hisparse_plan.planning.one_manager import one_manager_layers
-from hisparse_plan.planning.pipeline import request_layers
-from hisparse_plan.planning.regular_groups import regular_groups
-from hisparse_plan.planning.trace import Trace
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.groups import PlannedGroup
+from hisparse_plan.targets.vllm.hisparse_groups import hisparse_groups
+from hisparse_plan.targets.vllm.one_manager import one_manager_layers
+from hisparse_plan.targets.vllm.pipeline import request_layers
+from hisparse_plan.targets.vllm.regular_groups import regular_groups
 
 
 def planned_groups(request: PlanRequest) -> list[PlannedGroup]:

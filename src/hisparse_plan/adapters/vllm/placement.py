@@ -27,11 +27,11 @@ from hisparse_plan.models import (
 )
 from hisparse_plan.models.base import GIB
 from hisparse_plan.models.pools import vllm_pool_name
-from hisparse_plan.planning.host_pool import plan_host_pool
-from hisparse_plan.planning.place import place_pool
-from hisparse_plan.planning.trace import Trace
-from hisparse_plan.rules.block_bytes import bytes_per_block, check_layout
-from hisparse_plan.rules.buckets import SpecBucket, stage_buckets
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm.host_pool import plan_host_pool
+from hisparse_plan.targets.vllm.place import place_pool
+from hisparse_plan.targets.vllm.rules.block_bytes import bytes_per_block, check_layout
+from hisparse_plan.targets.vllm.rules.buckets import SpecBucket, stage_buckets
 
 _LAYER_SPEC: TypeAdapter[LayerSpec] = TypeAdapter(LayerSpec)
 

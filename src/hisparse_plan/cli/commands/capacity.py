@@ -34,7 +34,7 @@ from hisparse_plan.operator import (
     fitted_request,
     sweep,
 )
-from hisparse_plan.rules.host import host_budget_bytes
+from hisparse_plan.targets.vllm.rules.host import host_budget_bytes
 
 BINDS = {"host": "host pool", "device": "GPU", "both": "both"}
 MAX_POINTS = 1000

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer
+from hisparse_plan.cli.sglang_source import add_sglang_arguments, resolve_sglang_source
 from hisparse_plan.cli.source import (
     add_output_arguments,
     add_settings_arguments,
@@ -20,23 +22,32 @@ from hisparse_plan.operator import Explanation, Step, explain
 def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     add_settings_arguments(parser)
+    add_engine_choice(parser, several=False)
+    add_sglang_arguments(parser)
     parser.add_argument("--section", metavar="WORD",
                         help="only the sections whose title contains WORD: model config, pages, "
-                             "groups, pools (or host, device), admission, tensors, capacity")
+                             "groups, pools (or host, device), admission, tensors, capacity; "
+                             "with --engine sglang: model, defaults, budget, tokens, pools, "
+                             "capacity")
     add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    source = resolve_source(args)
-    result = explain(source.request, architecture=source.config or source.architecture,
-                     kv_dtype=source.kv_dtype)
+    if chosen_engines(args, several=False) == [SGLANG]:
+        sglang = resolve_sglang_source(args)
+        title, result = sglang.title, explain(sglang.request)
+    else:
+        source = resolve_source(args)
+        title = source.title
+        result = explain(source.request, architecture=source.config or source.architecture,
+                         kv_dtype=source.kv_dtype)
     if args.section is not None:
         result = _sections(result, args.section)
     if args.json:
         print(result.model_dump_json(indent=2))
         return 0
     out = Renderer(plain=args.plain)
-    out.heading(f"{source.title}: where every number comes from")
+    out.heading(f"{title}: where every number comes from")
     for section in result.sections:
         out.table(
             [Column("number"), Column("value", "right"), Column("formula [inputs]")],
@@ -78,10 +89,10 @@ def formula_text(step: Step) -> str:
 COMMAND = Command(
     name="explain",
     help="every number of a plan with the formula and inputs it came from",
-    description="Show what each planning stage decided and why (group, size, admit, place, "
-    "report; docs/planning-rules.md), with the formula and its inputs beside every number; for a "
-    "preset "
-    "or config.json, start from the config.json fields.",
+    description="Show what each planning stage decided and why (vLLM: group, size, admit, place, "
+    "report; SGLang, with --engine sglang: read, resolve, size, place, report; "
+    "docs/planning-rules.md), with the formula and its inputs beside every number; for a preset "
+    "or config.json planned for vLLM, start from the config.json fields.",
     configure=configure,
     run=run,
 )

@@ -9,7 +9,7 @@ from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.source import add_plan_arguments, resolve_source
 from hisparse_plan.exchange import LayerEntry, TransferManifest, manifest
-from hisparse_plan.planning import plan as make_plan
+from hisparse_plan.targets.vllm import plan as make_plan
 
 
 def run(args: argparse.Namespace) -> int:

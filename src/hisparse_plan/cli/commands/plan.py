@@ -24,8 +24,8 @@ from hisparse_plan.cli.source import (
 )
 from hisparse_plan.models import KVCacheGroup, KVCachePlan, MLASpec
 from hisparse_plan.operator import PoolBounds, pool_bounds
-from hisparse_plan.planning import plan as make_plan
 from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.vllm import plan as make_plan
 
 LABELS = {
     "hisparse_resident": "resident",

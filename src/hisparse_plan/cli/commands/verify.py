@@ -29,7 +29,7 @@ from hisparse_plan.cli.source import (
     resolve_source,
 )
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.planning import plan as make_plan
+from hisparse_plan.targets.vllm import plan as make_plan
 
 BACKEND = "hisparse_plan.torch"
 

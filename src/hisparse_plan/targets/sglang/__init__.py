@@ -1,6 +1,16 @@
 """SGLang 0.5.23 as a planning target: the pools, tensors and figures its own classes would
-allocate for a request, computed without SGLang or torch (entry point `plan_sglang`)."""
+allocate for a request, computed without SGLang or torch, through named stages (pipeline.py:
+read, resolve, size, place, report), by SGLang's own rules, one function each (entry point
+`plan_sglang`; `plan_traced` with each stage's decisions)."""
 
-from hisparse_plan.targets.sglang.planner import plan_sglang
+from hisparse_plan.targets.sglang.pipeline import (
+    STAGE_TITLES,
+    TracedPlan,
+    plan_sglang,
+    plan_traced,
+)
 
-__all__ = ["plan_sglang"]
+plan = plan_sglang
+"""The entry point under the name every target gives it (targets/registry.py)."""
+
+__all__ = ["STAGE_TITLES", "TracedPlan", "plan", "plan_sglang", "plan_traced"]

@@ -14,6 +14,8 @@ from hisparse_plan.models.sglang_settings import SGLangSettings
 
 TABLE_ITEM_BYTES: Final = 4
 """The request-to-token table holds int32 token ids."""
+INT32_IDS: Final = 2**31
+"""Token ids an int32 entry of the request-to-token table can hold."""
 LIMITS_DOC: Final = "docs/planning-rules.md#sglang-limits"
 
 
@@ -63,12 +65,17 @@ def refuse_hot_rows_past_int64(settings: SGLangSettings, buffer: int, page_size:
                       f"a request's hot rows (device buffer {buffer} + page {page_size})")
 
 
-def refuse_host_pool_past_int64(host_tokens: int, row_bytes: int, layers: int) -> None:
-    """HiSparse's host pool holds every logical token (device tokens x host_to_device_ratio)
-    of every latent layer."""
-    refuse_past_int64(host_tokens * row_bytes * layers, "engine.hisparse_host_to_device_ratio",
-                      f"the hisparse_host pool's bytes ({host_tokens} tokens x {row_bytes} "
-                      f"bytes x {layers} layers)")
+def refuse_token_ids_past_int32(ids: int, field: str) -> None:
+    """SGLang's request-to-token table holds int32 token ids: every id the pools hand out
+    (`ids`, the padding page's included) must be one."""
+    if ids > INT32_IDS:
+        raise PlanError(
+            f"{field}: SGLang's request-to-token table holds int32 token ids (below "
+            f"{INT32_IDS}); the pools would hand out {ids}, padding page included; expected a "
+            f"smaller {field.rsplit('.', 1)[-1]}, or engine.max_total_tokens to cap the tokens "
+            f"(see {LIMITS_DOC})",
+            field=field,
+        )
 
 
 def refuse_unbounded(value: float, field: str, what: str) -> None:

@@ -1,5 +1,6 @@
-"""SGLang's sizing rules, one function each: page size, KV dtype, latent row width, bytes per
-token, the KV budget, the token count, the request count and the request-to-token table.
+"""SGLang's sizing rules, one function each, the size stage's (size.py): bytes per token, the
+KV budget, the Mamba states' share, the token counts, the request count, the request-to-token
+table and HiSparse's token counts. The server defaults they start from are defaults.py's.
 
 Where SGLang computes in floats (GB figures, ratios) these functions do the same operations
 in the same order, so their results match SGLang's to the bit."""
@@ -9,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestError
+from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.bounds import refuse_table_past_int64, refuse_unbounded
-from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -24,9 +24,6 @@ from hisparse_plan.targets.sglang.model import (
 )
 
 GIB: Final = 1 << 30
-DSA_PAGE_SIZE: Final = 64
-"""DSA models page their index keys by 64 tokens; SGLang asserts the page on CUDA."""
-DEFAULT_SWA_FULL_TOKENS_RATIO: Final = 0.8
 MAMBA_SLOTS_PER_REQUEST: Final = 3 + 2
 """State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
 the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
@@ -36,58 +33,9 @@ MIN_ESTIMATED_REQUESTS: Final = 2048
 MAX_ESTIMATED_REQUESTS: Final = 4096
 REQ_TO_TOKEN_EXTRA: Final = 4
 
-_KV_DTYPE_SETTING: Final[dict[str, str]] = {
-    "bfloat16": "bfloat16", "float16": "float16",
-    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-}
-_LAYER_DTYPE: Final[dict[str, str]] = {
-    "bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
-    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-    "uint8": "float8_e4m3fn", "int8": "float8_e4m3fn",
-}
-_FP8: Final = frozenset({"float8_e4m3fn", "float8_e5m2"})
-_RAW_LATENT_BACKENDS: Final = frozenset({"trtllm", "tilelang"})
-
-
-def default_page_size(settings: SGLangSettings, model: SGLangModel) -> int:
-    """Tokens per page: `--page-size` when given, else SGLang's default for the model: 64 for
-    DSA models (their index-key page), else 1. A backend that forces a page (flashmla's 64 for
-    MLA, trtllm's 16..128) must be given as page_size."""
-    if settings.page_size is not None:
-        return settings.page_size
-    latent = model.latent
-    return DSA_PAGE_SIZE if latent is not None and latent.is_dsa else 1
-
-
-def kv_dtype(settings: SGLangSettings, layer_dtype: str) -> str:
-    """The cache's element type: `auto` keeps the layer's own dtype (a uint8 layer is an fp8
-    cache stored as bytes), any other `--kv-cache-dtype` replaces it."""
-    if settings.kv_cache_dtype != "auto":
-        return _KV_DTYPE_SETTING[settings.kv_cache_dtype]
-    return _LAYER_DTYPE[layer_dtype]
-
-
-def store_dtype(dtype: str) -> str:
-    """What the buffers hold: SGLang stores fp8 caches as uint8 (it cannot index_put fp8)."""
-    return "uint8" if dtype in _FP8 else dtype
-
 
 def element_size(dtype: str) -> int:
     return BUFFER_DTYPE_SIZE[dtype]
-
-
-def latent_row_elements(settings: SGLangSettings, latent: LatentGroup, dtype: str) -> int:
-    """Elements of one latent row (SGLang's kv_cache_dim). Plain MLA and DSA with the trtllm or
-    tilelang backend keep the raw kv_lora_rank + rope row (576); DSA with an fp8-e4m3 cache and
-    any other backend (flashmla_kv by default) packs fp8 nope bytes, one fp32 scale per 128 and
-    a bf16 rope part: kv_lora_rank + kv_lora_rank / 128 * 4 + 2 * 64 bytes (656)."""
-    raw = latent.latent_dim
-    if not latent.is_dsa or settings.dsa_backend in _RAW_LATENT_BACKENDS:
-        return raw
-    if dtype != "float8_e4m3fn":
-        return raw
-    rank = latent.kv_lora_rank
-    return rank + rank // 128 * 4 + (raw - rank) * 2
 
 
 @dataclass(frozen=True)
@@ -115,34 +63,34 @@ def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int) -> int:
 
 
 def cell_size(
-    settings: SGLangSettings, model: SGLangModel, row_bytes: int, swa_ratio: float
+    settings: SGLangSettings,
+    model: SGLangModel,
+    row_bytes: int,
+    swa_ratio: float,
+    dtypes: tuple[str | None, str | None],
 ) -> CellSize:
     """Bytes per token of max_total_num_tokens. MHA and MLA/DSA: every attention layer's row
     (index keys included); Mamba hybrids count only their attention layers (the states come off
     the budget first); with window layers, the window pool counts `swa_ratio` of a token, so
-    the total is a float, computed as SGLang does: full + ratio * window."""
+    the total is a float, computed as SGLang does: full + ratio * window. `row_bytes`: a latent
+    row's bytes; `dtypes`: the full and window pools' cache dtypes (None without the pool)."""
+    full_dtype, swa_dtype = dtypes
     if model.latent is not None:
         ratio = settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
         full = row_bytes * len(model.latent.names)
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio)
         return CellSize(full, 0, full)
-    if model.full is None:  # read_model refuses such a model first; kept for the reader
+    if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside the others; expected full "
             "attention or MLA layers, got none", field="layers",
         )
-    full = mha_token_bytes(model.full, kv_dtype(settings, model.full.dtype))
-    if model.swa is None:
+    full = mha_token_bytes(model.full, full_dtype)
+    if model.swa is None or swa_dtype is None:
         return CellSize(full, 0, full)
-    swa = mha_token_bytes(model.swa, kv_dtype(settings, model.swa.dtype))
+    swa = mha_token_bytes(model.swa, swa_dtype)
     return CellSize(full, swa, full + swa_ratio * swa)
-
-
-def swa_full_tokens_ratio(settings: SGLangSettings) -> float:
-    """Window-pool tokens per full-pool token: `--swa-full-tokens-ratio`, else 0.8."""
-    ratio = settings.swa_full_tokens_ratio
-    return DEFAULT_SWA_FULL_TOKENS_RATIO if ratio is None else ratio
 
 
 def mamba_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
@@ -152,17 +100,6 @@ def mamba_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
         + state_elements(group.temporal_shape) * element_size(ssm_dtype)
     )
     return per_layer * len(group.names)
-
-
-def static_fraction(settings: SGLangSettings, model: SGLangModel) -> float | None:
-    """The mem_fraction_static SGLang runs with: `--mem-fraction-static` when given, else its
-    default rule when the GPU's total memory (gpu_memory_bytes) is known (MLA models keep more
-    back for prefill graphs), else unknown (null)."""
-    if settings.mem_fraction_static is not None:
-        return settings.mem_fraction_static
-    if settings.gpu_memory_bytes is None:
-        return None
-    return default_mem_fraction_static(settings, mla=model.latent is not None)
 
 
 def rest_memory_gb(
@@ -320,29 +257,17 @@ def req_to_token_shape(settings: SGLangSettings, requests: int) -> tuple[int, in
     return rows, width
 
 
-def refuse_dsa_page(page_size: int) -> None:
-    """SGLang's DSA index keys are paged by exactly 64 tokens on CUDA."""
-    if page_size != DSA_PAGE_SIZE:
-        raise UnsupportedRequestError(
-            f"engine.page_size: SGLang's DSA models page by {DSA_PAGE_SIZE} tokens; expected "
-            f"{DSA_PAGE_SIZE}, got {page_size}",
-            field="engine.page_size",
-        )
-
-
-def hisparse_device_buffer(settings: SGLangSettings) -> int:
-    """Hot rows per request: the given size, else 2 * top_k; fewer than top_k is refused."""
-    size = settings.hisparse_device_buffer_size
-    size = 2 * settings.hisparse_top_k if size is None else size
-    if size < settings.hisparse_top_k:
-        raise PlanError(
-            f"engine.hisparse_device_buffer_size: the hot buffer must hold top_k rows; "
-            f"expected at least {settings.hisparse_top_k}, got {size}",
-            field="engine.hisparse_device_buffer_size",
-        )
-    return size
-
-
 def hisparse_host_tokens(device_tokens: int, ratio: int, page_size: int) -> int:
     """Tokens of HiSparse's pinned host pool: (device tokens * ratio // page + 1) pages."""
     return (device_tokens * ratio // page_size + 1) * page_size
+
+
+def hisparse_logical_tokens(device_tokens: int, ratio: int) -> int:
+    """Token ids HiSparse's allocator hands out (the index keys cover them all): the device
+    tokens times host_to_device_ratio."""
+    return device_tokens * ratio
+
+
+def hisparse_hot_rows(device_buffer: int, page_size: int) -> int:
+    """Device rows one request's hot buffer takes: its device buffer and a page."""
+    return device_buffer + page_size

@@ -3,25 +3,18 @@ and FlashMLA V4 page layout), one rule per function.
 
 The token budget is split by a per-full-token byte coefficient that SGLang computes in floats;
 these functions do the same float operations in the same order, so the token counts match
-SGLang's to the token."""
+SGLang's to the token. The defaults they start from are defaults_v4.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
 
-from hisparse_plan.errors import CapacityError, UnsupportedRequestError
-from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.errors import CapacityError
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.model_v4 import STATE_DTYPE, V4_ROW_BYTES, V4Model
 from hisparse_plan.targets.sglang.sizing import element_size
 
-V4_PAGE_SIZE: Final = 256
-"""The only page size SGLang's paged V4 pools take on CUDA (its model override's default)."""
-V4_SWA_RATIO: Final = 0.1
-"""swa_full_tokens_ratio SGLang's DeepSeek-V4 override sets when none is given."""
-V4_MAX_RUNNING_REQUESTS: Final = 256
-"""max_running_requests SGLang's DeepSeek-V4 hook sets when none is given."""
 PAGE_ALIGN: Final = 576
 """Bytes a FlashMLA V4 page is padded up to a multiple of."""
 STATE_RING: Final = {4: 8, 128: 128}
@@ -29,34 +22,8 @@ STATE_RING: Final = {4: 8, 128: 128}
 overlapping 4-token windows), 128 for ratio 128."""
 STATE_ROWS_ALIGN: Final = {4: 4, 128: 128}
 """A compressor-state buffer's rows are rounded up to a multiple of its ratio."""
-
-
-def v4_page_size(settings: SGLangSettings) -> int:
-    """Tokens per page: SGLang sets 256 for DeepSeek-V4 and asserts it for its paged SWA
-    pool, so another `--page-size` is refused."""
-    page = settings.page_size
-    if page is not None and page != V4_PAGE_SIZE:
-        raise UnsupportedRequestError(
-            f"engine.page_size: SGLang's paged DeepSeek-V4 pools take {V4_PAGE_SIZE}-token pages "
-            f"only; expected {V4_PAGE_SIZE} or null, got {page}",
-            field="engine.page_size",
-        )
-    return V4_PAGE_SIZE
-
-
-def v4_swa_ratio(settings: SGLangSettings) -> float:
-    """Window-pool tokens per full token: the given ratio, else DeepSeek-V4's 0.1. SGLang
-    records the override as explicitly set, so the window pool is always sized by ratio (never
-    by its request-cap mode)."""
-    ratio = settings.swa_full_tokens_ratio
-    return V4_SWA_RATIO if ratio is None else ratio
-
-
-def v4_requested_requests(settings: SGLangSettings) -> int:
-    """Requests SGLang budgets the c128 state rings for: the given --max-running-requests,
-    else the 256 DeepSeek-V4's hook sets (never SGLang's 2048..4096 estimate)."""
-    given = settings.max_running_requests
-    return V4_MAX_RUNNING_REQUESTS if given is None else given
+C4_INDEX_SLOTS_PER_C128: Final = 32
+"""SGLang sizes the c4 index keys from the c128 pool: c128 slots * 128 / 4."""
 
 
 def v4_page_bytes(slots: int) -> int:
@@ -117,14 +84,29 @@ def state_rows(size: int, ratio: int) -> int:
     return -(-rows // align) * align
 
 
+def c128_state_rings(requests: int) -> int:
+    """Rings of the c128 compressor states: one per request slot, ring 0 slot 0's."""
+    return requests + 1
+
+
 def c128_state_size(requests: int) -> int:
     """Ring rows of the c128 states: one 128-row ring per request slot (slot 0 pads)."""
-    return (requests + 1) * STATE_RING[128]
+    return c128_state_rings(requests) * STATE_RING[128]
 
 
 def c4_state_size(swa_tokens: int, page_size: int) -> int:
     """Ring rows of the c4 states: one 8-row ring per window page."""
     return swa_tokens // page_size * STATE_RING[4]
+
+
+def c4_state_rings(swa_tokens: int, page_size: int) -> int:
+    """Rings of the c4 compressor states: one per window page, ring 0 the padding page's."""
+    return swa_tokens // page_size + 1
+
+
+def c4_index_tokens(c128_tokens: int) -> int:
+    """Slots of the c4 index keys: the c128 pool's slots * 128 / 4."""
+    return c128_tokens * C4_INDEX_SLOTS_PER_C128
 
 
 def c128_state_fixed_bytes(model: V4Model, requests: int) -> int:
@@ -196,42 +178,3 @@ def v4_pages(size: int, slots_per_page: int, page_size: int) -> int:
     """Pages of a V4 pool of `size` slots: SGLang reserves one model page (page_size tokens,
     counted in slots) on top, then rounds up to whole pages of `slots_per_page`."""
     return -(-(size + page_size) // slots_per_page)
-
-
-def refuse_v4_settings(settings: SGLangSettings) -> None:
-    """Settings SGLang's DeepSeek-V4 path does not take or this planner does not plan:
-    a kv dtype other than fp8 (SGLang's paged V4 pools store uint8 rows only), a DSA backend
-    (V4 has its own attention backend), HiSparse (its c4 device pool and paged host pool are
-    not planned)."""
-    if settings.kv_cache_dtype not in ("auto", "fp8_e4m3"):
-        raise UnsupportedRequestError(
-            "engine.kv_cache_dtype: SGLang's paged DeepSeek-V4 pools store fp8 rows; expected "
-            f"auto or fp8_e4m3, got {settings.kv_cache_dtype}",
-            field="engine.kv_cache_dtype",
-        )
-    if settings.dsa_backend is not None:
-        raise UnsupportedRequestError(
-            "engine.dsa_backend: DeepSeek-V4 runs SGLang's dsv4 attention backend, not a DSA "
-            f"backend; expected null, got {settings.dsa_backend}",
-            field="engine.dsa_backend",
-        )
-    if settings.enable_hisparse:
-        raise UnsupportedRequestError(
-            "engine.enable_hisparse: HiSparse on DeepSeek-V4 (SGLang's shrunk c4 device pool "
-            "and paged host pool) is not planned yet; expected false, got true",
-            field="engine.enable_hisparse",
-        )
-
-
-def v4_static_fraction(settings: SGLangSettings) -> float | None:
-    """The mem_fraction_static for DeepSeek-V4: only a given one. SGLang's default rule runs
-    with V4's own graph settings, which are not modelled here, so it is refused rather than
-    guessed."""
-    if settings.mem_fraction_static is None and settings.gpu_memory_bytes is not None:
-        raise UnsupportedRequestError(
-            "engine.mem_fraction_static: SGLang's default fraction for DeepSeek-V4 is not "
-            "planned (its graph settings differ); expected mem_fraction_static "
-            "(--mem-fraction-static), got none",
-            field="engine.mem_fraction_static",
-        )
-    return settings.mem_fraction_static

@@ -1,0 +1,157 @@
+"""What each of SGLang's pools is (docs/plan-contract.md#sglang-plans): the pool names SGLang
+0.5.23's classes give, each with the one role it plays, so that no pool escapes the checks of
+its role by another name or place.
+
+A role fixes where the pool lives and how it is allocated, as SGLang's classes allocate it:
+token pools (MHA, latent, index keys, DeepSeek-V4's paged pools and compressor states) are one
+device buffer per layer; Mamba states one layer-first device buffer per state; HiSparse's copy
+of the latent pool one pinned, layer-first host buffer. It also fixes the tokens a block holds,
+from the page size. Which pools a plan holds follows from its model: every plan has its full
+pool (`kv`, or DeepSeek-V4's `v4_swa`), and pools that only exist together come together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models.pools import Pool
+from hisparse_plan.models.sglang_plan import SGLangPlan
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRole:
+    """Where a pool lives, how it is allocated, and the tokens (or slots) of one block for a
+    page of `page_size` tokens."""
+
+    location: Literal["device", "host"]
+    allocation: Literal["whole", "per_layer"]
+    block_tokens: Callable[[int], int]
+    deepseek_v4: bool = False
+
+
+def _page(page_size: int) -> int:
+    return page_size
+
+
+def _slot(page_size: int) -> int:
+    return 1
+
+
+def _compressed(ratio: int) -> Callable[[int], int]:
+    def tokens(page_size: int) -> int:
+        return page_size // ratio
+
+    return tokens
+
+
+def _ring(rows: int) -> Callable[[int], int]:
+    def tokens(page_size: int) -> int:
+        return rows
+
+    return tokens
+
+
+C4_STATE_RING: Final = 8
+"""Rows of one c4 compressor-state ring: two overlapping 4-token windows."""
+C128_STATE_RING: Final = 128
+"""Rows of one c128 compressor-state ring."""
+
+_TOKEN_POOL = PoolRole("device", "per_layer", _page)
+SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
+    "kv": _TOKEN_POOL,
+    "kv_v": _TOKEN_POOL,
+    "swa": _TOKEN_POOL,
+    "swa_v": _TOKEN_POOL,
+    "index": _TOKEN_POOL,
+    "hisparse_host": PoolRole("host", "whole", _page),
+    "mamba_conv0": PoolRole("device", "whole", _slot),
+    "mamba_temporal": PoolRole("device", "whole", _slot),
+    "v4_swa": PoolRole("device", "per_layer", _page, deepseek_v4=True),
+    "v4_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
+    "v4_index_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
+    "v4_c128": PoolRole("device", "per_layer", _compressed(128), deepseek_v4=True),
+    "v4_state_c4": PoolRole("device", "per_layer", _ring(C4_STATE_RING), deepseek_v4=True),
+    "v4_index_state_c4": PoolRole(
+        "device", "per_layer", _ring(C4_STATE_RING), deepseek_v4=True),
+    "v4_state_c128": PoolRole("device", "per_layer", _ring(C128_STATE_RING), deepseek_v4=True),
+}
+"""Every pool SGLang 0.5.23 allocates for the models planned, by the name the plan gives it."""
+
+_TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
+    ("mamba_conv0", "mamba_temporal"),
+    ("v4_c4", "v4_index_c4", "v4_state_c4", "v4_index_state_c4"),
+    ("v4_c128", "v4_state_c128"),
+)
+"""Pools one model feature allocates together: all of a row, or none."""
+_NEEDS: Final[dict[str, str]] = {
+    "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
+}
+"""A pool that only exists beside another: V beside K, index keys beside the latent pool,
+HiSparse's host pool beside a DSA model's index keys."""
+
+
+def check_pool_role(pool: Pool, page_size: int) -> PoolRole:
+    """The pool is one of SGLang's, of the one pipeline stage, where its role keeps it,
+    allocated as its role allocates it, holding its role's tokens a block; its role."""
+    role = SGLANG_POOL_ROLES.get(pool.name)
+    if role is None:
+        raise PlanInvariantError(
+            f"pool {pool.name!r} is none of SGLang's pools; expected one of "
+            f"{sorted(SGLANG_POOL_ROLES)}"
+        )
+    if pool.stage != 0:
+        raise PlanInvariantError(
+            f"pool {pool.name!r} is of pipeline stage {pool.stage}; expected 0 (SGLang's plans "
+            "are one stage)"
+        )
+    got = (pool.location, pool.allocation, pool.block_tokens)
+    want = (role.location, role.allocation, role.block_tokens(page_size))
+    if got != want:
+        raise PlanInvariantError(
+            f"pool {pool.name!r} is a {got[0]} pool allocated {got[1]} holding {got[2]} tokens "
+            f"a block; expected {want[0]}, {want[1]}, {want[2]} (SGLang's {pool.name} pool for "
+            f"{page_size}-token pages)"
+        )
+    return role
+
+
+def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """Every pool in its role; the full pool present; the model's pools all or none; the host
+    pool exactly when HiSparse is on, and the DeepSeek-V4 pools exactly for its figures."""
+    v4 = plan.deepseek_v4 is not None
+    for pool in pools.values():
+        role = check_pool_role(pool, plan.page_size)
+        if role.deepseek_v4 != v4:
+            raise PlanInvariantError(
+                f"pool {pool.name!r} is {'' if role.deepseek_v4 else 'not '}a DeepSeek-V4 pool "
+                f"in a plan {'with' if v4 else 'without'} deepseek_v4 figures; expected "
+                "DeepSeek-V4's pools exactly with its figures"
+            )
+    full = "v4_swa" if v4 else "kv"
+    if full not in pools:
+        raise PlanInvariantError(
+            f"the plan has no pool {full!r}; expected SGLang's full pool, which holds "
+            "max_total_num_tokens"
+        )
+    for names in _TOGETHER:
+        present = [name for name in names if name in pools]
+        if present and len(present) != len(names):
+            raise PlanInvariantError(
+                f"the plan has pools {present} of {list(names)}; expected all of them or none "
+                "(SGLang allocates them together)"
+            )
+    for name, beside in _NEEDS.items():
+        if name in pools and beside not in pools:
+            raise PlanInvariantError(
+                f"the plan has pool {name!r} without {beside!r}; expected it only beside it"
+            )
+    hosted = "hisparse_host" in pools
+    if hosted != (plan.hisparse is not None):
+        raise PlanInvariantError(
+            f"the plan {'has' if hosted else 'has no'} hisparse_host pool and hisparse "
+            f"{'null' if plan.hisparse is None else 'figures'}; expected the host pool exactly "
+            "with HiSparse"
+        )

@@ -1,0 +1,124 @@
+"""DeepSeek-V4's figures in an SGLang plan, each derived from the plan's own fields another way
+than the planner took (docs/plan-contract.md#sglang-plans): the compressed pools' token counts
+from the full tokens, the compressor-state rows from the window pages and request slots, every
+V4 pool's blocks from those counts, and the budget split from the coefficient.
+
+SGLang 0.5.23's DeepSeekV4TokenToKVPool: the window pool holds int(full * ratio) tokens floored
+to a page; c4 holds full // 4 slots, c128 full // 128, the c4 index keys 32 slots per c128 slot;
+a paged pool of `size` slots has ceil((size + page) / slots_per_page) pages (one model page
+reserved); a c4 compressor-state buffer keeps an 8-row ring per window page and a c128 one a
+128-row ring per request slot, each plus one ring and one row, rounded up to its ratio.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hisparse_plan.checking.sglang_roles import C4_STATE_RING, C128_STATE_RING
+from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models.pools import Pool
+from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
+
+V4_PAGE_TOKENS: Final = 256
+"""The one page size of SGLang's paged DeepSeek-V4 pools on CUDA."""
+C4_INDEX_SLOTS_PER_C128_SLOT: Final = 32
+"""SGLang sizes the c4 index keys as c128 slots * 128 / 4."""
+
+
+def _round_up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+def _paged(slots: int, slots_per_page: int, page: int) -> int:
+    """Pages of a V4 pool of `slots` slots: one model page reserved on top, whole pages."""
+    return -(-(slots + page) // slots_per_page)
+
+
+def _expect(what: str, got: object, want: object, why: str) -> None:
+    if got != want:
+        raise PlanInvariantError(f"{what} is {got}; expected {want} ({why})")
+
+
+def check_deepseek_v4(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """Every DeepSeek-V4 figure and pool size agrees with the full tokens, the window ratio,
+    the page size and the running requests (module doc)."""
+    v4 = plan.deepseek_v4
+    if v4 is None:
+        return
+    page, full = plan.page_size, plan.max_total_num_tokens
+    _expect("page_size", page, V4_PAGE_TOKENS, "SGLang's paged DeepSeek-V4 pools")
+    _expect("deepseek_v4.full_tokens", v4.full_tokens, full, "max_total_num_tokens")
+    _expect("max_total_num_tokens modulo page_size", full % page, 0, "whole pages")
+    # The planner's own float operation: the plan's ratio gives the same bits here.
+    swa = int(full * v4.swa_full_tokens_ratio) // page * page
+    _expect("deepseek_v4.swa_tokens", v4.swa_tokens, swa,
+            "int(full_tokens * swa_full_tokens_ratio) floored to a page")
+    c4, c128 = "v4_c4" in pools, "v4_c128" in pools
+    requests = plan.max_running_requests
+    derived = {
+        "c4_tokens": (full // 4 if c4 else 0, "full_tokens // 4 with c4 layers"),
+        "c128_tokens": (full // 128 if c128 else 0, "full_tokens // 128 with c128 layers"),
+        "c4_index_tokens": (full // 128 * C4_INDEX_SLOTS_PER_C128_SLOT if c4 else 0,
+                            "32 per c128 slot (full_tokens // 128) with c4 layers"),
+        "c4_state_rows": (
+            _round_up(swa // page * C4_STATE_RING + C4_STATE_RING + 1, 4) if c4 else 0,
+            "8 per window page, plus 9, rounded up to 4"),
+        "c128_state_rows": (
+            _round_up((requests + 1) * C128_STATE_RING + C128_STATE_RING + 1, 128)
+            if c128 else 0,
+            "128 per request slot, plus 129, rounded up to 128"),
+    }
+    for field, (want, why) in derived.items():
+        _expect(f"deepseek_v4.{field}", getattr(v4, field), want, why)
+    _check_v4_pools(plan, v4, pools)
+    _check_v4_budget(plan, v4, pools)
+
+
+def _check_v4_pools(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Pool]) -> None:
+    """Each V4 pool's blocks from its figure, and each state buffer's rows its figure."""
+    page = plan.page_size
+    rings = v4.swa_tokens // page + 1
+    blocks = {
+        "v4_swa": _paged(v4.swa_tokens, page, page),
+        "v4_c4": _paged(v4.c4_tokens, page // 4, page),
+        "v4_index_c4": _paged(v4.c4_index_tokens, page // 4, page),
+        "v4_c128": _paged(v4.c128_tokens, page // 128, page),
+        "v4_state_c4": rings,
+        "v4_index_state_c4": rings,
+        "v4_state_c128": plan.max_running_requests + 1,
+    }
+    for name, want in blocks.items():
+        if name in pools:
+            _expect(f"pool {name!r} num_blocks", pools[name].num_blocks, want,
+                    "from the deepseek_v4 figures")
+    rows = {"v4_state_c4": v4.c4_state_rows, "v4_index_state_c4": v4.c4_state_rows,
+            "v4_state_c128": v4.c128_state_rows}
+    for index, tensor in enumerate(plan.tensors):
+        want_rows = rows.get(tensor.pool)
+        for view in tensor.views if want_rows is not None else ():
+            _expect(f"tensors[{index}] view {view.name!r} rows", view.shape[0], want_rows,
+                    f"deepseek_v4's state rows for {tensor.pool}")
+
+
+def _check_v4_budget(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Pool]) -> None:
+    """The coefficient is the budget's cell size; the c128 states set aside before the split
+    hold at least the running requests' rings; the full tokens fit what is left."""
+    budget = plan.budget
+    _expect("deepseek_v4.bytes_per_full_token", v4.bytes_per_full_token,
+            budget.cell_size_bytes, "budget.cell_size_bytes: the one coefficient")
+    states = pools.get("v4_state_c128")
+    held = 0 if states is None else states.size * sum(
+        len(tensor.layers) for tensor in plan.tensors if tensor.pool == states.name)
+    # The set-aside is for the requested requests, at least the running ones.
+    if (held == 0) != (v4.fixed_bytes == 0) or v4.fixed_bytes < held:
+        raise PlanInvariantError(
+            f"deepseek_v4.fixed_bytes is {v4.fixed_bytes}; expected at least the {held} bytes "
+            "of the c128 compressor states (0 without them)"
+        )
+    left = budget.available_bytes - v4.fixed_bytes
+    if left < 0 or plan.max_total_num_tokens * v4.bytes_per_full_token > left:
+        raise PlanInvariantError(
+            f"max_total_num_tokens {plan.max_total_num_tokens} x bytes_per_full_token "
+            f"{v4.bytes_per_full_token} exceeds the {left} bytes budget.available_bytes leaves "
+            "beside deepseek_v4.fixed_bytes"
+        )

@@ -1,0 +1,102 @@
+"""Stage 1, read the model: the request's SGLang settings (settings.py) and its layers sorted
+into the pools SGLang keeps (model.py; DeepSeek-V4's caches into its own pools, model_v4.py).
+Hands the next stage a `Read`, or a `ReadV4` for DeepSeek-V4, whose rules differ at every stage
+after this one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.models.request import PlanRequest
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.model import SGLangModel, read_model
+from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
+from hisparse_plan.targets.sglang.settings import (
+    refuse_v4_settings,
+    refuse_vllm_sections,
+    sglang_settings,
+)
+from hisparse_plan.targets.trace import Trace
+
+STAGE = "read"
+RULE = "sglang.pools"
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The settings and the model, its layers by SGLang pool."""
+
+    settings: SGLangSettings
+    model: SGLangModel
+    available_bytes: int
+    """device.available_bytes: the KV budget when the free-memory figures are not given."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadV4:
+    """The settings and a DeepSeek-V4 model, its caches by SGLang V4 pool."""
+
+    settings: SGLangSettings
+    model: V4Model
+    available_bytes: int
+
+
+def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
+    """The settings first (a vLLM request, and vLLM-only sections, are refused before any
+    layer is read), then the layers: DeepSeek-V4's caches by its own reader, after the settings
+    its path does not take are refused."""
+    settings = sglang_settings(request)
+    refuse_vllm_sections(request)
+    available = request.device.available_bytes
+    if is_deepseek_v4(request):
+        refuse_v4_settings(settings)
+        v4 = read_v4_model(request)
+        if trace.enabled:
+            _trace_v4(v4, trace)
+        return ReadV4(settings, v4, available)
+    model = read_model(request)
+    if trace.enabled:
+        _trace_model(model, trace)
+    return Read(settings, model, available)
+
+
+def _trace_model(model: SGLangModel, trace: Trace) -> None:
+    for pool, group, what in (("kv", model.full, "full_attention"),
+                              ("swa", model.swa, "sliding_window")):
+        if group is None:
+            continue
+        window = "" if group.window is None else f", window {group.window}"
+        trace.add(STAGE, RULE, f"{pool}: {what} layers", len(group.names),
+                  f"from {group.names[0]!r}: {group.heads} kv heads x head_size "
+                  f"{group.head_dim} (V {group.v_head_dim}), {group.dtype}{window}")
+    latent = model.latent
+    if latent is not None:
+        trace.add(STAGE, RULE, "kv: mla layers", len(latent.names),
+                  f"from {latent.names[0]!r}: one latent row of {latent.latent_dim} elements "
+                  f"(kv_lora_rank {latent.kv_lora_rank} + rope), {latent.dtype}")
+        if latent.is_dsa:
+            trace.add(STAGE, RULE, "index: indexer layers", len(latent.index_names),
+                      f"from {latent.index_names[0]!r}: a DSA model's index keys, one per "
+                      "latent layer")
+    if model.mamba is not None:
+        mamba = model.mamba
+        trace.add(STAGE, RULE, "mamba: mamba layers", len(mamba.names),
+                  f"from {mamba.names[0]!r}: conv state {list(mamba.conv_shape)} (dim first, as "
+                  f"SGLang stores it), temporal state {list(mamba.temporal_shape)}")
+
+
+def _trace_v4(model: V4Model, trace: Trace) -> None:
+    trace.add(STAGE, RULE, "v4_swa: window caches", len(model.swa),
+              f"DeepSeek-V4: one sliding-window cache per decoder layer, window {model.window}")
+    for ratio, layers in model.compressed.items():
+        trace.add(STAGE, RULE, f"v4_c{ratio}: compressed caches", len(layers),
+                  f"layers compressing {ratio} tokens into one row, from {layers[0]!r}")
+    if model.index_keys:
+        trace.add(STAGE, RULE, "v4_index_c4: indexer key caches", len(model.index_keys),
+                  f"one per ratio-4 layer, index_head_dim {model.index_head_dim}")
+    states = {f"v4_state_c{ratio}": layers for ratio, layers in model.states.items()}
+    if model.index_states:
+        states["v4_index_state_c4"] = model.index_states
+    for name, layers in states.items():
+        trace.add(STAGE, RULE, f"{name}: compressor states", len(layers),
+                  f"rows of {model.state_widths[name]} float32 values (kv, then score)")

@@ -1,0 +1,108 @@
+"""Stage 5, report: how many context_length requests the pools hold (capacity.py), and the plan
+put together from the finished values of the stages before."""
+
+from __future__ import annotations
+
+from hisparse_plan.models.plan import Capacity
+from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangDeepSeekV4, SGLangPlan
+from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
+from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
+from hisparse_plan.targets.sglang.size import Sized, SizedV4
+from hisparse_plan.targets.trace import Trace
+
+STAGE = "report"
+RULE = "sglang.capacity"
+
+
+def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
+    if isinstance(sized, SizedV4):
+        return _report_v4(sized, placed, trace)
+    defaults = sized.defaults
+    settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
+    hisparse = sized.hisparse
+    tokens = PoolTokens(
+        page_size=page,
+        context_length=settings.context_length,
+        max_running_requests=sized.max_running_requests,
+        full=sized.tokens,
+        swa=sized.swa_tokens,
+        window=None if model.swa is None else model.swa.window,
+        mamba_slots=sized.mamba_slots,
+        logical=None if hisparse is None else hisparse.logical_tokens,
+        hot_rows=None if hisparse is None else hisparse.hot_rows_per_request,
+    )
+    capacity = sglang_capacity(tokens)
+    if trace.enabled:
+        _trace_capacity(tokens, capacity, trace)
+    return SGLangPlan(
+        pools=list(placed.pools),
+        tensors=list(placed.tensors),
+        page_size=page,
+        max_total_num_tokens=sized.tokens,
+        max_running_requests=sized.max_running_requests,
+        req_to_token=req_to_token_view(*sized.req_to_token),
+        budget=SGLangBudget(
+            available_bytes=sized.available_bytes,
+            cell_size_bytes=sized.cell.total,
+            mem_fraction_static=sized.mem_fraction_static,
+        ),
+        hisparse=hisparse,
+        capacity=capacity,
+    )
+
+
+def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
+    defaults = sized.defaults
+    model, page, sizes = defaults.read.model, defaults.page_size, sized.sizes
+    tokens = PoolTokens(
+        page_size=page, context_length=defaults.read.settings.context_length,
+        max_running_requests=sized.max_running_requests, full=sizes.full, swa=sizes.swa,
+        window=model.window,
+    )
+    capacity = sglang_capacity(tokens)
+    if trace.enabled:
+        _trace_capacity(tokens, capacity, trace)
+    return SGLangPlan(
+        pools=list(placed.pools),
+        tensors=list(placed.tensors),
+        page_size=page,
+        max_total_num_tokens=sizes.full,
+        max_running_requests=sized.max_running_requests,
+        req_to_token=req_to_token_view(*sized.req_to_token),
+        budget=SGLangBudget(
+            available_bytes=sized.available_bytes, cell_size_bytes=sized.coefficient,
+            mem_fraction_static=sized.mem_fraction_static,
+        ),
+        deepseek_v4=SGLangDeepSeekV4(
+            full_tokens=sizes.full,
+            swa_tokens=sizes.swa,
+            swa_full_tokens_ratio=defaults.swa_full_tokens_ratio,
+            c4_tokens=sizes.c4 if model.num_layers(4) else 0,
+            c128_tokens=sizes.c128 if model.num_layers(128) else 0,
+            c4_index_tokens=sized.c4_index_tokens,
+            c4_state_rows=sized.c4_state_rows,
+            c128_state_rows=sized.c128_state_rows,
+            bytes_per_full_token=sized.coefficient,
+            fixed_bytes=sized.fixed_bytes,
+        ),
+        capacity=capacity,
+    )
+
+
+def _trace_capacity(tokens: PoolTokens, capacity: Capacity, trace: Trace) -> None:
+    pools = [f"full pool {tokens.full} tokens"]
+    if tokens.swa is not None and tokens.window is not None:
+        pools.append(f"window pool {tokens.swa} tokens (window {tokens.window} + a page each)")
+    if tokens.mamba_slots is not None:
+        pools.append(f"{tokens.mamba_slots} Mamba slots")
+    if tokens.logical is not None:
+        pools.append(f"{tokens.logical} HiSparse token ids")
+    trace.add(STAGE, RULE, "capacity.max_concurrency", capacity.max_concurrency,
+              f"the fewest {tokens.context_length}-token requests (pages of {tokens.page_size}) "
+              f"any pool holds: {', '.join(pools)}; at most max_running_requests "
+              f"{tokens.max_running_requests}")
+    if capacity.steady_state_concurrency is not None:
+        trace.add(STAGE, RULE, "capacity.steady_state_concurrency",
+                  capacity.steady_state_concurrency,
+                  f"each request keeping only its {tokens.hot_rows} hot rows on the GPU and "
+                  "every token on the host")

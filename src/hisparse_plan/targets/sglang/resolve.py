@@ -1,0 +1,177 @@
+"""Stage 2, resolve the server defaults: every setting SGLang fills in when it is not given,
+for this model (defaults.py; DeepSeek-V4's own defaults, defaults_v4.py), and the settings the
+model refuses. Hands the next stage `Defaults` (or `DefaultsV4`), with the `Read` it came
+from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.defaults import (
+    MAMBA_CONV_DTYPE,
+    CacheDtype,
+    LatentRow,
+    cache_dtype,
+    default_page_size,
+    hisparse_device_buffer,
+    latent_row,
+    refuse_dsa_page,
+    refuse_hisparse_without_dsa,
+    ssm_dtype,
+    static_fraction,
+    swa_full_tokens_ratio,
+)
+from hisparse_plan.targets.sglang.defaults_v4 import (
+    v4_page_size,
+    v4_requested_requests,
+    v4_static_fraction,
+    v4_swa_ratio,
+)
+from hisparse_plan.targets.sglang.read import Read, ReadV4
+from hisparse_plan.targets.trace import Trace
+
+STAGE = "resolve"
+POOLS = "sglang.pools"
+BUDGET = "sglang.budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """The settings the pools are sized and laid out with, SGLang's defaults filled in."""
+
+    read: Read
+    page_size: int
+    mem_fraction_static: float | None
+    """Given, else SGLang's rule for the GPU (gpu_memory_bytes), else unknown (None)."""
+    swa_full_tokens_ratio: float
+    full_dtype: CacheDtype | None
+    """The full-attention pool's element type (None without full-attention layers)."""
+    swa_dtype: CacheDtype | None
+    latent_row: LatentRow | None
+    mamba_dtypes: tuple[str, str] | None
+    """(conv, temporal) state dtypes of a Mamba hybrid."""
+    hisparse_buffer: int | None
+    """HiSparse's device buffer rows a request (None: HiSparse off)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultsV4:
+    """DeepSeek-V4's settings, its model override's defaults filled in."""
+
+    read: ReadV4
+    page_size: int
+    mem_fraction_static: float | None
+    swa_full_tokens_ratio: float
+    requested_requests: int
+    """The running requests the c128 state rings are budgeted for."""
+
+
+def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
+    """The refusals in SGLang's order: HiSparse on a model without DSA, its hot buffer, the
+    page, then the default fraction (whose rule refuses a GPU too small for its reserve)."""
+    if isinstance(read, ReadV4):
+        return _resolve_v4(read, trace)
+    settings, model = read.settings, read.model
+    refuse_hisparse_without_dsa(settings, model)
+    buffer = hisparse_device_buffer(settings) if settings.enable_hisparse else None
+    page = default_page_size(settings, model)
+    if model.latent is not None and model.latent.is_dsa:
+        refuse_dsa_page(page)
+    defaults = Defaults(
+        read=read,
+        page_size=page,
+        mem_fraction_static=static_fraction(settings, model),
+        swa_full_tokens_ratio=swa_full_tokens_ratio(settings),
+        full_dtype=None if model.full is None else cache_dtype(settings, model.full.dtype),
+        swa_dtype=None if model.swa is None else cache_dtype(settings, model.swa.dtype),
+        latent_row=None if model.latent is None else latent_row(settings, model.latent),
+        mamba_dtypes=None if model.mamba is None else (MAMBA_CONV_DTYPE, ssm_dtype(settings)),
+        hisparse_buffer=buffer,
+    )
+    if trace.enabled:
+        _trace_defaults(defaults, trace)
+    return defaults
+
+
+def _resolve_v4(read: ReadV4, trace: Trace) -> DefaultsV4:
+    settings = read.settings
+    defaults = DefaultsV4(
+        read=read,
+        page_size=v4_page_size(settings),
+        mem_fraction_static=v4_static_fraction(settings),
+        swa_full_tokens_ratio=v4_swa_ratio(settings),
+        requested_requests=v4_requested_requests(settings),
+    )
+    if trace.enabled:
+        trace.add(STAGE, POOLS, "page_size", defaults.page_size,
+                  "256: the only page SGLang's paged DeepSeek-V4 pools take")
+        _trace_fraction(settings, defaults.mem_fraction_static, trace)
+        trace.add(STAGE, BUDGET, "swa_full_tokens_ratio", defaults.swa_full_tokens_ratio,
+                  _given(settings, "swa_full_tokens_ratio") or "DeepSeek-V4's override: 0.1")
+        trace.add(STAGE, BUDGET, "requests the c128 state rings are budgeted for",
+                  defaults.requested_requests,
+                  _given(settings, "max_running_requests") or "DeepSeek-V4's hook: 256")
+    return defaults
+
+
+def _given(settings: SGLangSettings, field: str) -> str:
+    """The words "<field> given" when the settings set `field`, else "" (so that the
+    default's words follow `or`)."""
+    return "" if getattr(settings, field) is None else f"{field} given"
+
+
+def _trace_fraction(settings: SGLangSettings, fraction: float | None, trace: Trace) -> None:
+    if settings.mem_fraction_static is not None:
+        why = "mem_fraction_static given"
+    elif fraction is None:
+        why = ("none given and gpu_memory_bytes unknown: only a budget given outright "
+               "(device.available_bytes) can be planned")
+    else:
+        why = (f"SGLang's rule for a GPU of {settings.gpu_memory_bytes} bytes: what is left of "
+               "it after activations, metadata, the parallel groups and CUDA graphs, over it")
+    trace.add(STAGE, BUDGET, "mem_fraction_static", "null" if fraction is None else fraction,
+              why)
+
+
+def _trace_defaults(defaults: Defaults, trace: Trace) -> None:
+    settings, model = defaults.read.settings, defaults.read.model
+    dsa = model.latent is not None and model.latent.is_dsa
+    trace.add(STAGE, POOLS, "page_size", defaults.page_size, _given(settings, "page_size") or (
+        "64: a DSA model's index keys are paged by 64 tokens" if dsa
+        else "1: SGLang's default for a model without DSA layers"))
+    for pool, group, dtype in (("kv", model.full, defaults.full_dtype),
+                               ("swa", model.swa, defaults.swa_dtype)):
+        if group is not None and dtype is not None:
+            _trace_dtype(settings, pool, group.dtype, dtype, trace)
+    row = defaults.latent_row
+    if model.latent is not None and row is not None:
+        _trace_dtype(settings, "kv", model.latent.dtype, row.dtype, trace)
+        packed = row.elements != model.latent.latent_dim
+        trace.add(STAGE, POOLS, "kv row elements", row.elements, (
+            f"a DSA fp8 row packed for {settings.dsa_backend or 'flashmla_kv'}: kv_lora_rank "
+            f"{model.latent.kv_lora_rank} fp8 bytes + one float32 scale per 128 + 64 bfloat16 "
+            f"rope values; {row.nbytes} bytes") if packed else (
+            f"the raw latent row (kv_lora_rank + 64 rope): {row.nbytes} bytes"))
+    _trace_fraction(settings, defaults.mem_fraction_static, trace)
+    if model.swa is not None:
+        trace.add(STAGE, BUDGET, "swa_full_tokens_ratio", defaults.swa_full_tokens_ratio,
+                  _given(settings, "swa_full_tokens_ratio") or "SGLang's default: 0.8")
+    if defaults.mamba_dtypes is not None:
+        conv, ssm = defaults.mamba_dtypes
+        trace.add(STAGE, POOLS, "mamba state dtypes", f"{conv}, {ssm}",
+                  "conv states bfloat16; temporal states " + (
+                      _given(settings, "mamba_ssm_dtype") or "float32, SGLang's default"))
+    if defaults.hisparse_buffer is not None:
+        trace.add(STAGE, POOLS, "hisparse.device_buffer_size", defaults.hisparse_buffer,
+                  _given(settings, "hisparse_device_buffer_size")
+                  or f"2 x top_k ({settings.hisparse_top_k})")
+
+
+def _trace_dtype(
+    settings: SGLangSettings, pool: str, layer_dtype: str, dtype: CacheDtype, trace: Trace
+) -> None:
+    source = (f"the layers' {layer_dtype} (kv_cache_dtype auto)"
+              if settings.kv_cache_dtype == "auto" else f"kv_cache_dtype {settings.kv_cache_dtype}")
+    stored = "" if dtype.store == dtype.cache else f", stored as {dtype.store}"
+    trace.add(STAGE, POOLS, f"{pool} dtype", dtype.cache, f"{source}{stored}")

@@ -1,0 +1,240 @@
+"""Stage 3, size: the KV budget, what one token costs, the pools' tokens, the running requests
+and the request-to-token table, as SGLang computes them (sizing.py; DeepSeek-V4's split of the
+budget, sizing_v4.py). Hands the next stage `Sized` (or `SizedV4`), with the `Defaults` it
+came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisparse_plan.models.sglang_plan import SGLangHisparse
+from hisparse_plan.targets.sglang import bounds, sizing, sizing_v4
+from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
+from hisparse_plan.targets.sglang.sizing import CellSize
+from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
+from hisparse_plan.targets.trace import Trace
+
+STAGE = "size"
+RULE = "sglang.budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    """The budget and every count the pools are built with."""
+
+    defaults: Defaults
+    mem_fraction_static: float | None
+    """The fraction SGLang's budget formula ran with (None: the budget was given outright)."""
+    available_bytes: int
+    cell: CellSize
+    tokens: int
+    """max_total_num_tokens: the full (or latent) pool's tokens."""
+    swa_tokens: int | None
+    mamba_slots: int | None
+    max_running_requests: int
+    req_to_token: tuple[int, int]
+    """The request-to-token table's (rows, width)."""
+    hisparse: SGLangHisparse | None
+
+
+@dataclass(frozen=True, slots=True)
+class SizedV4:
+    """DeepSeek-V4's budget split into its pools' sizes."""
+
+    defaults: DefaultsV4
+    mem_fraction_static: float | None
+    available_bytes: int
+    coefficient: float
+    """Bytes per full token (SGLang's float)."""
+    fixed_bytes: int
+    """The c128 state rings set aside before the split."""
+    sizes: V4Sizes
+    max_running_requests: int
+    req_to_token: tuple[int, int]
+    c4_index_tokens: int
+    c4_state_rows: int
+    c4_state_rings: int
+    c128_state_rows: int
+    c128_state_rings: int
+
+
+def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
+    """SGLang's order: the budget (less a Mamba hybrid's states), the bytes per token, the
+    tokens (capped, then the window pool's share), the running requests, the table, and
+    HiSparse's host and logical tokens."""
+    if isinstance(defaults, DefaultsV4):
+        return _size_v4(defaults, trace)
+    read = defaults.read
+    settings, model, page = read.settings, read.model, defaults.page_size
+    rest_gb, fraction = sizing.rest_memory_gb(
+        settings, read.available_bytes, defaults.mem_fraction_static)
+    slots = None
+    if model.mamba is not None and defaults.mamba_dtypes is not None:
+        slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
+        budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
+        slots, rest_gb = budget.slots, budget.rest_gb
+    available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
+    row = defaults.latent_row
+    cell = sizing.cell_size(
+        settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
+        (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
+    tokens = sizing.max_total_num_tokens(available, cell, page)
+    tokens = sizing.cap_max_total_tokens(settings, tokens, page)
+    sizing.refuse_empty_pool(tokens, page)
+    bounds.refuse_token_ids_past_int32(tokens + page, bounds.budget_field(settings))
+    swa = None
+    if model.swa is not None and model.swa.window is not None:  # window groups have one
+        swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
+        sizing.validate_swa_pool(swa, model.swa.window, page)
+    requests = sizing.max_running_requests(settings, tokens, slots)
+    table = sizing.req_to_token_shape(settings, requests)
+    sized = Sized(
+        defaults=defaults, mem_fraction_static=fraction, available_bytes=available, cell=cell,
+        tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
+        req_to_token=table, hisparse=_hisparse(defaults, tokens),
+    )
+    if trace.enabled:
+        _trace_sized(sized, rest_gb, trace)
+    return sized
+
+
+def _cache(dtype: CacheDtype | None) -> str | None:
+    return None if dtype is None else dtype.cache
+
+
+def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
+    """HiSparse's figures: device tokens S, logical (host) token ids S * ratio, the pinned host
+    pool's tokens, and the hot rows a request keeps on the GPU."""
+    buffer = defaults.hisparse_buffer
+    if buffer is None:
+        return None
+    settings, page = defaults.read.settings, defaults.page_size
+    ratio = settings.hisparse_host_to_device_ratio
+    bounds.refuse_hot_rows_past_int64(settings, buffer, page)
+    host_tokens = sizing.hisparse_host_tokens(tokens, ratio, page)
+    bounds.refuse_token_ids_past_int32(host_tokens, "engine.hisparse_host_to_device_ratio")
+    return SGLangHisparse(
+        top_k=settings.hisparse_top_k,
+        device_buffer_size=buffer,
+        hot_rows_per_request=sizing.hisparse_hot_rows(buffer, page),
+        host_to_device_ratio=ratio,
+        host_tokens=host_tokens,
+        logical_tokens=sizing.hisparse_logical_tokens(tokens, ratio),
+    )
+
+
+def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
+    """DeepSeek-V4: the budget less the c128 state rings of the requested running requests,
+    split by the per-full-token coefficient into full tokens; the window pool takes
+    swa_full_tokens_ratio of them, c4 a quarter, c128 1/128; the running requests are the
+    requested (256 by default) at most full // 2, and the c128 rings are allocated for
+    those."""
+    read = defaults.read
+    settings, model, page = read.settings, read.model, defaults.page_size
+    rest_gb, fraction = sizing.rest_memory_gb(
+        settings, read.available_bytes, defaults.mem_fraction_static)
+    available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
+    ratio = defaults.swa_full_tokens_ratio
+    coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
+    fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
+    full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
+    full = sizing.cap_max_total_tokens(settings, full, page)
+    bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
+    sizes = sizing_v4.v4_sizes(model, full, ratio, page)
+    requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
+    table = sizing.req_to_token_shape(settings, requests)
+    c4, c128 = model.num_layers(4), model.num_layers(128)
+    sized = SizedV4(
+        defaults=defaults, mem_fraction_static=fraction, available_bytes=available,
+        coefficient=coefficient, fixed_bytes=fixed, sizes=sizes,
+        max_running_requests=requests, req_to_token=table,
+        c4_index_tokens=sizing_v4.c4_index_tokens(sizes.c128) if c4 else 0,
+        c4_state_rows=sizing_v4.state_rows(sizes.c4_state, 4) if c4 else 0,
+        c4_state_rings=sizing_v4.c4_state_rings(sizes.swa, page),
+        c128_state_rows=(
+            sizing_v4.state_rows(sizing_v4.c128_state_size(requests), 128) if c128 else 0),
+        c128_state_rings=sizing_v4.c128_state_rings(requests),
+    )
+    if trace.enabled:
+        _trace_v4(sized, rest_gb, trace)
+    return sized
+
+
+def _trace_budget(
+    fraction: float | None, rest_gb: float, available: int, trace: Trace, *, states: bool = False
+) -> None:
+    source = ("device.available_bytes, given outright" if fraction is None else
+              f"free after the weights less (1 - mem_fraction_static {fraction}) of the free "
+              "memory before them")
+    less = ", less the Mamba states" if states else ""
+    trace.add(STAGE, RULE, "budget.available_bytes", available,
+              f"int({rest_gb!r} GB x 2**30): {source}{less}, in SGLang's float GB")
+
+
+def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
+    defaults = sized.defaults
+    page, model = defaults.page_size, defaults.read.model
+    if sized.mamba_slots is not None:
+        trace.add(STAGE, RULE, "mamba slots", sized.mamba_slots,
+                  "max_mamba_cache_size given"
+                  if defaults.read.settings.max_mamba_cache_size is not None
+                  else "the states' share rest x r / (1 + r) (r = mamba_full_memory_ratio) over "
+                  "a slot's bytes, less the padding slot; the slots come off the budget first")
+    _trace_budget(sized.mem_fraction_static, rest_gb, sized.available_bytes, trace,
+                  states=sized.mamba_slots is not None)
+    cell = sized.cell
+    parts = f"full {cell.full}" + ("" if model.swa is None else (
+        f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
+    trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
+              f"bytes one token takes in every counted pool, all layers: {parts}")
+    trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
+              f"available_bytes {sized.available_bytes} // cell {cell.total}, floored to a page "
+              f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
+                              else ", capped by max_total_tokens"))
+    if sized.swa_tokens is not None:
+        trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens,
+                  f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
+                  "floored to a page; more than window + page")
+    given = defaults.read.settings.max_running_requests
+    mamba = "" if sized.mamba_slots is None else "; at most the Mamba slots // 5"
+    _trace_requests(sized.max_running_requests, sized.req_to_token, (
+        f"{given} given" if given is not None else
+        "SGLang's estimate int(tokens / context_length x 512), clamped to 2048..4096"
+    ) + f", at most tokens // 2{mamba}", trace)
+    hisparse = sized.hisparse
+    if hisparse is not None:
+        trace.add(STAGE, RULE, "hisparse.logical_tokens", hisparse.logical_tokens,
+                  f"tokens {sized.tokens} x host_to_device_ratio {hisparse.host_to_device_ratio}")
+        trace.add(STAGE, RULE, "hisparse.host_tokens", hisparse.host_tokens,
+                  f"(logical tokens // page {page} + 1) pages")
+        trace.add(STAGE, RULE, "hisparse.hot_rows_per_request", hisparse.hot_rows_per_request,
+                  f"device_buffer_size {hisparse.device_buffer_size} + page {page}")
+
+
+def _trace_requests(requests: int, table: tuple[int, int], why: str, trace: Trace) -> None:
+    trace.add(STAGE, RULE, "max_running_requests", requests, why)
+    trace.add(STAGE, RULE, "req_to_token", f"int32 [{table[0]}, {table[1]}]",
+              "[max_running_requests + 1 (row 0 pads), context_length + 4]")
+
+
+def _trace_v4(sized: SizedV4, rest_gb: float, trace: Trace) -> None:
+    _trace_budget(sized.mem_fraction_static, rest_gb, sized.available_bytes, trace)
+    defaults = sized.defaults
+    trace.add(STAGE, RULE, "budget.cell_size_bytes", sized.coefficient,
+              f"bytes per full token: swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x "
+              "a window token (its padded rows and c4 states) + the compressed rows and index "
+              "keys one full token adds")
+    trace.add(STAGE, RULE, "deepseek_v4.fixed_bytes", sized.fixed_bytes,
+              f"the c128 state rings of {defaults.requested_requests} requests, set aside first")
+    sizes = sized.sizes
+    trace.add(STAGE, RULE, "deepseek_v4.full_tokens", sizes.full,
+              f"(available_bytes {sized.available_bytes} - fixed) / coefficient, floored to a "
+              f"page of {defaults.page_size}")
+    trace.add(STAGE, RULE, "deepseek_v4.swa_tokens", sizes.swa,
+              "int(full x swa_full_tokens_ratio), floored to a page")
+    _trace_requests(sized.max_running_requests, sized.req_to_token,
+                    f"the requested {defaults.requested_requests}, at most full tokens // 2",
+                    trace)
