@@ -10,6 +10,7 @@ from hisparse_plan.adapters.vllm import specs
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import HostPool, KVCacheGroup, KVCachePlan, KVCacheTensor
+from hisparse_plan.models.any_plan import expect_plan
 
 
 def vllm_tensor(tensor: KVCacheTensor) -> VllmObject:
@@ -101,6 +102,7 @@ def to_kv_cache_configs(
     not carry) fills `kv_tp_replicas` as vLLM does; without it the field keeps vLLM's default
     1. Its answer needs the layers' `max_tp_shards`, which only `layer_specs` carries.
     """
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_configs")
     configs = _stage_configs(plan, layer_specs, prefix_cache_retention_interval)
     if tensor_parallel_size is not None:
         fill_tp_replicas(configs, tensor_parallel_size,
@@ -145,6 +147,7 @@ def to_kv_cache_config(
     """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM plans for the same
     input. A plan with several pipeline stages has one config per stage: see
     `to_kv_cache_configs`."""
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_config")
     if len(plan.device_pools) != 1:
         raise PlanError(
             f"the plan has {len(plan.device_pools)} pipeline stages, so vLLM has one "
