@@ -46,7 +46,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "exchange": frozenset({"models", "views"}),
     "presets": frozenset({"models"}),
     "operator": frozenset({"models", "presets", "checking", "targets", TARGET}),
-    "adapters": frozenset({"models", "presets", "rules", "targets", TARGET, "torch"}),
+    "adapters": frozenset({"models", "presets", "rules", "checking", "targets", TARGET,
+                           "torch"}),
     "torch": frozenset({"models", "rules", "views", "checking"}),
 }
 """docs/architecture.md's table: the rooms each room may import (cli and the package's own

@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hisparse_plan.checking.agreement import check_answers
-from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
+from hisparse_plan.checking.geometry import (
+    check_alignment,
+    check_page_inside,
+    check_state_alignment,
+    prove_disjoint,
+)
 from hisparse_plan.checking.meaning import check_meaning
 from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
 from hisparse_plan.checking.sglang import check_sglang_plan
@@ -64,6 +69,7 @@ def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None
     views = plan_views(plan, specs)
     for view in views.values():
         check_alignment(view)
+        check_state_alignment(view, specs[view.name][1])
     sizes = {(False, stage): (plan.num_blocks, pool.size)
              for stage, pool in enumerate(plan.device_pools)}
     if plan.host_pool is not None:
@@ -75,5 +81,7 @@ def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None
     for (host_resident, stage), (num_blocks, size) in sizes.items():
         name = pool_name(plan, stage, host_resident)
         prove_disjoint(name, trains[host_resident, stage], num_blocks, size)
+        for view in by_pool[host_resident, stage]:
+            check_page_inside(view, name, size)
     if request is not None:
         check_answers(plan, request)

@@ -5,7 +5,8 @@ own fields another way than the planner took.
 Meaning, from the plan alone: every pool is one of SGLang's, in its role (sglang_roles); every
 engine view lies in its own pages or its allocation's unowned tail (views); the full pool has one
 padding page beside `max_total_num_tokens`; the index keys, the V halves and the Mamba states
-have the blocks those figures give; the cell size is the counted pools' bytes a token; the
+have the blocks those figures give; the cell size is the counted pools' bytes a token (a
+window pool's at the ratio that gives its tokens); the
 request-to-token table has a padding row beside `max_running_requests`, fits int64 bytes and
 its int32 entries hold every token id; HiSparse's and DeepSeek-V4's figures agree with one
 another and with the pools (sglang_v4); no figure claims more than the pools hold.
@@ -14,12 +15,19 @@ With the request, the plan must be the one the request gives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
-from hisparse_plan.checking.sglang_roles import check_pool_roles
+from hisparse_plan.checking.sglang_roles import (
+    block_bytes,
+    check_layer_sets,
+    check_pool_roles,
+    check_view_names,
+)
 from hisparse_plan.checking.sglang_v4 import check_deepseek_v4
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import PlanRequest
@@ -41,6 +49,7 @@ def check_sglang_plan(
     """Raise `PlanInvariantError` at the first broken invariant of an SGLang plan."""
     pools = check_pool_names(plan.pools, plan.tensors)
     check_pool_roles(plan, pools)
+    check_view_names(plan, pools)
     for index, tensor in enumerate(plan.tensors):
         if tensor.ranges is None:
             raise PlanInvariantError(
@@ -48,11 +57,12 @@ def check_sglang_plan(
                 "plan", tensor=index, layer=tensor.layers[0],
             )
     check_ranged_tensors(pools, plan.tensors)
+    check_layer_sets(plan, pools)
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
     _check_token_pools(plan, pools)
-    _check_cell_size(plan)
+    _check_cell_size(plan, pools)
     check_deepseek_v4(plan, pools)
     _check_figures(plan, pools)
     if request is not None:
@@ -179,20 +189,19 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         )
 
 
-def _check_cell_size(plan: SGLangPlan) -> None:
+def _check_cell_size(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """budget.cell_size_bytes is one token's bytes over the pools SGLang counts: the full pool
     (and its V pool), the index keys (with HiSparse, ratio tokens' worth a device token); a
-    window pool adds its ratio of a token (more than nothing); Mamba states and the host pool
-    come off the budget apart. DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
+    window pool adds its ratio of a token (more than nothing, and the ratio that gives its
+    tokens: _check_window_ratio); Mamba states and the host pool come off the budget apart.
+    DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
     if plan.deepseek_v4 is not None:
         return
     ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
     weights = {"kv": 1, "kv_v": 1, "index": ratio}
-    full = window = 0
-    for tensor in plan.tensors:
-        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
-        full += page_bytes * weights.get(tensor.pool, 0)
-        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    blocks = block_bytes(plan)
+    full = sum(blocks.get(name, 0) * weight for name, weight in weights.items())
+    window = blocks.get("swa", 0) + blocks.get("swa_v", 0)
     cell = plan.budget.cell_size_bytes
     # Bytes a page over the page's tokens: a page of every counted layer.
     fits = cell * plan.page_size > full if window else cell * plan.page_size == full
@@ -200,6 +209,34 @@ def _check_cell_size(plan: SGLangPlan) -> None:
         raise PlanInvariantError(
             f"budget.cell_size_bytes is {cell}; the counted pools take {full / plan.page_size} "
             f"bytes a token{' before the window pool' if window else ''}"
+        )
+    if window:
+        _check_window_ratio(plan, pools["swa"], Fraction(full, plan.page_size),
+                            Fraction(window, plan.page_size))
+
+
+def _check_window_ratio(
+    plan: SGLangPlan, swa: Pool, full: Fraction, window: Fraction
+) -> None:
+    """The cell size states the window ratio the plan does not: SGLang's cell is full + ratio x
+    window bytes a token (a float sum), and its window pool int(max_total_num_tokens x ratio)
+    tokens floored to a page. The ratio the cell gives, give or take the sum's rounding (an ulp
+    of the cell over the window's bytes, doubled) and the product's (a few ulps), must give the
+    window pool's tokens beside its padding page."""
+    cell = plan.budget.cell_size_bytes
+    ratio = (Fraction(cell) - full) / window
+    slack = Fraction(2 * math.ulp(cell)) / window
+    rounding = Fraction(1, 2**51)
+    page, tokens = plan.page_size, plan.max_total_num_tokens
+    low = math.floor(tokens * (ratio - slack) * (1 - rounding)) // page * page
+    high = math.floor(tokens * (ratio + slack) * (1 + rounding)) // page * page
+    held = (swa.num_blocks - 1) * page
+    if not low <= held <= high:
+        raise PlanInvariantError(
+            f"pool 'swa' holds {held} tokens beside its padding page; budget.cell_size_bytes "
+            f"{cell} counts the window pool at {float(ratio)} of a token, which gives "
+            f"{low if low == high else f'{low} to {high}'} (int(max_total_num_tokens x ratio) "
+            "floored to a page)"
         )
 
 

@@ -75,8 +75,23 @@ def stage_groups(plan: KVCachePlan) -> list[list[list[SpecBucket]]]:
     return projected
 
 
+def _check_one_override(plan: KVCachePlan) -> None:
+    """Every stage states the one num_blocks override the request asked for (or none): the
+    blocks are counted once for all stages, so a stage's own override would be a figure no
+    pool follows."""
+    first = plan.device_pools[0].num_blocks_override
+    for index, pool in enumerate(plan.device_pools):
+        if pool.num_blocks_override != first:
+            raise PlanInvariantError(
+                f"device_pools[{index}].num_blocks_override is {pool.num_blocks_override}; "
+                f"expected {first}, device_pools[0]'s: every stage takes the request's one "
+                "override"
+            )
+
+
 def _check_device_pools(plan: KVCachePlan, device: list[list[SpecBucket]]) -> None:
     """Each stage's bytes per block, and the num_blocks they give."""
+    _check_one_override(plan)
     fitting = []
     for index, (pool, groups) in enumerate(zip(
             plan.device_pools, stage_groups(plan), strict=True)):

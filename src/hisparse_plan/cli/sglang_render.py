@@ -75,6 +75,23 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
         out.line(f"note: {warning}")
 
 
+def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
+    """The deployment's totals over its `dp` DP ranks (every GPU and host pool counted), for
+    the engines whose figures count them; "-" for the others."""
+
+    def cell(value: int | float | None, size: bool) -> str:
+        if value is None:
+            return "-"
+        return format_size(int(value)) if size else concurrency(float(value))
+
+    return [
+        [f"node: max concurrent ({dp} DP ranks)",
+         *(cell(f.node_concurrency, False) for f in figures)],
+        ["node: device pools (every GPU)", *(cell(f.node_device_bytes, True) for f in figures)],
+        ["node: host pools", *(cell(f.node_host_bytes, True) for f in figures)],
+    ]
+
+
 def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> None:
     """One column per engine, one row per figure."""
     out.heading(heading)
@@ -99,5 +116,8 @@ def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> N
         row("host pool", ["-" if f.host_bytes is None else format_size(f.host_bytes)
                           for f in figures]),
     ]
+    dp = max(f.dp for f in figures)
+    if dp > 1:
+        rows += node_rows(dp, figures)
     names = {"vllm": "vLLM", "sglang": "SGLang"}
     out.table([Column(""), *(Column(names[f.engine], "right") for f in figures)], rows)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
+from hisparse_plan.models.json_input import MAX_DEPTH, excerpt, load_json_object
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
     Architecture,
@@ -138,8 +138,8 @@ def settings_from_server_args(
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "server_args"
-        raise PlanError(f"server_args.{where}: {first['msg']}, got {first.get('input')!r}",
-                        field=f"engine.{where}") from None
+        raise PlanError(f"server_args.{where}: {first['msg']}, got "
+                        f"{excerpt(first.get('input'), 80)}", field=f"engine.{where}") from None
 
 
 def layer_kv_dtype(arch: Architecture, kv_cache_dtype: str) -> KVDtype | None:
@@ -159,6 +159,12 @@ def sglang_request(
     """The request SGLang plans for `arch` on one of `tp` ranks: the layers the project reads
     for the model (vLLM's names, one rank's heads), no vLLM HiSparse section (SGLang's HiSparse
     is `engine.enable_hisparse`), max_model_len the context length."""
+    if not isinstance(arch, ModelArchitecture | RegularArchitecture):
+        raise PlanError(f"arch: expected a model's architecture (a preset's, or a config's read "
+                        f"by model_from_config), got {type(arch).__name__}", field="arch")
+    if not isinstance(engine, SGLangSettings):
+        raise PlanError(f"engine: expected SGLangSettings, got {type(engine).__name__}",
+                        field="engine")
     settings = Settings(
         tp=tp, kv_dtype=layer_kv_dtype(arch, engine.kv_cache_dtype),
         max_model_len=engine.context_length, allow_long_context=True,
@@ -224,8 +230,10 @@ def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:
 
 
 __all__ = [
+    "hisparse_config_object",
     "hisparse_settings",
     "layer_kv_dtype",
+    "mapping_argument",
     "model_of_case",
     "request_from_server_args",
     "settings_from_server_args",

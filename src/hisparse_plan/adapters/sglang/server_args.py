@@ -17,6 +17,7 @@ from hisparse_plan.adapters.sglang.request import (
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.presets import Architecture
 
 SAME_NAME: Final = tuple(key for key in SERVER_ARGS if key != "dsa_backend")
 """Settings SGLang's ServerArgs holds under the same name."""
@@ -57,11 +58,12 @@ def settings_from_sglang(
 
 def request_from_sglang(
     server_args: object, memory: Mapping[str, Any],
-    *, config: Mapping[str, Any] | str | Path | None = None,
+    *, config: Mapping[str, Any] | str | Path | Architecture | None = None,
     gpu: Mapping[str, Any] | None = None,
 ) -> PlanRequest:
     """The request for the model SGLang's ServerArgs serves: its config.json (`config`, else
-    `model_path`/config.json) read as the project reads any, the heads split by its tp_size."""
+    `model_path`/config.json) read as the project reads any, or the architecture `config`
+    gives, the heads split by its tp_size."""
     if config is None:
         model_path = getattr(server_args, "model_path", None)
         if not isinstance(model_path, str):

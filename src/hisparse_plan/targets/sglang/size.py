@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
@@ -75,6 +75,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     row = defaults.latent_row
     cell = sizing.cell_size(
         settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
@@ -82,6 +83,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     tokens = sizing.max_total_num_tokens(available, cell, page)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
+    bounds.refuse_token_ids_past_int32(tokens + page, bounds.budget_field(settings))
     swa = None
     if model.swa is not None and model.swa.window is not None:  # window groups have one
         swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
@@ -110,12 +112,15 @@ def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
         return None
     settings, page = defaults.read.settings, defaults.page_size
     ratio = settings.hisparse_host_to_device_ratio
+    bounds.refuse_hot_rows_past_int64(settings, buffer, page)
+    host_tokens = sizing.hisparse_host_tokens(tokens, ratio, page)
+    bounds.refuse_token_ids_past_int32(host_tokens, "engine.hisparse_host_to_device_ratio")
     return SGLangHisparse(
         top_k=settings.hisparse_top_k,
         device_buffer_size=buffer,
         hot_rows_per_request=sizing.hisparse_hot_rows(buffer, page),
         host_to_device_ratio=ratio,
-        host_tokens=sizing.hisparse_host_tokens(tokens, ratio, page),
+        host_tokens=host_tokens,
         logical_tokens=sizing.hisparse_logical_tokens(tokens, ratio),
     )
 
@@ -131,11 +136,13 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, read.available_bytes, defaults.mem_fraction_static)
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     ratio = defaults.swa_full_tokens_ratio
     coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
     fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
     full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
     full = sizing.cap_max_total_tokens(settings, full, page)
+    bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
     sizes = sizing_v4.v4_sizes(model, full, ratio, page)
     requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
     table = sizing.req_to_token_shape(settings, requests)

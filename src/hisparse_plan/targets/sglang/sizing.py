@@ -13,6 +13,7 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.bounds import refuse_table_past_int64, refuse_unbounded
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -144,6 +145,8 @@ def mamba_budget(
     if slots is None:
         ratio = settings.mamba_full_memory_ratio
         budget_bytes = rest_gb * ratio / (1 + ratio) * GIB
+        refuse_unbounded(budget_bytes, "engine.mamba_full_memory_ratio",
+                         "the Mamba states' share of the budget in bytes")
         slots = int((budget_bytes - 0 - slot_bytes) // slot_bytes)
     if slots <= 0:
         raise CapacityError(
@@ -249,7 +252,9 @@ def req_to_token_shape(settings: SGLangSettings, requests: int) -> tuple[int, in
             f"{settings.speculative_num_draft_tokens}",
             field="engine.speculative_num_draft_tokens",
         )
-    return requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+    rows, width = requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+    refuse_table_past_int64(rows, width)
+    return rows, width
 
 
 def hisparse_host_tokens(device_tokens: int, ratio: int, page_size: int) -> int:
