@@ -12,7 +12,7 @@ import re
 import torch
 
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.hostmem import gib
+from hisparse_plan.torch.hostmem.ram import gib
 
 _DEVICE = re.compile(r"(cpu|meta|cuda)(?::(\d+))?")
 
