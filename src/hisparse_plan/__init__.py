@@ -1,4 +1,5 @@
-"""hisparse_plan: where every byte of a HiSparse sparse-attention KV cache lives.
+"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, for
+regular models and for HiSparse sparse-MLA models (the full history in pinned host memory).
 
 The names below are imported on first use, so that `import hisparse_plan.cli.launch` (the
 command's first code) costs nothing: the command imports the rest inside its Ctrl-C guard.
@@ -34,6 +35,7 @@ _HOMES: dict[str, str] = {
 """Each public name's module."""
 
 if TYPE_CHECKING:
+    from hisparse_plan import planning as planning  # the old name, read lazily below
     from hisparse_plan.checking import check_plan
     from hisparse_plan.errors import (
         CapacityError,
