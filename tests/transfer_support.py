@@ -357,3 +357,37 @@ def request_blocks(instance: Instance, num_tokens: int, seed: int, *, runs: bool
         taken.update((pool, b) for b in chosen)
         found[key] = [int(b) for b in chosen]
     return found
+
+
+def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int = 2,
+                  layout: str = "BLNHC", block: int = 64, kv_dtype: str = "fp8_ds_mla",
+                  blocks: int = 24) -> Plan:
+    """DeepSeek-V3.2's first `layers` decoder layers (latent rows and index keys), small:
+    vLLM with or without HiSparse, or SGLang (fp8 rows: 656 bytes, as vLLM's fp8_ds_mla)."""
+    from hisparse_plan.models import KVCacheLayout
+    from hisparse_plan.presets import Settings, build_request, load_preset
+
+    settings = Settings(max_model_len=1024, layout=KVCacheLayout(layout), block_size=block,
+                        kv_dtype=kv_dtype,  # type: ignore[arg-type]
+                        hisparse=hisparse,
+                        host_pool_bytes=2**24 if hisparse and engine == "vllm" else None)
+    request = build_request(load_preset("deepseek-v3.2").architecture, settings)
+    data = request.model_dump(mode="json")
+    keep = tuple(f"model.layers.{i}." for i in range(layers))
+    data["layers"] = {name: spec for name, spec in data["layers"].items()
+                      if name.startswith(keep)}
+    if engine == "sglang":
+        data["hisparse"] = None
+        data["model"].pop("index_topk", None)
+        data["engine"] = {
+            "name": "sglang", "page_size": block, "context_length": 1024,
+            "max_total_tokens": 2048, "max_running_requests": 4,
+            "kv_cache_dtype": "fp8_e4m3" if kv_dtype == "fp8_ds_mla" else "bfloat16",
+            "enable_hisparse": hisparse, "hisparse_top_k": 64,
+            "hisparse_device_buffer_size": 128,
+        }
+        data["device"]["available_bytes"] = 2**28
+        return plan_of(data)
+    data["device"]["num_blocks_override"] = blocks if not hisparse else None
+    data["device"]["available_bytes"] = 2**40 if not hisparse else 2**25
+    return plan_of(data)

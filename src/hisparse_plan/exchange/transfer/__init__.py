@@ -3,6 +3,7 @@ destination instances' plans and a request's blocks, prove it with check_transfe
 with an executor (`reference.execute` over buffers in one process)."""
 
 from hisparse_plan.exchange.transfer.build import build_transfer
+from hisparse_plan.exchange.transfer.check import TransferProof, check_transfer
 from hisparse_plan.exchange.transfer.errors import TransferCheckError, TransferRefused
 from hisparse_plan.exchange.transfer.program import (
     RankRegions,
@@ -20,9 +21,11 @@ __all__ = [
     "Region",
     "TransferCheckError",
     "TransferProgram",
+    "TransferProof",
     "TransferRefused",
     "TransferRequest",
     "TransferRow",
     "build_transfer",
+    "check_transfer",
     "tables",
 ]
