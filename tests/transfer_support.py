@@ -269,12 +269,20 @@ def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
               firsts: dict[str, int] | None = None) -> tuple[Any, int]:
     """Build, prove and run the program; fill the source through its views, read the
     destination back through its own: returns (program, bytes that differ)."""
-    from hisparse_plan.exchange.transfer import build_transfer
-    from hisparse_plan.exchange.transfer.check import check_transfer
-    from hisparse_plan.exchange.transfer.reference import buffers, execute
+    from hisparse_plan.exchange.transfer import build_transfer, check_transfer
 
     program = build_transfer(src, dst, request)
     check_transfer(program, src, dst)
+    return program, count_wrong(src, dst, request, program, firsts)
+
+
+def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program: Any,
+                firsts: dict[str, int] | None = None) -> int:
+    """Run `program` over buffers filled through the source's views; count the destination
+    bytes that are neither what its views place there nor (past the request's last token, in
+    its own blocks) the source's bytes for them."""
+    from hisparse_plan.exchange.transfer.reference import buffers, execute
+
     ours, theirs = layer_shapes(src), layer_shapes(dst)
     ids = {name: index for index, name in enumerate(sorted(theirs))}
     need, may = {}, {}
@@ -290,10 +298,9 @@ def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
     allowed = {key: value.copy() for key, value in expected.items()}
     write(dst, dict(request.destination_blocks), allowed, ids, may)
     execute(program, source, destination)
-    wrong = sum(int(np.count_nonzero((destination[key] != expected[key])
-                                     & (destination[key] != allowed[key])))
-                for key in destination)
-    return program, wrong
+    return sum(int(np.count_nonzero((destination[key] != expected[key])
+                                    & (destination[key] != allowed[key])))
+               for key in destination)
 
 
 # ---- small plans ---------------------------------------------------------------------------
