@@ -82,30 +82,34 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
            num_tokens: int, is_source: bool) -> list[Side]:
     """Each rank's patterns, region sizes and the request's block positions per table."""
     wanted = {pair.name for pair in pairs}
-    spans: dict[str, tuple[int, int, int]] = {}
+    found = []
+    for rank, plan in enumerate(side.plans):
+        def origin(name: str, rank: int = rank) -> int:
+            return head_start(side.facts[rank].layers[name], rank, side.ranks,
+                              side.total_kv_heads)
+        found.append(patterns(plan, wanted, origin))
+    states = {p.table for placed in found[0].values() for p in placed if p.state}
+    spans: dict[str, tuple[int, int]] = {}
     for pair in pairs:
         layer = pair.source if is_source else pair.destination
         first, stop = needed_units(pair, num_tokens)
         per_block = layer.units_per_block
         low, high = first // per_block, ceil_div(stop, per_block)
         known = spans.get(layer.table)
-        spans[layer.table] = (per_block, low, high) if known is None else (
-            per_block, min(known[1], low), max(known[2], high))
+        spans[layer.table] = (low, high) if known is None else (
+            min(known[0], low), max(known[1], high))
     positions: dict[str, Positions] = {}
-    for table, (_, low, high) in spans.items():
+    for table, (low, high) in spans.items():
         ids = list(given.get(table, ()))
-        if side.facts[0].tables[table].state:
+        if table in states:
             ids, low, high = ids[-1:], 0, 1
         positions[table] = Positions.of(ids[:high], low)
+    what = "source" if is_source else "destination"
     sides = []
-    for rank, (plan, facts) in enumerate(zip(side.plans, side.facts, strict=True)):
-        def origin(name: str, rank: int = rank, facts: object = facts) -> int:
-            return head_start(side.facts[rank].layers[name], rank, side.ranks,
-                              side.total_kv_heads)
+    for facts, placed in zip(side.facts, found, strict=True):
+        _tables_apart(placed, positions, what)
         sizes = {name: region.size for name, region in facts.regions.items()}
-        found = patterns(plan, wanted, origin)
-        _tables_apart(found, positions, "source" if is_source else "destination")
-        sides.append(Side.of(found, sizes, positions))
+        sides.append(Side.of(placed, sizes, positions))
     return sides
 
 

@@ -47,6 +47,8 @@ class Pattern:
     units: int
     table: str
     axes: tuple[Axis, ...]
+    state: bool = False
+    """A Mamba state: the request's last block of its table holds it."""
 
     def axis(self, kind: str) -> Axis | None:
         return next((axis for axis in self.axes if axis.kind == kind), None)
@@ -139,7 +141,7 @@ def _states(spec: MambaSpec, region: str, base: int, names: tuple[str, ...], hea
             runs.append((at, size, lo))
         lo += size
         at += -(-size // spec.state_alignment) * spec.state_alignment
-    return [Pattern(region, base + at, size, lo, names, head, 1, table, axes)
+    return [Pattern(region, base + at, size, lo, names, head, 1, table, axes, state=True)
             for at, size, lo in runs]
 
 
@@ -175,7 +177,8 @@ def _sglang(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[Pattern]
                 for name in layers:
                     parts.setdefault(name, {})[order] = nbytes
                 drafts.append((order, Pattern(region, base, nbytes, 0, layers,
-                                              origin(layers[0]), units, table, _axes(*axes))))
+                                              origin(layers[0]), units, table, _axes(*axes),
+                                              state=table == "mamba")))
     return [
         _at(pattern, sum(size for key, size in parts[pattern.layers[0]].items() if key < order))
         for order, pattern in drafts
@@ -184,7 +187,8 @@ def _sglang(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[Pattern]
 
 def _at(pattern: Pattern, lo: int) -> Pattern:
     return Pattern(pattern.region, pattern.base, pattern.size, lo, pattern.layers,
-                   pattern.head_origin, pattern.units, pattern.table, pattern.axes)
+                   pattern.head_origin, pattern.units, pattern.table, pattern.axes,
+                   pattern.state)
 
 
 def _row_axes(view: BufferView, lead: int, page: int, size: int, state: bool

@@ -4,6 +4,7 @@ prove they move the same logical bytes in the same order (see docs/transfer.md#t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from hisparse_plan.exchange.transfer.check_boxes import (
     Box,
@@ -97,6 +98,7 @@ def read(side: Side, region: str, offset: int, length: int, count: int, stride: 
     top, top_last = walked
     positions = side.positions[pattern.table]
     delta = tuple(0 for _ in levels)
+    following: tuple[int, ...] | None = None
     if count > 1:
         following = decode(pattern, levels, offset + stride)
         if following is None:
@@ -105,7 +107,8 @@ def read(side: Side, region: str, offset: int, length: int, count: int, stride: 
         reason = _steady(levels, digits, delta, top, top_last, count)
         if reason is not None:
             return reason
-    unit_step = _unit_step(pattern, levels, digits, delta, top, top_last, count, positions)
+    unit_step = _unit_step(pattern, levels, digits, following, top, top_last, count,
+                           positions)
     if isinstance(unit_step, str):
         return unit_step
     boxes: list[Box] = []
@@ -152,29 +155,62 @@ def _steady(levels: tuple[Level, ...], digits: tuple[int, ...], delta: tuple[int
 
 
 def _unit_step(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...],
-               delta: tuple[int, ...], top: int, top_last: int, count: int,
+               following: tuple[int, ...] | None, top: int, top_last: int, count: int,
                positions: Positions) -> int | str:
-    """Units one chunk of the row moves. Either every block any chunk touches is one run of
-    consecutive ids at consecutive positions (units then follow the slot or block digits),
-    or each chunk lies in one block and the chunks' blocks step evenly through consecutive
-    positions (one block's units per chunk)."""
+    """Units one chunk of the row moves, in closed form where it can: every block any chunk
+    touches is one run of consecutive ids at consecutive positions (units then follow the
+    digits), or each chunk lies in one block and the chunks' blocks step evenly through
+    consecutive positions. Otherwise each chunk's blocks are looked up (a row whose chunks
+    each span a run of blocks, the runs apart: one lookup per chunk)."""
+    if following is None:
+        return 0
+    delta = tuple(b - a for a, b in zip(digits, following, strict=True))
+    per_block = pattern.units
     within = sum(step for level, step in zip(levels, delta, strict=True)
                  if level.kind == "unit")
     index = next(i for i, level in enumerate(levels) if level.kind in ("slot", "block"))
-    level, per_block = levels[index], pattern.units
+    slot = levels[index].kind == "slot"
     low, high = digits[index], top_last if index == top else digits[index]
-    shift = (count - 1) * delta[index]
+    step = delta[index]
+    shift = (count - 1) * step
+    to_block = per_block if slot else 1
     first_low, last_high = min(low, low + shift), max(high, high + shift)
-    to_block = per_block if level.kind == "slot" else 1
     if positions.span(first_low // to_block, last_high // to_block) is not None:
-        return within + delta[index] * (1 if level.kind == "slot" else per_block)
-    block_low, block_high = low // to_block, high // to_block
-    moved, rest = divmod(delta[index], to_block)
-    if block_low == block_high and not rest and moved and not within \
-            and positions.steps(block_low, moved, count) is not None:
-        return per_block
-    return (f"the blocks of table {pattern.table!r} it touches are not consecutive blocks of "
-            "the request, nor one block per chunk stepping evenly through them")
+        return within + step * (1 if slot else per_block)
+    moved, rest = divmod(step, to_block)
+    if slot:
+        within = rest
+        if high % per_block + (count - 1) * rest >= per_block:
+            moved = 0  # the chunks' units wrap into another block: not one block each
+    if low // to_block == high // to_block and moved \
+            and positions.steps(low // to_block, moved, count) is not None:
+        return per_block + within
+    return _each_chunk(pattern, levels, digits, delta, index, (low, high), count, positions)
+
+
+def _each_chunk(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...],
+                delta: tuple[int, ...], index: int, span: tuple[int, int], count: int,
+                positions: Positions) -> int | str:
+    """Units one chunk moves, looked up chunk by chunk: each chunk's blocks one run of
+    the request, its first unit one step past the last chunk's."""
+    slot = levels[index].kind == "slot"
+    to_block = pattern.units if slot else 1
+    unit_level = next((i for i, level in enumerate(levels) if level.kind == "unit"), None)
+    units: list[int] = []
+    for chunk in range(count):
+        low, high = span[0] + chunk * delta[index], span[1] + chunk * delta[index]
+        at = positions.span(low // to_block, high // to_block)
+        if at is None:
+            return (f"chunk {chunk} touches blocks of table {pattern.table!r} that are not "
+                    "consecutive blocks of the request")
+        n = low % pattern.units if slot else 0
+        if unit_level is not None:
+            n = digits[unit_level] + chunk * delta[unit_level]
+        units.append(at * pattern.units + n)
+    steps = {b - a for a, b in pairwise(units)}
+    if len(steps) != 1:
+        return f"its chunks' units {units[:4]}... do not step evenly"
+    return steps.pop()
 
 
 def _logical_step(levels: tuple[Level, ...], delta: tuple[int, ...], units: int

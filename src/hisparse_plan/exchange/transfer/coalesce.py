@@ -65,7 +65,9 @@ def progressed(a: Row, b: Row) -> Row | None:
     if a.chunks == 1:
         src_step, dst_step = b.src_offset - a.src_offset, b.dst_offset - a.dst_offset
         step = add(b.start, a.start, -1)
-        if src_step < a.length or dst_step < a.length or tiles(step, a.extent) is None:
+        # A step along the row's bytes leaves the chunk's part of the row (K for V, one
+        # state for the next): a row's chunks stay in one part.
+        if src_step < a.length or dst_step < a.length or tiles(step, a.extent) in (None, 3):
             return None
     else:
         src_step, dst_step, step = a.src_stride, a.dst_stride, a.step

@@ -36,8 +36,8 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         ours = src[name]
         movable(ours, theirs)
         same_kind(ours, theirs)
-        same_row(ours, theirs)
         same_page_tokens(ours, theirs)
+        same_row(ours, theirs)
         same_state_ranks(ours, theirs, source.ranks, destination.ranks)
         same_heads(ours, theirs, source, destination)
         pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))

@@ -52,10 +52,12 @@ def vllm_facts(plan: KVCachePlan) -> RankFacts:
         key = table_key(view.group)
         if key not in tables:
             host = plan.host_pool if group.host_resident else None
+            # A uniform_type group of Mamba layers is a state table too: judge by the member.
             tables[key] = TableFacts(
                 key, group.spec.block_size,
                 plan.num_blocks if host is None else host.num_blocks,
-                pools[tensor.pool].padding_blocks, isinstance(group.spec, MambaSpec),
+                pools[tensor.pool].padding_blocks,
+                isinstance(specs[view.name][1], MambaSpec),
             )
         facts = layer_facts(view, specs[view.name][1], key, tensor.pool)
         layers[view.name] = replace(facts, tensor=view.tensor)
