@@ -164,3 +164,20 @@ def test_the_proof_costs_boxes_per_row_not_per_token() -> None:
     program = build_transfer(plan, plan, request)
     proof = check_transfer(program, plan, plan)
     assert (len(program.rows), proof.boxes) == (1, 3)
+
+
+def test_a_program_round_trips_through_json_and_is_proved_again() -> None:
+    program, src, dst = gqa_4_to_2()
+    again = TransferProgram.model_validate_json(program.model_dump_json())
+    assert again == program
+    check_transfer(again, src, dst)
+
+
+def test_regions_the_plans_do_not_have_are_refused() -> None:
+    program, src, dst = gqa_4_to_2()
+    ranks = list(program.destination)
+    region = ranks[0].regions[0]
+    ranks[0] = ranks[0].model_copy(update={"regions": [
+        region.model_copy(update={"size": region.size - 1})]})
+    refuses(program.model_copy(update={"destination": ranks}), src, dst,
+            "lists other regions than its plan")

@@ -13,6 +13,7 @@ from hisparse_plan.exchange.transfer import (
     TransferRefused,
     TransferRequest,
     build_transfer,
+    check_transfer,
     tables,
 )
 from hisparse_plan.exchange.transfer.coalesce import coalesce
@@ -255,3 +256,30 @@ def test_block_outermost_to_layer_outermost_costs_one_row_per_layer_per_run() ->
     program = build_transfer(source, destination, request)
     assert (len(program.rows), program.descriptors) == (3, 12)
     assert {row.count for row in program.rows} == {4}
+
+
+def test_decode_context_parallel_plans_are_refused() -> None:
+    layers = attention_layers(1, 2)
+    error = refused(vllm_plan(layers), vllm_plan(
+        layers, decode_context_parallel_size=2, max_num_batched_tokens=256))
+    assert (error.what, error.destination) == ("decode_context_parallel_size", 2)
+
+
+def test_a_window_layer_ignores_the_null_blocks_before_its_window() -> None:
+    # vLLM gives a window layer's blocks outside the window back (null block 0 in the table).
+    layers = attention_layers(1, 2, window=32) | attention_layers(1, 2, first=1)
+    plan = vllm_plan(layers, layout="BLNHC", blocks=40)
+    groups = tables(plan)
+    window = next(key for key in groups if key != "group.1") if len(groups) > 1 else "group.0"
+    request = TransferRequest(
+        num_tokens=100,
+        source_blocks={key: ([0, 0, 0, 0, 5, 6, 7] if key == window
+                             else [9, 10, 11, 12, 13, 14, 30]) for key in groups},
+        destination_blocks={key: ([0, 0, 0, 0, 15, 16, 17] if key == window
+                                  else [19, 20, 21, 22, 23, 24, 31]) for key in groups})
+    program = build_transfer(plan, plan, request)
+    check_transfer(program, plan, plan)
+    # The window layer moves tokens 68..111 (its last 32 and the rest of the last block).
+    window_bytes = sum(row.bytes for row in program.rows
+                       if row.layer == "model.layers.0.self_attn.attn")
+    assert window_bytes == (112 - 68) * 2 * 64

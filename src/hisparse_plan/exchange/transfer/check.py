@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
-from hisparse_plan.exchange.transfer.check_places import Pattern, patterns
+from hisparse_plan.exchange.transfer.check_places import Pattern, patterns, region_sizes
 from hisparse_plan.exchange.transfer.check_row import Reading, Side, read, same
 from hisparse_plan.exchange.transfer.check_walk import Positions
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
@@ -71,11 +71,21 @@ def check_transfer(
 
 
 def _same_ranks(program: TransferProgram, src: Instance, dst: Instance) -> None:
-    for what, regions, side in (("source", program.source, src),
-                                ("destination", program.destination, dst)):
-        if len(regions) != side.ranks:
+    """The program lists each rank's regions as its plan has them (an executor registers
+    what the program lists)."""
+    for what, ranks, side in (("source", program.source, src),
+                              ("destination", program.destination, dst)):
+        if len(ranks) != side.ranks:
             raise TransferCheckError(
-                f"the program's {what} has {len(regions)} ranks; the plans have {side.ranks}")
+                f"the program's {what} has {len(ranks)} ranks; the plans have {side.ranks}")
+        for rank, (listed, plan) in enumerate(zip(ranks, side.plans, strict=True)):
+            theirs = {(r.name, r.size, r.location) for r in listed.regions}
+            ours = set(region_sizes(plan))
+            if listed.rank != rank or theirs != ours:
+                missing = sorted(ours ^ theirs)[0]
+                raise TransferCheckError(
+                    f"the program's {what} rank {rank} lists other regions than its plan "
+                    f"(first: {missing[0]!r} of {missing[1]} bytes, {missing[2]})")
 
 
 def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
@@ -106,9 +116,9 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
         positions[table] = Positions.of(ids[:high], low)
     what = "source" if is_source else "destination"
     sides = []
-    for facts, placed in zip(side.facts, found, strict=True):
+    for plan, placed in zip(side.plans, found, strict=True):
         _tables_apart(placed, positions, what)
-        sizes = {name: region.size for name, region in facts.regions.items()}
+        sizes = {name: size for name, size, _ in region_sizes(plan)}
         sides.append(Side.of(placed, sizes, positions))
     return sides
 

@@ -64,6 +64,15 @@ def patterns(plan: Plan, wanted: set[str], origin: Origin) -> dict[str, list[Pat
     return by_region
 
 
+def region_sizes(plan: Plan) -> list[tuple[str, int, str]]:
+    """(name, bytes, location) of every allocation of the plan: a pool's one buffer, or each
+    layer's buffer of an SGLang per-layer pool."""
+    if isinstance(plan, KVCachePlan):
+        return [(pool.name, pool.size, pool.location) for pool in plan.pools]
+    return [(region_name(pool, layer), pool.size, pool.location)
+            for pool in plan.pools for layer in plan.allocation_layers(pool)]
+
+
 def _axes(*axes: Axis) -> tuple[Axis, ...]:
     """Axes that address something, widest stride first (a block axis always stays)."""
     kept = [axis for axis in axes if axis.extent > 1 or axis.kind == "block"]

@@ -11,6 +11,7 @@ from hisparse_plan.exchange.transfer.errors import TransferRefused, refuse_diffe
 from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFacts
 from hisparse_plan.exchange.transfer.heads import global_heads
 from hisparse_plan.exchange.transfer.side import Instance
+from hisparse_plan.models.plan import KVCachePlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,8 @@ class LayerPair:
 def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     """The layers to move, in the destination's order, each proved movable as bytes."""
     src_ranks, dst_ranks = source.facts, destination.facts
+    one_context_rank(source, "source")
+    one_context_rank(destination, "destination")
     same_layers_on_every_rank(src_ranks, "source")
     same_layers_on_every_rank(dst_ranks, "destination")
     src, dst = src_ranks[0].layers, dst_ranks[0].layers
@@ -42,6 +45,21 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         same_heads(ours, theirs, source, destination)
         pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))
     return pairs
+
+
+def one_context_rank(side: Instance, what: str) -> None:
+    """Decode context parallelism spreads a layer's tokens over the DCP ranks, one in every
+    `dcp` to each: this version moves whole token rows per rank only."""
+    for rank, plan in enumerate(side.plans):
+        dcp = plan.workload.decode_context_parallel_size if isinstance(plan, KVCachePlan) else 1
+        if dcp > 1:
+            raise TransferRefused(
+                f"{what} rank {rank}: decode_context_parallel_size is {dcp}; expected 1 "
+                "(tokens spread over context-parallel ranks are not moved yet; see "
+                "docs/transfer.md#what-is-refused)",
+                what="decode_context_parallel_size", source=dcp if what == "source" else None,
+                destination=dcp if what == "destination" else None,
+                field=f"{what}.plans[{rank}].workload.decode_context_parallel_size")
 
 
 def same_layers_on_every_rank(ranks: tuple[RankFacts, ...], side: str) -> None:
