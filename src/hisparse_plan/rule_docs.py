@@ -42,7 +42,7 @@ def rule_doc(rule: str) -> str:
     return RULES_DOC
 
 
-DOC_NAMES: Final = ("planning-rules", "plan-contract")
+DOC_NAMES: Final = ("planning-rules", "plan-contract", "transfer")
 
 
 def doc_path(name: str) -> Path:

@@ -27,6 +27,7 @@ from hisparse_plan.cli.commands import (
     models,
     plan,
     schema,
+    transfer,
     tune,
     verify,
 )
@@ -51,6 +52,7 @@ COMMANDS: tuple[Command, ...] = (
     verify.COMMAND,
     manifest.COMMAND,
     diff.COMMAND,
+    transfer.COMMAND,
     models.COMMAND,
     docs.COMMAND,
 )
