@@ -26,7 +26,13 @@ from hisparse_plan.exchange.transfer.units import (
     unit_groups,
     window_start,
 )
-from transfer_support import attention_layers, request_blocks, sglang_plan, vllm_plan
+from transfer_support import (
+    attention_layers,
+    deepseek_plan,
+    request_blocks,
+    sglang_plan,
+    vllm_plan,
+)
 
 
 def layer(*, heads: int = 2, replicated: bool = False, kind: str = "tokens") -> LayerFacts:
@@ -132,7 +138,7 @@ def test_flatten_keeps_axes_whose_logical_order_differs() -> None:
 
 def row(src: int, dst: int, start: tuple[int, int, int, int], length: int = 8) -> Row:
     return Row(0, "a", src, length, 1, 0, 0, "b", dst, 0, "l", start, (0, 0, 0, 0),
-               (1, 1, 1, length))
+               (1, 1, 1, length), start[0])
 
 
 def test_contiguous_rows_become_one_and_progressions_one_row_with_a_count() -> None:
@@ -283,3 +289,17 @@ def test_a_window_layer_ignores_the_null_blocks_before_its_window() -> None:
     window_bytes = sum(row.bytes for row in program.rows
                        if row.layer == "model.layers.0.self_attn.attn")
     assert window_bytes == (112 - 68) * 2 * 64
+
+
+@pytest.mark.parametrize("layout", ["BLNHC", "BLHNC"])
+def test_a_slab_of_two_tensors_is_one_descriptor_per_run(layout: str) -> None:
+    # DeepSeek-V3.2's block holds every layer's latent page, then every index-key page: two
+    # tensors. Same layout on both sides: a run of blocks is one contiguous copy.
+    plan = deepseek_plan(hisparse=False, layers=3, layout=layout, blocks=40)
+    request = TransferRequest(num_tokens=256, source_blocks={"group.0": [3, 4, 5, 6]},
+                              destination_blocks={"group.0": [9, 10, 11, 12]})
+    program = build_transfer(plan, plan, request)
+    assert (len(program.rows), program.descriptors) == (1, 1)
+    check_transfer(program, plan, plan)
+    split = request.model_copy(update={"destination_blocks": {"group.0": [9, 10, 20, 21]}})
+    assert build_transfer(plan, plan, split).descriptors == 2

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
 from hisparse_plan.exchange.transfer.check_places import Pattern, patterns, region_sizes
 from hisparse_plan.exchange.transfer.check_row import Reading, Side, read, same
-from hisparse_plan.exchange.transfer.check_walk import Positions
+from hisparse_plan.exchange.transfer.check_walk import Positions, contiguous
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
 from hisparse_plan.exchange.transfer.heads import head_start
 from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
@@ -58,12 +58,12 @@ def check_transfer(
     written: dict[tuple[int, str], list[Written]] = {}
     boxes = 0
     for index, row in enumerate(program.rows):
-        reading = _row(index, row, src_sides, dst_sides)
-        for box in reading.boxes:
-            for layer in reading.pattern.layers[box.layers[0]:box.layers[1]]:
-                written.setdefault((row.dst_rank, layer), []).append(
-                    Written(box.units, box.heads, box.row, index))
-                boxes += 1
+        for reading in _row(index, row, src_sides, dst_sides):
+            for box in reading.boxes:
+                for layer in reading.pattern.layers[box.layers[0]:box.layers[1]]:
+                    written.setdefault((row.dst_rank, layer), []).append(
+                        Written(box.units, box.heads, box.row, index))
+                    boxes += 1
     for pair in pairs:
         for rank in range(dst.ranks):
             _complete(pair, rank, dst, written.get((rank, pair.name), []), num_tokens)
@@ -140,38 +140,85 @@ def _tables_apart(found: dict[str, list[Pattern]], positions: dict[str, Position
 
 
 def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Side]
-         ) -> Reading:
+         ) -> list[Reading]:
+    """The row's readings: one, or one per piece where its chunks run through several
+    tensors (a block-outermost slab: each tensor's layers are one piece)."""
+    src = _side(index, "source", src_sides, row.src_rank, row.src_region, row.src_offset,
+                row.src_stride, row)
+    dst = _side(index, "destination", dst_sides, row.dst_rank, row.dst_region, row.dst_offset,
+                row.dst_stride, row)
+    whole = [read(src, row.src_region, row.src_offset, row.length, row.count, row.src_stride,
+                  row.layer),
+             read(dst, row.dst_region, row.dst_offset, row.length, row.count, row.dst_stride,
+                  row.layer)]
+    if isinstance(whole[0], Reading) and isinstance(whole[1], Reading):
+        _same(index, row, whole[0], whole[1])
+        return [whole[1]]
+    cuts = sorted(set(_cuts(src, row.src_region, row.src_offset, row.length))
+                  | set(_cuts(dst, row.dst_region, row.dst_offset, row.length)))
+    if len(cuts) < 2:
+        what, reason = next((w, r) for w, r in zip(("source", "destination"), whole,
+                                                    strict=True) if isinstance(r, str))
+        raise TransferCheckError(f"row {index} ({what}): {reason}", row=index,
+                                 layer=row.layer)
     readings: list[Reading] = []
-    for what, sides, rank, region, offset, stride in (
-        ("source", src_sides, row.src_rank, row.src_region, row.src_offset, row.src_stride),
-        ("destination", dst_sides, row.dst_rank, row.dst_region, row.dst_offset,
-         row.dst_stride),
-    ):
-        if rank >= len(sides):
-            raise TransferCheckError(f"row {index}: {what} rank {rank} does not exist",
-                                     row=index)
-        side = sides[rank]
-        size = side.sizes.get(region)
-        if size is None:
-            raise TransferCheckError(f"row {index}: {what} rank {rank} has no region "
-                                     f"{region!r}", row=index)
-        end = offset + (row.count - 1) * stride + row.length
-        if row.count > 1 and stride < row.length and what == "destination":
-            raise TransferCheckError(f"row {index}: its destination chunks overlap (stride "
-                                     f"{stride} < length {row.length})", row=index)
-        if end > size:
-            raise TransferCheckError(
-                f"row {index}: its {what} bytes end at {end}, past region {region!r} of "
-                f"{size} bytes", row=index)
-        reading = read(side, region, offset, row.length, row.count, stride, row.layer)
-        if isinstance(reading, str):
-            raise TransferCheckError(f"row {index} ({what}): {reading}", row=index,
-                                     layer=row.layer)
-        readings.append(reading)
-    reason = same(readings[0], readings[1])
+    start = 0
+    for stop in cuts:
+        pieces = [read(side, region, offset + start, stop - start, row.count, stride, "")
+                  for side, region, offset, stride in (
+                      (src, row.src_region, row.src_offset, row.src_stride),
+                      (dst, row.dst_region, row.dst_offset, row.dst_stride))]
+        ours, theirs = pieces
+        for what, piece in (("source", ours), ("destination", theirs)):
+            if isinstance(piece, str):
+                raise TransferCheckError(f"row {index} ({what}, bytes {start}..{stop}): "
+                                         f"{piece}", row=index, layer=row.layer)
+        if isinstance(ours, Reading) and isinstance(theirs, Reading):
+            _same(index, row, ours, theirs)
+            readings.append(theirs)
+        start = stop
+    return readings
+
+
+def _cuts(side: Side, region: str, offset: int, length: int) -> list[int]:
+    """Where the chunk passes from one tensor's contiguous run to the next's (its end
+    included); [] when a byte of it is no byte of a moved layer."""
+    cuts: list[int] = []
+    at = 0
+    while at < length:
+        found = side.find(region, "", offset + at)
+        if found is None:
+            return []
+        _, levels, digits = found
+        at = min(length, at + contiguous(levels, digits))
+        cuts.append(at)
+    return cuts
+
+
+def _side(index: int, what: str, sides: list[Side], rank: int, region: str, offset: int,
+          stride: int, row: TransferRow) -> Side:
+    """The rank's side, with the row's bytes inside its region."""
+    if rank >= len(sides):
+        raise TransferCheckError(f"row {index}: {what} rank {rank} does not exist", row=index)
+    side = sides[rank]
+    size = side.sizes.get(region)
+    if size is None:
+        raise TransferCheckError(f"row {index}: {what} rank {rank} has no region {region!r}",
+                                 row=index)
+    end = offset + (row.count - 1) * stride + row.length
+    if row.count > 1 and stride < row.length and what == "destination":
+        raise TransferCheckError(f"row {index}: its destination chunks overlap (stride "
+                                 f"{stride} < length {row.length})", row=index)
+    if end > size:
+        raise TransferCheckError(f"row {index}: its {what} bytes end at {end}, past region "
+                                 f"{region!r} of {size} bytes", row=index)
+    return side
+
+
+def _same(index: int, row: TransferRow, source: Reading, destination: Reading) -> None:
+    reason = same(source, destination)
     if reason is not None:
         raise TransferCheckError(f"row {index}: {reason}", row=index, layer=row.layer)
-    return readings[1]
 
 
 def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],

@@ -130,6 +130,18 @@ def walk(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...], l
     return top, (merged + length - 1) // below
 
 
+def contiguous(levels: tuple[Level, ...], digits: tuple[int, ...]) -> int:
+    """Bytes from `digits` to the end of the pattern's contiguous run (up its packed levels,
+    never past a slot or block level)."""
+    merged, capacity, top = digits[0], levels[0].extent, 0
+    while top + 1 < len(levels) and levels[top].kind not in ("slot", "block") \
+            and levels[top + 1].stride == capacity:
+        top += 1
+        merged += digits[top] * capacity
+        capacity *= levels[top].extent
+    return capacity - merged
+
+
 def carried(pattern: Pattern, levels: tuple[Level, ...], top: int) -> list[object]:
     """What the chunk's wraps look like in logical terms: two sides with equal lists (and
     equal starts) run through the same logical bytes."""

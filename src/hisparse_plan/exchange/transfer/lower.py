@@ -37,6 +37,8 @@ class Row(NamedTuple):
     start: Vector
     step: Vector
     extent: Vector
+    last: int
+    """The layer ordinal of the last layer one chunk runs through."""
 
 Axis = tuple[int, int, int, Vector]
 """(extent, source stride, destination stride, logical step)."""
@@ -100,7 +102,7 @@ def strided_rows(
     chunk, extent, axes = flatten(chunk, extent, axes)
     if not axes:
         return [Row(ranks[0], regions[0], starts[0], chunk, 1, 0, ranks[1], regions[1],
-                    starts[1], 0, layer, start, ZERO, extent)]
+                    starts[1], 0, layer, start, ZERO, extent, start[0])]
     tiling = [axis for axis in axes if tiles(axis[3], extent) is not None] or axes
     counted = max(tiling, key=lambda axis: axis[0])
     others = [axis for axis in axes if axis is not counted]
@@ -110,7 +112,7 @@ def strided_rows(
         for i, axis in zip(index, others, strict=True):
             src, dst, at = src + i * axis[1], dst + i * axis[2], add(at, axis[3], i)
         rows.append(Row(ranks[0], regions[0], src, chunk, counted[0], counted[1], ranks[1],
-                        regions[1], dst, counted[2], layer, at, counted[3], extent))
+                        regions[1], dst, counted[2], layer, at, counted[3], extent, at[0]))
     return rows
 
 

@@ -88,5 +88,7 @@ class TransferProgram(Model):
 
     @property
     def descriptors(self) -> int:
-        """Contiguous chunks: what an engine without strided descriptors posts (NIXL)."""
-        return sum(row.count for row in self.rows)
+        """Contiguous copies: what an engine without strided descriptors posts (NIXL). A row
+        whose chunks follow one another on both sides is one; any other row, its count."""
+        return sum(1 if row.count == 1 or row.src_stride == row.length == row.dst_stride
+                   else row.count for row in self.rows)

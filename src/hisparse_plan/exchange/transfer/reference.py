@@ -22,8 +22,8 @@ def buffers(ranks: list[RankRegions], fill: int | None = 0, seed: int = 0) -> Bu
     for rank in ranks:
         for region in rank.regions:
             if fill is None:
-                found[(rank.rank, region.name)] = generator.integers(
-                    0, 256, region.size, dtype=np.uint8)
+                found[(rank.rank, region.name)] = np.frombuffer(
+                    generator.bytes(region.size), dtype=np.uint8).copy()
             else:
                 found[(rank.rank, region.name)] = np.full(region.size, fill, dtype=np.uint8)
     return found
