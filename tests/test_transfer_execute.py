@@ -82,3 +82,14 @@ def test_the_round_trip_sees_a_misplaced_byte() -> None:
     shifted = made.model_copy(update={"rows": [row.model_copy(
         update={"dst_offset": row.dst_offset + 64})]})
     assert count_wrong(src, src, request, shifted) > 0
+
+
+def test_the_package_imports_neither_numpy_nor_nixl() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, hisparse_plan.exchange.transfer; "
+            "print(sorted({'numpy', 'nixl_cu12'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"

@@ -278,10 +278,21 @@ def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
 
 def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program: Any,
                 firsts: dict[str, int] | None = None) -> int:
-    """Run `program` over buffers filled through the source's views; count the destination
-    bytes that are neither what its views place there nor (past the request's last token, in
-    its own blocks) the source's bytes for them."""
-    from hisparse_plan.exchange.transfer.reference import buffers, execute
+    """Run `program` with the reference executor over buffers filled through the source's
+    views; count the destination bytes that are neither what its views place there nor (past
+    the request's last token, in its own blocks) the source's bytes for them."""
+    from hisparse_plan.exchange.transfer.reference import execute
+
+    source, destination, expected, allowed = oracle(src, dst, request, program, firsts)
+    execute(program, source, destination)
+    return wrong_bytes(destination, expected, allowed)
+
+
+def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
+           firsts: dict[str, int] | None = None) -> tuple[Buffers, Buffers, Buffers, Buffers]:
+    """(source filled through its views, destination as it starts (random, seed 2), what
+    the destination must hold after, what it may hold after)."""
+    from hisparse_plan.exchange.transfer.reference import buffers
 
     ours, theirs = layer_shapes(src), layer_shapes(dst)
     ids = {name: index for index, name in enumerate(sorted(theirs))}
@@ -297,7 +308,10 @@ def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program:
     write(dst, dict(request.destination_blocks), expected, ids, need)
     allowed = {key: value.copy() for key, value in expected.items()}
     write(dst, dict(request.destination_blocks), allowed, ids, may)
-    execute(program, source, destination)
+    return source, destination, expected, allowed
+
+
+def wrong_bytes(destination: Buffers, expected: Buffers, allowed: Buffers) -> int:
     return sum(int(np.count_nonzero((destination[key] != expected[key])
                                     & (destination[key] != allowed[key])))
                for key in destination)
