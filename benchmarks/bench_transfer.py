@@ -8,9 +8,9 @@ beside index keys) moves one request to three decodes: vLLM with HiSparse (index
 GPU in BLNHC, latent rows in the layer-outermost pinned host pool), vLLM without HiSparse in
 the prefill's layout, and SGLang (per-layer buffers, 656-byte fp8 rows). The request's blocks
 are one run on each side, runs of 16 blocks, or shuffled. `rows` is what the program lists,
-`descriptors` the contiguous chunks (what NIXL posts: a row of count c is c descriptors),
-`per run` the descriptors per run of consecutive blocks. Build and prove are the medians of
-`--repeat` runs.
+`descriptors` the contiguous copies (what NIXL posts: a row whose chunks follow one another
+is one, any other row one per chunk), each also per run of consecutive blocks (the request's
+runs: the more fragmented side's). Build and prove are the medians of `--repeat` runs.
 """
 
 from __future__ import annotations
@@ -105,24 +105,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=163840)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--blocks", default="one run,runs 16,shuffled",
+                        help="which block patterns, comma-separated")
     args = parser.parse_args()
-    print(f"{'model':<14} {'prefill':<7} {'decode':<16} {'blocks':<9} {'rows':>7} "
-          f"{'descriptors':>11} {'per run':>8} {'GiB':>6} {'build':>9} {'prove':>9}")
+    print(f"{'model':<14} {'prefill':<7} {'decode':<14} {'blocks':<9} {'rows':>7} "
+          f"{'per run':>8} {'descriptors':>11} {'per run':>8} {'GiB':>6} {'build':>9} "
+          f"{'prove':>9}")
     for model in ("deepseek-v3.2", "glm-5"):
         hisparse, other = vllm(model, KVCacheLayout.BLNHC, True), sglang(model)
         for layout in LAYOUTS:
             prefill = vllm(model, layout, False)
             decodes = (("vLLM HiSparse", hisparse), ("vLLM same", prefill), ("SGLang", other))
             for decode_name, destination in decodes:
-                for blocks_name, blocks in (("one run", in_runs(None)),
-                                            ("runs 16", in_runs(16)),
-                                            ("shuffled", in_runs(None, shuffle=True))):
+                patterns = (("one run", in_runs(None)), ("runs 16", in_runs(16)),
+                            ("shuffled", in_runs(None, shuffle=True)))
+                for blocks_name, blocks in patterns:
+                    if blocks_name not in args.blocks.split(","):
+                        continue
                     program, build, prove, runs = measure(prefill, destination, blocks,
                                                           args.tokens, args.repeat)
-                    print(f"{model:<14} {layout.value:<7} {decode_name:<16} {blocks_name:<9} "
-                          f"{len(program.rows):>7} {program.descriptors:>11} "
-                          f"{program.descriptors / runs:>8.0f} {program.bytes / GIB:>6.2f} "
-                          f"{build * 1e3:>7.0f}ms {prove * 1e3:>7.0f}ms", flush=True)
+                    print(f"{model:<14} {layout.value:<7} {decode_name:<14} {blocks_name:<9} "
+                          f"{len(program.rows):>7} {len(program.rows) / runs:>8.1f} "
+                          f"{program.descriptors:>11} {program.descriptors / runs:>8.1f} "
+                          f"{program.bytes / GIB:>6.2f} {build * 1e3:>7.0f}ms "
+                          f"{prove * 1e3:>7.0f}ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from hisparse_plan.exchange.transfer import (
 from transfer_strategies import Pair, pairs
 from transfer_support import count_wrong
 
-EXAMPLES = int(os.environ.get("HISPARSE_TRANSFER_EXAMPLES", "250"))
+EXAMPLES = int(os.environ.get("HISPARSE_TRANSFER_EXAMPLES", "200"))
 
 
 def _moved(pair: Pair) -> TransferProgram | None:

@@ -8,9 +8,11 @@ the lowering again:
   in the same order, on blocks of the request at the right positions;
 - on every destination rank, every layer's written boxes share no byte and cover everything
   the layer needs (the request's units, the rank's heads, the whole row).
-Since each plan places a logical byte at one address only (check_plan), no destination byte
-is written twice and no byte outside the request's destination blocks is touched. The cost
-grows with rows (and the boxes they write), not with tokens or bytes.
+Both plans are proved sound first (check_plan): each places a logical byte at one address
+only, so no destination byte is written twice and no byte outside the request's destination
+blocks is touched. The cost grows with rows (and the boxes they write), not with tokens or
+bytes; a row whose chunks each span a run of blocks, the runs apart, costs one block lookup
+per chunk.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hisparse_plan.checking import check_plan
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
 from hisparse_plan.exchange.transfer.check_places import Pattern, patterns, region_sizes
 from hisparse_plan.exchange.transfer.check_row import Reading, Side, read, same
@@ -50,6 +53,8 @@ def check_transfer(
     """Prove `program` moves its request's KV from `source` to `destination` (module doc), or
     raise TransferCheckError naming the first row at fault."""
     src, dst = as_instance(source), as_instance(destination)
+    for plan in {id(plan): plan for plan in (*src.plans, *dst.plans)}.values():
+        check_plan(plan)  # every page of every plan its own bytes: decoding is unambiguous
     pairs = match_layers(src, dst)
     _same_ranks(program, src, dst)
     num_tokens = program.request.num_tokens
