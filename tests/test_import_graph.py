@@ -43,7 +43,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     TARGET: frozenset({"models", "rules", "targets"}),  # never another target
     "views": frozenset({"models", "rules"}),
     "checking": frozenset({"models", "rules", "views", "targets", TARGET}),
-    "exchange": frozenset({"models", "views"}),
+    "exchange": frozenset({"models", "views", "checking"}),
     "presets": frozenset({"models"}),
     "operator": frozenset({"models", "presets", "checking", "targets", TARGET}),
     "adapters": frozenset({"models", "presets", "rules", "checking", "targets", TARGET,

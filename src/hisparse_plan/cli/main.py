@@ -27,6 +27,7 @@ from hisparse_plan.cli.commands import (
     models,
     plan,
     schema,
+    transfer,
     tune,
     verify,
 )
@@ -52,6 +53,7 @@ COMMANDS: tuple[Command, ...] = (
     verify.COMMAND,
     manifest.COMMAND,
     diff.COMMAND,
+    transfer.COMMAND,
     models.COMMAND,
     docs.COMMAND,
 )
