@@ -8,9 +8,13 @@ take (2 MiB per decode batch slot; the prefill graphs: 8 MiB per captured token 
 what is left, over the total, rounded to three decimals. The chunk and the largest decode graph
 batch themselves default by the GPU's memory.
 
-Modelled: CUDA GPUs, one pipeline stage, no data-parallel attention, no DeepEP all-to-all, no
-disaggregated prefill/decode roles, text-only models, SGLang's environment defaults (no
-post-capture KV sizing, no KV-cache sharding), and chunked prefill on. Every figure is
+DP attention keeps 3 MiB (4.5 above a batch of 300) per decode batch slot and attention group
+more, and DeepEP's all-to-all 2 GiB more (on top of the 10 GiB floor) with 1 GiB more with
+prefill graphs (parallel.py). The chunk is the one before DP attention divides it.
+
+Modelled: CUDA GPUs, one pipeline stage, no disaggregated prefill/decode roles, text-only
+models, SGLang's environment defaults (no post-capture KV sizing, no KV-cache sharding), and
+chunked prefill on. Every figure is
 computed with the same float operations in the same order as SGLang, so the fraction is
 SGLang's to the bit."""
 
@@ -21,6 +25,11 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.parallel import (
+    deepep_a2a_mib,
+    deepep_prefill_graph_mib,
+    dp_attention_graph_mib,
+)
 
 MIB: Final = 1 << 20
 
@@ -164,7 +173,9 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
         decode_graphs=not settings.disable_decode_cuda_graph,
         prefill_graphs=not settings.disable_prefill_cuda_graph,
     )
+    graphs += dp_attention_graph_mib(settings, decode_bs) + deepep_prefill_graph_mib(settings)
     reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, pp_size, graphs)
+    reserve += deepep_a2a_mib(settings)
     if gpu_mib <= reserve:
         raise PlanError(
             f"engine.gpu_memory_bytes: SGLang's default mem_fraction_static keeps {reserve:g} MiB "

@@ -13,6 +13,7 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -138,10 +139,13 @@ def mamba_budget(
 ) -> MambaBudget:
     """Mamba states come off the budget before the KV cache is sized. Slots: the given
     `--max-mamba-cache-size`, else the states' share rest * r / (1 + r) (r =
-    mamba_full_memory_ratio) divided by a slot's bytes, one slot (the padding slot 0) taken off
+    mamba_full_memory_ratio) divided by a slot's bytes (a given count is the server's: each
+    attention DP group keeps given // groups), one slot (the padding slot 0) taken off
     first. The KV cache gets the rest less (slots + 1) slots."""
     slots = settings.max_mamba_cache_size
-    if slots is None:
+    if slots is not None:
+        slots //= attn_dp_size(settings)
+    else:
         ratio = settings.mamba_full_memory_ratio
         budget_bytes = rest_gb * ratio / (1 + ratio) * GIB
         slots = int((budget_bytes - 0 - slot_bytes) // slot_bytes)
@@ -221,13 +225,14 @@ def max_running_requests(
     settings: SGLangSettings, token_capacity: int, mamba_slots: int | None
 ) -> int:
     """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
-    Given: min(--max-running-requests, tokens // 2); else SGLang's estimate
+    Given: min(--max-running-requests // attention DP groups, tokens // 2); else SGLang's estimate
     int(tokens / context_length * 512) clamped to [2048, 4096], then min(., tokens // 2).
     Mamba hybrids: at most max_mamba_cache_size // 5 (the state slots one request may hold)."""
     estimated = int(token_capacity / settings.context_length * REQUESTS_PER_CONTEXT)
     estimated = max(min(estimated, MAX_ESTIMATED_REQUESTS), MIN_ESTIMATED_REQUESTS)
     given = settings.max_running_requests
-    requests = min(estimated if given is None else max(1, given), token_capacity // 2)
+    given = None if given is None else requests_per_worker(settings, given)
+    requests = min(estimated if given is None else given, token_capacity // 2)
     if mamba_slots is not None:
         requests = min(requests, mamba_slots // MAMBA_SLOTS_PER_REQUEST)
     if requests <= 0:

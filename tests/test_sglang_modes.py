@@ -1,0 +1,146 @@
+"""SGLang's server modes (DP attention, DeepEP's all-to-all, ...) planned as SGLang 0.5.23
+sizes them. Every number below is SGLang's own, computed by its code through
+benchmarks/sglang_reference.py (the case in each test's comment, in that harness's format);
+the test plans the same case on our side and compares."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from hisparse_plan.adapters.sglang import report_for_case, server_args_mapping
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
+from hisparse_plan.targets.sglang.parallel import attn_tp_size, requests_per_worker
+
+DSV32 = "tests/hf_configs/deepseek-v3.2-exp/config.json"
+LLAMA = "tests/hf_configs/llama-3.1-8b-instruct/config.json"
+H200 = {"total_memory_bytes": 150754820096, "name": "NVIDIA H200"}
+H200_MEMORY = {"pre_model_load_free_bytes": 149250113536,
+               "post_weights_free_bytes": 63350767616}
+"""DeepSeek-V3.2's weights on one of 8 H200s (benchmarks/sglang_cases/dsv32_tp8_h200*)."""
+DSV32_TP8 = {"tp_size": 8, "context_length": 8192, "kv_cache_dtype": "fp8_e4m3",
+             "dsa_backend": "flashmla_kv"}
+
+
+def dsv32(**server_args: Any) -> dict[str, Any]:
+    return {"config": DSV32, "server_args": {**DSV32_TP8, **server_args},
+            "memory": H200_MEMORY, "gpu": H200}
+
+
+def figures(report: dict[str, Any]) -> tuple[Any, ...]:
+    assert "error" not in report, report.get("error")
+    return (report["max_total_num_tokens"], report["max_running_requests"],
+            report["cell_size_bytes"], report["available_bytes"],
+            tuple(report["req_to_token"]["shape"]))
+
+
+# --- DP attention ------------------------------------------------------------------------
+
+
+def test_deepseek_v32_tp8_dp_attention_8_on_h200() -> None:
+    # {"config": DSV32, "server_args": {"tp_size": 8, "context_length": 8192,
+    #  "kv_cache_dtype": "fp8_e4m3", "dsa_backend": "flashmla_kv",
+    #  "enable_dp_attention": true, "dp_size": 8}, "memory": H200_MEMORY, "gpu": H200}
+    # SGLang: mem_fraction_static 0.758 (34816 MiB kept: 12288 of them DP attention's
+    # 512 x 8 x 3 graph padding and 6144 its 512 x 8 x 1.5 above a batch of 300),
+    # attention TP 1, chunked prefill 1024.
+    report = report_for_case(dsv32(enable_dp_attention=True, dp_size=8))
+    assert figures(report) == (566528, 4096, 48068, 27232240140, (4097, 8196))
+
+
+def test_a_given_max_running_requests_is_shared_by_the_dp_groups() -> None:
+    # dsv32(enable_dp_attention=True, dp_size=8, max_running_requests=1000): SGLang runs
+    # 1000 // 8 = 125 requests a group; the fraction is unchanged (the decode graph batch,
+    # 512, is below the given 1000).
+    report = report_for_case(dsv32(enable_dp_attention=True, dp_size=8,
+                                   max_running_requests=1000))
+    assert figures(report) == (566528, 125, 48068, 27232240140, (126, 8196))
+
+
+def test_plain_dp_replicas_size_as_one_server() -> None:
+    # dsv32(dp_size=2) without --enable-dp-attention: SGLang's fraction 0.886, as TP 8 alone.
+    report = report_for_case(dsv32(dp_size=2))
+    assert figures(report) == (963968, 4096, 48068, 46336254672, (4097, 8196))
+
+
+def test_dp_attention_splits_mha_heads_over_tp_over_dp() -> None:
+    # {"config": LLAMA, "server_args": {"tp_size": 8, "context_length": 8192,
+    #  "mem_fraction_static": 0.9, "enable_dp_attention": true, "dp_size": 4,
+    #  "max_running_requests": 10}, "memory": {"pre_model_load_free_bytes": 149250113536,
+    #  "post_weights_free_bytes": 147102629888}}
+    # SGLang: attention TP 2, so 4 of Llama-3.1-8B's 8 kv heads a rank: 32 layers x 4 x 128 x
+    # (K + V) x 2 bytes = 65536 a token; 10 // 4 = 2 requests.
+    case = {"config": LLAMA, "memory": {"pre_model_load_free_bytes": 149250113536,
+                                        "post_weights_free_bytes": 147102629888},
+            "server_args": {"tp_size": 8, "context_length": 8192, "mem_fraction_static": 0.9,
+                            "enable_dp_attention": True, "dp_size": 4,
+                            "max_running_requests": 10}}
+    assert figures(report_for_case(case)) == (2016870, 2, 65536, 132177618534, (3, 8196))
+
+
+def test_dp_size_must_divide_tp() -> None:
+    report = report_for_case(dsv32(enable_dp_attention=True, dp_size=3))
+    assert "engine.dp_size" in report["error"] and "divisor of tp_size 8" in report["error"]
+
+
+def test_the_dp_rules_by_their_own_arithmetic() -> None:
+    settings = SGLangSettings(name="sglang", context_length=8, tp_size=8,
+                              enable_dp_attention=True, dp_size=4)
+    assert attn_tp_size(settings) == 2
+    assert requests_per_worker(settings, 3) == 1  # never none
+    assert requests_per_worker(settings, 10) == 2
+    replicas = settings.model_copy(update={"enable_dp_attention": False})
+    assert attn_tp_size(replicas) == 8 and requests_per_worker(replicas, 10) == 10
+
+
+def test_a_resolved_server_args_keeps_dp_attention_as_attn_dp_size() -> None:
+    # SGLang's resolution turns --dp-size 8 --enable-dp-attention into attn_dp_size 8,
+    # dp_size 1, enable_dp_attention False.
+    resolved = SimpleNamespace(tp_size=8, context_length=8192, attn_dp_size=8, dp_size=1,
+                               enable_dp_attention=False, moe_a2a_backend="mooncake")
+    mapping = server_args_mapping(resolved)
+    assert (mapping["enable_dp_attention"], mapping["dp_size"]) == (True, 8)
+    assert mapping["moe_a2a_backend"] == "none"
+
+
+# --- DeepEP ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fraction", "expected"),
+    [
+        # dsv32(moe_a2a_backend="deepep"): 16384 MiB kept as without DeepEP, then 1024 for
+        # prefill graphs (breakable, SGLang's CUDA default) and 2048 on top of the floor.
+        ({}, 0.865, (898752, 4096, 48068, 43202002288, (4097, 8196))),
+        # dsv32(moe_a2a_backend="deepep", enable_dp_attention=True, dp_size=8)
+        ({"enable_dp_attention": True, "dp_size": 8}, 0.736,
+         (498176, 4096, 48068, 23948737642, (4097, 8196))),
+    ],
+)
+def test_deepep_moves_only_the_default_fraction(
+    args: dict[str, Any], fraction: float, expected: tuple[Any, ...]
+) -> None:
+    report = report_for_case(dsv32(moe_a2a_backend="deepep", **args))
+    assert figures(report) == expected
+    settings = SGLangSettings(name="sglang", context_length=8192, tp_size=8,
+                              gpu_memory_bytes=H200["total_memory_bytes"],
+                              moe_a2a_backend="deepep", **args)
+    assert default_mem_fraction_static(settings, mla=True) == fraction
+
+
+def test_deepep_reserve_follows_the_graph_switches() -> None:
+    # (143771 - r) / 143771 rounded: without DeepEP r = 16384 (MLA, H200, TP 8); DeepEP adds
+    # 2048 with decode graphs and 1024 with prefill graphs; with neither graph, no DeepEP and
+    # no graph reserve (the 10 GiB floor then holds: 13824 MiB).
+    def fraction(**switches: Any) -> float:
+        return default_mem_fraction_static(SGLangSettings(
+            name="sglang", context_length=8192, tp_size=8, moe_a2a_backend="deepep",
+            gpu_memory_bytes=H200["total_memory_bytes"], **switches), mla=True)
+
+    assert fraction(disable_prefill_cuda_graph=True) == round((143771 - 14848 - 2048) / 143771, 3)
+    assert fraction(disable_decode_cuda_graph=True) == round((143771 - 15360 - 1024) / 143771, 3)
+    assert fraction(disable_decode_cuda_graph=True, disable_prefill_cuda_graph=True) == round(
+        (143771 - 13824) / 143771, 3)
