@@ -83,7 +83,8 @@ def test_dp_attention_splits_mha_heads_over_tp_over_dp() -> None:
 
 def test_dp_size_must_divide_tp() -> None:
     report = report_for_case(dsv32(enable_dp_attention=True, dp_size=3))
-    assert "engine.dp_size" in report["error"] and "divisor of tp_size 8" in report["error"]
+    assert "engine.dp_size" in report["error"]
+    assert "divisor of tp_size 8" in report["error"]
 
 
 def test_the_dp_rules_by_their_own_arithmetic() -> None:
@@ -93,7 +94,8 @@ def test_the_dp_rules_by_their_own_arithmetic() -> None:
     assert requests_per_worker(settings, 3) == 1  # never none
     assert requests_per_worker(settings, 10) == 2
     replicas = settings.model_copy(update={"enable_dp_attention": False})
-    assert attn_tp_size(replicas) == 8 and requests_per_worker(replicas, 10) == 10
+    assert attn_tp_size(replicas) == 8
+    assert requests_per_worker(replicas, 10) == 10
 
 
 def test_a_resolved_server_args_keeps_dp_attention_as_attn_dp_size() -> None:

@@ -13,7 +13,6 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -22,6 +21,7 @@ from hisparse_plan.targets.sglang.model import (
     SGLangModel,
     state_elements,
 )
+from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
 
 GIB: Final = 1 << 30
 MAMBA_SLOTS_PER_REQUEST: Final = 3 + 2
