@@ -89,13 +89,18 @@ def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
 
 def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
     """SGLang's server modes, each drawn on its own: DP attention (dp_size a divisor of
-    tp_size, or plain dp replicas), DeepEP's all-to-all."""
+    tp_size, or plain dp replicas), DeepEP's all-to-all, the radix cache off (mostly with the
+    running requests given, which its window and Mamba rules read)."""
     tp = args["tp_size"]
     if tp > 1 and rng.random() < 0.5:
         args["dp_size"] = rng.choice([d for d in (2, 4, 8) if tp % d == 0])
         args["enable_dp_attention"] = rng.random() < 0.8
     if rng.random() < 0.15:
         args["moe_a2a_backend"] = "deepep"
+    if rng.random() < 0.3:
+        args["disable_radix_cache"] = True
+        if "max_running_requests" not in args and rng.random() < 0.7:
+            args["max_running_requests"] = rng.choice([1, 8, 64, 256])
 
 
 def _default_fraction(rng: random.Random, case: Case) -> Case:
@@ -123,6 +128,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dp_replicas")
     if args.get("moe_a2a_backend") == "deepep":
         modes.append("deepep")
+    if args.get("disable_radix_cache"):
+        modes.append("radix_off")
     if "gpu" in case:
         modes.append("default_fraction")
     return modes or ["plain"]

@@ -10,14 +10,22 @@ from typing import Any
 
 import pytest
 
-from hisparse_plan.adapters.sglang import report_for_case, server_args_mapping
+import hisparse_plan as hp
+from hisparse_plan.adapters.sglang import (
+    report_for_case,
+    request_from_server_args,
+    server_args_mapping,
+)
+from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang import plan_sglang
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.parallel import attn_tp_size, requests_per_worker
 
 DSV32 = "tests/hf_configs/deepseek-v3.2-exp/config.json"
 LLAMA = "tests/hf_configs/llama-3.1-8b-instruct/config.json"
-H200 = {"total_memory_bytes": 150754820096, "name": "NVIDIA H200"}
+H200_BYTES = 150754820096
+H200 = {"total_memory_bytes": H200_BYTES, "name": "NVIDIA H200"}
 H200_MEMORY = {"pre_model_load_free_bytes": 149250113536,
                "post_weights_free_bytes": 63350767616}
 """DeepSeek-V3.2's weights on one of 8 H200s (benchmarks/sglang_cases/dsv32_tp8_h200*)."""
@@ -128,9 +136,34 @@ def test_deepep_moves_only_the_default_fraction(
     report = report_for_case(dsv32(moe_a2a_backend="deepep", **args))
     assert figures(report) == expected
     settings = SGLangSettings(name="sglang", context_length=8192, tp_size=8,
-                              gpu_memory_bytes=H200["total_memory_bytes"],
+                              gpu_memory_bytes=H200_BYTES,
                               moe_a2a_backend="deepep", **args)
     assert default_mem_fraction_static(settings, mla=True) == fraction
+
+
+@pytest.mark.parametrize(("args", "fraction", "tokens", "available"), [
+    # {"config": LLAMA, "server_args": {"tp_size": 1, "context_length": 8192, **args},
+    #  "memory": {"pre_model_load_free_bytes": 190118363136,
+    #             "post_weights_free_bytes": 145021206528},
+    #  "gpu": {"total_memory_bytes": 192265846784, "name": "NVIDIA B200"}}
+    # Without DeepEP: 74 prefill graph sizes up to the 16384-token chunk (592 MiB).
+    ({}, 0.854, 894652, 117263925510),
+    # DeepEP fixes them first: the 2048-token default's sizes rounded up to multiples of 8,
+    # 38 of them (304 MiB), then 1 GiB + 2 GiB more.
+    ({"moe_a2a_backend": "deepep"}, 0.838, 871444, 114222031699),
+])
+def test_deepep_fixes_the_prefill_graphs_of_a_non_mla_model(
+    args: dict[str, Any], fraction: float, tokens: int, available: int
+) -> None:
+    b200_bytes = 192265846784
+    b200 = {"total_memory_bytes": b200_bytes, "name": "NVIDIA B200"}
+    report = report_for_case({"config": LLAMA, "gpu": b200, "memory": {
+        "pre_model_load_free_bytes": 190118363136, "post_weights_free_bytes": 145021206528},
+        "server_args": {"tp_size": 1, "context_length": 8192, **args}})
+    assert figures(report) == (tokens, 4096, 131072, available, (4097, 8196))
+    settings = SGLangSettings(name="sglang", context_length=8192, tp_size=1,
+                              gpu_memory_bytes=b200_bytes, **args)
+    assert default_mem_fraction_static(settings, mla=False) == fraction
 
 
 def test_deepep_reserve_follows_the_graph_switches() -> None:
@@ -140,9 +173,120 @@ def test_deepep_reserve_follows_the_graph_switches() -> None:
     def fraction(**switches: Any) -> float:
         return default_mem_fraction_static(SGLangSettings(
             name="sglang", context_length=8192, tp_size=8, moe_a2a_backend="deepep",
-            gpu_memory_bytes=H200["total_memory_bytes"], **switches), mla=True)
+            gpu_memory_bytes=H200_BYTES, **switches), mla=True)
 
     assert fraction(disable_prefill_cuda_graph=True) == round((143771 - 14848 - 2048) / 143771, 3)
     assert fraction(disable_decode_cuda_graph=True) == round((143771 - 15360 - 1024) / 143771, 3)
     assert fraction(disable_decode_cuda_graph=True, disable_prefill_cuda_graph=True) == round(
         (143771 - 13824) / 143771, 3)
+
+
+# --- radix cache off ---------------------------------------------------------------------
+
+GPT_OSS_20B = "tests/hf_configs/gpt-oss-20b/config.json"
+QWEN3_NEXT = "tests/hf_configs/qwen3-next-80b-a3b-instruct/config.json"
+GPT_OSS_MEMORY = {"pre_model_load_free_bytes": 149250113536,
+                  "post_weights_free_bytes": 149250113536 - 14 * 2**30}
+
+
+def _pool_tokens(report: dict[str, Any]) -> dict[str, int]:
+    return {pool["name"]: pool["tokens"] for pool in report["pools"]}
+
+
+@pytest.mark.parametrize(("radix_off", "kv", "swa"), [
+    # The window pool sized for 64 requests: (128 window + 128 eviction interval + 2 pages)
+    # x 64 + 2 chunks of 8192 (the H200 default) + a page = 32897; the full pool the rest.
+    (True, 4857574, 32897),
+    # The radix cache on: the window pool int(0.8 x the full pool's tokens).
+    (False, 2716928, 2173542),
+])
+def test_gpt_oss_20b_with_the_radix_cache_off(radix_off: bool, kv: int, swa: int) -> None:
+    # {"config": GPT_OSS_20B, "server_args": {"tp_size": 1, "context_length": 8192,
+    #  "max_running_requests": 64, "disable_radix_cache": radix_off},
+    #  "memory": GPT_OSS_MEMORY, "gpu": H200}: SGLang's fraction 0.906,
+    # SWARequestCapPoolConfigurator with the cache off, HybridSWAPoolConfigurator with it on.
+    report = report_for_case({"config": GPT_OSS_20B, "memory": GPT_OSS_MEMORY, "gpu": H200,
+                              "server_args": {"tp_size": 1, "context_length": 8192,
+                                              "max_running_requests": 64,
+                                              "disable_radix_cache": radix_off}})
+    assert figures(report) == (kv, 64, 44236.8, 120188217327, (65, 8196))
+    assert _pool_tokens(report) == {"kv": kv, "swa": swa}
+
+
+def test_the_request_cap_without_a_gpu_uses_sglangs_4096_chunk() -> None:
+    # GPT_OSS_20B, mem_fraction_static 0.9, no "gpu": SGLang's chunk falls back to 4096, so
+    # 258 x 64 + 2 x 4096 + 1 = 24705 window tokens.
+    report = report_for_case({"config": GPT_OSS_20B, "memory": GPT_OSS_MEMORY,
+                              "server_args": {"tp_size": 1, "context_length": 8192,
+                                              "mem_fraction_static": 0.9,
+                                              "max_running_requests": 64,
+                                              "disable_radix_cache": True}})
+    assert _pool_tokens(report) == {"kv": 4829328, "swa": 24705}
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    # One Mamba slot a request: 64 slots for 64 requests.
+    ({"max_running_requests": 64}, (1696536, 64, 12288, 20847042560, (65, 8196))),
+    # No requests given: the slots from the memory ratio (1052), each one request.
+    ({}, (919968, 1052, 12288, 11304574976, (1053, 8196))),
+    # DP attention 4: 64 // 4 = 16 slots and requests a group; heads over TP 2.
+    ({"max_running_requests": 64, "enable_dp_attention": True, "dp_size": 4},
+     (1694178, 16, 12288, 20818067456, (17, 8196))),
+])
+def test_qwen3_next_with_the_radix_cache_off(
+    args: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    # {"config": QWEN3_NEXT, "server_args": {"tp_size": 8, "context_length": 8192,
+    #  "mem_fraction_static": 0.88, "disable_radix_cache": true, **args},
+    #  "memory": {"available_bytes": 20 GiB}}
+    report = report_for_case({"config": QWEN3_NEXT, "memory": {"available_bytes": 20 * 2**30},
+                              "server_args": {"tp_size": 8, "context_length": 8192,
+                                              "mem_fraction_static": 0.88,
+                                              "disable_radix_cache": True, **args}})
+    assert figures(report) == expected
+    assert _pool_tokens(report)["mamba_temporal"] == expected[1]
+
+
+def _checked(report_case: dict[str, Any], edit: Any = None) -> None:
+    request = request_from_server_args(report_case["config"], report_case["server_args"],
+                                       report_case["memory"], gpu=report_case.get("gpu"))
+    data = plan_sglang(request).model_dump(mode="json")
+    if edit is not None:
+        edit(data)
+    hp.check_plan(SGLangPlan.model_validate(data))
+
+
+def test_check_plan_proves_a_request_capped_window_pool() -> None:
+    case = {"config": GPT_OSS_20B, "memory": GPT_OSS_MEMORY, "gpu": H200,
+            "server_args": {"tp_size": 1, "context_length": 8192, "max_running_requests": 64,
+                            "disable_radix_cache": True}}
+    _checked(case)  # 4857574 x 44236.8 exceeds the budget: the pools' own bytes do not
+    # 12 full and 12 window layers of 8 heads x 64 x (K + V) x 2 bytes: 24576 bytes a token
+    # each; the pools take 4857574 + 32897 tokens of it.
+    used = (4857574 + 32897) * 24576
+
+    def shrink(plan: dict[str, Any]) -> None:
+        plan["budget"]["available_bytes"] = used - 1
+
+    with pytest.raises(hp.PlanInvariantError, match="window pool's 32897 pages"):
+        _checked(case, shrink)
+
+
+def test_check_plan_reads_the_mamba_slots_a_request() -> None:
+    case = {"config": QWEN3_NEXT, "memory": {"available_bytes": 20 * 2**30},
+            "server_args": {"tp_size": 8, "context_length": 8192, "mem_fraction_static": 0.88,
+                            "disable_radix_cache": True, "max_running_requests": 64}}
+    _checked(case)
+
+    def five(plan: dict[str, Any]) -> None:
+        plan["budget"]["mamba_slots_per_request"] = 5
+
+    with pytest.raises(hp.PlanInvariantError, match="needs 320 Mamba state slots"):
+        _checked(case, five)
+
+    def stray(plan: dict[str, Any]) -> None:
+        plan["budget"]["mamba_slots_per_request"] = 1
+
+    with pytest.raises(hp.PlanInvariantError, match="expected null without Mamba"):
+        _checked({"config": GPT_OSS_20B, "memory": GPT_OSS_MEMORY, "gpu": H200,
+                  "server_args": {"tp_size": 1, "context_length": 8192}}, stray)

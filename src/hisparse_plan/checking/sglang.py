@@ -32,7 +32,8 @@ REQUEST_TABLE_EXTRA: Final = 4
 INT32_IDS: Final = 2**31
 """Token ids an int32 entry holds (0 to 2**31 - 1)."""
 MAMBA_SLOTS_A_REQUEST: Final = 5
-"""State slots SGLang keeps per running request of a Mamba hybrid."""
+"""State slots SGLang keeps per running request of a Mamba hybrid with the radix cache on, what
+a plan that does not record budget.mamba_slots_per_request means."""
 
 
 def check_sglang_plan(
@@ -170,12 +171,19 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"{tokens} tokens ((tokens + page + 1) // page)"
             )
     slots = pools.get("mamba_conv0")
+    per_request = plan.budget.mamba_slots_per_request or MAMBA_SLOTS_A_REQUEST
+    if slots is None and plan.budget.mamba_slots_per_request is not None:
+        raise PlanInvariantError(
+            f"budget.mamba_slots_per_request is {plan.budget.mamba_slots_per_request}; "
+            "expected null without Mamba state pools"
+        )
     if slots is not None and (
-            plan.max_running_requests * MAMBA_SLOTS_A_REQUEST > slots.num_blocks - 1):
+            plan.max_running_requests * per_request > slots.num_blocks - 1):
         raise PlanInvariantError(
             f"max_running_requests {plan.max_running_requests} needs "
-            f"{plan.max_running_requests * MAMBA_SLOTS_A_REQUEST} Mamba state slots; the pools "
-            f"hold {slots.num_blocks - 1} beside the padding slot"
+            f"{plan.max_running_requests * per_request} Mamba state slots "
+            f"({per_request} a request); the pools hold {slots.num_blocks - 1} beside the "
+            "padding slot"
         )
 
 
@@ -186,13 +194,7 @@ def _check_cell_size(plan: SGLangPlan) -> None:
     come off the budget apart. DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
     if plan.deepseek_v4 is not None:
         return
-    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
-    weights = {"kv": 1, "kv_v": 1, "index": ratio}
-    full = window = 0
-    for tensor in plan.tensors:
-        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
-        full += page_bytes * weights.get(tensor.pool, 0)
-        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    full, window = _page_bytes(plan)
     cell = plan.budget.cell_size_bytes
     # Bytes a page over the page's tokens: a page of every counted layer.
     fits = cell * plan.page_size > full if window else cell * plan.page_size == full
@@ -203,16 +205,48 @@ def _check_cell_size(plan: SGLangPlan) -> None:
         )
 
 
+def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
+    """Bytes one page takes over every layer of the counted pools: the full pool (its V pool,
+    the index keys, HiSparse's ratio pages of them), and the window pool."""
+    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    weights = {"kv": 1, "kv_v": 1, "index": ratio}
+    full = window = 0
+    for tensor in plan.tensors:
+        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
+        full += page_bytes * weights.get(tensor.pool, 0)
+        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    return full, window
+
+
+def _check_budget(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """The budget covers the tokens: max_total_num_tokens cells; beside a window pool, the
+    pools' own bytes (a window pool sized for the running requests, with the radix cache off,
+    is not swa_full_tokens_ratio of the full one, so the cell size does not bound it)."""
+    budget = plan.budget
+    if "swa" not in pools or plan.deepseek_v4 is not None:
+        if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
+            raise PlanInvariantError(
+                f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "
+                f"{budget.cell_size_bytes} exceeds budget.available_bytes "
+                f"{budget.available_bytes}"
+            )
+        return
+    full, window = _page_bytes(plan)
+    swa_pages = pools["swa"].num_blocks - 1  # the padding page aside
+    used = plan.max_total_num_tokens * full // plan.page_size + swa_pages * window
+    if used > budget.available_bytes:
+        raise PlanInvariantError(
+            f"the full pool's {plan.max_total_num_tokens} tokens and the window pool's "
+            f"{swa_pages} pages take {used} bytes; budget.available_bytes is "
+            f"{budget.available_bytes}"
+        )
+
+
 def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """No figure claims more than the pools hold: the budget covers the tokens, a request
     slot has two tokens; the capacity is what the pools hold (at most that beside a window pool,
     whose window the plan does not state)."""
-    budget = plan.budget
-    if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
-        raise PlanInvariantError(
-            f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "
-            f"{budget.cell_size_bytes} exceeds budget.available_bytes {budget.available_bytes}"
-        )
+    _check_budget(plan, pools)
     if plan.max_running_requests > plan.max_total_num_tokens // 2:
         raise PlanInvariantError(
             f"max_running_requests {plan.max_running_requests} exceeds max_total_num_tokens "

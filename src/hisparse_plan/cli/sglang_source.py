@@ -87,6 +87,10 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dp-size", type=positive_int, metavar="N",
                        help="attention DP groups with --enable-dp-attention (a divisor of "
                             "--tp), else replicas that each plan as one (default 1)")
+    group.add_argument("--disable-radix-cache", action="store_true",
+                       help="no prefix cache (prefill/decode nodes): one Mamba state slot a "
+                            "request; with --max-running-requests, a window pool sized for "
+                            "those requests")
     group.add_argument("--moe-a2a-backend", choices=("none", "deepep"),
                        help="MoE all-to-all: deepep keeps 2 GiB (3 with prefill graphs) more "
                             "out of SGLang's default fraction (default none)")
@@ -106,6 +110,7 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("enable_dp_attention", "--enable-dp-attention"),
     ("dp_size", "--dp-size"),
     ("moe_a2a_backend", "--moe-a2a-backend"),
+    ("disable_radix_cache", "--disable-radix-cache"),
 )
 """(dest, flag) of every SGLang-only flag."""
 
@@ -203,6 +208,7 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         "kv_cache_dtype": SGLANG_KV_CACHE_DTYPES[args.kv_dtype or "auto"],
         "tp_size": tp,
         "enable_dp_attention": bool(args.enable_dp_attention),
+        "disable_radix_cache": bool(args.disable_radix_cache),
         **memory,
     }
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",

@@ -30,6 +30,12 @@ class SGLangBudget(Model):
         description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "
         "budget was given."
     )
+    mamba_slots_per_request: Literal[1, 5] | None = Field(
+        default=None,
+        description="Mamba hybrids: the state slots one running request may hold, 5 with the "
+        "radix cache on (SGLang's default), 1 with it off; null without Mamba layers (and in "
+        "plans written before it was recorded, which mean 5).",
+    )
 
 
 class SGLangHisparse(Model):

@@ -77,6 +77,13 @@ class SGLangSettings(Model):
         description="`--moe-a2a-backend`: deepep keeps 2 GiB (and 1 GiB more with prefill "
         "graphs) out of SGLang's default fraction for its all-to-all buffers.",
     )
+    disable_radix_cache: bool = Field(
+        default=False,
+        description="`--disable-radix-cache` (prefill/decode nodes): a Mamba hybrid keeps one "
+        "state slot a request (max_running_requests // dp_size slots when that is given), and "
+        "a window model's window pool is sized for max_running_requests (when given) rather "
+        "than by swa_full_tokens_ratio.",
+    )
     chunked_prefill_size: PositiveInt | None = Field(
         default=None,
         description="`--chunked-prefill-size`: tokens of one prefill chunk; null: SGLang's "

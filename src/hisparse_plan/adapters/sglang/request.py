@@ -43,6 +43,7 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "enable_dp_attention": "enable_dp_attention",
     "dp_size": "dp_size",
     "moe_a2a_backend": "moe_a2a_backend",
+    "disable_radix_cache": "disable_radix_cache",
     "chunked_prefill_size": "chunked_prefill_size",
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",

@@ -65,6 +65,7 @@ MLA_PREFILL_GRAPH_MAX_TOKENS: Final = 8192
 LARGE_GPU_MIB: Final = 60 * 1024
 LARGE_GPU_MIN_RESERVE_MIB: Final = 10 * 1024
 FRACTION_DECIMALS: Final = 3
+DEEPEP_PREFILL_GRAPH_TOKENS: Final = 2048
 
 
 def gpu_memory_mib(total_bytes: int) -> float:
@@ -110,12 +111,26 @@ def prefill_graph_max_tokens(
     return tokens
 
 
-def prefill_graph_sizes(max_tokens: int) -> int:
-    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`: every 4 up
-    to 32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512."""
+def prefill_graph_token_counts(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures prefill graphs for, up to `max_tokens`: every 4 up to
+    32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512."""
     steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
-    count = sum(len(range(first, min(last, max_tokens) + 1, step)) for first, last, step in steps)
-    return count + len(range(4608, max_tokens + 1, 512))
+    counts = [n for first, last, step in steps for n in range(first, min(last, max_tokens) + 1,
+                                                              step)]
+    return counts + list(range(4608, max_tokens + 1, 512))
+
+
+def prefill_graph_sizes(max_tokens: int) -> int:
+    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`."""
+    return len(prefill_graph_token_counts(max_tokens))
+
+
+def deepep_prefill_graph_sizes() -> int:
+    """With DeepEP, SGLang fixes the prefill graphs before its memory rule runs: the counts up
+    to its documented default of 2048 tokens, each rounded up to a multiple of 8 (DeepEP's
+    all-to-all hangs on others), duplicates dropped (cuda_graph_hook.apply_deepep_adjustments);
+    the chunk and max_total_tokens no longer move them."""
+    return len({-(-n // 8) * 8 for n in prefill_graph_token_counts(DEEPEP_PREFILL_GRAPH_TOKENS)})
 
 
 def graph_reserve_mib(
@@ -167,7 +182,8 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
     if chunked is None:
         chunked = default_chunked_prefill_size(gpu_mib)
     decode_bs = decode_graph_max_bs(gpu_mib, settings.tp_size, settings.max_running_requests)
-    sizes = prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens))
+    sizes = (deepep_prefill_graph_sizes() if settings.moe_a2a_backend == "deepep" else
+             prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens)))
     graphs = graph_reserve_mib(
         decode_bs, sizes, mla,
         decode_graphs=not settings.disable_decode_cuda_graph,

@@ -49,7 +49,7 @@ def dp_attention_graph_mib(settings: SGLangSettings, decode_max_bs: int) -> floa
     groups = attn_dp_size(settings)
     if groups <= 1:
         return 0.0
-    reserve = decode_max_bs * groups * DP_GRAPH_MIB_PER_BATCH
+    reserve: float = decode_max_bs * groups * DP_GRAPH_MIB_PER_BATCH
     if decode_max_bs > DP_LARGE_BATCH:
         reserve += decode_max_bs * groups * DP_LARGE_BATCH_MIB_PER_BATCH
     return float(reserve)

@@ -45,6 +45,7 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             available_bytes=sized.available_bytes,
             cell_size_bytes=sized.cell.total,
             mem_fraction_static=sized.mem_fraction_static,
+            mamba_slots_per_request=sized.mamba_slots_per_request,
         ),
         hisparse=hisparse,
         capacity=capacity,

@@ -22,12 +22,9 @@ from hisparse_plan.targets.sglang.model import (
     state_elements,
 )
 from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.radix import mamba_slots_per_request, radix_off_mamba_slots
 
 GIB: Final = 1 << 30
-MAMBA_SLOTS_PER_REQUEST: Final = 3 + 2
-"""State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
-the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
-the overlap scheduler on)."""
 REQUESTS_PER_CONTEXT: Final = 512
 MIN_ESTIMATED_REQUESTS: Final = 2048
 MAX_ESTIMATED_REQUESTS: Final = 4096
@@ -139,13 +136,16 @@ def mamba_budget(
 ) -> MambaBudget:
     """Mamba states come off the budget before the KV cache is sized. Slots: the given
     `--max-mamba-cache-size`, else the states' share rest * r / (1 + r) (r =
-    mamba_full_memory_ratio) divided by a slot's bytes (a given count is the server's: each
-    attention DP group keeps given // groups), one slot (the padding slot 0) taken off
-    first. The KV cache gets the rest less (slots + 1) slots."""
+    mamba_full_memory_ratio) divided by a slot's bytes, one slot (the padding slot 0) taken off
+    first (a given count is the server's: each attention DP group keeps given // groups; with
+    the radix cache off and max_running_requests given, one slot a request of a group). The
+    KV cache gets the rest less (slots + 1) slots."""
     slots = settings.max_mamba_cache_size
     if slots is not None:
         slots //= attn_dp_size(settings)
     else:
+        slots = radix_off_mamba_slots(settings)
+    if slots is None:
         ratio = settings.mamba_full_memory_ratio
         budget_bytes = rest_gb * ratio / (1 + ratio) * GIB
         slots = int((budget_bytes - 0 - slot_bytes) // slot_bytes)
@@ -227,14 +227,15 @@ def max_running_requests(
     """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
     Given: min(--max-running-requests // attention DP groups, tokens // 2); else SGLang's estimate
     int(tokens / context_length * 512) clamped to [2048, 4096], then min(., tokens // 2).
-    Mamba hybrids: at most max_mamba_cache_size // 5 (the state slots one request may hold)."""
+    Mamba hybrids: at most max_mamba_cache_size // the state slots one request may hold (5,
+    1 with the radix cache off)."""
     estimated = int(token_capacity / settings.context_length * REQUESTS_PER_CONTEXT)
     estimated = max(min(estimated, MAX_ESTIMATED_REQUESTS), MIN_ESTIMATED_REQUESTS)
     given = settings.max_running_requests
     given = None if given is None else requests_per_worker(settings, given)
     requests = min(estimated if given is None else given, token_capacity // 2)
     if mamba_slots is not None:
-        requests = min(requests, mamba_slots // MAMBA_SLOTS_PER_REQUEST)
+        requests = min(requests, mamba_slots // mamba_slots_per_request(settings))
     if requests <= 0:
         raise CapacityError(
             f"engine: SGLang would run no request; expected at least one, got {requests} "
