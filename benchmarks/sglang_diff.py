@@ -130,6 +130,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("deepep")
     if args.get("disable_radix_cache"):
         modes.append("radix_off")
+    if args.get("dcp_size", 1) > 1:
+        modes.append("dcp")
     if "gpu" in case:
         modes.append("default_fraction")
     return modes or ["plain"]
@@ -192,6 +194,10 @@ def _dsa(rng: random.Random, hisparse: bool) -> Case:
     args["kv_cache_dtype"] = "fp8_e4m3" if hisparse else rng.choice(["fp8_e4m3", "bfloat16"])
     fp8 = args["kv_cache_dtype"] == "fp8_e4m3"
     args["dsa_backend"] = rng.choice(["flashmla_kv", "trtllm"] if fp8 else ["flashmla_sparse"])
+    attn_tp = args["tp_size"] // (args.get("dp_size", 1) if args.get("enable_dp_attention")
+                                   else 1)
+    if attn_tp > 1 and rng.random() < 0.35:
+        args["dcp_size"] = rng.choice([d for d in (2, 4, 8) if attn_tp % d == 0])
     if hisparse:
         args["dsa_backend"] = "flashmla_kv"
         args["enable_hisparse"] = True

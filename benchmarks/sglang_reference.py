@@ -50,8 +50,10 @@ What is patched (the report's ``patched`` list says which ones were used):
   figure is the budget, so ``_profile_available_bytes`` returns it unchanged.
 * ``torch.get_device_module("meta")`` returns ``torch.cpu`` (pools ask for a
   stream module; nothing is launched).
-* the runtime parallel context: tp rank 0, no DCP, one pipeline stage, a dummy
-  world group (no process group exists on this machine).
+* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), one
+  pipeline stage, a dummy world group (no process group exists on this machine).  DP
+  attention needs no patch: ``KVCacheConfigurator`` takes ``attn_dp_size`` from the
+  resolved context, and each case's attention TP follows from it.
 * the host-RAM check of SGLang's host pools (``host_memory_budget_bytes``): the
   host pool lives on meta, so this machine's RAM is irrelevant.
 * ``model``: a bare namespace -- no weights are loaded, so model-class hooks
@@ -423,15 +425,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
         server_args = _resolve(case, model_dir, patched)
         tp = int(rc.get_parallel().attn_tp_size)
+        # The case's own dcp_size (the context's value outlives a case: overrides are
+        # permanent in this process).
+        dcp = int(server_args.resolved_dict().get("dcp_size") or 1)
         rc.get_parallel().override_permanently(
-            attn_dcp_size=1,
+            attn_dcp_size=dcp,
             tp_rank=0,
             attn_tp_rank=0,
             world_group=types.SimpleNamespace(cpu_group=None),
             launch_world_size=int(server_args.tp_size),
             pp_size=1,
         )
-        patched.append("runtime parallel context: rank 0, attn_dcp_size 1, pp 1, dummy world group")
+        patched.append(f"runtime parallel context: rank 0, attn_dcp_size {dcp} (the case's "
+                       "dcp_size), pp 1, dummy world group")
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         given = set(raw_args)

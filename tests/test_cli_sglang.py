@@ -110,6 +110,10 @@ def test_sglang_server_modes_under_sglangs_flag_names(cli: Run) -> None:
     assert off.budget.mamba_slots_per_request == 1
     slots = next(p for p in off.pools if p.name == "mamba_conv0")
     assert slots.num_blocks == 16 + 1
+    dcp = planned(cli, "deepseek-v3.2", "--gpu-mem", "8GiB", "-tp", "8", "--kv-cache-dtype",
+                  "fp8", "--context-length", "8192", "--dcp-size", "8")
+    assert dcp.budget.dcp_size == 8
+    assert dcp.budget.cell_size_bytes == 61 * (656 + 8 * 132)
 
 
 def test_capacity_side_by_side(cli: Run) -> None:

@@ -290,3 +290,46 @@ def test_check_plan_reads_the_mamba_slots_a_request() -> None:
     with pytest.raises(hp.PlanInvariantError, match="expected null without Mamba"):
         _checked({"config": GPT_OSS_20B, "memory": GPT_OSS_MEMORY, "gpu": H200,
                   "server_args": {"tp_size": 1, "context_length": 8192}}, stray)
+
+
+# --- decode context parallelism (DSA) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("dcp", "tokens", "cell", "index_rows"), [
+    # {"config": DSV32, "server_args": {"tp_size": 8, "context_length": 8192,
+    #  "mem_fraction_static": 0.9, "kv_cache_dtype": "fp8_e4m3", "dsa_backend": "flashmla_kv",
+    #  "dcp_size": dcp}, "memory": H200_MEMORY} (benchmarks/sglang_cases/dsv32_tp8_h200.json
+    # with dcp_size). 61 layers: 656-byte latent rows + 132 index bytes x dcp a token; the
+    # index pool holds (tokens + 64) x dcp - 64 rows.
+    (1, 1007424, 48068, 1007424),
+    (2, 862848, 56120, 1725760),
+    (8, 463680, 104432, 3709888),
+])
+def test_deepseek_v32_decode_context_parallelism(
+    dcp: int, tokens: int, cell: int, index_rows: int
+) -> None:
+    report = report_for_case({"config": DSV32, "memory": H200_MEMORY, "server_args": {
+        **DSV32_TP8, "mem_fraction_static": 0.9, "dcp_size": dcp}})
+    assert figures(report) == (tokens, 4096, cell, 48425756262, (4097, 8196))
+    assert _pool_tokens(report) == {"kv": tokens, "index": index_rows}
+    assert cell == 61 * (656 + 132 * dcp)
+    assert index_rows == (tokens + 64) * dcp - 64
+    request = request_from_server_args(DSV32, {**DSV32_TP8, "mem_fraction_static": 0.9,
+                                               "dcp_size": dcp}, H200_MEMORY)
+    plan = plan_sglang(request)
+    hp.check_plan(plan)
+    # A request's context in stored rows of every rank: 8192 tokens a request of dcp x tokens.
+    assert plan.capacity.max_concurrency == min(4096, tokens * dcp / 8192)
+
+
+@pytest.mark.parametrize(("config", "args", "words"), [
+    (LLAMA, {"tp_size": 8, "dcp_size": 2, "mem_fraction_static": 0.9},
+     "planned for DSA models"),
+    (DSV32, {**DSV32_TP8, "dcp_size": 2, "mem_fraction_static": 0.9, "enable_hisparse": True},
+     "refuses HiSparse with decode context parallelism"),
+])
+def test_decode_context_parallelism_refused_beyond_dsa(
+    config: str, args: dict[str, Any], words: str
+) -> None:
+    report = report_for_case({"config": config, "memory": H200_MEMORY, "server_args": args})
+    assert words in report["error"]

@@ -117,7 +117,7 @@ def token_ids(plan: SGLangPlan) -> int:
     HiSparse's host tokens (its logical ids with a padding page)."""
     if plan.hisparse is not None:
         return plan.hisparse.host_tokens
-    return plan.max_total_num_tokens + plan.page_size
+    return (plan.max_total_num_tokens + plan.page_size) * plan.budget.dcp_size
 
 
 def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
@@ -161,8 +161,15 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"{keys!r}'s {pools[keys].num_blocks} (SGLang sizes them alike)"
             )
     page = plan.page_size
+    if plan.budget.dcp_size > 1 and ("index" not in pools or plan.hisparse is not None):
+        raise PlanInvariantError(
+            f"budget.dcp_size is {plan.budget.dcp_size}; SGLang's decode context parallelism "
+            "is planned for DSA models (an index pool) without HiSparse; expected 1"
+        )
     if "index" in pools:
-        tokens = (plan.max_total_num_tokens if plan.hisparse is None
+        dcp = plan.budget.dcp_size
+        # Under decode context parallelism, every rank's ids and pages, less the padding page.
+        tokens = ((plan.max_total_num_tokens + page) * dcp - page if plan.hisparse is None
                   else plan.hisparse.logical_tokens)
         pages = (tokens + page + 1) // page
         if pools["index"].num_blocks != pages:
@@ -208,7 +215,7 @@ def _check_cell_size(plan: SGLangPlan) -> None:
 def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
     """Bytes one page takes over every layer of the counted pools: the full pool (its V pool,
     the index keys, HiSparse's ratio pages of them), and the window pool."""
-    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    ratio = plan.budget.dcp_size if plan.hisparse is None else plan.hisparse.host_to_device_ratio
     weights = {"kv": 1, "kv_v": 1, "index": ratio}
     full = window = 0
     for tensor in plan.tensors:
@@ -277,7 +284,7 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
     need = -(-context // plan.page_size) * plan.page_size
     bounds = {"max_running_requests": float(plan.max_running_requests),
-              "max_total_num_tokens": plan.max_total_num_tokens / need}
+              "max_total_num_tokens": plan.max_total_num_tokens * plan.budget.dcp_size / need}
     if "mamba_conv0" in pools:
         bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
     if plan.hisparse is not None:

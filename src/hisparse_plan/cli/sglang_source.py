@@ -91,6 +91,9 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
                        help="no prefix cache (prefill/decode nodes): one Mamba state slot a "
                             "request; with --max-running-requests, a window pool sized for "
                             "those requests")
+    group.add_argument("--dcp-size", type=positive_int, metavar="N",
+                       help="decode context parallelism of a DSA model over N ranks: latent "
+                            "rows sharded, index keys whole (default 1)")
     group.add_argument("--moe-a2a-backend", choices=("none", "deepep"),
                        help="MoE all-to-all: deepep keeps 2 GiB (3 with prefill graphs) more "
                             "out of SGLang's default fraction (default none)")
@@ -111,6 +114,7 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("dp_size", "--dp-size"),
     ("moe_a2a_backend", "--moe-a2a-backend"),
     ("disable_radix_cache", "--disable-radix-cache"),
+    ("dcp_size", "--dcp-size"),
 )
 """(dest, flag) of every SGLang-only flag."""
 
@@ -212,7 +216,8 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         **memory,
     }
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
-                 "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend"):
+                 "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend",
+                 "dcp_size"):
         value = getattr(args, dest)
         if value is not None:
             fields[dest] = value

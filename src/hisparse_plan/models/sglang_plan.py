@@ -30,6 +30,12 @@ class SGLangBudget(Model):
         description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "
         "budget was given."
     )
+    dcp_size: PositiveInt = Field(
+        default=1,
+        description="Decode context parallelism's ranks (DSA models): each stored token is "
+        "dcp_size token ids, and the index keys cover them all (charged dcp_size times a "
+        "token).",
+    )
     mamba_slots_per_request: Literal[1, 5] | None = Field(
         default=None,
         description="Mamba hybrids: the state slots one running request may hold, 5 with the "

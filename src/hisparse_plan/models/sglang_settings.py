@@ -77,6 +77,12 @@ class SGLangSettings(Model):
         description="`--moe-a2a-backend`: deepep keeps 2 GiB (and 1 GiB more with prefill "
         "graphs) out of SGLang's default fraction for its all-to-all buffers.",
     )
+    dcp_size: PositiveInt = Field(
+        default=1,
+        description="`--dcp-size` (DSA models): decode context parallelism over dcp_size "
+        "ranks of an attention group; the latent rows shard (dcp_size token ids a stored row), "
+        "the index keys stay whole (charged dcp_size times a token).",
+    )
     disable_radix_cache: bool = Field(
         default=False,
         description="`--disable-radix-cache` (prefill/decode nodes): a Mamba hybrid keeps one "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import radix, sizing, sizing_v4
+from hisparse_plan.targets.sglang import dcp, radix, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
@@ -39,6 +39,12 @@ class Sized:
     req_to_token: tuple[int, int]
     """The request-to-token table's (rows, width)."""
     hisparse: SGLangHisparse | None
+    token_ids: int
+    """Token ids the allocator hands out: tokens, x dcp_size under decode context
+    parallelism (HiSparse's logical tokens are its own figure)."""
+    index_tokens: int
+    """A DSA model's index-key rows beside HiSparse's: every rank's ids under decode context
+    parallelism."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,8 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
         mamba_slots_per_request=None if slots is None else radix.mamba_slots_per_request(settings),
         req_to_token=table, hisparse=_hisparse(defaults, tokens),
+        token_ids=dcp.token_ids(settings, tokens),
+        index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)

@@ -13,6 +13,7 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.dcp import index_token_scale
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -53,10 +54,11 @@ def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
     )
 
 
-def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int) -> int:
+def index_token_bytes(latent: LatentGroup, scale: int) -> int:
     """DSA index keys of one token, all layers: 132 bytes a layer; with HiSparse the keys cover
-    the whole host token space, so each device token is charged `host_to_device_ratio` times."""
-    return INDEX_ROW_BYTES * len(latent.index_names) * host_to_device_ratio
+    the whole host token space, so each device token is charged `host_to_device_ratio` times
+    (`scale`), and under decode context parallelism every rank's ids, dcp_size times."""
+    return INDEX_ROW_BYTES * len(latent.index_names) * scale
 
 
 def cell_size(
@@ -73,7 +75,7 @@ def cell_size(
     row's bytes; `dtypes`: the full and window pools' cache dtypes (None without the pool)."""
     full_dtype, swa_dtype = dtypes
     if model.latent is not None:
-        ratio = settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
+        ratio = index_token_scale(settings)
         full = row_bytes * len(model.latent.names)
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio)
