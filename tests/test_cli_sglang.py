@@ -189,3 +189,18 @@ def test_flag_errors(cli: Run, argv: list[str], words: str) -> None:
     assert out == ""
     assert words in err
     assert "Traceback" not in err
+
+
+def test_capacity_counts_the_request_table_beside_the_budget(cli: Run) -> None:
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--kv-cache-dtype", "fp8", "--context-length", "8192",
+                         "--json")
+    assert code == 0, err
+    vllm, sglang = json.loads(out)
+    assert vllm["beside_pools_bytes"] is None
+    # int32 [max_running_requests + 1, 8192 + 4]
+    assert sglang["beside_pools_bytes"] == (sglang["request_slots"] + 1) * (8192 + 4) * 4
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--kv-cache-dtype", "fp8", "--plain")
+    assert code == 0, err
+    assert "beside the budget" in out

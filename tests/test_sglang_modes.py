@@ -333,3 +333,15 @@ def test_decode_context_parallelism_refused_beyond_dsa(
 ) -> None:
     report = report_for_case({"config": config, "memory": H200_MEMORY, "server_args": args})
     assert words in report["error"]
+
+
+def test_decode_context_parallelism_turns_sglangs_prefill_graphs_off() -> None:
+    # dsv32(dcp_size=8) (the H200 default-fraction case with dcp_size 8): SGLang captures no
+    # prefill graph under DCP, so the MLA prefill graphs' 1536 MiB are not kept back:
+    # (143771 - 512 - 8192 x 1.5 - 1024 - 512 x 2) / 143771 = 0.897 (0.886 without DCP).
+    report = report_for_case(dsv32(dcp_size=8))
+    assert figures(report) == (459392, 4096, 104432, 47978005921, (4097, 8196))
+    assert round((143771 - 512 - 8192 * 1.5 - 1024 - 512 * 2) / 143771, 3) == 0.897
+    settings = SGLangSettings(name="sglang", context_length=8192, tp_size=8, dcp_size=8,
+                              gpu_memory_bytes=H200_BYTES)
+    assert default_mem_fraction_static(settings, mla=True) == 0.897

@@ -133,6 +133,13 @@ def deepep_prefill_graph_sizes() -> int:
     return len({-(-n // 8) * 8 for n in prefill_graph_token_counts(DEEPEP_PREFILL_GRAPH_TOKENS)})
 
 
+def prefill_graphs_captured(settings: SGLangSettings) -> bool:
+    """SGLang captures prefill graphs (breakable, its CUDA default) unless they are disabled,
+    or decode context parallelism is on (its capture has no DCP metadata, so SGLang turns the
+    default off: cuda_graph_hook's breakable-graph blockers)."""
+    return not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
+
+
 def graph_reserve_mib(
     decode_max_bs: int, prefill_sizes: int, mla: bool, *, decode_graphs: bool, prefill_graphs: bool
 ) -> float:
@@ -184,12 +191,13 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
     decode_bs = decode_graph_max_bs(gpu_mib, settings.tp_size, settings.max_running_requests)
     sizes = (deepep_prefill_graph_sizes() if settings.moe_a2a_backend == "deepep" else
              prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens)))
+    prefill = prefill_graphs_captured(settings)
     graphs = graph_reserve_mib(
         decode_bs, sizes, mla,
-        decode_graphs=not settings.disable_decode_cuda_graph,
-        prefill_graphs=not settings.disable_prefill_cuda_graph,
+        decode_graphs=not settings.disable_decode_cuda_graph, prefill_graphs=prefill,
     )
-    graphs += dp_attention_graph_mib(settings, decode_bs) + deepep_prefill_graph_mib(settings)
+    graphs += dp_attention_graph_mib(settings, decode_bs)
+    graphs += deepep_prefill_graph_mib(settings, prefill_graphs=prefill)
     reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, pp_size, graphs)
     reserve += deepep_a2a_mib(settings)
     if gpu_mib <= reserve:

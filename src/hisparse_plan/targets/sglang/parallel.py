@@ -55,9 +55,9 @@ def dp_attention_graph_mib(settings: SGLangSettings, decode_max_bs: int) -> floa
     return float(reserve)
 
 
-def deepep_prefill_graph_mib(settings: SGLangSettings) -> float:
+def deepep_prefill_graph_mib(settings: SGLangSettings, *, prefill_graphs: bool) -> float:
     """DeepEP's bridge pool during prefill graph capture: 1 GiB with prefill graphs on."""
-    if settings.moe_a2a_backend != "deepep" or settings.disable_prefill_cuda_graph:
+    if settings.moe_a2a_backend != "deepep" or not prefill_graphs:
         return 0.0
     return float(DEEPEP_PREFILL_MIB)
 
