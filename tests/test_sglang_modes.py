@@ -271,6 +271,21 @@ def test_check_plan_proves_a_request_capped_window_pool() -> None:
     with pytest.raises(hp.PlanInvariantError, match="window pool's 32897 pages"):
         _checked(case, shrink)
 
+    def ratio_rule(plan: dict[str, Any]) -> None:
+        plan["budget"]["swa_sized_for_requests"] = False
+
+    # Read as a ratio-sized window pool, the full pool's cells overrun the budget.
+    with pytest.raises(hp.PlanInvariantError, match=r"exceeds budget\.available_bytes"):
+        _checked(case, ratio_rule)
+
+    def requests_rule(plan: dict[str, Any]) -> None:
+        plan["budget"]["swa_sized_for_requests"] = True
+
+    with pytest.raises(hp.PlanInvariantError, match="without a window pool"):
+        _checked({"config": QWEN3_NEXT, "memory": {"available_bytes": 20 * 2**30},
+                  "server_args": {"tp_size": 8, "context_length": 8192,
+                                  "mem_fraction_static": 0.88}}, requests_rule)
+
 
 def test_check_plan_reads_the_mamba_slots_a_request() -> None:
     case = {"config": QWEN3_NEXT, "memory": {"available_bytes": 20 * 2**30},

@@ -226,11 +226,15 @@ def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
 
 
 def _check_budget(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
-    """The budget covers the tokens: max_total_num_tokens cells; beside a window pool, the
-    pools' own bytes (a window pool sized for the running requests, with the radix cache off,
-    is not swa_full_tokens_ratio of the full one, so the cell size does not bound it)."""
+    """The budget covers the tokens: max_total_num_tokens cells; with a window pool sized for
+    the running requests (the radix cache off), which is not swa_full_tokens_ratio of the full
+    one, the pools' own bytes."""
     budget = plan.budget
-    if "swa" not in pools or plan.deepseek_v4 is not None:
+    if budget.swa_sized_for_requests and "swa" not in pools:
+        raise PlanInvariantError(
+            "budget.swa_sized_for_requests is true; expected false without a window pool"
+        )
+    if not budget.swa_sized_for_requests:
         if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
             raise PlanInvariantError(
                 f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "

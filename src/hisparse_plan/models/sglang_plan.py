@@ -30,6 +30,13 @@ class SGLangBudget(Model):
         description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "
         "budget was given."
     )
+    swa_sized_for_requests: bool = Field(
+        default=False,
+        description="The window pool was sized for the running requests (the radix cache "
+        "off, max_running_requests given), the full pool taking the rest of the budget; "
+        "else it is swa_full_tokens_ratio of the full pool, and max_total_num_tokens cells "
+        "fit the budget.",
+    )
     dcp_size: PositiveInt = Field(
         default=1,
         description="Decode context parallelism's ranks (DSA models): each stored token is "

@@ -47,6 +47,7 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             mem_fraction_static=sized.mem_fraction_static,
             mamba_slots_per_request=sized.mamba_slots_per_request,
             dcp_size=settings.dcp_size,
+            swa_sized_for_requests=sized.swa_sized_for_requests,
         ),
         hisparse=hisparse,
         capacity=capacity,

@@ -39,6 +39,8 @@ class Sized:
     req_to_token: tuple[int, int]
     """The request-to-token table's (rows, width)."""
     hisparse: SGLangHisparse | None
+    swa_sized_for_requests: bool
+    """The window pool sized for the running requests (the radix cache off)."""
     token_ids: int
     """Token ids the allocator hands out: tokens, x dcp_size under decode context
     parallelism (HiSparse's logical tokens are its own figure)."""
@@ -88,7 +90,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     cell = sizing.cell_size(
         settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
         (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
-    tokens, swa = _pool_tokens(defaults, available, cell)
+    tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     requests = sizing.max_running_requests(settings, tokens, slots)
     table = sizing.req_to_token_shape(settings, requests)
     sized = Sized(
@@ -96,6 +98,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
         mamba_slots_per_request=None if slots is None else radix.mamba_slots_per_request(settings),
         req_to_token=table, hisparse=_hisparse(defaults, tokens),
+        swa_sized_for_requests=for_requests,
         token_ids=dcp.token_ids(settings, tokens),
         index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
     )
@@ -104,10 +107,13 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     return sized
 
 
-def _pool_tokens(defaults: Defaults, available: int, cell: CellSize) -> tuple[int, int | None]:
+def _pool_tokens(
+    defaults: Defaults, available: int, cell: CellSize
+) -> tuple[int, int | None, bool]:
     """The full pool's tokens and the window pool's: the budget over the cell size, the window
     pool swa_full_tokens_ratio of the full one; with the radix cache off and the running
-    requests given, the window pool sized for them first and the full pool the rest."""
+    requests given, the window pool sized for them first and the full pool the rest (true
+    last)."""
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
     window = None if model.swa is None else model.swa.window  # window groups have one
     cap = (None if window is None or model.full is None
@@ -119,15 +125,15 @@ def _pool_tokens(defaults: Defaults, available: int, cell: CellSize) -> tuple[in
         sizing.refuse_empty_pool(capped, page)
         if capped != tokens and settings.max_total_tokens is not None:
             swa = min(swa, settings.max_total_tokens)
-        return capped, swa
+        return capped, swa, True
     tokens = sizing.max_total_num_tokens(available, cell, page)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
     if window is None:
-        return tokens, None
+        return tokens, None, False
     swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
     sizing.validate_swa_pool(swa, window, page)
-    return tokens, swa
+    return tokens, swa, False
 
 
 def _cache(dtype: CacheDtype | None) -> str | None:
@@ -220,12 +226,10 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
               f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
                               else ", capped by max_total_tokens"))
     if sized.swa_tokens is not None:
-        settings = defaults.read.settings
-        capped = settings.disable_radix_cache and settings.max_running_requests is not None
         trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
             "two prefill chunks and a page, ceiled to a page; the full pool takes the rest"
-        ) if capped else (
+        ) if sized.swa_sized_for_requests else (
             f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
             "floored to a page; more than window + page"))
     given = defaults.read.settings.max_running_requests
