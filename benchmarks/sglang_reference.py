@@ -537,7 +537,8 @@ def _configure(
         spec_algorithm=spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm),
         is_draft_worker=False,
         post_capture_kv_active=False,
-        spec_aux_config=aux_mod.SpecAuxHiddenStateConfig(),
+        spec_aux_config=_spec_aux_config(aux_mod, spec_mod, server_args, model_config, spec,
+                                         notes),
         is_hybrid_swa=model_config.is_hybrid_swa,
         is_hybrid_swa_compress=model_config.is_hybrid_swa_compress,
         use_mla_backend=model_config.attention_arch == attn_mod.AttentionArch.MLA,
@@ -602,6 +603,27 @@ def _configure(
         "patched": patched,
     }
     return report
+
+
+def _spec_aux_config(
+    aux_mod: SGLangObject, spec_mod: SGLangObject, server_args: SGLangObject,
+    model_config: SGLangObject, spec: SGLangObject, notes: list[str],
+) -> SGLangObject:
+    """The target's speculative-decoding config as ModelRunner resolves it (the draft's layer
+    count, which joins the target's cell size); a plain default without a speculative
+    algorithm.  The draft worker's own pool is not built here (it needs the draft
+    ModelRunner): with speculative decoding the report is the target's pools only."""
+    algorithm = spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
+    if algorithm.is_none():
+        return aux_mod.SpecAuxHiddenStateConfig()
+    notes.append(
+        "speculative decoding: the target's pools and budget (the draft's layers in its cell "
+        "size); the draft worker's pool, sharing the target's allocator, is not built here"
+    )
+    return aux_mod.resolve_spec_aux_hidden_state_config(
+        server_args=server_args, model_config=model_config, spec_algorithm=algorithm,
+        is_draft_worker=False,
+    )
 
 
 def _graph_settings(server_args: SGLangObject) -> dict[str, Any]:
