@@ -11,6 +11,7 @@ from typing import Literal
 from hisparse_plan.models.sglang_plan import SGLangHisparse
 from hisparse_plan.targets.sglang import dcp, radix, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
 from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
@@ -236,7 +237,7 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     mamba = ("" if sized.mamba_slots is None
              else f"; at most the Mamba slots // {sized.mamba_slots_per_request}")
     _trace_requests(sized.max_running_requests, sized.req_to_token, (
-        f"{given} given" if given is not None else
+        f"{given} given" + _shared(defaults) if given is not None else
         "SGLang's estimate int(tokens / context_length x 512), clamped to 2048..4096"
     ) + f", at most tokens // 2{mamba}", trace)
     hisparse = sized.hisparse
@@ -247,6 +248,11 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
                   f"(logical tokens // page {page} + 1) pages")
         trace.add(STAGE, RULE, "hisparse.hot_rows_per_request", hisparse.hot_rows_per_request,
                   f"device_buffer_size {hisparse.device_buffer_size} + page {page}")
+
+
+def _shared(defaults: Defaults) -> str:
+    groups = attn_dp_size(defaults.read.settings)
+    return f" over {groups} attention DP groups (// {groups})" if groups > 1 else ""
 
 
 def _trace_requests(requests: int, table: tuple[int, int], why: str, trace: Trace) -> None:
