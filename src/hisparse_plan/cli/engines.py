@@ -80,6 +80,9 @@ class Figures:
     """Every GPU's device pools (tp x pp x dp ranks)."""
     node_host_bytes: int | None = None
     """Every host pool's budget (HiSparse)."""
+    beside_pools_bytes: int | None = None
+    """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
+    the request-to-token table); None: not planned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,12 @@ def sglang_device_bytes(plan: SGLangPlan) -> int:
                if pool.location == "device")
 
 
+def sglang_request_table_bytes(plan: SGLangPlan) -> int:
+    """Bytes of SGLang's request-to-token table (int32), allocated beside the KV budget."""
+    table = plan.req_to_token
+    return table.shape[0] * table.shape[1] * 4
+
+
 def sglang_host_bytes(plan: SGLangPlan) -> int | None:
     host = [pool.size for pool in plan.pools if pool.location == "host"]
     return sum(host) if host else None
@@ -150,6 +159,7 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
         max_concurrency=result.capacity.max_concurrency,
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
+        beside_pools_bytes=sglang_request_table_bytes(result),
     )
 
 

@@ -54,7 +54,10 @@ def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> 
     if pool.name == "kv":
         return plan.max_total_num_tokens
     if pool.name == "index":
-        return plan.max_total_num_tokens if hisparse is None else hisparse.logical_tokens
+        if hisparse is not None:
+            return hisparse.logical_tokens
+        page = plan.page_size
+        return (plan.max_total_num_tokens + page) * plan.budget.dcp_size - page
     if pool.name == "hisparse_host" and hisparse is not None:
         return hisparse.host_tokens
     if pool.block_tokens == 1 and pool.allocation == "whole":  # Mamba state slots

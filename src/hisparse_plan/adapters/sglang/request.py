@@ -24,6 +24,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.kv_dtypes import KVDtype
+from hisparse_plan.targets.sglang.parallel import attn_tp_size
 
 SERVER_ARGS: Final[dict[str, str]] = {
     "page_size": "page_size",
@@ -39,6 +40,11 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "mamba_ssm_dtype": "mamba_ssm_dtype",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "tp_size": "tp_size",
+    "enable_dp_attention": "enable_dp_attention",
+    "dp_size": "dp_size",
+    "moe_a2a_backend": "moe_a2a_backend",
+    "disable_radix_cache": "disable_radix_cache",
+    "dcp_size": "dcp_size",
     "chunked_prefill_size": "chunked_prefill_size",
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
@@ -197,7 +203,8 @@ def request_from_server_args(
     gpu: Mapping[str, Any] | None = None,
 ) -> PlanRequest:
     """The request for a model (a config.json dict or path, or an architecture) served with
-    SGLang's `server_args` (`tp_size` splits the heads) on `memory`: either
+    SGLang's `server_args` (`tp_size` splits the heads, over `dp_size` groups with
+    `enable_dp_attention`) on `memory`: either
     `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
     server_args = mapping_argument(server_args, "server_args")
     memory = mapping_argument(memory, "memory")
@@ -221,7 +228,8 @@ def request_from_server_args(
     if available is None and engine.pre_model_load_free_bytes is None:
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
-    return sglang_request(arch, engine, tp=tp, available_bytes=available)
+    # With DP attention the heads split over one attention group's ranks, tp / dp.
+    return sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:

@@ -29,7 +29,8 @@ def server_args_mapping(server_args: object) -> dict[str, Any]:
     """The pool-moving arguments of an SGLang ServerArgs object, as a case's server_args:
     unset (None) ones omitted; the DSA backend from its prefill and decode backends (trtllm on
     either keeps raw rows, tilelang must run both); `disable_cuda_graph` as both graph
-    switches."""
+    switches; attention DP as enable_dp_attention with dp_size (a resolved ServerArgs
+    calls it attn_dp_size); an all-to-all backend other than deepep as none."""
     mapping = {key: getattr(server_args, key) for key in SAME_NAME
                if getattr(server_args, key, None) is not None}
     prefill = getattr(server_args, "dsa_prefill_backend", None)
@@ -38,6 +39,13 @@ def server_args_mapping(server_args: object) -> dict[str, Any]:
         mapping["dsa_backend"] = "trtllm"
     elif prefill == decode == "tilelang":
         mapping["dsa_backend"] = "tilelang"
+    attn_dp = getattr(server_args, "attn_dp_size", None)
+    if isinstance(attn_dp, int) and attn_dp > 1:
+        # A resolved ServerArgs keeps `--dp-size N --enable-dp-attention` as attn_dp_size N.
+        mapping["enable_dp_attention"], mapping["dp_size"] = True, attn_dp
+    if mapping.get("moe_a2a_backend") not in (None, "deepep"):
+        # Only DeepEP's buffers move SGLang's pools (its default fraction).
+        mapping["moe_a2a_backend"] = "none"
     if getattr(server_args, "disable_cuda_graph", False):
         mapping["disable_decode_cuda_graph"] = mapping["disable_prefill_cuda_graph"] = True
     if getattr(server_args, "enable_hisparse", False):

@@ -52,7 +52,7 @@ def _place(sized: Sized) -> Placed:
         store = row.dtype.store
         placed += latent_pool(latent.names, tokens, page, row.elements, store)
         if latent.is_dsa:
-            index_tokens = tokens if hisparse is None else hisparse.logical_tokens
+            index_tokens = sized.index_tokens if hisparse is None else hisparse.logical_tokens
             placed += index_pool(latent.index_names, index_tokens, page)
         if hisparse is not None:
             placed += hisparse_host_pool(latent.names, hisparse.host_tokens, page, row.elements,
