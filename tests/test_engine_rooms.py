@@ -30,8 +30,6 @@ KNOWN: dict[str, str] = {
                      "and both plan types, kept where callers import them (issue 25, item 6)",
     "hisparse_plan.checking.geometry": "checks vLLM state alignment with vLLM's own rule "
                                        "(targets/vllm/rules/states.py)",
-    "hisparse_plan.checking.meaning": "vLLM's group-meaning checks, not yet in checking/vllm/",
-    "hisparse_plan.checking.sizing": "vLLM's sizing checks, not yet in checking/vllm/",
     "hisparse_plan.checking.pools": "names vLLM's pools (models/pools.vllm_pool_name)",
     "hisparse_plan.cli.commands.capacity": "picks each engine's source, renderer and --compare "
                                            "itself; to route through cli/engines.py",
