@@ -1,8 +1,9 @@
 """Engine names stay in their rooms (docs/architecture.md#where-engine-names-may-appear): outside
 targets/, adapters/, a module or package named for one engine (`torch/vllm/`, `cli/sglang/`,
 `checking/sglang.py`, ...) and the per-engine registries, no code branches on an engine's name or
-imports an engine's module. Read from the code (ast), not its prose: a docstring, a comment or a
-`Literal["vllm"]` field type names an engine without branching on it."""
+imports an engine's module; and no engine's module imports another engine's. Read from the code
+(ast), not its prose: a docstring, a comment or a `Literal["vllm"]` field type names an engine
+without branching on it."""
 
 from __future__ import annotations
 
@@ -130,6 +131,20 @@ def findings(module: str, source: str, *, package: bool = False) -> list[str]:
     return [f"line {line}: {what}" for line, what in sorted(found)]
 
 
+def engines_of(module: str) -> set[str]:
+    """The engines a module's dotted name is named for."""
+    return {engine for engine in ENGINES for part in module.split(".")
+            if part == engine or part.startswith(f"{engine}_")}
+
+
+def crossings(module: str, source: str, *, package: bool = False) -> list[str]:
+    """The modules of another engine that one engine's module imports."""
+    mine = engines_of(module)
+    here = module if package else module.rpartition(".")[0]
+    return [name for node in ast.walk(ast.parse(source)) for name in _imported(node, here)
+            if name.startswith("hisparse_plan") and engines_of(name) - mine]
+
+
 def _modules() -> dict[str, tuple[str, bool]]:
     """Every module in src/: dotted name -> (its source, whether it is a package)."""
     modules: dict[str, tuple[str, bool]] = {}
@@ -149,6 +164,21 @@ def test_no_module_outside_the_rooms_names_an_engine() -> None:
         if found:
             unexpected[module] = found
     assert unexpected == {}
+
+
+def test_no_engine_module_imports_another_engines() -> None:
+    crossed = {module: found for module, (source, package) in _modules().items()
+               if len(engines_of(module)) == 1
+               and (found := crossings(module, source, package=package))}
+    assert crossed == {}
+
+
+def test_a_crossing_is_found() -> None:
+    source = ("from hisparse_plan.cli.engines import Figures\n"
+              "from hisparse_plan.cli.vllm.source import resolve_source\n"
+              "from hisparse_plan.models.sglang_plan import SGLangPlan\n")
+    assert crossings("hisparse_plan.cli.sglang.render", source) == [
+        "hisparse_plan.cli.vllm.source.resolve_source"]
 
 
 @pytest.mark.parametrize("module", sorted(KNOWN))
