@@ -1,6 +1,6 @@
 """Flags that describe the deployment around the cache (context guard, regular planning,
-pipeline stages, hardware, speculative decoding), kept apart from `source.py` so that each
-module stays one idea. `source.py` calls the two hooks below."""
+pipeline stages, hardware, speculative decoding), kept apart from `vllm/source.py` so that each
+module stays one idea. `vllm/source.py` calls the two hooks below."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.sglang_source import SGLANG_ONLY, resolve_sglang_source
-from hisparse_plan.cli.source import resolve_source
+from hisparse_plan.cli.sglang.source import SGLANG_ONLY, resolve_sglang_source
+from hisparse_plan.cli.vllm.source import resolve_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.operator.node import Ranks, node_figures
 from hisparse_plan.targets.sglang import plan_sglang

@@ -9,16 +9,16 @@ import json
 
 from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.compare import add_compare_arguments, run_compare
 from hisparse_plan.cli.deployment_args import sizing_from
 from hisparse_plan.cli.engines import Engine, Figures, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
-from hisparse_plan.cli.sglang_render import render_engines
-from hisparse_plan.cli.sglang_source import add_sglang_arguments
+from hisparse_plan.cli.sglang.render import render_engines
+from hisparse_plan.cli.sglang.source import add_sglang_arguments
 from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.compare import add_compare_arguments, run_compare
+from hisparse_plan.cli.vllm.source import (
     Source,
     add_output_arguments,
     add_settings_arguments,

@@ -9,19 +9,19 @@ from dataclasses import replace
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
 from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
-from hisparse_plan.cli.memory_render import (
+from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.sglang.render import render_sglang_plan
+from hisparse_plan.cli.sglang.source import add_sglang_arguments, resolve_sglang_source
+from hisparse_plan.cli.sizes import format_size
+from hisparse_plan.cli.vllm.memory_render import (
     gpu_title,
     memory_json,
     render_deployment,
     render_rank_memory,
 )
-from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
-from hisparse_plan.cli.render import Column, Renderer, concurrency
-from hisparse_plan.cli.serving import render_serving, serving_from
-from hisparse_plan.cli.sglang_render import render_sglang_plan
-from hisparse_plan.cli.sglang_source import add_sglang_arguments, resolve_sglang_source
-from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.regular_render import group_rows, render_regular_plan
+from hisparse_plan.cli.vllm.source import (
     Source,
     add_output_arguments,
     add_settings_arguments,

@@ -15,8 +15,8 @@ from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import settings_from
-from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
+from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
+from hisparse_plan.cli.vllm.source import settings_from
 from hisparse_plan.operator.deployments import (
     DEFAULT_GPUS,
     DEFAULT_KV_CACHE_DTYPES,
