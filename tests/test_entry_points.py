@@ -408,9 +408,10 @@ def test_an_unknown_key_nothing_like_a_field_is_left_to_validation() -> None:
 def test_settings_given_a_cli_spelling_names_its_own_field(key: str, meant: str) -> None:
     from hisparse_plan.presets import Settings
 
+    settings_cls: Any = Settings  # a keyword it does not take, on purpose
     with pytest.raises(hp.PlanError, match=(
         rf"Settings\.{key}: not a Settings field; did you mean {meant}\b.*expected one of")):
-        Settings(**{key: 1})
+        settings_cls(**{key: 1})
 
 
 def test_settings_errors_name_settings_fields() -> None:

@@ -16,8 +16,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import sglang
-from sglang.srt.server_args import ServerArgs
+import sglang  # type: ignore[import-not-found, unused-ignore]
+from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found, unused-ignore]
 
 from hisparse_plan.adapters.sglang import (
     pool_kwargs,
@@ -49,7 +49,8 @@ def sglang_class(name: str) -> type:
     for module_name in POOL_MODULES:
         module = importlib.import_module(module_name)
         if hasattr(module, name):
-            return getattr(module, name)
+            found: type = getattr(module, name)
+            return found
     raise SystemExit(f"FAIL: SGLang {sglang.__version__} has no pool class {name}")
 
 

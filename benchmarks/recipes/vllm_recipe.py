@@ -23,11 +23,11 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-import vllm
-from vllm.config import KVTransferConfig, ModelConfig, VllmConfig
-from vllm.config.attention import HiSparseConfig
-from vllm.v1.core import kv_cache_planning
-from vllm.v1.kv_cache_interface import FullAttentionSpec
+import vllm  # type: ignore[import-not-found, unused-ignore]
+from vllm.config import KVTransferConfig, ModelConfig, VllmConfig  # type: ignore[import-not-found, unused-ignore]
+from vllm.config.attention import HiSparseConfig  # type: ignore[import-not-found, unused-ignore]
+from vllm.v1.core import kv_cache_planning  # type: ignore[import-not-found, unused-ignore]
+from vllm.v1.kv_cache_interface import FullAttentionSpec  # type: ignore[import-not-found, unused-ignore]
 
 import hisparse_plan as hp
 from hisparse_plan.adapters.vllm import (

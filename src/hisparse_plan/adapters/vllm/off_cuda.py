@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -18,7 +19,7 @@ def hisparse_off_cuda(shared_host_pool: bool = False) -> Iterator[None]:
     """Within the block, vLLM's shared-host-pool question answers `shared_host_pool` (what the
     CUDA deployment being planned would answer: True for TP > 1 on 0.34's CUDA backend) instead
     of asking a platform that has no HiSparse backend. Restored on exit."""
-    layout = importlib.import_module("vllm.v1.hisparse.layout")
+    layout: Any = importlib.import_module("vllm.v1.hisparse.layout")
     saved = layout.use_shared_hisparse_host_pool
 
     def answer(vllm_config: object) -> bool:
