@@ -101,7 +101,7 @@ def refuse_path(value: object, where: str, what: str) -> None:
     ):
         raise PlanError(
             f"{where}: expected {what} or its JSON text, got a path ({os.fspath(value)!r}); "
-            f"read the file first: {where}(Path(...).read_text())", field=where,
+            f"read the file first and pass its text to {where}", field=where,
         )
 
 
