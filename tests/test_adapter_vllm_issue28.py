@@ -88,3 +88,21 @@ def test_kv_tp_replicas_is_filled_from_the_tp_size(case: str, replicas: int) -> 
     assert vs.canonical(ours) == vs.canonical(theirs)
     with pytest.raises(hp.PlanError, match="tensor_parallel_size: expected a positive integer"):
         to_kv_cache_config(plan, inputs.specs, tensor_parallel_size=0)
+
+
+def test_hisparse_off_cuda_answers_for_the_missing_backend() -> None:
+    """Off CUDA vLLM's shared-pool question raises; inside `hisparse_off_cuda` it answers the
+    given value, and the question is vLLM's own again after."""
+    import importlib
+
+    from hisparse_plan.adapters.vllm import hisparse_off_cuda
+
+    layout: Any = importlib.import_module("vllm.v1.hisparse.layout")
+    own = layout.use_shared_hisparse_host_pool
+    config = vs.base_config()
+    with pytest.raises(RuntimeError, match="does not support HiSparse"):
+        own(config)
+    for shared in (False, True):
+        with hisparse_off_cuda(shared_host_pool=shared):
+            assert layout.use_shared_hisparse_host_pool(config) is shared
+        assert layout.use_shared_hisparse_host_pool is own

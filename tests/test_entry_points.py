@@ -312,3 +312,112 @@ def test_report_for_case_answers_an_error_for_anything() -> None:
     for value in ODD_VALUES:
         answer = sglang_adapter.report_for_case(value)
         assert set(answer) == {"error"}, value
+
+
+# Near misses of what an entry point takes (issue 28, item 4): one PlanError each, naming what
+# was expected and what came, and the right spelling where there is one.
+
+SMALL_REQUEST = GOLDEN / "bf16_small_with_full_attention.request.json"
+
+
+def _small_request() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(SMALL_REQUEST.read_text())
+    return loaded
+
+
+@pytest.mark.parametrize("given", [SMALL_REQUEST, str(SMALL_REQUEST), "plans/mine.json"],
+                         ids=["Path", "existing file", "json name"])
+def test_load_plan_given_a_path_says_so(given: object) -> None:
+    with pytest.raises(hp.PlanError, match=r"load_plan: expected a plan .* got a path .*"
+                                           r"read the file first"):
+        hp.load_plan(given)  # type: ignore[arg-type]
+
+
+def test_plan_given_a_path_says_so() -> None:
+    with pytest.raises(hp.PlanError, match=r"plan: expected a PlanRequest.* got a path"):
+        hp.plan(SMALL_REQUEST)  # type: ignore[arg-type]
+
+
+def test_plan_takes_a_request_s_json_text() -> None:
+    """JSON text is read as its dict is (strictly: a key twice is refused)."""
+    text = SMALL_REQUEST.read_text()
+    assert hp.plan(text) == hp.plan(_small_request())
+    assert hp.plan_for_engine(text.encode()) == hp.plan(_small_request())
+    with pytest.raises(hp.PlanError, match="duplicate key"):
+        hp.plan('{"model": {}, "model": {}}')
+
+
+PRESET_WHERE: list[tuple[str, Callable[[Any], Any]]] = [
+    ("plan", hp.plan),
+    ("plan_for_engine", hp.plan_for_engine),
+    ("build_request", lambda preset: __import__("hisparse_plan.presets", fromlist=["x"])
+     .build_request(preset)),
+    ("config", lambda preset: sglang_adapter.request_from_server_args(
+        preset, {}, {"available_bytes": 2**30})),
+    ("config", lambda preset: sglang_adapter.request_from_sglang(
+        types.SimpleNamespace(), {"available_bytes": 2**30}, config=preset)),
+]
+
+
+@pytest.mark.parametrize(("where", "call"), PRESET_WHERE,
+                         ids=["plan", "plan_for_engine", "build_request",
+                              "request_from_server_args", "request_from_sglang"])
+def test_a_preset_where_its_architecture_goes_is_named(
+    where: str, call: Callable[[Any], Any]
+) -> None:
+    preset = load_preset("deepseek-v3.2")
+    with pytest.raises(hp.PlanError, match=(
+        rf"{where}: expected .*, got the preset 'deepseek-v3.2' \(Preset\); pass .*"
+        r"load_preset\('deepseek-v3.2'\)\.architecture")):
+        call(preset)
+    # the architecture itself is what they take
+    if where == "build_request":
+        assert call(preset.architecture) is not None
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("--gpu-mem", "device.available_bytes"),
+    ("gpu_memory_utilization", "device.available_bytes"),
+    ("max_model_len", "model.max_model_len"),
+    ("kv-cache-layout", "device.kv_cache_layout"),
+    ("max_num_batched_tokens", "scheduler.max_num_batched_tokens"),
+    ("devices", "device"),
+])
+def test_a_cli_spelling_in_a_request_dict_names_the_field(key: str, meant: str) -> None:
+    request = _small_request() | {key: 1}
+    for planner in (hp.plan, hp.plan_for_engine):
+        with pytest.raises(hp.PlanError, match=(
+            rf"'{re.escape(key)}': not a field of a plan request; did you mean "
+            rf"{re.escape(meant)}\b")) as caught:
+            planner(request)
+        assert caught.value.field == key
+
+
+def test_an_unknown_key_nothing_like_a_field_is_left_to_validation() -> None:
+    with pytest.raises(ValidationError, match="zzz_unrelated"):
+        hp.plan(_small_request() | {"zzz_unrelated": 1})
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("gpu_memory_utilization", "gpu_mem_bytes"),
+    ("gpu_mem", "gpu_mem_bytes"),
+    ("tensor_parallel_size", "tp"),
+    ("kv_cache_dtype", "kv_dtype"),
+    ("max_model_lne", "max_model_len"),
+])
+def test_settings_given_a_cli_spelling_names_its_own_field(key: str, meant: str) -> None:
+    from hisparse_plan.presets import Settings
+
+    settings_cls: Any = Settings  # a keyword it does not take, on purpose
+    with pytest.raises(hp.PlanError, match=(
+        rf"Settings\.{key}: not a Settings field; did you mean {meant}\b.*expected one of")):
+        settings_cls(**{key: 1})
+
+
+def test_settings_errors_name_settings_fields() -> None:
+    from hisparse_plan.presets import Settings
+
+    with pytest.raises(hp.PlanError, match=r"Settings\.gpu_mem_bytes: expected an integer >= 0"
+                       ) as caught:
+        Settings(gpu_mem_bytes=-1)
+    assert "available_bytes" not in str(caught.value)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models.entry_input import refuse_path
 from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
 from hisparse_plan.models.plan import KVCachePlan
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -17,9 +18,11 @@ Plan = KVCachePlan | SGLangPlan
 def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
     """A plan from its JSON text or dict: `engine` "sglang" gives an `SGLangPlan`, anything
     else (a version 1 plan has no `engine`) a `KVCachePlan`. JSON text is read strictly: a key
-    named twice, or nesting past MAX_DEPTH, is refused."""
+    named twice, or nesting past MAX_DEPTH, is refused. A path (a Path, or a string naming a
+    .json file) is refused saying so: read the file and pass its text."""
     if isinstance(data, KVCachePlan | SGLangPlan):
         return data
+    refuse_path(data, "load_plan", "a plan (a dict)")
     if isinstance(data, str | bytes):
         try:
             data = load_json_object(data, what="plan", max_depth=MAX_DEPTH)

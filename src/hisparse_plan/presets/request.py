@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.entry_input import refuse_preset
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.deepseek_v4_request import build_deepseek_v4_request
 from hisparse_plan.presets.errors import ConfigError
@@ -43,6 +44,10 @@ Architecture = ModelArchitecture | RegularArchitecture
 
 def build_request(arch: Architecture, settings: Settings = NO_SETTINGS) -> PlanRequest:
     """A request for `arch`: the preset defaults overlaid with `settings`."""
+    refuse_preset(arch, "build_request", "a model architecture")
+    if not isinstance(settings, Settings):
+        raise ConfigError(f"build_request: expected Settings, got {type(settings).__name__}",
+                          field="settings")
     if isinstance(arch, RegularArchitecture):
         if arch.compressed_mla:
             return build_deepseek_v4_request(arch, settings)

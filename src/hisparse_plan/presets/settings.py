@@ -3,12 +3,14 @@ model shares (model, device with its pipeline stages, scheduler)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from hisparse_plan.models import KVCacheLayout, SchedulerConfig
 from hisparse_plan.models.base import GIB
+from hisparse_plan.models.entry_input import did_you_mean
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import KVDtype
 from hisparse_plan.presets.stages import stage_layers
@@ -104,6 +106,47 @@ def _check_int(where: str, field: str, value: object, least: int) -> None:
     if value < least:
         raise ConfigError(f"{where}: expected an integer >= {least}, got {value}", field=field)
 
+
+SETTINGS_SPELLINGS: Final[dict[str, str]] = {
+    "gpu_mem": "gpu_mem_bytes",
+    "gpu_memory_utilization": "gpu_mem_bytes (bytes for the KV cache, not a fraction)",
+    "kv_cache_memory_bytes": "gpu_mem_bytes",
+    "host_pool_gib": "host_pool_bytes (bytes)",
+    "host_pool": "host_pool_bytes",
+    "kv_cache_dtype": "kv_dtype",
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "decode_context_parallel_size": "dcp",
+    "num_speculative_tokens": "spec_tokens",
+    "kv_cache_layout": "layout",
+    "enable_prefix_caching": "prefix_caching",
+    "enable_hisparse": "hisparse",
+    "max_num_seqs": "max_concurrent_batches",
+}
+"""The CLI's and vLLM's names for a Settings field, normalized (see `normal_key`)."""
+
+
+def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
+    """Settings' generated __init__, with a keyword it does not take refused as a ConfigError
+    naming the field meant (a CLI or vLLM spelling), instead of Python's TypeError."""
+
+    @functools.wraps(init)
+    def checked(self: Settings, *args: object, **kwargs: object) -> None:
+        names = [f.name for f in fields(Settings)]
+        for key in kwargs:
+            if key not in names:
+                hint = did_you_mean(key, SETTINGS_SPELLINGS, names)
+                meant = f"did you mean {hint}? " if hint else ""
+                raise ConfigError(
+                    f"Settings.{key}: not a Settings field; {meant}(expected one of "
+                    f"{', '.join(names)})", field=key,
+                )
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+Settings.__init__ = _checked_init(Settings.__init__)  # type: ignore[method-assign]
 
 NO_SETTINGS: Final = Settings()
 """Nothing chosen: every default."""

@@ -12,6 +12,7 @@ from typing import Final, Protocol, cast
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.any_plan import Plan
+from hisparse_plan.models.entry_input import request_argument
 from hisparse_plan.targets.trace import Trace
 
 
@@ -65,9 +66,9 @@ def target(name: str) -> Target:
     return cast(Target, import_module(package))
 
 
-def plan_for_engine(request: PlanRequest | Mapping[str, object]) -> Plan:
+def plan_for_engine(request: PlanRequest | Mapping[str, object] | str | bytes) -> Plan:
     """The plan of the engine the request names: vLLM's `KVCachePlan` without `engine`,
-    SGLang's `SGLangPlan` with `engine.name` "sglang". A mapping is validated first."""
-    validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
-        request)
+    SGLang's `SGLangPlan` with `engine.name` "sglang". A mapping or JSON text is validated
+    first."""
+    validated = request_argument(request, "plan_for_engine")
     return target(engine_name(validated)).plan(validated)

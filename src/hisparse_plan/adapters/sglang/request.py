@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.entry_input import refuse_preset
 from hisparse_plan.models.json_input import MAX_DEPTH, excerpt, load_json_object
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
@@ -187,6 +188,7 @@ def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
     """A case's model: its config.json dict, or a path to one (relative to the working
     directory), read as the project reads any config.json (`untrusted_json`: a regular file
     of bounded size, UTF-8, no key twice)."""
+    refuse_preset(config, "config", "a config.json dict, a path to one, or an architecture")
     if isinstance(config, Mapping):
         return model_from_config(config, origin="config")
     if not isinstance(config, str | Path):

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from hisparse_plan.adapters.vllm.kv_cache_config import to_kv_cache_config, to_kv_cache_configs
+from hisparse_plan.adapters.vllm.off_cuda import hisparse_off_cuda
 from hisparse_plan.adapters.vllm.settings import (
     EngineSettings,
     HisparseSettings,
@@ -31,6 +32,7 @@ __all__ = [
     "PLUGIN_SWITCH",
     "EngineSettings",
     "HisparseSettings",
+    "hisparse_off_cuda",
     "install_builder",
     "register",
     "request_dict",

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Final
 
 from hisparse_plan.models.base import built_for
+from hisparse_plan.models.entry_input import request_argument
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang.place import place
@@ -61,8 +62,7 @@ def plan_traced(request: PlanRequest | Mapping[str, object]) -> TracedPlan:
 
 
 def _run(request: PlanRequest | Mapping[str, object], trace: Trace) -> TracedPlan:
-    validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
-        request)
+    validated = request_argument(request, "plan_sglang")
     with built_for(None, "the SGLang plan"):
         return _stages(validated, trace)
 

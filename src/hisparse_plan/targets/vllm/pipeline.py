@@ -32,6 +32,7 @@ from hisparse_plan.models import (
     spec_key,
 )
 from hisparse_plan.models.base import built_for
+from hisparse_plan.models.entry_input import request_argument
 from hisparse_plan.models.pools import Pool, vllm_pool_name
 from hisparse_plan.rules.arith import require_int64
 from hisparse_plan.targets.trace import Trace
@@ -66,26 +67,27 @@ class TracedPlan:
     trace: Trace
 
 
-def plan(request: PlanRequest | Mapping[str, object]) -> KVCachePlan:
+def plan(request: PlanRequest | Mapping[str, object] | str | bytes) -> KVCachePlan:
     """Decide groups, pools, strides and offsets for `request`.
 
-    A mapping is validated first (pydantic's ValidationError for a malformed one); a request
-    that cannot be planned raises `PlanError`.
+    A mapping, or its JSON text, is validated first (pydantic's ValidationError for a malformed
+    one; a path, a preset or a CLI spelling of a field is a PlanError saying what to pass); a
+    request that cannot be planned raises `PlanError`.
     """
     validated = _validated(request)
     with built_for(None, "the plan"):  # models built from a valid request: PlanError only
         return _run(validated, Trace()).plan
 
 
-def plan_traced(request: PlanRequest | Mapping[str, object]) -> TracedPlan:
+def plan_traced(request: PlanRequest | Mapping[str, object] | str | bytes) -> TracedPlan:
     """The plan with every stage's decisions and their reasons."""
     validated = _validated(request)
     with built_for(None, "the plan"):
         return _run(validated, Trace(enabled=True))
 
 
-def _validated(request: PlanRequest | Mapping[str, object]) -> PlanRequest:
-    return request if isinstance(request, PlanRequest) else PlanRequest.model_validate(request)
+def _validated(request: PlanRequest | Mapping[str, object] | str | bytes) -> PlanRequest:
+    return request_argument(request, "plan")
 
 
 def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
