@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# Test tensors are a few MiB: torch's worker threads only fight for the cores (a file of CPU
+# verify runs took minutes beside other work instead of seconds). Read when torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -4,7 +4,12 @@ put together from the finished values of the stages before."""
 from __future__ import annotations
 
 from hisparse_plan.models.plan import Capacity
-from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangDeepSeekV4, SGLangPlan
+from hisparse_plan.models.sglang_plan import (
+    SGLangBudget,
+    SGLangDeepSeekV4,
+    SGLangHisparse,
+    SGLangPlan,
+)
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
@@ -31,16 +36,8 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         logical=None if hisparse is None else hisparse.logical_tokens,
         hot_rows=None if hisparse is None else hisparse.hot_rows_per_request,
     )
-    capacity = sglang_capacity(tokens)
-    if trace.enabled:
-        _trace_capacity(tokens, capacity, trace)
-    return SGLangPlan(
-        pools=list(placed.pools),
-        tensors=list(placed.tensors),
-        page_size=page,
-        max_total_num_tokens=sized.tokens,
-        max_running_requests=sized.max_running_requests,
-        req_to_token=req_to_token_view(*sized.req_to_token),
+    return _plan(
+        placed, tokens, trace, sized.tokens, sized.req_to_token,
         budget=SGLangBudget(
             available_bytes=sized.available_bytes,
             cell_size_bytes=sized.cell.total,
@@ -50,7 +47,6 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             swa_sized_for_requests=sized.swa_sized_for_requests,
         ),
         hisparse=hisparse,
-        capacity=capacity,
     )
 
 
@@ -62,16 +58,8 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         max_running_requests=sized.max_running_requests, full=sizes.full, swa=sizes.swa,
         window=model.window,
     )
-    capacity = sglang_capacity(tokens)
-    if trace.enabled:
-        _trace_capacity(tokens, capacity, trace)
-    return SGLangPlan(
-        pools=list(placed.pools),
-        tensors=list(placed.tensors),
-        page_size=page,
-        max_total_num_tokens=sizes.full,
-        max_running_requests=sized.max_running_requests,
-        req_to_token=req_to_token_view(*sized.req_to_token),
+    return _plan(
+        placed, tokens, trace, sizes.full, sized.req_to_token,
         budget=SGLangBudget(
             available_bytes=sized.available_bytes, cell_size_bytes=sized.coefficient,
             mem_fraction_static=sized.mem_fraction_static,
@@ -88,7 +76,24 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             bytes_per_full_token=sized.coefficient,
             fixed_bytes=sized.fixed_bytes,
         ),
-        capacity=capacity,
+    )
+
+
+def _plan(
+    placed: Placed, tokens: PoolTokens, trace: Trace, max_total_num_tokens: int,
+    req_to_token: tuple[int, int], *, budget: SGLangBudget,
+    hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
+) -> SGLangPlan:
+    """The plan of the placed pools, with the capacity the pool tokens give."""
+    capacity = sglang_capacity(tokens)
+    if trace.enabled:
+        _trace_capacity(tokens, capacity, trace)
+    return SGLangPlan(
+        pools=list(placed.pools), tensors=list(placed.tensors), page_size=tokens.page_size,
+        max_total_num_tokens=max_total_num_tokens,
+        max_running_requests=tokens.max_running_requests,
+        req_to_token=req_to_token_view(*req_to_token), budget=budget, hisparse=hisparse,
+        deepseek_v4=deepseek_v4, capacity=capacity,
     )
 
 
