@@ -7,10 +7,11 @@ one contiguous copy of the same bytes, and the time to build and prove the progr
 
 Descriptors: each prefill (vLLM, no HiSparse, 80 GiB of KV, in each of the layouts that pack
 latent rows beside index keys) moves one request to vLLM with HiSparse (index keys in the GPU
-pool, in each block-outermost layout, the only ones that pack its pages; latent rows in the pinned host pool, which is layer-outermost whatever
-the layout), to vLLM without HiSparse in the prefill's layout, and to SGLang (per-layer
-buffers, 656-byte fp8 rows). The request's blocks are one run on each side, so every figure
-is the cost per contiguous run of blocks (a request split in R runs costs R times as much).
+pool, in each block-outermost layout, the only ones that pack its pages; latent rows in the
+pinned host pool, layer-outermost whatever the layout), to vLLM without HiSparse in the
+prefill's layout, and to SGLang (per-layer buffers, 656-byte fp8 rows). The request's blocks
+are one run on each side, so every figure is the cost per contiguous run of blocks (a request
+split in R runs costs R times as much).
 `rows` is what the program lists, `descriptors` the contiguous copies NIXL posts (a row
 whose chunks follow one another is one, any other row one per chunk).
 
@@ -171,7 +172,8 @@ def decode_process(destination: list[RankRegions], scratch: int, pipe: Connectio
     pipe.send(_digest(regions))
 
 
-def _post_timed(agent: Any, local: Any, remote: Any, peer: str, repeat: int) -> float:
+def _post_timed(agent: Any, local: object, remote: object, peer: str,  # noqa: ANN401
+                repeat: int) -> float:
     """Median seconds from transfer() to DONE over `repeat` posts, after one warm-up."""
     samples = []
     for _ in range(repeat + 1):

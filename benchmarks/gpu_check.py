@@ -708,7 +708,7 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
             written = byte_mask(region, rows)
             # The request's pages as the decode's views place them: a hot or resident page,
             # or another request's, is in none of these blocks.
-            pages = [(view.storage_offset() + block * view.stride(0), list(view.shape[1:]),
+            pages = [(int(view.storage_offset()) + block * view.stride(0), list(view.shape[1:]),
                       list(view.stride()[1:]))
                      for name, fact in layers.items() for view in [views[name]]
                      if view.untyped_storage().data_ptr() == region.untyped_storage().data_ptr()

@@ -55,7 +55,7 @@ def test_torch_posts_into_pools_allocate_made() -> None:
     source, _, expected, allowed = oracle(src, dst, program.request, program)
     written = buffers(program.destination, fill=0)
     reference_execute(program, source, written)
-    with allocate(dst.plans[0], device="cpu", pin=False) as pools:  # type: ignore[call-overload]
+    with allocate(dst.plans[0], device="cpu", pin=False) as pools:
         regions = transfer_regions(pools, program.destination[0])
         assert sorted(regions) == sorted(written)
         for tensor in regions.values():
@@ -70,8 +70,8 @@ def test_torch_posts_into_pools_allocate_made() -> None:
 
 
 def test_torch_refuses_a_missing_or_short_region() -> None:
-    src, dst, program = pair(deepseek_plan(hisparse=False, layers=2),
-                             deepseek_plan(hisparse=False, layers=2), 100)
+    *_, program = pair(deepseek_plan(hisparse=False, layers=2),
+                       deepseek_plan(hisparse=False, layers=2), 100)
     source = tensors(buffers(program.source))
     destination = tensors(buffers(program.destination))
     (key,) = destination
