@@ -1,48 +1,74 @@
-"""Transfer programs for one long request (issue 29): descriptors per request and the time to
-build and prove the program, for DeepSeek-V3.2 and GLM-5, per layout of the prefill's pool.
+"""Transfer programs for one long request (issue 29), in one run: descriptors per request for
+DeepSeek-V3.2 and GLM-5 per layout of the pools, NIXL loopback bandwidth of a program against
+one contiguous copy of the same bytes, and the time to build and prove the program for a
+163,840-token request against the transfer's own time.
 
-    .venv/bin/python benchmarks/bench_transfer.py [--tokens N] [--repeat K]
+    .venv/bin/python benchmarks/bench_transfer.py [--tokens N] [--repeat K] [--nixl-tokens N]
 
-Each prefill (vLLM, no HiSparse, 80 GiB of KV, one of the layouts that pack latent rows
-beside index keys) moves one request to three decodes: vLLM with HiSparse (index keys on the
-GPU in BLNHC, latent rows in the layer-outermost pinned host pool), vLLM without HiSparse in
-the prefill's layout, and SGLang (per-layer buffers, 656-byte fp8 rows). The request's blocks
-are one run on each side, runs of 16 blocks, or shuffled. `rows` is what the program lists,
-`descriptors` the contiguous copies (what NIXL posts: a row whose chunks follow one another
-is one, any other row one per chunk), each also per run of consecutive blocks (the request's
-runs: the more fragmented side's). Build and prove are the medians of `--repeat` runs.
+Descriptors: each prefill (vLLM, no HiSparse, 80 GiB of KV, in each of the layouts that pack
+latent rows beside index keys) moves one request to vLLM with HiSparse (index keys in the GPU
+pool, in each block-outermost layout, the only ones that pack its pages; latent rows in the
+pinned host pool, layer-outermost whatever the layout), to vLLM without HiSparse in the
+prefill's layout, and to SGLang (per-layer buffers, 656-byte fp8 rows). The request's blocks
+are one run on each side, so every figure is the cost per contiguous run of blocks (a request
+split in R runs costs R times as much).
+`rows` is what the program lists, `descriptors` the contiguous copies NIXL posts (a row
+whose chunks follow one another is one, any other row one per chunk).
+
+Bandwidth: two processes on this machine (DRAM to DRAM over UCX, nixl-cu12): the decode
+registers its regions, the prefill posts the program with the NIXL executor, then the same
+total bytes as one contiguous descriptor; each timed from transfer() to DONE (medians of
+`--repeat` after a warm-up), the program's bytes checked against the reference executor.
+
+Build and prove: DeepSeek-V3.2 BLNHC prefill to vLLM HiSparse, 163,840 tokens, in runs of 16
+blocks (fragmented as a serving prefill's free list is), against that program's bytes over
+the measured program bandwidth.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import multiprocessing
+import os
 import random
 import statistics
 import time
 from collections.abc import Callable
 from itertools import pairwise
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
 
 import hisparse_plan as hp
 from hisparse_plan.exchange.transfer import (
     Instance,
+    RankRegions,
     TransferProgram,
     TransferRequest,
     build_transfer,
     check_transfer,
     tables,
 )
+from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.presets import Settings, build_request, load_preset
 
 GIB = 2**30
 LAYOUTS = (KVCacheLayout.BLNHC, KVCacheLayout.BLHNC, KVCacheLayout.LBNHC, KVCacheLayout.LBHNC)
+HISPARSE_LAYOUTS = LAYOUTS[:2]
+"""A HiSparse device pool packs index keys of 13 page sizes in one block: block-outermost only."""
+SCRATCH = (0, "contiguous")
 Blocks = Callable[[Plan, int], dict[str, list[int]]]
 
 
-def vllm(model: str, layout: KVCacheLayout, hisparse: bool) -> Plan:
-    settings = Settings(layout=layout, gpu_mem_bytes=80 * GIB, hisparse=hisparse,
-                        host_pool_bytes=400 * GIB if hisparse else None)
+def vllm(model: str, layout: KVCacheLayout, hisparse: bool, kv_bytes: int = 80 * GIB,
+         host_bytes: int = 400 * GIB, max_model_len: int | None = None) -> Plan:
+    settings = Settings(layout=layout, gpu_mem_bytes=kv_bytes, hisparse=hisparse,
+                        host_pool_bytes=host_bytes if hisparse else None,
+                        max_model_len=max_model_len)
     return hp.plan(build_request(load_preset(model).architecture, settings))
 
 
@@ -101,34 +127,162 @@ def _runs(ids: list[int]) -> int:
     return 1 + sum(1 for a, b in pairwise(ids) if b != a + 1)
 
 
+def descriptor_table(tokens: int) -> None:
+    print(f"\n## Descriptors per request ({tokens:,} tokens, blocks one run on each side: "
+          "figures are per contiguous run of blocks)")
+    print(f"{'model':<14} {'prefill':<7} {'decode':<30} {'rows':>6} {'descriptors':>11} "
+          f"{'bytes/descr':>11} {'GiB':>6}")
+    for model in ("deepseek-v3.2", "glm-5"):
+        other = sglang(model)
+        hisparse = {layout: vllm(model, layout, True) for layout in HISPARSE_LAYOUTS}
+        for layout in LAYOUTS:
+            prefill = vllm(model, layout, False)
+            decodes = [(f"vLLM HiSparse, device {device.value}", plan)
+                       for device, plan in hisparse.items()]
+            decodes += [("vLLM, same layout", prefill), ("SGLang per-layer", other)]
+            for name, destination in decodes:
+                program, _, _, _ = measure(prefill, destination, in_runs(None), tokens, 1)
+                print(f"{model:<14} {layout.value:<7} {name:<30} {len(program.rows):>6} "
+                      f"{program.descriptors:>11} {program.bytes // program.descriptors:>11} "
+                      f"{program.bytes / GIB:>6.2f}", flush=True)
+
+
+def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
+    return {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
+
+
+def _digest(regions: Buffers) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(regions):
+        if key != SCRATCH:
+            digest.update(regions[key].tobytes())
+    return digest.hexdigest()
+
+
+def decode_process(destination: list[RankRegions], scratch: int, pipe: Connection) -> None:
+    """Hold the decode's regions (random bytes, seed 2) and a scratch region, registered with
+    NIXL; after the prefill's transfers, send back a digest of the regions."""
+    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+
+    regions = buffers(destination, fill=None, seed=2)
+    regions[SCRATCH] = np.zeros(scratch, dtype=np.uint8)
+    side = endpoint("decode", _addresses(regions))
+    pipe.send((side.metadata, _addresses(regions)))
+    pipe.recv()
+    pipe.send(_digest(regions))
+
+
+def _post_timed(agent: Any, local: object, remote: object, peer: str,  # noqa: ANN401
+                repeat: int) -> float:
+    """Median seconds from transfer() to DONE over `repeat` posts, after one warm-up."""
+    samples = []
+    for _ in range(repeat + 1):
+        handle = agent.initialize_xfer("WRITE", local, remote, peer, b"bench")
+        started = time.perf_counter()
+        state = agent.transfer(handle)
+        while state == "PROC":
+            state = agent.check_xfer_state(handle)
+        samples.append(time.perf_counter() - started)
+        if state != "DONE":
+            raise RuntimeError(f"NIXL reported the transfer as {state}")
+        agent.release_xfer_handle(handle)
+    return statistics.median(samples[1:])
+
+
+def bandwidth(tokens: int, repeat: int) -> tuple[float, float]:
+    """GB/s of DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse's program and of one contiguous
+    copy of its bytes, NIXL between two processes."""
+    from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint
+
+    # Pools sized to the request (a latent row and index key per layer per token; HiSparse's
+    # device pool also keeps hot pages for every sequence), so both processes hold them.
+    row = 61 * 800
+    source_plan = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, False, kv_bytes=tokens * row * 9 // 8,
+                       max_model_len=tokens)
+    destination_plan = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, True,
+                            kv_bytes=tokens * 64_000 + GIB // 4, host_bytes=tokens * row * 9 // 8,
+                            max_model_len=tokens)
+    src, dst = Instance([source_plan]), Instance([destination_plan])
+    blocks = in_runs(None)
+    request = TransferRequest(num_tokens=tokens, source_blocks=blocks(source_plan, tokens),
+                              destination_blocks=blocks(destination_plan, tokens))
+    program = build_transfer(src, dst, request)
+    check_transfer(program, src, dst)
+    source = buffers(program.source, fill=None, seed=1)
+    source[SCRATCH] = np.frombuffer(os.urandom(program.bytes), dtype=np.uint8)
+    expected = buffers(program.destination, fill=None, seed=2)
+    execute(program, source, expected)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=decode_process,
+                            args=(program.destination, program.bytes, theirs))
+    child.start()
+    try:
+        metadata, remote_addresses = ours.recv()
+        side = endpoint("prefill", _addresses(source))
+        peer = side.agent.add_remote_agent(metadata)
+        local_descs, remote_descs = descriptors(program, _addresses(source), remote_addresses)
+        agent, kind = side.agent, side.mem_type
+        program_s = _post_timed(agent, agent.get_xfer_descs(local_descs, kind),
+                                agent.get_xfer_descs(remote_descs, kind), peer, repeat)
+        one = np.array([[source[SCRATCH].ctypes.data, program.bytes, 0]], dtype=np.uint64)
+        there = np.array([[remote_addresses[SCRATCH][0], program.bytes, 0]], dtype=np.uint64)
+        contiguous_s = _post_timed(agent, agent.get_xfer_descs(one, kind),
+                                   agent.get_xfer_descs(there, kind), peer, repeat)
+        ours.send("done")
+        verified = ours.recv() == _digest(expected)
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.terminate()
+    gbps, one_gbps = program.bytes / program_s / 1e9, program.bytes / contiguous_s / 1e9
+    print(f"\n## NIXL loopback (two processes, DRAM to DRAM over UCX), DeepSeek-V3.2 BLNHC "
+          f"prefill -> vLLM HiSparse, {tokens:,} tokens, medians of {repeat}")
+    print(f"program:    {program.bytes / 1e6:9.1f} MB in {len(local_descs):,} descriptors "
+          f"({program.bytes // len(local_descs):,} B each): {program_s * 1e3:8.1f} ms, "
+          f"{gbps:6.2f} GB/s; bytes {'verified' if verified else 'WRONG'}")
+    print(f"contiguous: {program.bytes / 1e6:9.1f} MB in 1 descriptor: "
+          f"{contiguous_s * 1e3:8.1f} ms, {one_gbps:6.2f} GB/s")
+    print(f"program / contiguous bandwidth: {gbps / one_gbps:.2f}")
+    if not verified:
+        raise SystemExit("the program's bytes did not land where the reference executor puts them")
+    return gbps, one_gbps
+
+
+def build_and_prove(tokens: int, repeat: int, gbps: float | None) -> None:
+    prefill = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, False)
+    decode = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, True)
+    program, build, prove, runs = measure(prefill, decode, in_runs(16), tokens, repeat)
+    print(f"\n## Build and prove against the transfer, DeepSeek-V3.2 BLNHC prefill -> vLLM "
+          f"HiSparse, {tokens:,} tokens in {runs} runs of 16 blocks, medians of {repeat}")
+    print(f"rows {len(program.rows):,}, descriptors {program.descriptors:,}, "
+          f"{program.bytes / 1e9:.2f} GB")
+    print(f"build {build * 1e3:.0f} ms, prove {prove * 1e3:.0f} ms, "
+          f"together {(build + prove) * 1e3:.0f} ms")
+    if gbps is not None:
+        moving = program.bytes / (gbps * 1e9)
+        print(f"transfer at the measured program bandwidth ({gbps:.2f} GB/s): "
+              f"{moving * 1e3:.0f} ms; build + prove = {(build + prove) / moving:.2f} x the "
+              "transfer's own time")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=163840)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--blocks", default="one run,runs 16,shuffled",
-                        help="which block patterns, comma-separated")
+    parser.add_argument("--nixl-tokens", type=int, default=8192,
+                        help="tokens of the request moved over NIXL (its pools are sized "
+                        "to it: both processes hold them in DRAM)")
+    parser.add_argument("--no-nixl", action="store_true", help="skip the NIXL section")
     args = parser.parse_args()
-    print(f"{'model':<14} {'prefill':<7} {'decode':<14} {'blocks':<9} {'rows':>7} "
-          f"{'per run':>8} {'descriptors':>11} {'per run':>8} {'GiB':>6} {'build':>9} "
-          f"{'prove':>9}")
-    for model in ("deepseek-v3.2", "glm-5"):
-        hisparse, other = vllm(model, KVCacheLayout.BLNHC, True), sglang(model)
-        for layout in LAYOUTS:
-            prefill = vllm(model, layout, False)
-            decodes = (("vLLM HiSparse", hisparse), ("vLLM same", prefill), ("SGLang", other))
-            for decode_name, destination in decodes:
-                patterns = (("one run", in_runs(None)), ("runs 16", in_runs(16)),
-                            ("shuffled", in_runs(None, shuffle=True)))
-                for blocks_name, blocks in patterns:
-                    if blocks_name not in args.blocks.split(","):
-                        continue
-                    program, build, prove, runs = measure(prefill, destination, blocks,
-                                                          args.tokens, args.repeat)
-                    print(f"{model:<14} {layout.value:<7} {decode_name:<14} {blocks_name:<9} "
-                          f"{len(program.rows):>7} {len(program.rows) / runs:>8.1f} "
-                          f"{program.descriptors:>11} {program.descriptors / runs:>8.1f} "
-                          f"{program.bytes / GIB:>6.2f} {build * 1e3:>7.0f}ms "
-                          f"{prove * 1e3:>7.0f}ms", flush=True)
+    started = time.perf_counter()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
+    descriptor_table(args.tokens)
+    gbps = None if args.no_nixl else bandwidth(args.nixl_tokens, args.repeat)[0]
+    build_and_prove(args.tokens, args.repeat, gbps)
+    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"whole run {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

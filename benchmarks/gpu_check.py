@@ -2,7 +2,8 @@
 
     python benchmarks/gpu_check.py [--host-gib 8] [--device-gib 8] [--device cuda:0]
 
-Without CUDA it only answers --help (exit 2 otherwise); importing it needs torch, not a GPU.
+Without CUDA it only answers --help or --device cpu (exit 2 otherwise); importing it needs
+torch, not a GPU.
 
 Prints one line per check and exits 1 at the first failure (2 without CUDA); with
 --keep-going every section runs and the failed ones are counted at the end:
@@ -41,6 +42,16 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
    with the plan's shapes, strides and dtypes, a slot written through SGLang's tensor read back
    through it and as the plan's bytes of that slot (its neighbours untouched), every page and
    slot verified.
+15. A transfer from a prefill to a HiSparse decode: DeepSeek-V3.2 (vLLM, BLNHC) without
+   HiSparse on the GPU, one 3,000-token request in one-block runs moved with the torch
+   executor (hisparse_plan.torch.transfer) into a HiSparse decode's device pool (index keys)
+   and pinned host pool (latent rows), both allocated with allocate(pin=True); the program
+   built and proved first; every token of every layer read back through the decode's views
+   against the prefill's; no byte outside the program's rows changed; every row inside the
+   request's pages as the decode's views place them (hot and resident pages are in others).
+
+--device cpu runs only the sections that need no GPU (15 without pinning, and the meta
+check): a dry run of their code. --only NAME,... runs the named sections.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ import argparse
 import copy
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -72,6 +84,7 @@ from hisparse_plan.torch import (
     host_pool_bytes,
     host_trains,
     meta_check,
+    transfer_regions,
     verify,
 )
 from hisparse_plan.torch.hostmem.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_crossing
@@ -85,6 +98,8 @@ from hisparse_plan.views import plan_views
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
 GOLDEN = Path(__file__).resolve().parent.parent / "tests/golden"
 GIB = 2**30
+CPU_SECTIONS = frozenset({"transfer", "meta"})
+"""The sections that also run with --device cpu (a dry run without pinning)."""
 ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
 
 
@@ -582,6 +597,129 @@ def sglang_mamba(device: str) -> None:
               f"{report.bytes / 1e6:.1f} MB in {report.seconds:.2f} s")
 
 
+# ---- 15. a transfer from a prefill plan on the GPU to a HiSparse decode plan ---------------
+def transfer_plans(device_bytes: int, host_bytes: int, tokens: int
+                   ) -> tuple[hp.KVCachePlan, hp.KVCachePlan]:
+    """DeepSeek-V3.2 in vLLM's BLNHC: a prefill without HiSparse and a HiSparse decode (index
+    keys in the device pool, latent rows in the pinned host pool), both admitting `tokens`."""
+    from hisparse_plan.models import KVCacheLayout
+    from hisparse_plan.presets import Settings, build_request, load_preset
+
+    plans = []
+    for hisparse in (False, True):
+        settings = Settings(layout=KVCacheLayout.BLNHC, gpu_mem_bytes=device_bytes,
+                            hisparse=hisparse, host_pool_bytes=host_bytes if hisparse else None,
+                            max_model_len=tokens)
+        plan = hp.plan(build_request(load_preset("deepseek-v3.2").architecture, settings))
+        if not isinstance(plan, hp.KVCachePlan):
+            raise CheckFailed("transfer: the DeepSeek-V3.2 preset did not give a vLLM plan")
+        plans.append(plan)
+    return plans[0], plans[1]
+
+
+def request_blocks(plan: hp.KVCachePlan, tokens: int) -> dict[str, list[int]]:
+    """Every other block from each table's far end: a request in one-block runs."""
+    from hisparse_plan.exchange.transfer import tables
+
+    found: dict[str, list[int]] = {}
+    taken = 0
+    for key, table in tables(plan).items():
+        count = -(-tokens // table.block_tokens)
+        found[key] = [table.num_blocks - 1 - taken - 2 * i for i in range(count)]
+        taken += 2 * count
+    return found
+
+
+def request_tokens(view: torch.Tensor, blocks: list[int], tokens: int) -> torch.Tensor:
+    """The request's first `tokens` rows of a layer, read through the layer's view (blocks
+    first, then the block's tokens): one row of bytes per token."""
+    pages = view[torch.tensor(blocks, device=view.device)]
+    return pages.reshape(len(blocks) * math.prod(view.shape[1:-1]), -1)[:tokens]
+
+
+def byte_mask(region: torch.Tensor, places: list[tuple[int, list[int], list[int]]]
+              ) -> torch.Tensor:
+    """A bool per byte of `region`, true where any (offset, shape, strides) place lies."""
+    mask = torch.zeros(region.numel(), dtype=torch.bool, device=region.device)
+    for offset, shape, strides in places:
+        mask.as_strided(shape, strides, offset).fill_(True)
+    return mask
+
+
+def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
+    """Move one request from a prefill's device pool to a HiSparse decode's device pool and
+    pinned host pool with the torch executor; read every token of every layer back through
+    the decode's views against the prefill's, check that no byte outside the program's rows
+    changed and that every row lies in the request's pages (so on no hot or resident page,
+    which the decode's block tables keep in other blocks)."""
+    from hisparse_plan.exchange.transfer import (
+        Instance,
+        TransferRequest,
+        build_transfer,
+        check_transfer,
+    )
+    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.torch.transfer import execute
+
+    prefill, decode = transfer_plans(GIB // 2, GIB // 4, 4096)
+    src, dst = Instance([prefill]), Instance([decode])
+    request = TransferRequest(num_tokens=tokens, source_blocks=request_blocks(prefill, tokens),
+                              destination_blocks=request_blocks(decode, tokens))
+    program = build_transfer(src, dst, request)
+    check_transfer(program, src, dst)
+    check("transfer: DeepSeek-V3.2 prefill -> HiSparse decode built and proved", True,
+          f"{tokens} tokens, {len(program.rows)} rows, {program.descriptors} descriptors, "
+          f"{program.bytes / 1e6:.1f} MB")
+    gpu = torch.device(device)
+    with allocate(prefill, device=device, pin=False) as source, \
+            allocate(decode, device=device, pin=pin) as destination:
+        host = destination.host
+        if host is None:
+            raise CheckFailed("transfer: the HiSparse decode has no host pool")
+        source.device.copy_(pattern(31, source.device.numel(), gpu))
+        destination.device.copy_(pattern(32, destination.device.numel(), gpu))
+        host.copy_(pattern(33, host.numel(), gpu).cpu())
+        check("transfer: the prefill's pool and the decode's device pool on the device, its "
+              "host pool pinned", source.device.device.type == gpu.type
+              and destination.device.device.type == gpu.type and host.is_pinned() == pin,
+              f"{gpu}, pinned={host.is_pinned()}")
+        ours = transfer_regions(source, program.source[0])
+        theirs = transfer_regions(destination, program.destination[0])
+        before = {key: region.clone() for key, region in theirs.items()}
+        took = seconds(lambda: execute(program, ours, theirs)) if gpu.type == "cuda" else 0.0
+        if gpu.type != "cuda":
+            execute(program, ours, theirs)
+        layers, sent, views = rank_facts(decode).layers, source.views(), destination.views()
+        tables = rank_facts(prefill).layers
+        wrong = [name for name, fact in layers.items() if not torch.equal(
+            request_tokens(sent[name], list(request.source_blocks[tables[name].table]),
+                           tokens).to(views[name].device),
+            request_tokens(views[name], list(request.destination_blocks[fact.table]), tokens))]
+        check("transfer: every token of every layer reads back through the decode's views",
+              not wrong and len(layers) == 122,
+              f"{len(layers)} layers x {tokens} tokens"
+              + (f", {program.bytes / took / 1e9:.2f} GB/s" if took else "")
+              + (f"; wrong: {', '.join(wrong[:4])}" if wrong else ""))
+        outside, astray = 0, 0
+        for key, region in theirs.items():
+            rows = [(row.dst_offset, [row.count, row.length],
+                     [row.dst_stride if row.count > 1 else row.length, 1])
+                    for row in program.rows if (row.dst_rank, row.dst_region) == key]
+            written = byte_mask(region, rows)
+            # The request's pages as the decode's views place them: a hot or resident page,
+            # or another request's, is in none of these blocks.
+            pages = [(int(view.storage_offset()) + block * view.stride(0), list(view.shape[1:]),
+                      list(view.stride()[1:]))
+                     for name, fact in layers.items() for view in [views[name]]
+                     if view.untyped_storage().data_ptr() == region.untyped_storage().data_ptr()
+                     for block in request.destination_blocks[fact.table]]
+            outside += int(((region != before[key]) & ~written).sum())
+            astray += int((written & ~byte_mask(region, pages)).sum())
+        check("transfer: no byte outside the program's rows changed, every row inside the "
+              "request's pages of the decode's views", outside == 0 and astray == 0,
+              f"{outside} bytes changed outside the rows, {astray} written outside the pages")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host-gib", type=float, default=8.0)
@@ -589,13 +727,17 @@ def main() -> int:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every section after a failure and count the failed ones")
+    parser.add_argument("--only", default="",
+                        help="comma-separated section names to run (default: all)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    on_cpu = torch.device(args.device).type == "cpu"
+    if not on_cpu and not torch.cuda.is_available():
         print("gpu_check needs a CUDA device; none here", file=sys.stderr)
         return 2
     started = time.perf_counter()
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-          f"{torch.cuda.get_device_name(torch.device(args.device))}", flush=True)
+          f"{'CPU dry run' if on_cpu else torch.cuda.get_device_name(torch.device(args.device))}",
+          flush=True)
     index = torch.device(args.device).index or 0
     small_host = min(args.host_gib, 2.0)
     sections: list[tuple[str, Callable[[], None]]] = [
@@ -611,8 +753,13 @@ def main() -> int:
         ("regular plans", lambda: regular_plans(int(args.device_gib * GIB), args.device)),
         ("SGLang plans", lambda: sglang_plans(args.device)),
         ("SGLang Mamba", lambda: sglang_mamba(args.device)),
+        ("transfer", lambda: transfer_to_hisparse(args.device, pin=not on_cpu)),
         ("meta", meta_golden),
     ]
+    chosen = set(args.only.split(",")) - {""} or {name for name, _ in sections}
+    if on_cpu:
+        chosen &= CPU_SECTIONS
+    sections = [(name, section) for name, section in sections if name in chosen]
     failed: list[str] = []
     for name, section in sections:
         try:

@@ -48,7 +48,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "operator": frozenset({"models", "presets", "checking", "targets", TARGET}),
     "adapters": frozenset({"models", "presets", "rules", "checking", "targets", TARGET,
                            "torch"}),
-    "torch": frozenset({"models", "rules", "views", "checking"}),
+    # torch posts exchange's transfer programs between tensors (torch/transfer.py).
+    "torch": frozenset({"models", "rules", "views", "checking", "exchange"}),
 }
 """docs/architecture.md's table: the rooms each room may import (cli and the package's own
 `__init__` may import any)."""

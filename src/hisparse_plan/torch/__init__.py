@@ -16,7 +16,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     ) from error
 
 from hisparse_plan.torch.devices import default_device
-from hisparse_plan.torch.engines import allocate, meta_check, verify
+from hisparse_plan.torch.engines import allocate, meta_check, transfer_regions, verify
 from hisparse_plan.torch.errors import (
     BackendError,
     HostMemoryError,
@@ -69,5 +69,6 @@ __all__ = [
     "host_trains",
     "meta_check",
     "plan_chunks",
+    "transfer_regions",
     "verify",
 ]

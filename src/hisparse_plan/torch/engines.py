@@ -11,6 +11,7 @@ from typing import Unpack, overload
 
 import torch
 
+from hisparse_plan.exchange.transfer import RankRegions
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -144,3 +145,23 @@ def meta_check(plan: Plan, stage: int | None = None) -> MetaReport | SGLangMetaR
     if isinstance(plan, SGLangPlan):
         return meta_check_sglang(plan, stage)
     return meta_check_vllm(plan, stage)
+
+
+def transfer_regions(pools: Pools | SGLangPools, rank: RankRegions
+                     ) -> dict[tuple[int, str], torch.Tensor]:
+    """The tensor of each region a transfer program names for `rank`, from that rank's pools:
+    a vLLM plan's regions are its device pool and its host pool, an SGLang plan's are its
+    allocations (one per pool, or per layer of a per-layer pool)."""
+    found: dict[tuple[int, str], torch.Tensor] = {}
+    for region in rank.regions:
+        if isinstance(pools, SGLangPools):
+            tensor = pools.allocation(region.pool, region.layer)
+        elif region.location == "device":
+            tensor = pools.device
+        elif pools.host is None:
+            raise BackendError(f"region {region.name}: a host region, but the pools hold no "
+                               "host pool; expected the plan the program was built from")
+        else:
+            tensor = pools.host
+        found[(rank.rank, region.name)] = tensor
+    return found
