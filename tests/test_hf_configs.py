@@ -71,6 +71,7 @@ KINDS: dict[str, Expected] = {
     "granite-4.0-h-small": {"mamba": 36, "full": 4},
     "kimi-linear-48b-a3b-instruct": {"linear": 20, "mla": 7},
     "lfm2-1.2b": {"conv": 10, "full": 6},
+    "lfm2-8b-a1b": {"conv": 18, "full": 6},
     "minimax-m2": {"full": 62},
     "qwen3.5-35b-a3b": {"linear": 30, "full": 10},
 }

@@ -4,8 +4,8 @@ a regular model's (everything else, plain MLA included).
 A user's config file is read through transformers' config class for its `model_type` when the
 `hf` extra is installed (`hf_transformers`), so that defaults and derived per-layer kinds are
 transformers'; its layers then follow vLLM's model code for the model's family (`families`),
-which refuses any kind-deciding field it does not read. Without transformers a config that leaves out a field
-transformers would default is refused, naming the field."""
+which refuses any kind-deciding field it does not read. Without transformers a config that
+leaves out a field transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ A `model_type` no family claims is read by the generic (Llama-like) rule. A fiel
 layer kinds in some architecture (`MARKERS`) but is not read by the model's family is refused,
 naming it, and so is `attn_type_list` (MiniMax's lightning hybrids) outside MiniMax-M2: a plan
 must never be silently wrong about a layer's kind. A family that states cross-layer KV sharing
-(Gemma-3n) is refused by name until sharing is planned.
+(Gemma-3n) is refused by name until sharing is planned, and so are the model_types vLLM serves
+with layouts no family reads yet (`unplanned`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from hisparse_plan.presets.families.mamba_hybrids import (
 from hisparse_plan.presets.families.minimax import MINIMAX, MINIMAX_M2, refuse_lightning
 from hisparse_plan.presets.families.mla import DEEPSEEK_V4, MLA, SPARSE_MLA
 from hisparse_plan.presets.families.qwen_linear import QWEN3_5, QWEN3_NEXT
+from hisparse_plan.presets.families.unplanned import UNPLANNED
 from hisparse_plan.presets.families.windows import COHERE2, EXAONE4, GPT_OSS
 
 FAMILIES: Final[tuple[Family, ...]] = (
     GENERIC, QWEN, GEMMA, GEMMA3N, GPT_OSS, COHERE2, EXAONE4, LLAMA4, MLA, SPARSE_MLA,
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
-    KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2,
+    KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {

@@ -1,10 +1,11 @@
 """Dense attention families: every layer full attention, or every layer sliding.
 
-- `generic` (Llama, Mistral, Mixtral, Phi-3, and any `model_type` no other family claims):
-  vLLM 0.34's `models/llama.py`, `mistral.py`, `mixtral.py`, `phi3.py` (Llama's code) build one
-  `Attention` a layer, `model.layers.{i}.self_attn.attn`, with `num_key_value_heads` KV heads of
-  `head_dim` (else `hidden_size / num_attention_heads`) elements, in the model dtype; a layer
-  slides when `layer_types` says `sliding_attention`, else every layer slides by the model's
+- `generic` (Llama, Mistral, Mixtral, Phi-3, Command-R, and any `model_type` no other family
+  claims): vLLM 0.34's `models/llama.py`, `mistral.py`, `mixtral.py`, `phi3.py` (Llama's code)
+  and `commandr.py` (Cohere v1, which never slides) build one `Attention` a layer,
+  `model.layers.{i}.self_attn.attn`, with `num_key_value_heads` KV heads of `head_dim` (else
+  `hidden_size / num_attention_heads`) elements, in the model dtype; a layer slides when
+  `layer_types` says `sliding_attention`, else every layer slides by the model's
   `sliding_window` when it has one. SGLang 0.5.23 (`srt/models/llama.py`, `mistral.py`,
   `mixtral.py`) keeps every layer's every token in one pool (none of them is a hybrid-SWA
   architecture), the window applied only when attending.
@@ -64,11 +65,13 @@ def read_qwen(fields: Fields, layers: int) -> Layout:
 
 GENERIC = Family(
     name="generic",
-    model_types=("llama", "mistral", "mixtral", "phi3"),
-    architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
-                   "Phi3ForCausalLM"),
+    model_types=("llama", "mistral", "mixtral", "phi3", "cohere"),
+    architectures=("LlamaForCausalLM", "LLaMAForCausalLM", "InternLM3ForCausalLM",
+                   "IQuestCoderForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+                   "Phi3ForCausalLM", "CohereForCausalLM"),
     read=read_generic,
-    vllm="models/llama.py, models/mistral.py, models/mixtral.py, models/phi3.py",
+    vllm="models/llama.py, models/mistral.py, models/mixtral.py, models/phi3.py, "
+         "models/commandr.py",
 )
 QWEN = Family(
     name="qwen",

@@ -67,15 +67,15 @@ def read_qwen3_5(fields: Fields, layers: int) -> Layout:
         )
     if "linear" not in layout.kinds:
         return layout
-    geometry = GatedDeltaNetGeometry(
-        num_key_heads=positive(fields, "linear_num_key_heads", WHY),
-        num_value_heads=positive(fields, "linear_num_value_heads", WHY),
-        key_head_dim=positive(fields, "linear_key_head_dim", WHY),
-        value_head_dim=positive(fields, "linear_value_head_dim", WHY),
-        conv_kernel=positive(fields, "linear_conv_kernel_dim", WHY),
-        ssm_dtype=None if ssm == AUTO else ssm,
-        source="linear_*",
-    )
+    geometry = GatedDeltaNetGeometry.model_validate({
+        "num_key_heads": positive(fields, "linear_num_key_heads", WHY),
+        "num_value_heads": positive(fields, "linear_num_value_heads", WHY),
+        "key_head_dim": positive(fields, "linear_key_head_dim", WHY),
+        "value_head_dim": positive(fields, "linear_value_head_dim", WHY),
+        "conv_kernel": positive(fields, "linear_conv_kernel_dim", WHY),
+        "ssm_dtype": None if ssm == AUTO else ssm,
+        "source": "linear_*",
+    })
     return Layout(layout.kinds, layout.reads, geometry)
 
 
