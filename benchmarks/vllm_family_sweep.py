@@ -121,9 +121,13 @@ def pin(result: dict[str, Any]) -> None:
             key = f"spec{len(specs)}"
             specs[key] = spec
         order.append([layer, key])
-    body = {"vllm": result["vllm"], "model_class": result["model_class"], "tp": 1,
-            "specs": specs, "layers": order}
-    (CONFIGS / result["name"] / PIN).write_text(json.dumps(body, indent=1) + "\n")
+    head = {"vllm": result["vllm"], "model_class": result["model_class"], "tp": 1}
+    lines = [f"{json.dumps(key)}: {json.dumps(value)}," for key, value in head.items()]
+    lines += ['"specs": {', ",\n".join(f" {json.dumps(key)}: {json.dumps(spec)}"
+                                         for key, spec in specs.items()), "},",
+              '"layers": [', ",\n".join(f" {json.dumps(layer)}" for layer in order), "]"]
+    # One spec, one layer a line: diffs of a pin read as layers.
+    (CONFIGS / result["name"] / PIN).write_text("{\n" + "\n".join(lines) + "\n}\n")
 
 
 def sweep_families(chosen: list[str], env: dict[str, str], write_pins: bool) -> int:
