@@ -74,12 +74,12 @@ from hisparse_plan.torch import (
     meta_check,
     verify,
 )
-from hisparse_plan.torch.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_crossing
-from hisparse_plan.torch.host import OS_PAGE, HostBuffer
-from hisparse_plan.torch.numa import memory_policy, page_node, pci_bus_id, pci_numa_node
-from hisparse_plan.torch.registration import register_chunks
-from hisparse_plan.torch.sglang_pools import BUFFER_TORCH_DTYPES
-from hisparse_plan.torch.shm import lock_path, pool_path
+from hisparse_plan.torch.hostmem.chunks import MAX_REGISTRATION_BYTES, Chunk, lowest_crossing
+from hisparse_plan.torch.hostmem.mapping import OS_PAGE, HostBuffer
+from hisparse_plan.torch.hostmem.numa import memory_policy, page_node, pci_bus_id, pci_numa_node
+from hisparse_plan.torch.hostmem.registration import register_chunks
+from hisparse_plan.torch.hostmem.shm import lock_path, pool_path
+from hisparse_plan.torch.sglang.binding import BUFFER_TORCH_DTYPES
 from hisparse_plan.views import plan_views
 
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"

@@ -69,6 +69,10 @@ def _memory(rng: random.Random, weights_gib: float) -> dict[str, int]:
     }
 
 
+H200_TOTAL = 143771 << 20
+B200_TOTAL = 183359 << 20
+
+
 def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
     args: dict[str, Any] = {
         "tp_size": rng.choice(tp_choices),
@@ -79,7 +83,58 @@ def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
         args["max_running_requests"] = rng.choice([1, 8, 64, 256, 1024])
     if rng.random() < 0.2:
         args["max_total_tokens"] = rng.randrange(4096, 200_000)
+    _draw_modes(rng, args)
     return args
+
+
+def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
+    """SGLang's server modes, each drawn on its own: DP attention (dp_size a divisor of
+    tp_size, or plain dp replicas), DeepEP's all-to-all, the radix cache off (mostly with the
+    running requests given, which its window and Mamba rules read)."""
+    tp = args["tp_size"]
+    if tp > 1 and rng.random() < 0.5:
+        args["dp_size"] = rng.choice([d for d in (2, 4, 8) if tp % d == 0])
+        args["enable_dp_attention"] = rng.random() < 0.8
+    if rng.random() < 0.15:
+        args["moe_a2a_backend"] = "deepep"
+    if rng.random() < 0.3:
+        args["disable_radix_cache"] = True
+        if "max_running_requests" not in args and rng.random() < 0.7:
+            args["max_running_requests"] = rng.choice([1, 8, 64, 256])
+
+
+def _default_fraction(rng: random.Random, case: Case) -> Case:
+    """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
+    attention and DeepEP move), with pre/post-weights figures of that GPU."""
+    args = case["server_args"]
+    if rng.random() < (0.6 if "moe_a2a_backend" in args or "dp_size" in args else 0.25):
+        total = rng.choice([H200_TOTAL, B200_TOTAL])
+        name = "NVIDIA H200" if total == H200_TOTAL else "NVIDIA B200"
+        args.pop("mem_fraction_static", None)
+        case["gpu"] = {"total_memory_bytes": total, "name": name}
+        weights = rng.randrange(2, 60) * GIB
+        case["memory"] = {"pre_model_load_free_bytes": total - 2 * GIB,
+                          "post_weights_free_bytes": total - 2 * GIB - weights}
+    return case
+
+
+def modes_of(case: Case) -> list[str]:
+    """The server modes a case runs (for the per-mode totals)."""
+    args = case.get("server_args", {})
+    modes = []
+    if args.get("enable_dp_attention") and args.get("dp_size", 1) > 1:
+        modes.append("dp_attention")
+    elif args.get("dp_size", 1) > 1:
+        modes.append("dp_replicas")
+    if args.get("moe_a2a_backend") == "deepep":
+        modes.append("deepep")
+    if args.get("disable_radix_cache"):
+        modes.append("radix_off")
+    if args.get("dcp_size", 1) > 1:
+        modes.append("dcp")
+    if "gpu" in case:
+        modes.append("default_fraction")
+    return modes or ["plain"]
 
 
 def case_mha(rng: random.Random) -> Case:
@@ -139,6 +194,10 @@ def _dsa(rng: random.Random, hisparse: bool) -> Case:
     args["kv_cache_dtype"] = "fp8_e4m3" if hisparse else rng.choice(["fp8_e4m3", "bfloat16"])
     fp8 = args["kv_cache_dtype"] == "fp8_e4m3"
     args["dsa_backend"] = rng.choice(["flashmla_kv", "trtllm"] if fp8 else ["flashmla_sparse"])
+    attn_tp = args["tp_size"] // (args.get("dp_size", 1) if args.get("enable_dp_attention")
+                                   else 1)
+    if attn_tp > 1 and rng.random() < 0.35:
+        args["dcp_size"] = rng.choice([d for d in (2, 4, 8) if attn_tp % d == 0])
     if hisparse:
         args["dsa_backend"] = "flashmla_kv"
         args["enable_hisparse"] = True
@@ -187,6 +246,8 @@ def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
     for i in range(count):
         kind = kinds[i % len(kinds)]
         case = KINDS[kind](rng)
+        if kind != "v4":  # DeepSeek-V4's default fraction is refused (not planned)
+            case = _default_fraction(rng, case)
         case["name"] = f"{kind}-{seed}-{i}"
         cases.append(case)
     return cases
@@ -217,7 +278,7 @@ def reference_reports(cases: list[Case], sglang_python: str) -> list[dict[str, A
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-4000:])
         return None
-    loaded = json.loads(proc.stdout)
+    loaded, _ = json.JSONDecoder().raw_decode(proc.stdout)
     return loaded if isinstance(loaded, list) else [loaded]
 
 
@@ -327,11 +388,17 @@ def main(argv: list[str] | None = None) -> int:
         if ours is None:
             return 0
     totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
+    by_mode: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
         verdict = compare(_ours_safely(ours, case), ref)
         key = verdict if verdict in totals else "mismatch"
         totals[key] += 1
-        print(f"{case['name']}: {verdict}")
+        for mode in modes_of(case):
+            counts = by_mode.setdefault(mode, {"agree": 0, "both refuse": 0, "mismatch": 0})
+            counts[key] += 1
+        print(f"{case['name']} [{'+'.join(modes_of(case))}]: {verdict}")
+    for mode, counts in sorted(by_mode.items()):
+        print(f"  {mode}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     print(", ".join(f"{k} {v}" for k, v in totals.items()) + f" (of {len(cases)})")
     return 1 if totals["mismatch"] else 0
 

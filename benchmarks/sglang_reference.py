@@ -50,8 +50,10 @@ What is patched (the report's ``patched`` list says which ones were used):
   figure is the budget, so ``_profile_available_bytes`` returns it unchanged.
 * ``torch.get_device_module("meta")`` returns ``torch.cpu`` (pools ask for a
   stream module; nothing is launched).
-* the runtime parallel context: tp rank 0, no DCP, one pipeline stage, a dummy
-  world group (no process group exists on this machine).
+* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), one
+  pipeline stage, a dummy world group (no process group exists on this machine).  DP
+  attention needs no patch: ``KVCacheConfigurator`` takes ``attn_dp_size`` from the
+  resolved context, and each case's attention TP follows from it.
 * the host-RAM check of SGLang's host pools (``host_memory_budget_bytes``): the
   host pool lives on meta, so this machine's RAM is irrelevant.
 * ``model``: a bare namespace -- no weights are loaded, so model-class hooks
@@ -423,15 +425,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
         server_args = _resolve(case, model_dir, patched)
         tp = int(rc.get_parallel().attn_tp_size)
+        # The case's own dcp_size (the context's value outlives a case: overrides are
+        # permanent in this process).
+        dcp = int(server_args.resolved_dict().get("dcp_size") or 1)
         rc.get_parallel().override_permanently(
-            attn_dcp_size=1,
+            attn_dcp_size=dcp,
             tp_rank=0,
             attn_tp_rank=0,
             world_group=types.SimpleNamespace(cpu_group=None),
             launch_world_size=int(server_args.tp_size),
             pp_size=1,
         )
-        patched.append("runtime parallel context: rank 0, attn_dcp_size 1, pp 1, dummy world group")
+        patched.append(f"runtime parallel context: rank 0, attn_dcp_size {dcp} (the case's "
+                       "dcp_size), pp 1, dummy world group")
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         given = set(raw_args)
@@ -531,7 +537,8 @@ def _configure(
         spec_algorithm=spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm),
         is_draft_worker=False,
         post_capture_kv_active=False,
-        spec_aux_config=aux_mod.SpecAuxHiddenStateConfig(),
+        spec_aux_config=_spec_aux_config(aux_mod, spec_mod, server_args, model_config, spec,
+                                         notes),
         is_hybrid_swa=model_config.is_hybrid_swa,
         is_hybrid_swa_compress=model_config.is_hybrid_swa_compress,
         use_mla_backend=model_config.attention_arch == attn_mod.AttentionArch.MLA,
@@ -596,6 +603,27 @@ def _configure(
         "patched": patched,
     }
     return report
+
+
+def _spec_aux_config(
+    aux_mod: SGLangObject, spec_mod: SGLangObject, server_args: SGLangObject,
+    model_config: SGLangObject, spec: SGLangObject, notes: list[str],
+) -> SGLangObject:
+    """The target's speculative-decoding config as ModelRunner resolves it (the draft's layer
+    count, which joins the target's cell size); a plain default without a speculative
+    algorithm.  The draft worker's own pool is not built here (it needs the draft
+    ModelRunner): with speculative decoding the report is the target's pools only."""
+    algorithm = spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
+    if algorithm.is_none():
+        return aux_mod.SpecAuxHiddenStateConfig()
+    notes.append(
+        "speculative decoding: the target's pools and budget (the draft's layers in its cell "
+        "size); the draft worker's pool, sharing the target's allocator, is not built here"
+    )
+    return aux_mod.resolve_spec_aux_hidden_state_config(
+        server_args=server_args, model_config=model_config, spec_algorithm=algorithm,
+        is_draft_worker=False,
+    )
 
 
 def _graph_settings(server_args: SGLangObject) -> dict[str, Any]:

@@ -5,7 +5,7 @@ What it deems sound (the contract it tests, from docs/plan-contract.md#sglang-pl
 docs/planning-rules.md#sglang, and why):
 
 Pools. A pool's name is its role (SGLang's adapters find pools by name, so a renamed pool is a
-pool SGLang does not have): names are unique and each is one of kv, kv_v, swa, index,
+pool SGLang does not have): names are unique and each is one of kv, kv_v, swa, swa_v, index,
 mamba_conv<i>, mamba_temporal, hisparse_host, v4_swa, v4_c4, v4_c128, v4_index_c4, v4_state_c4,
 v4_index_state_c4, v4_state_c128. The role fixes the pool's place: hisparse_host alone on the
 host, the Mamba and host pools one `whole` buffer (layer first), every other pool a buffer per
@@ -14,10 +14,12 @@ layer; one padding block, stage 0, and only a host pool shared. A block holds `p
 page, 128 a request slot). Every tensor names a listed pool, states its page ranges and has its
 pool's size; a per-layer tensor has layer stride 0 (the contract says so) and lists a layer
 once. A tensor's views are exactly the buffers SGLang keeps over its pool (k_buffer and
-v_buffer, or kv_buffer; k_buffer alone beside kv_v; index_k; conv[i]; temporal; host_kv_buffer;
-kv_buffer / index_k / kv_score for V4), so no two share a name. Every pool places a layer; the
-Mamba pools place the same layers, and kv_v and hisparse_host the layers of kv (each keeps a
-part of every such layer).
+v_buffer, or kv_buffer; k_buffer alone beside kv_v or swa_v, which keep v_buffer; index_k;
+conv[i]; temporal; host_kv_buffer; kv_buffer / index_k / kv_score for V4), so no two share a
+name. Every pool places a layer; the Mamba pools place the same layers, kv_v and hisparse_host
+the layers of kv, swa_v those of swa (each keeps a part of every such layer). (swa_v: SGLang's
+window pool is an MHA pool too, and keeps V apart when its V heads differ in size, as the
+planner's layout.mha_pool builds it.)
 
 Bytes, per allocation (a per_layer pool: one per layer; a whole pool: one), enumerated: every
 page range of every layer and block [0, num_blocks) lies in [0, size), and no two share a byte
@@ -39,14 +41,19 @@ request holds a state slot). budget.cell_size_bytes is the bytes one token takes
 pools (kv, kv_v, index (x the HiSparse ratio), and a window pool at the window ratio of a
 token, whose token count must then be floor(full * ratio / page) pages for the ratio the cell
 implies: the plan does not state the ratio); tokens x cell fit available_bytes;
-mem_fraction_static is null or in (0, 1), as SGLang takes it. req_to_token is int32, contiguous
-from 0, [max_running_requests + 1, context_length + 4], within int64 bytes. DeepSeek-V4's
+mem_fraction_static is null or in (0, 1]: SGLang 0.5.23 checks no range on
+--mem-fraction-static, and its own rule, round((gpu - reserved) / gpu, 3), gives 1.0 on a GPU
+whose reserve is under 0.05% of it (arg_groups/memory_hook.py), so 1.0 is a fraction it runs.
+req_to_token is int32, contiguous from 0, [max_running_requests + 1, context_length + 4],
+within int64 bytes. DeepSeek-V4's
 figures are recomputed from its pools: full = max_total_num_tokens, c4 = full // 4, c128 =
 full // 128, c4_index = c128 * 32, the window pool's pages floor(full * ratio / page), each
 compressed pool's rows its tokens + a page, compressor rows 8 a window page + 9 (up to a
 multiple of 4) and 128 a request slot + 129 (up to 128) with the state views that many rows,
 bytes_per_full_token = cell = the pools' bytes a token (window pools at the ratio), fixed_bytes
-= the c128 state buffers, full x that fits available_bytes - fixed_bytes. Capacity
+= the c128 state buffers, or, where max_running_requests is capped at full // 2, whole rings
+of them for more requests (SGLang sets them aside for the requested count before the split;
+the planner's sizing_v4 does too), full x that fits available_bytes - fixed_bytes. Capacity
 (context_length = the table's width - 4, a request taking whole pages) never exceeds
 max_running_requests, the full pool's tokens over a request's, nor (HiSparse) the token ids
 over a request's; without a window pool (whose window a plan does not state) it is exactly the
@@ -70,13 +77,14 @@ from plan_edit_faults import INT64_MAX, Faults, ceil_div, near, round_up
 from plan_edit_sglang_bytes import sglang_byte_faults
 
 MAMBA_CONV = re.compile(r"mamba_conv\d+")
-ROLES = ("kv", "kv_v", "swa", "index", "mamba_conv", "mamba_temporal", "hisparse_host",
+ROLES = ("kv", "kv_v", "swa", "swa_v", "index", "mamba_conv", "mamba_temporal", "hisparse_host",
          "v4_swa", "v4_c4", "v4_c128", "v4_index_c4", "v4_state_c4", "v4_index_state_c4",
          "v4_state_c128")
 VIEW_NAMES: dict[str, tuple[frozenset[str], ...]] = {
     "kv": (frozenset({"k_buffer", "v_buffer"}), frozenset({"kv_buffer"})),
     "swa": (frozenset({"k_buffer", "v_buffer"}),),
     "kv_v": (frozenset({"v_buffer"}),),
+    "swa_v": (frozenset({"v_buffer"}),),
     "index": (frozenset({"index_k"}),),
     "mamba_temporal": (frozenset({"temporal"}),),
     "hisparse_host": (frozenset({"host_kv_buffer"}),),
@@ -147,7 +155,8 @@ def _structure(plan: SGLangPlan, faults: Faults) -> None:
 
 def _layer_sets(plan: SGLangPlan, faults: Faults) -> None:
     """Every pool holds layers; pools that keep parts of the same layers keep all of them:
-    every Mamba pool the same Mamba layers, kv_v and the HiSparse host pool the kv layers."""
+    every Mamba pool the same Mamba layers, kv_v and the HiSparse host pool the kv layers,
+    swa_v the swa layers."""
     layers: dict[str, set[str]] = {pool.name: set() for pool in plan.pools}
     for tensor in plan.tensors:
         layers.setdefault(tensor.pool, set()).update(tensor.layers)
@@ -158,9 +167,9 @@ def _layer_sets(plan: SGLangPlan, faults: Faults) -> None:
              if role(name) in ("mamba_conv", "mamba_temporal")}
     if len(mamba) > 1:
         faults.add("layer sets", "the Mamba pools place different layers")
-    for name in ("kv_v", "hisparse_host"):
-        if name in layers and layers[name] != layers.get("kv"):
-            faults.add("layer sets", f"pool {name!r} places other layers than 'kv'")
+    for name, of in (("kv_v", "kv"), ("hisparse_host", "kv"), ("swa_v", "swa")):
+        if name in layers and layers[name] != layers.get(of):
+            faults.add("layer sets", f"pool {name!r} places other layers than {of!r}")
 
 
 def _pool_role(plan: SGLangPlan, pool: Pool, faults: Faults) -> None:
@@ -189,8 +198,8 @@ def _view_sets(name: str, pools: dict[str, Pool]) -> tuple[frozenset[str], ...]:
     kind = role(name)
     if kind == "mamba_conv":
         return (frozenset({f"conv[{name.removeprefix('mamba_conv')}]"}),)
-    if kind == "kv" and "kv_v" in pools:
-        return (frozenset({"k_buffer"}),)  # V apart, in kv_v
+    if kind in ("kv", "swa") and f"{kind}_v" in pools:
+        return (frozenset({"k_buffer"}),)  # V apart, in kv_v or swa_v
     return VIEW_NAMES.get(kind or "", ())
 
 
@@ -242,8 +251,8 @@ def _figures(plan: SGLangPlan, faults: Faults) -> None:
     _request_table(plan, faults)
     budget = plan.budget
     fraction = budget.mem_fraction_static
-    if fraction is not None and not (math.isfinite(fraction) and 0 < fraction < 1):
-        faults.add("mem_fraction_static", f"{fraction!r}, expected null or in (0, 1)")
+    if fraction is not None and not (math.isfinite(fraction) and 0 < fraction <= 1):
+        faults.add("mem_fraction_static", f"{fraction!r}, expected null or in (0, 1]")
     if plan.deepseek_v4 is not None:
         _v4_figures(plan, pools, faults)
     else:
@@ -273,9 +282,10 @@ def _token_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> 
     kv = pools["kv"]
     if _tokens(kv) != full:
         faults.add("max_total_num_tokens", f"kv holds {_tokens(kv)} tokens, the plan says {full}")
-    kv_v = pools.get("kv_v")
-    if kv_v is not None and kv_v.num_blocks != kv.num_blocks:
-        faults.add("kv_v blocks", f"kv_v {kv_v.num_blocks} blocks, kv {kv.num_blocks}")
+    for values, keys in (("kv_v", "kv"), ("swa_v", "swa")):
+        if values in pools and keys in pools and pools[values].num_blocks != pools[keys].num_blocks:
+            faults.add(f"{values} blocks", f"{values} {pools[values].num_blocks} blocks, {keys} "
+                       f"{pools[keys].num_blocks}")
     hisparse = plan.hisparse
     ratio = 1 if hisparse is None else hisparse.host_to_device_ratio
     logical = full * ratio
@@ -314,7 +324,8 @@ def _token_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> 
         if not near(cell, counted):
             faults.add("cell_size_bytes", f"{cell}, the pools give {counted}")
     else:
-        window = _bytes_a_block(plan, swa) / page
+        window = sum(_bytes_a_block(plan, pools[name]) for name in ("swa", "swa_v")
+                     if name in pools) / page
         implied = (cell - counted) / window if window else 0.0
         low = math.floor(full * implied * (1 - 1e-12) / page) * page
         high = math.floor(full * implied * (1 + 1e-12) / page) * page
@@ -382,11 +393,24 @@ def _v4_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> Non
     if not near(plan.budget.cell_size_bytes, per_token):
         faults.add("cell_size_bytes", f"{plan.budget.cell_size_bytes}, the pools give "
                    f"{per_token}")
-    if v4.fixed_bytes != fixed:
+    if v4.fixed_bytes != fixed and not _set_aside_for_more(plan, v4.fixed_bytes, fixed, slots):
         faults.add("deepseek_v4 fixed_bytes", f"{v4.fixed_bytes}, the c128 states take {fixed}")
+    fixed = max(fixed, v4.fixed_bytes)
     if full * per_token > (plan.budget.available_bytes - fixed) * (1 + 1e-12):
         faults.add("budget", f"{full} full tokens x {per_token} exceed available_bytes "
                    f"{plan.budget.available_bytes} less fixed {fixed}")
+
+
+def _set_aside_for_more(plan: SGLangPlan, fixed_bytes: int, states: int, slots: int) -> bool:
+    """fixed_bytes is the c128 states of more requests than run: SGLang sets the states aside
+    for the requested running requests before it splits the rest into tokens, then caps the
+    running requests at full // 2. The states are slots + 2 rings of 128 rows (the 129 extra
+    rows rounded up to 128), so the set-aside is a whole number of rings, more than those."""
+    rings = slots + 2
+    if plan.max_running_requests != plan.max_total_num_tokens // 2 or states % rings:
+        return False
+    ring = states // rings
+    return ring > 0 and fixed_bytes % ring == 0 and fixed_bytes // ring > rings
 
 
 def _capacity(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:

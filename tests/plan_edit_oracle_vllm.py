@@ -10,8 +10,9 @@ or `device.K`), each agreeing with its host_pool / device_pools entry (location,
 allocation, size, num_blocks, one padding block, sharing). Every group layer is placed by
 exactly one tensor and every tensor layer belongs to a group; the HiSparse source group (role
 hisparse_source, the only host-resident group) lives in host tensors of the host pool, every
-other layer in the device pool of the one stage that lists it; a tensor has its pool's size, no
-page ranges and no views (vLLM's views follow from the specs).
+other layer in the device pool of the one stage that lists it (stages that list layers, one
+or more, list every device layer exactly once; one stage may list none); a tensor has its
+pool's size, no page ranges and no views (vLLM's views follow from the specs).
 
 Bytes, per pool, enumerated. A layer's page of block b is the engine's view of it: attention
 layers [H heads, N = block_size // compress_ratio tokens, C content bytes] with the strides the
@@ -143,10 +144,10 @@ def _stage_of(plan: KVCachePlan, names: list[str], specs: dict[str, tuple[int, S
               faults: Faults) -> dict[str, str]:
     """The device pool each device layer lives in."""
     device_layers = [n for n, (g, _) in specs.items() if not plan.groups[g].host_resident]
-    if len(plan.device_pools) == 1:
-        if plan.device_pools[0].layers is not None:
-            faults.add("stage layers", "one stage lists its layers")
+    if len(plan.device_pools) == 1 and plan.device_pools[0].layers is None:
         return dict.fromkeys(device_layers, names[0])
+    # A request's device.pipeline_stages of one entry gives one stage that lists its layers
+    # (the planner's own plan), held to the same rule as several stages.
     stage_of: dict[str, str] = {}
     for name, device in zip(names, plan.device_pools, strict=True):
         for layer in device.layers or []:

@@ -13,7 +13,11 @@ import pytest
 from pydantic import ValidationError
 
 import hisparse_plan as hp
-from sglang_cases import TINY, tiny_dump
+from hisparse_plan.models.request import PlanRequest
+from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.sglang.buffers import pool_buffers
+from sglang_cases import TINY, tiny_dump, v4_request
+from test_sglang_target import mha, request, swa
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -304,3 +308,204 @@ def _cell(factor: float) -> Edit:
 ])
 def test_the_cell_size_is_the_counted_pools_bytes_a_token(case: str, factor: float) -> None:
     _refused(case, _cell(factor), "cell_size_bytes")
+
+
+# --- the fuzzer's findings (benchmarks/fuzz_plan_edits.py): each edit was accepted ---------------
+
+
+def _tensor(plan: dict[str, Any], pool: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(t for t in plan["tensors"] if t["pool"] == pool)
+    return found
+
+
+def _view_named(pool: str, index: int, name: str) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        _tensor(plan, pool)["views"][index]["name"] = name
+
+    return edit
+
+
+def _views_dropped(pool: str) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        tensor = _tensor(plan, pool)
+        tensor["views"] = []
+
+    return edit
+
+
+def _k_and_v_swapped(plan: dict[str, Any]) -> None:
+    views = _tensor(plan, "kv")["views"]
+    views[0]["name"], views[1]["name"] = views[1]["name"], views[0]["name"]
+
+
+@pytest.mark.parametrize(("case", "edit"), [
+    ("mha", _view_named("kv", 1, "swa")),
+    ("mha", _view_named("kv", 0, "kv")),
+    ("mha", _k_and_v_swapped),
+    ("window", _view_named("swa", 0, "per_layer")),
+    ("k_and_v_apart", _view_named("kv", 0, "kv_buffer")),
+    ("k_and_v_apart", _views_dropped("kv")),
+    ("dsa", _views_dropped("index")),
+    ("dsa", _view_named("index", 0, "kv_buffer")),
+    ("dsa_hisparse", _view_named("hisparse_host", 0, "kv_buffer")),
+    ("mamba", _view_named("mamba_conv0", 0, "temporal")),
+    ("deepseek_v4", _view_named("v4_state_c4", 0, "kv_buffer")),
+    ("deepseek_v4", _view_named("v4_swa", 0, "index_k")),
+], ids=["v_named_swa", "k_named_kv", "k_and_v_swapped", "window_k_renamed",
+        "k_apart_named_latent", "k_apart_unviewed", "index_unviewed", "index_named_latent",
+        "host_named_latent", "conv_named_temporal", "v4_state_named_latent",
+        "v4_window_named_index"])
+def test_tensors_carry_exactly_the_buffers_sglang_keeps(case: str, edit: Edit) -> None:
+    _refused(case, edit, "buffers SGLang keeps")
+
+
+def test_the_buffer_table_names_what_the_planner_builds() -> None:
+    # Every pool of every tiny plan carries one of its table entries, in range order.
+    for case in TINY:
+        plan = tiny_dump(case)
+        pools = {pool["name"] for pool in plan["pools"]}
+        for tensor in plan["tensors"]:
+            names = tuple(view["name"] for view in tensor["views"])
+            assert names in pool_buffers(tensor["pool"], pools), (case, tensor["pool"])
+
+
+def _shared(name: str) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        _pool(plan, name)["shared"] = True
+
+    return edit
+
+
+@pytest.mark.parametrize(("case", "pool"), [
+    ("mha", "kv"), ("dsa_hisparse", "index"), ("mamba", "mamba_temporal"),
+    ("deepseek_v4", "v4_state_c128"),
+])
+def test_a_device_pool_is_never_shared(case: str, pool: str) -> None:
+    _refused(case, _shared(pool), "only a host pool is shared")
+
+
+def test_the_host_pool_may_be_shared() -> None:
+    plan = tiny_dump("dsa_hisparse")
+    _shared("hisparse_host")(plan)
+    hp.check_plan(plan)
+
+
+def _layer_renamed(pool: str, position: int, name: str) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        _tensor(plan, pool)["layers"][position] = name
+
+    return edit
+
+
+@pytest.mark.parametrize(("case", "edit"), [
+    ("k_and_v_apart", _layer_renamed("kv_v", 0, "b")),
+    ("k_and_v_apart", _layer_renamed("kv", 0, "b")),
+    ("mamba", _layer_renamed("mamba_temporal", 0, "a1")),
+    ("mamba", _layer_renamed("mamba_conv0", 1, "m9")),
+    ("dsa_hisparse", _layer_renamed("hisparse_host", 1, "l9.attn")),
+], ids=["v_of_another_layer", "k_of_another_layer", "temporal_of_another_layer",
+        "conv_of_another_layer", "host_rows_of_another_layer"])
+def test_pools_of_one_layer_hold_the_same_layers(case: str, edit: Edit) -> None:
+    _refused(case, edit, "expected the same layers")
+
+
+def _pool_emptied(pool: str) -> Edit:
+    def edit(plan: dict[str, Any]) -> None:
+        plan["tensors"] = [t for t in plan["tensors"] if t["pool"] != pool]
+
+    return edit
+
+
+@pytest.mark.parametrize(("case", "pool"), [
+    ("dsa_hisparse", "hisparse_host"), ("mamba", "mamba_temporal"), ("window", "kv"),
+    ("deepseek_v4", "v4_index_c4"),
+])
+def test_every_pool_holds_a_layer(case: str, pool: str) -> None:
+    _refused(case, _pool_emptied(pool), "holds no layer")
+
+
+def test_a_tensor_listing_a_layer_twice_is_refused() -> None:
+    # Both Mamba layers' conv states become the first layer's: the view still has two layers.
+    _refused("mamba", _layer_renamed("mamba_conv0", 1, "m0"), "twice by tensors")
+
+
+@pytest.mark.parametrize("cell", [95.0, 90.0, 64.5])
+def test_the_window_ratio_the_cell_gives_must_give_the_window_tokens(cell: float) -> None:
+    # full 64 + ratio 0.5 x window 64 bytes a token = 96; swa holds int(64 x 0.5) = 32 tokens.
+    # A smaller cell gives a smaller ratio, and fewer tokens than the pool holds.
+    def edit(plan: dict[str, Any]) -> None:
+        plan["budget"]["cell_size_bytes"] = cell
+
+    _refused("window", edit, "counts the window pool at")
+
+
+def test_a_cell_giving_the_same_window_tokens_is_taken() -> None:
+    # 97 bytes: ratio 33/64, int(64 x 33/64) = 33 tokens, floored to the 4-token page: 32.
+    plan = tiny_dump("window")
+    plan["budget"]["cell_size_bytes"] = 97.0
+    hp.check_plan(plan)
+
+
+def _v4_swa_layer_dropped(plan: dict[str, Any]) -> None:
+    _tensor(plan, "v4_swa")["layers"].pop(0)
+
+
+def test_the_v4_coefficient_is_the_pools_bytes_a_full_token() -> None:
+    _refused("deepseek_v4", _v4_swa_layer_dropped, "bytes_per_full_token")
+
+
+def _v4_ring_bytes() -> int:
+    """One request slot's 128-row ring of the c128 states (one layer of float32 rows)."""
+    plan = tiny_dump("deepseek_v4")
+    rows: int = plan["deepseek_v4"]["c128_state_rows"]
+    state: int = _pool(plan, "v4_state_c128")["size"]
+    return state * 128 // rows
+
+
+@pytest.mark.parametrize("delta", [210, 1, None])
+def test_the_set_aside_is_whole_rings_for_the_running_requests(delta: int | None) -> None:
+    # Uncapped (one running request of 512 allowed), the set-aside is the plan's own states:
+    # neither a few bytes more nor one ring (None) more.
+    step = _v4_ring_bytes() if delta is None else delta
+    _refused("deepseek_v4", _v4("fixed_bytes", step), "fixed_bytes")
+
+
+def test_a_capped_plan_sets_aside_rings_for_the_requested_requests() -> None:
+    # 600 requested, capped at 1024 // 2 = 512 running: the planner sets aside 603 rings,
+    # the states hold 515; whole rings more are the figure of a larger request, a byte more
+    # is no figure.
+    data = v4_request(max_running_requests=600).model_dump(mode="json")
+    data["device"]["available_bytes"] = 2**30
+    plan = plan_sglang(PlanRequest.model_validate(data)).model_dump(mode="json")
+    assert plan["max_running_requests"] == plan["max_total_num_tokens"] // 2 == 512
+    ring = _pool(plan, "v4_state_c128")["size"] * 128 // plan["deepseek_v4"]["c128_state_rows"]
+    assert plan["deepseek_v4"]["fixed_bytes"] == 603 * ring
+    hp.check_plan(plan)
+    plan["deepseek_v4"]["fixed_bytes"] -= ring  # 599 requested: still capped at 512
+    hp.check_plan(plan)
+    plan["deepseek_v4"]["fixed_bytes"] += 1
+    with pytest.raises(hp.PlanInvariantError, match="fixed_bytes"):
+        hp.check_plan(plan)
+
+
+def _window_v_apart() -> tuple[PlanRequest, dict[str, Any]]:
+    """A window layer whose V heads are half its K heads: SGLang keeps them in swa_v."""
+    window = swa(16, heads=2, head=8)
+    window["head_size_v"] = 4
+    asked = request({"w0": window, "f1": mha(heads=2, head=8)}, page_size=4,
+                    max_total_tokens=64, swa_full_tokens_ratio=0.5, context_length=16)
+    return asked, plan_sglang(asked).model_dump(mode="json")
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (_view_named("swa", 0, "v_buffer"), "buffers SGLang keeps"),
+    (_layer_renamed("swa_v", 0, "f1"), "expected the same layers"),
+    (_shared("swa_v"), "only a host pool is shared"),
+], ids=["k_named_v", "v_of_another_layer", "shared"])
+def test_a_window_pool_with_v_apart_keeps_its_roles(edit: Edit, why: str) -> None:
+    asked, plan = _window_v_apart()
+    assert [t["pool"] for t in plan["tensors"]] == ["kv", "swa", "swa_v"]
+    hp.check_plan(plan, request=asked)
+    edit(plan)
+    with pytest.raises(hp.PlanInvariantError, match=why):
+        hp.check_plan(plan)

@@ -145,6 +145,23 @@ def test_spare_rows_apart_are_taken_and_meeting_ones_refused() -> None:
 def test_two_views_of_one_name_are_refused() -> None:
     plan = tiny_dump("mha")
     plan["tensors"][0]["views"][1]["name"] = "k_buffer"
+    with pytest.raises(hp.PlanInvariantError, match=r"views \['k_buffer', 'k_buffer'\]"):
+        hp.check_plan(plan)
+
+
+def test_two_tensors_of_one_allocation_with_one_view_name_are_refused() -> None:
+    # The conv states' tensor split in two, a layer each, both viewed as conv[0]: each tensor
+    # carries SGLang's buffer, but one whole allocation then has two of it.
+    plan = tiny_dump("mamba")
+    whole = next(t for t in plan["tensors"] if t["pool"] == "mamba_conv0")
+    second = copy.deepcopy(whole)
+    for index, tensor in enumerate((whole, second)):
+        tensor["layers"] = tensor["layers"][index:index + 1]
+        tensor["offset"] = index * tensor["layer_stride"]
+        view = tensor["views"][0]
+        view["shape"][0] = 1
+        view["storage_offset"] = index * view["strides"][0]
+    plan["tensors"].append(second)
     with pytest.raises(hp.PlanInvariantError, match="unique view names"):
         hp.check_plan(plan)
 

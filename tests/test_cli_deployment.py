@@ -23,11 +23,20 @@ def test_long_context_needs_the_allow_flag(cli: Run) -> None:
     assert '"max_model_len": 200000' in out
 
 
-def test_capacity_of_a_regular_model_is_refused_clearly(cli: Run) -> None:
-    code, out, err = cli("capacity", "gemma-3-27b")
-    assert code == 2
-    assert out == ""
-    assert "expected a request with hisparse settings, got a regular one" in err
+def test_capacity_of_a_regular_model_is_its_own_plans(cli: Run) -> None:
+    # Issue 28: capacity for regular models too. Llama-3-8B, bf16, 64-token blocks on 60 GiB:
+    # 32 layers x (K, V) x 8 heads x 128 x 2 bytes x 64 tokens = 8 MiB a block, 7680 blocks;
+    # a 4096-token request takes 64 of them.
+    code, out, err = cli("capacity", "llama-3-8b", "--max-model-len", "4096", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    assert (found["num_blocks"], found["bytes_per_block"]) == (7680, 8 * 2**20)
+    assert (found["blocks_per_request"], found["max_model_len"]) == (64, 4096)
+    assert found["max_concurrency"] == 7680 / 64
+    code, out, err = cli("capacity", "llama-3-8b", "--max-model-len", "4096", "-dp", "4",
+                         "--plain")
+    assert code == 0, err
+    assert "node  480.00 = 4 DP ranks x 120.00" in out
 
 
 def test_capacity_reports_the_planned_baseline(cli: Run) -> None:

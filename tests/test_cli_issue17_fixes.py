@@ -47,17 +47,31 @@ def test_library_sweep_refuses_a_length_past_the_model(cli: Run) -> None:
     assert kept.points[0].comparison is not None
 
 
-def test_sweep_of_a_regular_model_is_one_refusal_not_rows_of_them(cli: Run) -> None:
-    line = one_error_line(*cli("capacity", "llama-3-8b", "--sweep", "max-model-len"))
-    assert "got a regular one" in line
-    assert "capacity --compare" in line
+def test_sweep_of_a_regular_model_gives_its_own_rows_and_one_refusal_for_host_pool(
+    cli: Run,
+) -> None:
+    # Issue 28: a regular model's capacity is its own plan's. Llama-3-8B in bf16 on the default
+    # 60 GiB: a 64-token block of 32 layers x K and V x 8 heads x 128 x 2 bytes is 8 MiB, so
+    # 7680 blocks, and a request of L tokens takes ceil(L / 64) of them.
+    code, out, err = cli("capacity", "llama-3-8b", "--sweep", "max-model-len", "--points",
+                         "2k,4k,8k", "--json")
+    assert code == 0, err
+    points = json.loads(out)["points"]
+    assert [p["regular"]["max_concurrency"] for p in points] == [
+        7680 / -(-length // 64) for length in (2048, 4096, 8192)]
+    assert all(p["comparison"] is None for p in points)
+    line = one_error_line(*cli("capacity", "llama-3-8b", "--sweep", "host-pool"))
+    assert "no host pool" in line
+    assert "--sweep max-model-len" in line
 
 
 def test_capacity_of_a_regular_request_with_tp_names_no_host_pool(cli: Run) -> None:
     request = str(GOLDEN / "regular_llama3_8b_bf16.request.json")
-    line = one_error_line(*cli("capacity", "--request", request, "--tp", "8"))
-    assert "host_pool_gib" not in line
-    assert "got a regular one" in line
+    code, out, err = cli("capacity", "--request", request, "--tp", "8", "--plain")
+    assert code == 0, err
+    assert "host" not in out
+    # The golden plan: 30720 blocks, 512 a request (8192 tokens in 16-token blocks).
+    assert "60.00             512   30720" in out
     code, out, _ = cli("plan", "--request", request, "--tp", "8", "--json")
     assert code == 0
     assert json.loads(out)["host_pool"] is None

@@ -87,6 +87,35 @@ def test_qwen3_next_mamba_pools(cli: Run) -> None:
     assert "temporal" in out
 
 
+def test_sglang_server_modes_under_sglangs_flag_names(cli: Run) -> None:
+    # DeepSeek-V3.2 on 8 H200s as SGLang documents it: --tp 8 --dp 8 --enable-dp-attention.
+    # SGLang's default fraction keeps DP attention's graph padding back (0.758, as SGLang
+    # resolves benchmarks/sglang_cases/dsv32_tp8_h200_default_fraction.json with DP 8), and
+    # a given --max-running-requests is shared by the 8 groups.
+    plain = planned(cli, "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype",
+                    "fp8", "--context-length", "8192")
+    dp = planned(cli, "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype", "fp8",
+                 "--context-length", "8192", "--enable-dp-attention",
+                 "--dp-size", "8", "--max-running-requests", "800")
+    assert dp.max_running_requests == 100
+    assert (plain.budget.mem_fraction_static, dp.budget.mem_fraction_static) == (0.886, 0.758)
+    assert dp.max_total_num_tokens < plain.max_total_num_tokens
+    deepep = planned(cli, "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype",
+                     "fp8", "--context-length", "8192", "--moe-a2a-backend",
+                     "deepep")
+    assert deepep.budget.mem_fraction_static == 0.865  # 3 GiB more kept back than 0.886
+    off = planned(cli, "--hf-config", QWEN_NEXT, "--gpu-mem", "4GiB", "--context-length",
+                  "4096", "--disable-radix-cache", "--max-running-requests", "16")
+    assert off.max_running_requests == 16
+    assert off.budget.mamba_slots_per_request == 1
+    slots = next(p for p in off.pools if p.name == "mamba_conv0")
+    assert slots.num_blocks == 16 + 1
+    dcp = planned(cli, "deepseek-v3.2", "--gpu-mem", "8GiB", "-tp", "8", "--kv-cache-dtype",
+                  "fp8", "--context-length", "8192", "--dcp-size", "8")
+    assert dcp.budget.dcp_size == 8
+    assert dcp.budget.cell_size_bytes == 61 * (656 + 8 * 132)
+
+
 def test_capacity_side_by_side(cli: Run) -> None:
     code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
                          "-tp", "8", "--kv-cache-dtype", "fp8", "--plain")
@@ -149,6 +178,10 @@ def test_capacity_one_engine(cli: Run) -> None:
       "[1]"], "hisparse_config: expected a JSON object"),
     (["plan", "llama-3-8b", "--engine", "sglang", "--enable-hisparse"], "engine.enable_hisparse"),
     (["plan", "deepseek-v3.2", "--engine", "sglang", "--page-size", "16"], "engine.page_size"),
+    (["plan", "deepseek-v3.2", "--engine", "sglang", "-tp", "8", "--enable-dp-attention",
+      "--dp-size", "3"], "expected a divisor of 8, got 3"),
+    (["plan", "llama-3-8b", "--engine", "vllm", "--disable-radix-cache"],
+     "--disable-radix-cache applies to SGLang"),
 ])
 def test_flag_errors(cli: Run, argv: list[str], words: str) -> None:
     code, out, err = cli(*argv)
@@ -156,3 +189,18 @@ def test_flag_errors(cli: Run, argv: list[str], words: str) -> None:
     assert out == ""
     assert words in err
     assert "Traceback" not in err
+
+
+def test_capacity_counts_the_request_table_beside_the_budget(cli: Run) -> None:
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--kv-cache-dtype", "fp8", "--context-length", "8192",
+                         "--json")
+    assert code == 0, err
+    vllm, sglang = json.loads(out)
+    assert vllm["beside_pools_bytes"] is None
+    # int32 [max_running_requests + 1, 8192 + 4]
+    assert sglang["beside_pools_bytes"] == (sglang["request_slots"] + 1) * (8192 + 4) * 4
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
+                         "-tp", "8", "--kv-cache-dtype", "fp8", "--plain")
+    assert code == 0, err
+    assert "beside the budget" in out

@@ -8,6 +8,7 @@ every combination; the planner's own models must not leak their ValidationErrors
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import hisparse_plan as hp
+from hisparse_plan.presets import Settings, build_request, load_preset
 
 INT64_MAX = 2**63 - 1
 SIZES = st.one_of(
@@ -198,3 +200,157 @@ def test_a_reordered_source_group_is_an_invariant_error() -> None:
     with pytest.raises(hp.PlanInvariantError, match="mixes page sizes") as caught:
         hp.check_plan(plan)
     assert caught.value.layer == "model.layers.0.attn"
+
+
+# -- SGLang: the same matrix over SGLang's settings ------------------------------------------------
+
+
+def _sglang_layers() -> dict[str, dict[str, Any]]:
+    mha = {"kind": "full_attention", "block_size": 16, "num_kv_heads": 8, "head_size": 128,
+           "dtype": "bfloat16"}
+    window = {**mha, "kind": "sliding_window", "sliding_window": 128}
+    latent = {"kind": "mla", "block_size": 64, "head_size": 576, "dtype": "bfloat16"}
+    dsa = {**latent, "dtype": "uint8", "cache_dtype": "fp8_ds_mla", "state_content_bytes": 656}
+    indexer = {"kind": "mla", "block_size": 64, "head_size": 132, "dtype": "uint8",
+               "cache_role": "indexer"}
+    mamba = {"kind": "mamba", "block_size": 4096, "state_shapes": [[3, 1024], [8, 64, 128]],
+             "state_dtypes": ["bfloat16", "bfloat16"]}
+    return {
+        "mha": {"l0.attn": mha, "l1.attn": mha},
+        "mha_kv_apart": {"l0.attn": {**mha, "head_size_v": 64}},
+        "window": {"l0.attn": mha, "l1.attn": window},
+        "mla": {"l0.attn": latent},
+        "dsa": {"l0.attn": dsa, "l0.indexer": indexer, "l1.attn": dsa, "l1.indexer": indexer},
+        "mamba": {"l0.mamba": mamba, "l1.attn": mha},
+    }
+
+
+SGLANG_LAYERS = _sglang_layers()
+
+
+@functools.cache
+def _deepseek_v4() -> dict[str, Any]:
+    """DeepSeek-V4-Flash's layers and model section (SGLang's own V4 path plans it)."""
+    arch = load_preset("deepseek-v4-flash").architecture
+    raw = build_request(arch, Settings(max_model_len=4096)).model_dump(mode="json")
+    return {"layers": raw["layers"], "model": raw["model"]}
+
+
+def _sglang_model(kind: str) -> dict[str, Any]:
+    if kind == "deepseek_v4":
+        return _deepseek_v4()
+    return {"layers": SGLANG_LAYERS[kind], "model": {"max_model_len": 4096}}
+FRACTIONS = st.one_of(st.sampled_from([5e-324, 1e-300, 1e-9, 0.5, 1 - 2**-53]),
+                      st.floats(0, 1, exclude_min=True, exclude_max=True))
+RATIOS = st.one_of(st.sampled_from([5e-324, 1e-300, 1.0, 1e15, 1e300, 1.7e308]),
+                   st.floats(0, 1.7e308, exclude_min=True))
+MEMORY = st.sampled_from([0, 1, 2**30, 2**40, INT64_MAX])
+
+
+@st.composite
+def extreme_sglang_requests(draw: st.DrawFn) -> dict[str, Any]:
+    """A small model of each SGLang pool kind, every setting drawn from its extremes."""
+    kind = draw(st.sampled_from([*sorted(SGLANG_LAYERS), "deepseek_v4"]))
+    engine: dict[str, Any] = {"name": "sglang", "context_length": draw(SIZES),
+                              "tp_size": draw(SIZES), "mamba_full_memory_ratio": draw(RATIOS)}
+    for field in ("page_size", "max_running_requests", "max_total_tokens",
+                  "max_mamba_cache_size", "chunked_prefill_size"):
+        engine[field] = draw(st.none() | SIZES)
+    engine["swa_full_tokens_ratio"] = draw(st.none() | RATIOS)
+    if draw(st.booleans()):
+        engine["mem_fraction_static"] = draw(st.none() | FRACTIONS)
+        engine["gpu_memory_bytes"] = draw(st.none() | MEMORY.filter(bool))
+        if draw(st.booleans()):
+            engine["pre_model_load_free_bytes"] = draw(MEMORY)
+            engine["post_weights_free_bytes"] = draw(MEMORY)
+    if kind == "dsa" and draw(st.booleans()):
+        engine.update(enable_hisparse=True, hisparse_top_k=draw(SIZES),
+                      hisparse_device_buffer_size=draw(st.none() | SIZES),
+                      hisparse_host_to_device_ratio=draw(SIZES))
+    engine["kv_cache_dtype"] = draw(st.sampled_from(["auto", "fp8_e4m3"]))
+    return {
+        **_sglang_model(kind),
+        "device": {"available_bytes": draw(MEMORY | st.integers(0, INT64_MAX))},
+        "engine": engine,
+    }
+
+
+def _sglang(kind: str, available: int = 2**40, **engine: Any) -> dict[str, Any]:
+    return {**_sglang_model(kind), "device": {"available_bytes": available},
+            "engine": {"name": "sglang", "context_length": 4096, **engine}}
+
+
+HUGE_HEAD = {"l0.attn": {"kind": "full_attention", "block_size": 16, "num_kv_heads": 1,
+                         "head_size": 2**33, "dtype": "bfloat16"}}
+"""One layer whose token takes 2**35 bytes: a pool of few tokens and a page passes int64."""
+
+SGLANG_FOUND = [
+    # (request, the field the refusal names, what it says): each escaped plan_for_engine as a
+    # ValidationError about the plan's own models (BufferView, SGLangBudget, SGLangHisparse,
+    # Pool) or as a ValueError from a float that overflowed, or planned a request table past
+    # int64 bytes.
+    (_sglang("mha", context_length=INT64_MAX - 1), "engine.context_length",
+     "the request-to-token table's bytes"),
+    (_sglang("mha", context_length=2**61), "engine.context_length",
+     "the request-to-token table's bytes"),
+    (_sglang("mha", available=INT64_MAX), "device.available_bytes",
+     "the KV budget in bytes would be 9223372036854775808"),
+    (_sglang("mha", mem_fraction_static=0.5, pre_model_load_free_bytes=1,
+             post_weights_free_bytes=INT64_MAX), "engine.post_weights_free_bytes",
+     "the KV budget in bytes would be 9223372036854775808"),
+    ({**_sglang("mha", available=INT64_MAX - 2**40, page_size=2**20), "layers": HUGE_HEAD},
+     "device.available_bytes", "its pools (each the budget's tokens and a padding page"),
+    (_sglang("dsa", enable_hisparse=True, hisparse_top_k=2**62), "engine.hisparse_top_k",
+     "a request's hot rows"),
+    (_sglang("dsa", enable_hisparse=True, hisparse_device_buffer_size=INT64_MAX - 1),
+     "engine.hisparse_device_buffer_size", "a request's hot rows"),
+    (_sglang("mamba", mamba_full_memory_ratio=1.7e308), "engine.mamba_full_memory_ratio",
+     "the Mamba states' share of the budget in bytes overflows a float"),
+    # More token ids than the request table's int32 entries hold (check_plan refuses them).
+    (_sglang("mla", available=2**62), "device.available_bytes",
+     "SGLang's request-to-token table holds int32 token ids"),
+    (_sglang("dsa", enable_hisparse=True, hisparse_host_to_device_ratio=2**20),
+     "engine.hisparse_host_to_device_ratio",
+     "SGLang's request-to-token table holds int32 token ids"),
+    (_sglang("deepseek_v4", available=INT64_MAX), "device.available_bytes",
+     "the KV budget in bytes"),
+    (_sglang("deepseek_v4", context_length=INT64_MAX - 3), "engine.context_length",
+     "the request-to-token table's bytes"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field", "says"), SGLANG_FOUND)
+def test_extreme_sglang_settings_are_refused_by_name(
+    raw: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(hp.PlanError) as caught:
+        hp.plan_for_engine(raw)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"{field}: {says}"), caught.value
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(extreme_sglang_requests())
+def test_extreme_sglang_settings_give_only_field_errors_and_sound_plans(
+    raw: dict[str, Any],
+) -> None:
+    try:
+        request = hp.PlanRequest.model_validate(raw)
+    except ValidationError as error:
+        invalid: ValidationError | None = error
+    else:
+        invalid = None
+    if invalid is not None:
+        assert invalid.title == "PlanRequest"
+        _names_a_field(invalid)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hp.PlanWarning)
+        try:
+            plan: hp.Plan | None = hp.plan_for_engine(request)
+        except hp.PlanError as error:
+            plan, refusal = None, error
+    if plan is None:
+        assert refusal.field is not None, refusal
+        return
+    hp.check_plan(plan)

@@ -61,7 +61,8 @@ def test_breakdown_adds_up_to_the_hbm(gpu: hp.presets.hardware.GPU, tp: int, pp:
 
 def test_h200_tp8_deepseek_by_hand() -> None:
     assert DEEPSEEK_WEIGHTS is not None
-    split = memory_breakdown(find_gpu("h200"), DEEPSEEK_WEIGHTS, tp=8)
+    split = memory_breakdown(find_gpu("h200"), DEEPSEEK_WEIGHTS, tp=8,
+                             gpu_memory_utilization="0.9")
     hbm = 143771 * 2**20
     budget = -(-hbm * 9 // 10)  # vLLM: ceil(total * utilization)
     assert split.held_back == hbm - budget

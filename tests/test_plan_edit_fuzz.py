@@ -13,11 +13,15 @@ from typing import Any
 import pytest
 
 from hisparse_plan.models import KVCachePlan
+from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang import plan_sglang
 from plan_edit_bytes import first_overlap, row_runs
 from plan_edit_fuzz import report, run
 from plan_edit_oracle_sglang import sglang_faults
 from plan_edit_oracle_vllm import vllm_faults
+from sglang_cases import v4_request
+from test_sglang_target import mha, request, swa
 
 EDITS = 1500
 
@@ -162,8 +166,6 @@ SGLANG_FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("the kv pool renamed", _renamed_kv, "pool role"),
     ("a per-layer pool on the host", lambda p: p["pools"][0].update(location="host"),
      "pool location"),
-    ("a NaN fraction", lambda p: p["budget"].update(mem_fraction_static=float("nan")),
-     "mem_fraction_static"),
     ("a request table past int64",
      lambda p: p.update(max_running_requests=2**61, req_to_token={
          "name": "req_to_token", "dtype": "int32", "shape": [2**61 + 1, 8], "strides": [8, 1],
@@ -177,6 +179,21 @@ SGLANG_FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
                          ids=[what for what, _, _ in SGLANG_FAULTS])
 def test_sglang_oracle_finds(change: Callable[[dict[str, Any]], None], kind: str) -> None:
     assert kind in sglang_kinds(edited(tiny_sglang(), change))
+
+
+@pytest.mark.parametrize("fraction", [float("nan"), 1.5, 0.0])
+def test_sglang_oracle_finds_a_fraction_out_of_range(fraction: float) -> None:
+    # Validation refuses these first; the oracle refuses them on its own (a copy skips it).
+    plan = SGLangPlan.model_validate(tiny_sglang())
+    budget = plan.budget.model_copy(update={"mem_fraction_static": fraction})
+    faults = sglang_faults(plan.model_copy(update={"budget": budget}))
+    assert "mem_fraction_static" in [fault.kind for fault in faults]
+
+
+def test_sglang_fraction_one_is_sound() -> None:
+    # SGLang 0.5.23 checks no range, and its own rule rounds to 1.0 on a large enough GPU.
+    assert sglang_kinds(edited(tiny_sglang(),
+                               lambda p: p["budget"].update(mem_fraction_static=1.0))) == []
 
 
 def test_sglang_spare_rows_in_the_tail_are_sound() -> None:
@@ -205,6 +222,10 @@ VLLM_FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      lambda p: p["capacity"].update(max_concurrency=2.0), "capacity"),
     ("num_blocks 5 of 64-byte blocks in 256 bytes",
      lambda p: p["device_pools"][0].update(available_bytes=256), "num_blocks"),
+    ("the one stage lists a layer twice",
+     lambda p: p["device_pools"][0].update(layers=["a", "a", "b"]), "stage layers"),
+    ("the one stage lists a layer of no group",
+     lambda p: p["device_pools"][0].update(layers=["a", "b", "c"]), "stage layers"),
 ]
 
 
@@ -212,6 +233,39 @@ VLLM_FAULTS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
                          ids=[what for what, _, _ in VLLM_FAULTS])
 def test_vllm_oracle_finds(change: Callable[[dict[str, Any]], None], kind: str) -> None:
     assert kind in vllm_kinds(edited(tiny_vllm(), change))
+
+
+def test_vllm_one_stage_may_list_its_layers() -> None:
+    """device.pipeline_stages of one entry: the planner's plan lists the stage's layers."""
+    assert vllm_kinds(edited(tiny_vllm(),
+                             lambda p: p["device_pools"][0].update(layers=["a", "b"]))) == []
+
+
+def test_sglang_window_v_apart_is_sound() -> None:
+    """A window layer whose V heads differ from its K heads: the planner keeps V in swa_v."""
+    window = swa(16, heads=2, head=8)
+    window["head_size_v"] = 4
+    plan = plan_sglang(request({"w0": window, "f1": mha(heads=2, head=8)}, page_size=4,
+                               max_total_tokens=64, swa_full_tokens_ratio=0.5,
+                               context_length=16))
+    assert "swa_v" in {pool.name for pool in plan.pools}
+    assert sglang_faults(plan) == []
+
+
+def test_sglang_capped_requests_set_aside_more_rings() -> None:
+    """DeepSeek-V4 with 600 running requests asked and 512 allowed (full // 2): the planner's
+    set-aside is 603 rings of the c128 states, the states 515; sound, and a byte more is not."""
+    data = v4_request(max_running_requests=600).model_dump(mode="json")
+    data["device"]["available_bytes"] = 2**30
+    plan = plan_sglang(PlanRequest.model_validate(data))
+    assert plan.max_running_requests == 512
+    assert plan.deepseek_v4 is not None
+    assert sglang_faults(plan) == []
+    more = plan.deepseek_v4.fixed_bytes + 1
+    figures = plan.deepseek_v4.model_copy(update={"fixed_bytes": more})
+    faults = sglang_faults(plan.model_copy(update={"deepseek_v4": figures}))
+    kinds = [fault.kind for fault in faults]
+    assert "deepseek_v4 fixed_bytes" in kinds
 
 
 def test_vllm_groups_may_overlay_the_same_block() -> None:

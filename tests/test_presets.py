@@ -319,3 +319,26 @@ def test_override_refuses_layer_shaping_settings(settings: Settings) -> None:
     golden, _ = load("deepseek_v32_fp8")
     with pytest.raises(ConfigError, match="shapes the layers"):
         override_request(hp.PlanRequest.model_validate(golden), settings)
+
+
+@pytest.mark.parametrize(("kwargs", "field", "message"), [
+    ({"gpu_mem_bytes": -1}, "gpu_mem_bytes", "Settings.gpu_mem_bytes: expected an integer >= 0, "
+                                             "got -1"),
+    ({"host_pool_bytes": 0}, "host_pool_bytes", "Settings.host_pool_bytes: expected an integer "
+                                                ">= 1, got 0"),
+    ({"tp": 0}, "tp", "Settings.tp: expected an integer >= 1, got 0"),
+    ({"max_model_len": "8k"}, "max_model_len", "Settings.max_model_len: expected an integer, "
+                                               "got '8k'"),
+    ({"block_size": True}, "block_size", "Settings.block_size: expected an integer, got True"),
+    ({"stage_gpu_mem_bytes": (GIB, -2)}, "stage_gpu_mem_bytes",
+     r"Settings.stage_gpu_mem_bytes\[1\]: expected an integer >= 0, got -2"),
+])
+def test_settings_errors_name_their_own_fields(
+    kwargs: dict[str, object], field: str, message: str
+) -> None:
+    """Issue 28: Settings(gpu_mem_bytes=-1) named the request's device.available_bytes (and
+    host_pool_bytes the request's hisparse.host_pool_gib), fields the caller never wrote."""
+    with pytest.raises(ConfigError, match=message) as refused:
+        Settings(**kwargs)  # type: ignore[arg-type]
+    assert refused.value.field == field
+    assert "device.available_bytes" not in str(refused.value)

@@ -368,9 +368,10 @@ def test_refuses_what_sglang_does_not_run(layers: dict[str, Any], match: str) ->
         plan_sglang(request(layers))
 
 
-def test_refuses_decode_context_parallelism() -> None:
+def test_refuses_vllms_decode_context_parallelism_field() -> None:
     req = golden("modes_deepseek_v32_dcp8", context_length=163840)
-    with pytest.raises(UnsupportedRequestError, match="expected 1, got 8") as info:
+    with pytest.raises(UnsupportedRequestError,
+                       match=r"expected 1, and engine\.dcp_size for SGLang's, got 8") as info:
         plan_sglang(req)
     assert info.value.field == "scheduler.decode_context_parallel_size"
 

@@ -158,6 +158,34 @@ def test_hybrid_manager_off_refuses_what_one_manager_cannot_plan() -> None:
     hp.check_plan(plan, request=mixed)
 
 
+@pytest.mark.parametrize(("key", "other", "named"), [
+    ("attention_chunk_size", {**CHUNKED, "attention_chunk_size": 4096},
+     "'l1' keeps chunks of 8192 tokens and 'l2' of 4096"),
+    ("sliding_window", {**SLIDING, "sliding_window": 64},
+     "'l1' keeps a sliding window of 128 tokens and 'l2' of 64"),
+])
+def test_hybrid_manager_off_refuses_two_chunk_or_window_sizes(
+    key: str, other: dict[str, Any], named: str
+) -> None:
+    """Issue 28: vLLM (0.33 and 0.34) merges the promoted layers as one spec and raises "All
+    attention layers in the same KV cache group must have the same window size" for two
+    sizes; the planner planned them as one family."""
+    first = CHUNKED if key == "attention_chunk_size" else SLIDING
+    request = _request({"l0": ATTN, "l1": first, "l2": other},
+                       disable_hybrid_kv_cache_manager=True)
+    with pytest.raises(hp.PlanError, match="must have the same window size") as refused:
+        hp.plan(request)
+    assert named in str(refused.value)
+    assert f"expected one {key}" in str(refused.value)
+    assert refused.value.field == "scheduler.disable_hybrid_kv_cache_manager"
+    # One size each, or the hybrid manager on, or an mla layer among them: vLLM plans them.
+    hp.plan(_request({"l0": ATTN, "l1": first, "l2": first},
+                     disable_hybrid_kv_cache_manager=True))
+    hp.plan(_request({"l0": ATTN, "l1": first, "l2": other}))
+    hp.plan(_request({"l0": ATTN, "l1": SLIDING, "l2": CHUNKED},
+                     disable_hybrid_kv_cache_manager=True))
+
+
 def test_hisparse_auto_fit_stops_at_the_host_pool() -> None:
     request, _ = load("deepseek_v32_fp8")
     request = copy.deepcopy(request)

@@ -1,49 +1,104 @@
-"""hisparse_plan: where every byte of a HiSparse sparse-attention KV cache lives."""
+"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, for
+regular models and for HiSparse sparse-MLA models (the full history in pinned host memory).
 
+The names below are imported on first use, so that `import hisparse_plan.cli.launch` (the
+command's first code) costs nothing: the command imports the rest inside its Ctrl-C guard.
+"""
+
+from __future__ import annotations
+
+import importlib
 import warnings
-from importlib import import_module
-from types import ModuleType
-
-from hisparse_plan._moved import deprecated_path
-from hisparse_plan.checking import check_plan
-from hisparse_plan.errors import (
-    CapacityError,
-    HisparsePlanError,
-    LayoutError,
-    PlanError,
-    PlanInvariantError,
-    PlanWarning,
-    UnsupportedRequestError,
-)
-from hisparse_plan.models import (
-    Capacity,
-    ChunkedLocalAttentionSpec,
-    DevicePool,
-    FullAttentionSpec,
-    HisparseHotSpec,
-    HisparseResidentSpec,
-    HostPool,
-    KVCacheGroup,
-    KVCacheLayout,
-    KVCachePlan,
-    KVCacheTensor,
-    MambaSpec,
-    MLASpec,
-    PipelineStage,
-    PlanRequest,
-    SlidingWindowMLASpec,
-    SlidingWindowSpec,
-    UniformTypeSpec,
-    Workload,
-)
-from hisparse_plan.models.any_plan import Plan, load_plan
-from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.operator.refit import refit_after_warmup
-from hisparse_plan.targets import plan_for_engine
-from hisparse_plan.targets.vllm import plan
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(
+        ("CapacityError", "HisparsePlanError", "LayoutError", "PlanError", "PlanInvariantError",
+         "PlanWarning", "UnsupportedRequestError"), "hisparse_plan.errors"),
+    **dict.fromkeys(
+        ("Capacity", "ChunkedLocalAttentionSpec", "DevicePool", "FullAttentionSpec",
+         "HisparseHotSpec", "HisparseResidentSpec", "HostPool", "KVCacheGroup", "KVCacheLayout",
+         "KVCachePlan", "KVCacheTensor", "MambaSpec", "MLASpec", "PipelineStage", "PlanRequest",
+         "SlidingWindowMLASpec", "SlidingWindowSpec", "UniformTypeSpec", "Workload"),
+        "hisparse_plan.models"),
+    "check_plan": "hisparse_plan.checking",
+    "Plan": "hisparse_plan.models.any_plan",
+    "load_plan": "hisparse_plan.models.any_plan",
+    "SGLangPlan": "hisparse_plan.models.sglang_plan",
+    "SGLangSettings": "hisparse_plan.models.sglang_settings",
+    "refit_after_warmup": "hisparse_plan.operator.refit",
+    "plan": "hisparse_plan.targets.vllm",
+    "plan_for_engine": "hisparse_plan.targets",
+}
+"""Each public name's module."""
+
+if TYPE_CHECKING:
+    from hisparse_plan import planning as planning  # the old name, read lazily below
+    from hisparse_plan.checking import check_plan
+    from hisparse_plan.errors import (
+        CapacityError,
+        HisparsePlanError,
+        LayoutError,
+        PlanError,
+        PlanInvariantError,
+        PlanWarning,
+        UnsupportedRequestError,
+    )
+    from hisparse_plan.models import (
+        Capacity,
+        ChunkedLocalAttentionSpec,
+        DevicePool,
+        FullAttentionSpec,
+        HisparseHotSpec,
+        HisparseResidentSpec,
+        HostPool,
+        KVCacheGroup,
+        KVCacheLayout,
+        KVCachePlan,
+        KVCacheTensor,
+        MambaSpec,
+        MLASpec,
+        PipelineStage,
+        PlanRequest,
+        SlidingWindowMLASpec,
+        SlidingWindowSpec,
+        UniformTypeSpec,
+        Workload,
+    )
+    from hisparse_plan.models.any_plan import Plan, load_plan
+    from hisparse_plan.models.sglang_plan import SGLangPlan
+    from hisparse_plan.models.sglang_settings import SGLangSettings
+    from hisparse_plan.operator.refit import refit_after_warmup
+    from hisparse_plan.targets import plan_for_engine
+    from hisparse_plan.targets.vllm import plan
+else:
+
+    def __getattr__(name: str) -> object:
+        if name == "planning":
+            return _old_planning()
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'hisparse_plan' has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # looked up once
+        return value
+
+    def _old_planning() -> object:
+        """`hisparse_plan.planning`, vLLM's planner's old name, imported when first read."""
+        from hisparse_plan._moved import deprecated_path
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # warned once below, at the reader
+            module = importlib.import_module("hisparse_plan.planning")
+        deprecated_path("hisparse_plan.planning", "hisparse_plan.targets.vllm", depth=1)
+        return module
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "Capacity",
@@ -82,14 +137,3 @@ __all__ = [
     "plan_for_engine",
     "refit_after_warmup",
 ]
-
-
-def __getattr__(name: str) -> ModuleType:
-    """`hisparse_plan.planning`, vLLM's planner's old name, imported when first read."""
-    if name != "planning":
-        raise AttributeError(f"module 'hisparse_plan' has no attribute {name!r}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # warned once below, at the reader
-        module = import_module("hisparse_plan.planning")
-    deprecated_path("hisparse_plan.planning", "hisparse_plan.targets.vllm")
-    return module

@@ -47,7 +47,7 @@ def rule_doc(rule: str) -> str:
 
 DOC_NAMES: Final = (
     "planning-rules", "plan-contract", "glossary", "cli", "presets", "library", "backend",
-    "engines", "versions-and-modes", "promises", "architecture",
+    "engines", "transfer", "versions-and-modes", "promises", "architecture",
 )
 """Every page of docs/: the two that messages cite first, then the guides in reading order.
 Each ships in the wheel under hisparse_plan/docs/ (pyproject's force-include)."""

@@ -20,6 +20,7 @@ from hisparse_plan.models import (
     UniformTypeSpec,
     dtype_size,
 )
+from hisparse_plan.models.any_plan import expect_plan
 from hisparse_plan.rules.strides import axis_strides, page_extents
 
 
@@ -171,6 +172,7 @@ def tensor_views(
     stages: dict[str, int] | None = None,
 ) -> list[LayerView]:
     """The views of every layer of `plan.tensors[index]`, in the tensor's layer order."""
+    plan = expect_plan(KVCachePlan, plan, "tensor_views")
     tensor = plan.tensors[index]
     specs = spec_of(plan) if specs is None else specs
     stage = tensor_stage(plan, index, stages)
@@ -183,7 +185,9 @@ def tensor_views(
 def plan_views(
     plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]] | None = None
 ) -> dict[str, LayerView]:
-    """Every placed layer's view, by layer name (`specs` is `spec_of(plan)` when known)."""
+    """Every placed layer's view, by layer name (`specs` is `spec_of(plan)` when known). An
+    SGLang plan's views are its own (`BufferView`s on its tensors): it is refused here."""
+    plan = expect_plan(KVCachePlan, plan, "plan_views")
     specs = spec_of(plan) if specs is None else specs
     stages = stage_of(plan)
     return {

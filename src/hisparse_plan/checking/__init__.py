@@ -5,19 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hisparse_plan.checking.agreement import check_answers
-from hisparse_plan.checking.geometry import check_alignment, prove_disjoint
-from hisparse_plan.checking.meaning import check_meaning
-from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
-from hisparse_plan.checking.sglang import check_sglang_plan
-from hisparse_plan.checking.sizing import check_sizing
-from hisparse_plan.checking.structure import check_structure
-from hisparse_plan.checking.trains import pool_trains
+from hisparse_plan.checking.engines import CHECKERS
 from hisparse_plan.errors import PlanError, PlanInvariantError
-from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.any_plan import Plan, load_plan
-from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of, stage_of, tensor_stage
 
 __all__ = ["check_plan"]
 
@@ -38,42 +29,10 @@ def check_plan(
     """
     plan = load_plan(plan)
     try:
-        if isinstance(plan, SGLangPlan):
-            check_sglang_plan(plan, request)
-        else:
-            _check(plan, request)
+        CHECKERS[type(plan)](plan, request)
     except PlanInvariantError:
         raise
     except PlanError as error:
         # A rule shared with the planner refused part of the plan; callers catch
         # PlanInvariantError for every broken invariant.
         raise PlanInvariantError(str(error)) from error
-
-
-def _check(plan: KVCachePlan, request: PlanRequest | Mapping[str, object] | None) -> None:
-    specs = spec_of(plan)
-    check_structure(plan, specs)
-    check_meaning(plan)
-    check_sizing(plan)
-    stages = stage_of(plan)
-    check_vllm_pools(
-        check_pool_names(plan.pools, plan.tensors), plan.tensors, plan.host_pool,
-        plan.device_pools, plan.num_blocks,
-        [tensor_stage(plan, index, stages) for index in range(len(plan.tensors))],
-    )
-    views = plan_views(plan, specs)
-    for view in views.values():
-        check_alignment(view)
-    sizes = {(False, stage): (plan.num_blocks, pool.size)
-             for stage, pool in enumerate(plan.device_pools)}
-    if plan.host_pool is not None:
-        sizes[True, 0] = (plan.host_pool.num_blocks, plan.host_pool.size)
-    by_pool: dict[tuple[bool, int], list[LayerView]] = {pool: [] for pool in sizes}
-    for view in views.values():
-        by_pool[view.pool].append(view)
-    trains = {pool: pool_trains(members) for pool, members in by_pool.items()}
-    for (host_resident, stage), (num_blocks, size) in sizes.items():
-        name = pool_name(plan, stage, host_resident)
-        prove_disjoint(name, trains[host_resident, stage], num_blocks, size)
-    if request is not None:
-        check_answers(plan, request)

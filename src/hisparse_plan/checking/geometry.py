@@ -28,6 +28,8 @@ from itertools import groupby, pairwise
 
 from hisparse_plan.checking.trains import layer_at
 from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models import GroupSpec, MambaSpec
+from hisparse_plan.targets.vllm.rules.states import misaligned_state
 from hisparse_plan.views import LayerView, Train
 
 _WITNESS_SEARCH = 2048
@@ -59,6 +61,38 @@ def check_alignment(view: LayerView) -> None:
             f"tensors[{view.tensor}] layer {view.name!r}: {what} {value} is not a multiple "
             f"of the {view.dtype} size {view.itemsize}",
             tensor=view.tensor, layer=view.name,
+        )
+
+
+def check_state_alignment(view: LayerView, spec: GroupSpec) -> None:
+    """A Mamba layer's states are viewed each in its own dtype (vLLM's bind_kv_cache), so each
+    state's first byte and the block stride must be whole elements of it
+    (targets/vllm/rules/states.py)."""
+    if not isinstance(spec, MambaSpec):
+        return
+    state = misaligned_state(spec, view.offset, view.block_stride)
+    if state is not None:
+        raise PlanInvariantError(
+            f"tensors[{view.tensor}] layer {view.name!r}: state {state.index} ({state.dtype}) "
+            f"starts at byte {view.offset + state.start} ({state.start} into the page) with "
+            f"blocks {view.block_stride} bytes apart; expected both multiples of the "
+            f"{state.dtype} size {state.itemsize}",
+            tensor=view.tensor, layer=view.name,
+        )
+
+
+def check_page_inside(view: LayerView, pool: str, size: int) -> None:
+    """A layer's last page ends inside its pool, padding included: a page is page_size_bytes
+    from its first byte (docs/planning-rules.md#pages), which engines copy whole. The runs of
+    an unpadded page reach as far (`prove_disjoint`); a padded page's padding may reach
+    further."""
+    end = view.offset + (view.num_blocks - 1) * view.block_stride + view.page_size_bytes
+    if view.num_blocks and end > size:
+        raise PlanInvariantError(
+            f"tensors[{view.tensor}] layer {view.name!r} block {view.num_blocks - 1}: its "
+            f"{view.page_size_bytes}-byte page ends at byte {end}, past the {pool} pool's "
+            f"{size} bytes; expected every page inside its pool, padding included",
+            tensor=view.tensor, layer=view.name, block=view.num_blocks - 1,
         )
 
 

@@ -77,11 +77,14 @@ def check_ranged_tensors(pools: dict[str, Pool], tensors: Sequence[KVCacheTensor
             )
         _check_ranges(index, tensor)
         for position, layer in enumerate(tensor.layers):
-            earlier = placed.setdefault((pool.name, layer), index)
-            if earlier != index:
+            earlier = placed.get((pool.name, layer))
+            placed[pool.name, layer] = index
+            if earlier is not None:
+                by = (f"twice by tensors[{index}]" if earlier == index
+                      else f"by tensors[{earlier}] and tensors[{index}]")
                 raise PlanInvariantError(
-                    f"layer {layer!r} is placed in pool {pool.name!r} by tensors[{earlier}] and "
-                    f"tensors[{index}]; expected once per pool", tensor=index, layer=layer,
+                    f"layer {layer!r} is placed in pool {pool.name!r} {by}; expected once per "
+                    "pool", tensor=index, layer=layer,
                 )
             start = tensor.offset + position * tensor.layer_stride
             key = (pool.name, layer if per_layer else None)

@@ -5,7 +5,8 @@ own fields another way than the planner took.
 Meaning, from the plan alone: every pool is one of SGLang's, in its role (sglang_roles); every
 engine view lies in its own pages or its allocation's unowned tail (views); the full pool has one
 padding page beside `max_total_num_tokens`; the index keys, the V halves and the Mamba states
-have the blocks those figures give; the cell size is the counted pools' bytes a token; the
+have the blocks those figures give; the cell size is the counted pools' bytes a token (a
+window pool's at the ratio that gives its tokens); the
 request-to-token table has a padding row beside `max_running_requests`, fits int64 bytes and
 its int32 entries hold every token id; HiSparse's and DeepSeek-V4's figures agree with one
 another and with the pools (sglang_v4); no figure claims more than the pools hold.
@@ -14,12 +15,19 @@ With the request, the plan must be the one the request gives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
-from hisparse_plan.checking.sglang_roles import check_pool_roles
+from hisparse_plan.checking.sglang_roles import (
+    block_bytes,
+    check_layer_sets,
+    check_pool_roles,
+    check_view_names,
+)
 from hisparse_plan.checking.sglang_v4 import check_deepseek_v4
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import PlanRequest
@@ -32,7 +40,8 @@ REQUEST_TABLE_EXTRA: Final = 4
 INT32_IDS: Final = 2**31
 """Token ids an int32 entry holds (0 to 2**31 - 1)."""
 MAMBA_SLOTS_A_REQUEST: Final = 5
-"""State slots SGLang keeps per running request of a Mamba hybrid."""
+"""State slots SGLang keeps per running request of a Mamba hybrid with the radix cache on, what
+a plan that does not record budget.mamba_slots_per_request means."""
 
 
 def check_sglang_plan(
@@ -41,6 +50,7 @@ def check_sglang_plan(
     """Raise `PlanInvariantError` at the first broken invariant of an SGLang plan."""
     pools = check_pool_names(plan.pools, plan.tensors)
     check_pool_roles(plan, pools)
+    check_view_names(plan, pools)
     for index, tensor in enumerate(plan.tensors):
         if tensor.ranges is None:
             raise PlanInvariantError(
@@ -48,11 +58,12 @@ def check_sglang_plan(
                 "plan", tensor=index, layer=tensor.layers[0],
             )
     check_ranged_tensors(pools, plan.tensors)
+    check_layer_sets(plan, pools)
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
     _check_token_pools(plan, pools)
-    _check_cell_size(plan)
+    _check_cell_size(plan, pools)
     check_deepseek_v4(plan, pools)
     _check_figures(plan, pools)
     if request is not None:
@@ -116,7 +127,7 @@ def token_ids(plan: SGLangPlan) -> int:
     HiSparse's host tokens (its logical ids with a padding page)."""
     if plan.hisparse is not None:
         return plan.hisparse.host_tokens
-    return plan.max_total_num_tokens + plan.page_size
+    return (plan.max_total_num_tokens + plan.page_size) * plan.budget.dcp_size
 
 
 def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
@@ -160,8 +171,15 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"{keys!r}'s {pools[keys].num_blocks} (SGLang sizes them alike)"
             )
     page = plan.page_size
+    if plan.budget.dcp_size > 1 and ("index" not in pools or plan.hisparse is not None):
+        raise PlanInvariantError(
+            f"budget.dcp_size is {plan.budget.dcp_size}; SGLang's decode context parallelism "
+            "is planned for DSA models (an index pool) without HiSparse; expected 1"
+        )
     if "index" in pools:
-        tokens = (plan.max_total_num_tokens if plan.hisparse is None
+        dcp = plan.budget.dcp_size
+        # Under decode context parallelism, every rank's ids and pages, less the padding page.
+        tokens = ((plan.max_total_num_tokens + page) * dcp - page if plan.hisparse is None
                   else plan.hisparse.logical_tokens)
         pages = (tokens + page + 1) // page
         if pools["index"].num_blocks != pages:
@@ -170,29 +188,31 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"{tokens} tokens ((tokens + page + 1) // page)"
             )
     slots = pools.get("mamba_conv0")
+    per_request = plan.budget.mamba_slots_per_request or MAMBA_SLOTS_A_REQUEST
+    if slots is None and plan.budget.mamba_slots_per_request is not None:
+        raise PlanInvariantError(
+            f"budget.mamba_slots_per_request is {plan.budget.mamba_slots_per_request}; "
+            "expected null without Mamba state pools"
+        )
     if slots is not None and (
-            plan.max_running_requests * MAMBA_SLOTS_A_REQUEST > slots.num_blocks - 1):
+            plan.max_running_requests * per_request > slots.num_blocks - 1):
         raise PlanInvariantError(
             f"max_running_requests {plan.max_running_requests} needs "
-            f"{plan.max_running_requests * MAMBA_SLOTS_A_REQUEST} Mamba state slots; the pools "
-            f"hold {slots.num_blocks - 1} beside the padding slot"
+            f"{plan.max_running_requests * per_request} Mamba state slots "
+            f"({per_request} a request); the pools hold {slots.num_blocks - 1} beside the "
+            "padding slot"
         )
 
 
-def _check_cell_size(plan: SGLangPlan) -> None:
+def _check_cell_size(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """budget.cell_size_bytes is one token's bytes over the pools SGLang counts: the full pool
     (and its V pool), the index keys (with HiSparse, ratio tokens' worth a device token); a
-    window pool adds its ratio of a token (more than nothing); Mamba states and the host pool
-    come off the budget apart. DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
+    window pool adds its ratio of a token (more than nothing, and the ratio that gives its
+    tokens: _check_window_ratio); Mamba states and the host pool come off the budget apart.
+    DeepSeek-V4's coefficient is its own figure (sglang_v4)."""
     if plan.deepseek_v4 is not None:
         return
-    ratio = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
-    weights = {"kv": 1, "kv_v": 1, "index": ratio}
-    full = window = 0
-    for tensor in plan.tensors:
-        page_bytes = sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
-        full += page_bytes * weights.get(tensor.pool, 0)
-        window += page_bytes if tensor.pool in ("swa", "swa_v") else 0
+    full, window = _page_bytes(plan)
     cell = plan.budget.cell_size_bytes
     # Bytes a page over the page's tokens: a page of every counted layer.
     fits = cell * plan.page_size > full if window else cell * plan.page_size == full
@@ -201,18 +221,80 @@ def _check_cell_size(plan: SGLangPlan) -> None:
             f"budget.cell_size_bytes is {cell}; the counted pools take {full / plan.page_size} "
             f"bytes a token{' before the window pool' if window else ''}"
         )
+    if window and not plan.budget.swa_sized_for_requests:
+        _check_window_ratio(plan, pools["swa"], Fraction(full, plan.page_size),
+                            Fraction(window, plan.page_size))
+
+
+def _check_window_ratio(
+    plan: SGLangPlan, swa: Pool, full: Fraction, window: Fraction
+) -> None:
+    """The cell size states the window ratio the plan does not: SGLang's cell is full + ratio x
+    window bytes a token (a float sum), and its window pool int(max_total_num_tokens x ratio)
+    tokens floored to a page. The ratio the cell gives, give or take the sum's rounding (an ulp
+    of the cell over the window's bytes, doubled) and the product's (a few ulps), must give the
+    window pool's tokens beside its padding page."""
+    cell = plan.budget.cell_size_bytes
+    ratio = (Fraction(cell) - full) / window
+    slack = Fraction(2 * math.ulp(cell)) / window
+    rounding = Fraction(1, 2**51)
+    page, tokens = plan.page_size, plan.max_total_num_tokens
+    low = math.floor(tokens * (ratio - slack) * (1 - rounding)) // page * page
+    high = math.floor(tokens * (ratio + slack) * (1 + rounding)) // page * page
+    held = (swa.num_blocks - 1) * page
+    if not low <= held <= high:
+        raise PlanInvariantError(
+            f"pool 'swa' holds {held} tokens beside its padding page; budget.cell_size_bytes "
+            f"{cell} counts the window pool at {float(ratio)} of a token, which gives "
+            f"{low if low == high else f'{low} to {high}'} (int(max_total_num_tokens x ratio) "
+            "floored to a page)"
+        )
+
+
+def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
+    """Bytes one page takes over every layer of the counted pools: the full pool (its V pool,
+    the index keys: HiSparse's ratio pages of them, or dcp_size pages where decode context
+    parallelism replicates the indexer), and the window pool."""
+    ratio = plan.budget.dcp_size if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    weights = {"kv": 1, "kv_v": 1, "index": ratio}
+    blocks = block_bytes(plan)
+    full = sum(blocks.get(name, 0) * weight for name, weight in weights.items())
+    return full, blocks.get("swa", 0) + blocks.get("swa_v", 0)
+
+
+def _check_budget(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """The budget covers the tokens: max_total_num_tokens cells; with a window pool sized for
+    the running requests (the radix cache off), which is not swa_full_tokens_ratio of the full
+    one, the pools' own bytes."""
+    budget = plan.budget
+    if budget.swa_sized_for_requests and "swa" not in pools:
+        raise PlanInvariantError(
+            "budget.swa_sized_for_requests is true; expected false without a window pool"
+        )
+    if not budget.swa_sized_for_requests:
+        if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
+            raise PlanInvariantError(
+                f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "
+                f"{budget.cell_size_bytes} exceeds budget.available_bytes "
+                f"{budget.available_bytes}"
+            )
+        return
+    full, window = _page_bytes(plan)
+    swa_pages = pools["swa"].num_blocks - 1  # the padding page aside
+    used = plan.max_total_num_tokens * full // plan.page_size + swa_pages * window
+    if used > budget.available_bytes:
+        raise PlanInvariantError(
+            f"the full pool's {plan.max_total_num_tokens} tokens and the window pool's "
+            f"{swa_pages} pages take {used} bytes; budget.available_bytes is "
+            f"{budget.available_bytes}"
+        )
 
 
 def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """No figure claims more than the pools hold: the budget covers the tokens, a request
     slot has two tokens; the capacity is what the pools hold (at most that beside a window pool,
     whose window the plan does not state)."""
-    budget = plan.budget
-    if plan.max_total_num_tokens * budget.cell_size_bytes > budget.available_bytes:
-        raise PlanInvariantError(
-            f"max_total_num_tokens {plan.max_total_num_tokens} x cell_size_bytes "
-            f"{budget.cell_size_bytes} exceeds budget.available_bytes {budget.available_bytes}"
-        )
+    _check_budget(plan, pools)
     if plan.max_running_requests > plan.max_total_num_tokens // 2:
         raise PlanInvariantError(
             f"max_running_requests {plan.max_running_requests} exceeds max_total_num_tokens "
@@ -243,7 +325,7 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
     need = -(-context // plan.page_size) * plan.page_size
     bounds = {"max_running_requests": float(plan.max_running_requests),
-              "max_total_num_tokens": plan.max_total_num_tokens / need}
+              "max_total_num_tokens": plan.max_total_num_tokens * plan.budget.dcp_size / need}
     if "mamba_conv0" in pools:
         bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
     if plan.hisparse is not None:

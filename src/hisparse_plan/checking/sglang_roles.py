@@ -6,8 +6,11 @@ A role fixes where the pool lives and how it is allocated, as SGLang's classes a
 token pools (MHA, latent, index keys, DeepSeek-V4's paged pools and compressor states) are one
 device buffer per layer; Mamba states one layer-first device buffer per state; HiSparse's copy
 of the latent pool one pinned, layer-first host buffer. It also fixes the tokens a block holds,
-from the page size. Which pools a plan holds follows from its model: every plan has its full
-pool (`kv`, or DeepSeek-V4's `v4_swa`), and pools that only exist together come together.
+from the page size, and whether it may be shared (a host pool only, which tensor-parallel ranks
+map). Which pools a plan holds follows from its model: every plan has its full pool (`kv`, or
+DeepSeek-V4's `v4_swa`), pools that only exist together come together and keep the same layers,
+every pool holds a layer, and a pool's tensors carry exactly the buffers SGLang keeps over it
+(targets/sglang/buffers.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Final, Literal
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang.buffers import pool_buffers
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,12 @@ _NEEDS: Final[dict[str, str]] = {
 }
 """A pool that only exists beside another: V beside K, index keys beside the latent pool,
 HiSparse's host pool beside a DSA model's index keys."""
+_SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
+    ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
+    ("kv", "hisparse_host"),
+)
+"""Pools that keep parts of the same layers: a layer's K and V, a Mamba layer's two states, a
+latent layer's rows on the GPU and on the host."""
 
 
 def check_pool_role(pool: Pool, page_size: int) -> PoolRole:
@@ -115,7 +125,18 @@ def check_pool_role(pool: Pool, page_size: int) -> PoolRole:
             f"a block; expected {want[0]}, {want[1]}, {want[2]} (SGLang's {pool.name} pool for "
             f"{page_size}-token pages)"
         )
+    _check_sharing(pool, role)
     return role
+
+
+def _check_sharing(pool: Pool, role: PoolRole) -> None:
+    """Only a host pool may be shared (tensor-parallel ranks on one host map it); every
+    device pool is its rank's own."""
+    if pool.shared and role.location != "host":
+        raise PlanInvariantError(
+            f"pool {pool.name!r} has shared true; expected false (only a host pool is shared "
+            f"between ranks, and SGLang's {pool.name} pool is on the device)"
+        )
 
 
 def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
@@ -155,3 +176,50 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             f"{'null' if plan.hisparse is None else 'figures'}; expected the host pool exactly "
             "with HiSparse"
         )
+
+
+def check_layer_sets(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """Every pool holds at least one layer (SGLang allocates no pool for none), and pools that
+    keep parts of the same layers keep the same ones."""
+    layers: dict[str, set[str]] = {name: set() for name in pools}
+    for tensor in plan.tensors:
+        layers[tensor.pool].update(tensor.layers)
+    for name, held in layers.items():
+        if not held:
+            raise PlanInvariantError(
+                f"pool {name!r} holds no layer (no tensor names it); expected every pool to "
+                "hold a layer's buffers"
+            )
+    for first, second in _SAME_LAYERS:
+        if first in layers and second in layers and layers[first] != layers[second]:
+            odd = sorted(layers[first] ^ layers[second])[0]
+            raise PlanInvariantError(
+                f"pool {second!r} holds layers {sorted(layers[second])} and pool {first!r} "
+                f"{sorted(layers[first])} ({odd!r} in one only); expected the same layers "
+                "(SGLang allocates them for the same layers)", layer=odd,
+            )
+
+
+def check_view_names(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """Each tensor's views are the buffers SGLang keeps over its pool, one a page range in
+    range order (targets/sglang/buffers.py): no buffer SGLang lacks, none missing."""
+    for index, tensor in enumerate(plan.tensors):
+        names = tuple(view.name for view in tensor.views)
+        expected = pool_buffers(tensor.pool, pools)
+        if names not in expected:
+            choices = " or ".join(str(list(one)) for one in expected)
+            raise PlanInvariantError(
+                f"tensors[{index}] of pool {tensor.pool!r} has views {list(names)}; expected "
+                f"{choices} (the buffers SGLang keeps over that pool)",
+                tensor=index, layer=tensor.layers[0],
+            )
+
+
+def block_bytes(plan: SGLangPlan) -> dict[str, int]:
+    """Bytes one block of each pool takes over all its layers (its page ranges, a layer
+    each)."""
+    found: dict[str, int] = {}
+    for tensor in plan.tensors:
+        page = sum(part.size for part in tensor.ranges or [])
+        found[tensor.pool] = found.get(tensor.pool, 0) + page * len(tensor.layers)
+    return found

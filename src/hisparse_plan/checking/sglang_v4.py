@@ -1,7 +1,8 @@
 """DeepSeek-V4's figures in an SGLang plan, each derived from the plan's own fields another way
 than the planner took (docs/plan-contract.md#sglang-plans): the compressed pools' token counts
 from the full tokens, the compressor-state rows from the window pages and request slots, every
-V4 pool's blocks from those counts, and the budget split from the coefficient.
+V4 pool's blocks from those counts, the coefficient from the pools' bytes, the set-aside from
+the c128 states, and the budget split from the coefficient.
 
 SGLang 0.5.23's DeepSeekV4TokenToKVPool: the window pool holds int(full * ratio) tokens floored
 to a page; c4 holds full // 4 slots, c128 full // 128, the c4 index keys 32 slots per c128 slot;
@@ -12,9 +13,10 @@ reserved); a c4 compressor-state buffer keeps an 8-row ring per window page and 
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
-from hisparse_plan.checking.sglang_roles import C4_STATE_RING, C128_STATE_RING
+from hisparse_plan.checking.sglang_roles import C4_STATE_RING, C128_STATE_RING, block_bytes
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
@@ -23,6 +25,10 @@ V4_PAGE_TOKENS: Final = 256
 """The one page size of SGLang's paged DeepSeek-V4 pools on CUDA."""
 C4_INDEX_SLOTS_PER_C128_SLOT: Final = 32
 """SGLang sizes the c4 index keys as c128 slots * 128 / 4."""
+COEFFICIENT_ROUNDING: Final = 1e-12
+"""Relative difference allowed between SGLang's float sum of the coefficient and this one."""
+_FULL_TOKEN_POOLS: Final = ("v4_c4", "v4_index_c4", "v4_c128")
+_WINDOW_TOKEN_POOLS: Final = ("v4_swa", "v4_state_c4", "v4_index_state_c4")
 
 
 def _round_up(value: int, align: int) -> int:
@@ -106,19 +112,58 @@ def _check_v4_budget(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Po
     budget = plan.budget
     _expect("deepseek_v4.bytes_per_full_token", v4.bytes_per_full_token,
             budget.cell_size_bytes, "budget.cell_size_bytes: the one coefficient")
-    states = pools.get("v4_state_c128")
-    held = 0 if states is None else states.size * sum(
-        len(tensor.layers) for tensor in plan.tensors if tensor.pool == states.name)
-    # The set-aside is for the requested requests, at least the running ones.
-    if (held == 0) != (v4.fixed_bytes == 0) or v4.fixed_bytes < held:
-        raise PlanInvariantError(
-            f"deepseek_v4.fixed_bytes is {v4.fixed_bytes}; expected at least the {held} bytes "
-            "of the c128 compressor states (0 without them)"
-        )
+    _check_coefficient(plan, v4)
+    _check_fixed_bytes(plan, v4, pools)
     left = budget.available_bytes - v4.fixed_bytes
     if left < 0 or plan.max_total_num_tokens * v4.bytes_per_full_token > left:
         raise PlanInvariantError(
             f"max_total_num_tokens {plan.max_total_num_tokens} x bytes_per_full_token "
             f"{v4.bytes_per_full_token} exceeds the {left} bytes budget.available_bytes leaves "
             "beside deepseek_v4.fixed_bytes"
+        )
+
+
+def _check_coefficient(plan: SGLangPlan, v4: SGLangDeepSeekV4) -> None:
+    """The coefficient is the bytes one full token takes in the pools: a block of every pool
+    serves one page of full tokens (the compressed pools and the c4 index keys), or one page
+    of window tokens (the window pool and the c4 compressor states that follow its pages),
+    which a full token takes swa_full_tokens_ratio of. SGLang sums it in floats: equal to
+    rounding."""
+    blocks = block_bytes(plan)
+    full = sum(blocks.get(name, 0) for name in _FULL_TOKEN_POOLS)
+    window = sum(blocks.get(name, 0) for name in _WINDOW_TOKEN_POOLS)
+    want = (full + v4.swa_full_tokens_ratio * window) / plan.page_size
+    if not math.isclose(v4.bytes_per_full_token, want, rel_tol=COEFFICIENT_ROUNDING):
+        raise PlanInvariantError(
+            f"deepseek_v4.bytes_per_full_token is {v4.bytes_per_full_token}; the pools give "
+            f"{want} ({full} bytes a page of full tokens, {window} a page of window tokens at "
+            f"swa_full_tokens_ratio {v4.swa_full_tokens_ratio})"
+        )
+
+
+def _check_fixed_bytes(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Pool]) -> None:
+    """The set-aside is the c128 states SGLang allocates for the requested running requests:
+    a 128-row ring a request slot over every c128 layer, (requested + 1) slots and two rings
+    more (the 129 extra rows, rounded up to 128). The plan's own states are that for the running
+    requests; more requested than run only where the running requests were capped at full //
+    2. Without c128 layers it is 0."""
+    states = pools.get("v4_state_c128")
+    held = 0 if states is None else states.size * sum(
+        len(tensor.layers) for tensor in plan.tensors if tensor.pool == states.name)
+    rings = v4.c128_state_rows // C128_STATE_RING  # the plan's: running requests + 3
+    fixed, running = v4.fixed_bytes, plan.max_running_requests
+    if held == 0 or rings == 0 or held % rings:
+        _expect("deepseek_v4.fixed_bytes", fixed, held,
+                "the c128 compressor states' bytes, 0 without them")
+        return
+    ring = held // rings
+    requested = fixed // ring - 3
+    capped = running == plan.max_total_num_tokens // 2
+    if fixed % ring or requested < running or (requested > running and not capped):
+        raise PlanInvariantError(
+            f"deepseek_v4.fixed_bytes is {fixed}; expected the c128 compressor states of the "
+            f"requested running requests: (requested + 3) x {ring} bytes (a 128-row ring over "
+            f"the c128 layers), {held} for the {running} running requests, more only where "
+            f"max_running_requests is capped at max_total_num_tokens // 2 "
+            f"({plan.max_total_num_tokens // 2})"
         )

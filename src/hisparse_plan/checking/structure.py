@@ -20,6 +20,7 @@ def check_structure(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) 
     _check_groups(plan)
     _check_roles(plan)
     _check_derived_layers(plan, specs)
+    _check_stage_layers(plan, specs)
     _check_placement(plan, specs)
     _check_pool_sizes(plan)
 
@@ -97,6 +98,42 @@ def _check_derived_layers(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSp
                 f"source layer {missing[0]!r} has no {kind} layer; expected one per source layer",
                 layer=missing[0],
             )
+
+
+def _check_stage_layers(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) -> None:
+    """Stages that list their layers (device.pipeline_stages, one stage or more) list every
+    device layer exactly once, and nothing else; several stages must list them."""
+    listed = [pool.layers is not None for pool in plan.device_pools]
+    if not any(listed) and len(listed) == 1:
+        return  # one stage holds every layer
+    if not all(listed):
+        stage = listed.index(False)
+        raise PlanInvariantError(
+            f"device_pools[{stage}].layers is null beside {len(listed) - 1} other stage(s); "
+            "expected every pipeline stage to list its layers"
+        )
+    owner: dict[str, int] = {}
+    for stage, pool in enumerate(plan.device_pools):
+        for name in pool.layers or []:
+            found = specs.get(name)
+            if found is None or plan.groups[found[0]].host_resident:
+                raise PlanInvariantError(
+                    f"device_pools[{stage}].layers names {name!r}; expected device layers of "
+                    "the plan's groups", layer=name,
+                )
+            if name in owner:
+                raise PlanInvariantError(
+                    f"device_pools[{stage}].layers names {name!r}, which stage {owner[name]} "
+                    "lists too; expected every device layer in exactly one stage", layer=name,
+                )
+            owner[name] = stage
+    missing = next((name for name, (group, _) in specs.items()
+                    if name not in owner and not plan.groups[group].host_resident), None)
+    if missing is not None:
+        raise PlanInvariantError(
+            f"layer {missing!r} is in no stage's device_pools[*].layers; expected every device "
+            "layer in exactly one stage", layer=missing,
+        )
 
 
 def _check_placement(plan: KVCachePlan, specs: dict[str, tuple[int, GroupSpec]]) -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from hisparse_plan.cli.main import main
+from hisparse_plan.cli.launch import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """Flags that describe the deployment around the cache (context guard, regular planning,
-pipeline stages, hardware, speculative decoding), kept apart from `source.py` so that each
-module stays one idea. `source.py` calls the two hooks below."""
+pipeline stages, hardware, speculative decoding), kept apart from `vllm/source.py` so that each
+module stays one idea. `vllm/source.py` calls the two hooks below."""
 
 from __future__ import annotations
 
@@ -16,13 +16,17 @@ from hisparse_plan.presets import Settings, Weights, load_preset
 from hisparse_plan.presets.config_file import read_config_file
 from hisparse_plan.presets.hardware import (
     DEFAULT_ACTIVATION_RESERVE,
-    DEFAULT_UTILIZATION,
+    ESTIMATED_UTILIZATION,
+    MEASURED_UTILIZATION,
     MemoryBreakdown,
+    MemorySizing,
     find_gpu,
     gpu_names,
     memory_breakdown,
+    memory_sizing,
 )
 from hisparse_plan.presets.model_weights import INDEX_FILE, counted_weights, index_weights
+from hisparse_plan.presets.settings import DEFAULT_VLLM
 
 
 def size_list(text: str) -> tuple[int, ...]:
@@ -72,9 +76,21 @@ def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--parameters", type=positive_int, metavar="N",
                        help="the model's parameter count, for its weight bytes; with --gpu")
     group.add_argument("--gpu-memory-utilization", metavar="F",
-                       help="share of the GPU's memory the engine may use, as vLLM's "
-                            f"(default {DEFAULT_UTILIZATION}); needs --gpu (the memory it is a "
-                            "share of)")
+                       help="share of the GPU's memory the engine may use, as vLLM's; default "
+                            f"vLLM's own: {MEASURED_UTILIZATION} with 0.34's extensible KV cache "
+                            f"(its default on CUDA and ROCm), {ESTIMATED_UTILIZATION} without it "
+                            "and on 0.33; needs --gpu (the memory it is a share of)")
+    extensible = group.add_mutually_exclusive_group()
+    extensible.add_argument("--enable-extensible-kv-cache", dest="extensible_kv_cache",
+                            action="store_true", default=None,
+                            help="vLLM 0.34's KV cache sized from the memory measured after "
+                                 "warm-up (its default on CUDA unless --kv-cache-memory or "
+                                 "--num-gpu-blocks-override); with --gpu")
+    extensible.add_argument("--no-enable-extensible-kv-cache", dest="extensible_kv_cache",
+                            action="store_false",
+                            help="the KV cache sized from a profiling estimate, as vLLM 0.33 "
+                                 f"always does (gpu_memory_utilization {ESTIMATED_UTILIZATION}); "
+                                 "with --gpu")
     group.add_argument("--activation-reserve", type=size_arg, metavar="SIZE",
                        help="HBM kept for activations, CUDA graphs and the CUDA context "
                             f"(default {DEFAULT_ACTIVATION_RESERVE // 2**30}GiB); with --gpu")
@@ -124,7 +140,8 @@ def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:
         for flag, value in (("--gpu-memory-utilization", args.gpu_memory_utilization),
                             ("--activation-reserve", args.activation_reserve),
                             ("--weights-bytes", args.weights_bytes),
-                            ("--parameters", args.parameters)):
+                            ("--parameters", args.parameters),
+                            ("--[no-]enable-extensible-kv-cache", _extensible(args))):
             if value is not None:
                 raise CommandError(f"{flag} needs --gpu NAME (the HBM it is a share of)")
         return None
@@ -134,8 +151,24 @@ def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:
         deployment_weights(args),
         tp=weight_shards(args),
         pp=args.pp or 1,
-        gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
         activation_reserve=DEFAULT_ACTIVATION_RESERVE if reserve is None else reserve,
+        sizing=sizing_from(args),
+    )
+
+
+def _extensible(args: argparse.Namespace) -> bool | None:
+    value: bool | None = getattr(args, "extensible_kv_cache", None)
+    return value
+
+
+def sizing_from(args: argparse.Namespace) -> MemorySizing:
+    """How the chosen vLLM sizes the cache on a GPU, and the share it takes, from the flags."""
+    return memory_sizing(
+        getattr(args, "vllm", None) or DEFAULT_VLLM,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        extensible=_extensible(args),
+        kv_cache_memory_given=args.kv_cache_memory is not None or args.gpu_mem is not None,
+        num_blocks_override_given=getattr(args, "num_gpu_blocks_override", None) is not None,
     )
 
 

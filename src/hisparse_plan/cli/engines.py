@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.sglang_source import SGLANG_ONLY, resolve_sglang_source
-from hisparse_plan.cli.source import resolve_source
+from hisparse_plan.cli.sglang.source import SGLANG_ONLY, resolve_sglang_source
+from hisparse_plan.cli.vllm.source import resolve_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.operator.node import Ranks, node_figures
 from hisparse_plan.targets.sglang import plan_sglang
 from hisparse_plan.targets.vllm import plan as plan_vllm
 
@@ -36,6 +37,7 @@ VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("auto_fit", "--auto-fit"),
     ("gpu_memory_utilization", "--gpu-memory-utilization"),
     ("activation_reserve", "--activation-reserve"),
+    ("extensible_kv_cache", "--enable-extensible-kv-cache"),
     ("speculative", "--speculative"),
     ("vllm", "--vllm"),
     ("prefix_caching", "--enable-prefix-caching"),
@@ -69,6 +71,18 @@ class Figures:
     request_slots: int | None
     """Requests the engine runs at once (None: not capped by the plan)."""
     host_bytes: int | None
+    dp: int = 1
+    """Data-parallel ranks, each an engine with its own pools and requests."""
+    node_concurrency: float | None = None
+    """Concurrent requests all the DP ranks serve (None: the engine's plan does not count
+    them)."""
+    node_device_bytes: int | None = None
+    """Every GPU's device pools (tp x pp x dp ranks)."""
+    node_host_bytes: int | None = None
+    """Every host pool's budget (HiSparse)."""
+    beside_pools_bytes: int | None = None
+    """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
+    the request-to-token table); None: not planned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +110,8 @@ def _vllm_figures(args: argparse.Namespace) -> Figures:
     device = result.device_pool
     host = result.host_pool
     block = spec.block_size
+    ranks = Ranks(tp=args.tp or 1, pp=len(result.device_pools), dp=args.dp or 1)
+    node = node_figures(result, ranks, args.max_num_seqs)
     return Figures(
         engine="vllm", kv_dtype=_vllm_dtype(source.kv_dtype, spec), page_tokens=block,
         device_tokens=result.num_blocks * block,
@@ -105,6 +121,8 @@ def _vllm_figures(args: argparse.Namespace) -> Figures:
         max_concurrency=result.capacity.max_concurrency,
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=args.max_num_seqs, host_bytes=None if host is None else host.size,
+        dp=ranks.dp, node_concurrency=node.max_concurrency,
+        node_device_bytes=node.kv_cache_bytes, node_host_bytes=node.host_pool_bytes,
     )
 
 
@@ -112,6 +130,12 @@ def sglang_device_bytes(plan: SGLangPlan) -> int:
     """Bytes of every device pool (a per-layer pool once per layer)."""
     return sum(pool.size * len(plan.allocation_layers(pool)) for pool in plan.pools
                if pool.location == "device")
+
+
+def sglang_request_table_bytes(plan: SGLangPlan) -> int:
+    """Bytes of SGLang's request-to-token table (int32), allocated beside the KV budget."""
+    table = plan.req_to_token
+    return table.shape[0] * table.shape[1] * 4
 
 
 def sglang_host_bytes(plan: SGLangPlan) -> int | None:
@@ -135,6 +159,7 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
         max_concurrency=result.capacity.max_concurrency,
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
+        beside_pools_bytes=sglang_request_table_bytes(result),
     )
 
 

@@ -27,6 +27,7 @@ from hisparse_plan.cli.commands import (
     models,
     plan,
     schema,
+    transfer,
     tune,
     verify,
 )
@@ -39,6 +40,7 @@ from hisparse_plan.cli.errors import (
 )
 from hisparse_plan.cli.printable import printable
 from hisparse_plan.cli.sizes import SIZE_HELP
+from hisparse_plan.cli.stderr import EXIT_INTERRUPTED, interrupted, say
 from hisparse_plan.errors import HisparsePlanError, PlanWarning
 from hisparse_plan.models.json_input import EXCERPT_CHARS, cut
 
@@ -51,12 +53,13 @@ COMMANDS: tuple[Command, ...] = (
     verify.COMMAND,
     manifest.COMMAND,
     diff.COMMAND,
+    transfer.COMMAND,
     models.COMMAND,
     docs.COMMAND,
 )
 DEBUG_ENV = "HISPARSE_PLAN_DEBUG"
 """Set to 1 to let an internal error's traceback through."""
-EXIT_DONE, EXIT_FAULT, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_DONE, EXIT_FAULT, EXIT_REFUSED = 0, 1, 2
 EXIT_CODES = (
     f"Exit codes: {EXIT_DONE} done; {EXIT_FAULT} a check ran and found a fault (verify; diff: "
     f"the plans are not transfer-compatible); {EXIT_REFUSED} a refusal (bad arguments or "
@@ -96,22 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command, once imported (`launch.main` imports it inside its own Ctrl-C guard)."""
     try:
         return _main(argv)
     except KeyboardInterrupt:  # anywhere: parsing, planning, allocating, printing warnings
-        say("error: interrupted")
-        return EXIT_INTERRUPTED
-
-
-def say(line: str) -> None:
-    """One line on stderr; nothing at all when stderr is closed (`2>&-`), where print would
-    fall back to stdout and mix a message into the command's output."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    # OSError, ValueError: the descriptor or the file object was closed under us.
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=stream)
+        return interrupted()
 
 
 def _main(argv: Sequence[str] | None) -> int:

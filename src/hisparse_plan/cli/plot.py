@@ -3,12 +3,13 @@ extra)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.models.base import GIB
-from hisparse_plan.operator import Sweep
+from hisparse_plan.operator import Sweep, SweepPoint
 from hisparse_plan.operator.deployments import DeploymentComparison, DeploymentResult
 
 if TYPE_CHECKING:
@@ -25,26 +26,17 @@ def plot_sweep(result: Sweep, path: str, *, title: str) -> None:
         raise CommandError(
             "--plot needs matplotlib: pip install 'hisparse-plan[plot]'"
         ) from None
-    planned = [point for point in result.points if point.comparison is not None]
+    planned = [p for p in result.points if p.comparison is not None or p.regular is not None]
     if not planned:
         raise CommandError("--plot: the planner refused every sweep point, nothing to draw")
     by_tokens = result.axis == "max-model-len"
     xs = [point.value if by_tokens else point.value / GIB for point in planned]
-    series = {
-        "HiSparse max": [p.comparison.hisparse.max_concurrency for p in planned if p.comparison],
-        "HiSparse steady state": [
-            p.comparison.hisparse.steady_state_concurrency or 0.0
-            for p in planned if p.comparison
-        ],
-        "all-GPU baseline": [
-            p.comparison.baseline.max_concurrency for p in planned if p.comparison
-        ],
-    }
+    series = _series(planned)
     # The Figure API, not pyplot: no global state, no GUI backend, safe in any process.
     figure = Figure(figsize=(7.0, 4.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for (label, ys), style in zip(series.items(), ("o-", "s--", "^:"), strict=True):
+    for (label, ys), style in zip(series.items(), ("o-", "s--", "^:"), strict=False):
         axes.plot(xs, ys, style, label=label)
     axes.set_xscale("log", base=2)
     # Labels at the swept points; tilted, since the last one may sit close to a power of two.
@@ -55,7 +47,7 @@ def plot_sweep(result: Sweep, path: str, *, title: str) -> None:
         axes.yaxis.set_major_formatter(ScalarFormatter())
     axes.set_xlabel("max_model_len (tokens)" if by_tokens else "host pool (GiB)")
     axes.set_ylabel("concurrent requests")
-    axes.set_title(title, fontsize=9)
+    axes.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=9)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     suffix = Path(path).suffix.lower().lstrip(".") or "png"
@@ -63,6 +55,23 @@ def plot_sweep(result: Sweep, path: str, *, title: str) -> None:
         figure.savefig(path, format=suffix)
     except ValueError as error:  # an image format matplotlib does not write
         raise CommandError(f"--plot {path}: {error}") from None
+
+
+def _series(planned: list[SweepPoint]) -> dict[str, list[float]]:
+    """The curves to draw: HiSparse's two and its baseline, or a regular model's one."""
+    if all(p.regular is not None for p in planned):
+        return {"all on the GPU (no HiSparse)": [
+            p.regular.max_concurrency for p in planned if p.regular]}
+    return {
+        "HiSparse max": [p.comparison.hisparse.max_concurrency for p in planned if p.comparison],
+        "HiSparse steady state": [
+            p.comparison.hisparse.steady_state_concurrency or 0.0
+            for p in planned if p.comparison
+        ],
+        "all-GPU baseline": [
+            p.comparison.baseline.max_concurrency for p in planned if p.comparison
+        ],
+    }
 
 
 def _tick(value: float, by_tokens: bool) -> str:

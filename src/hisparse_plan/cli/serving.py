@@ -9,6 +9,7 @@ import argparse
 from dataclasses import dataclass
 
 from hisparse_plan.cli.render import Renderer, concurrency
+from hisparse_plan.operator.node import served_node, served_per_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,13 +21,11 @@ class Serving:
 
     def per_rank(self, pools_hold: float) -> float:
         """Concurrent requests one DP rank serves: what its pools hold, capped."""
-        if self.max_num_seqs is None:
-            return pools_hold
-        return min(pools_hold, float(self.max_num_seqs))
+        return served_per_rank(pools_hold, self.max_num_seqs)
 
     def node(self, pools_hold: float) -> float:
         """Concurrent requests all DP ranks serve together."""
-        return self.dp * self.per_rank(pools_hold)
+        return served_node(pools_hold, self.dp, self.max_num_seqs)
 
     @property
     def shown(self) -> bool:

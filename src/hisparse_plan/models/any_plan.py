@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
@@ -30,3 +31,20 @@ def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
     if data.get("engine") == "sglang":
         return SGLangPlan.model_validate(dict(data))
     return KVCachePlan.model_validate(dict(data))
+
+
+_KINDS: dict[type[object], str] = {
+    KVCachePlan: "a vLLM plan (KVCachePlan)",
+    SGLangPlan: "an SGLang plan (SGLangPlan)",
+}
+PlanT = TypeVar("PlanT", KVCachePlan, SGLangPlan)
+
+
+def expect_plan(kind: type[PlanT], plan: object, where: str) -> PlanT:
+    """`plan` when it is `kind`, the plan one engine's function reads; the other engine's plan
+    (or anything else) is a PlanError saying which was expected, never an AttributeError from
+    a field the other plan lacks."""
+    if isinstance(plan, kind):
+        return plan
+    got = _KINDS.get(type(plan), type(plan).__name__)
+    raise PlanError(f"{where}: expected {_KINDS[kind]}, got {got}")

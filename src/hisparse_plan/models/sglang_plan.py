@@ -30,6 +30,25 @@ class SGLangBudget(Model):
         description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "
         "budget was given."
     )
+    swa_sized_for_requests: bool = Field(
+        default=False,
+        description="The window pool was sized for the running requests (the radix cache "
+        "off, max_running_requests given), the full pool taking the rest of the budget; "
+        "else it is swa_full_tokens_ratio of the full pool, and max_total_num_tokens cells "
+        "fit the budget.",
+    )
+    dcp_size: PositiveInt = Field(
+        default=1,
+        description="Decode context parallelism's ranks (DSA models): each stored token is "
+        "dcp_size token ids, and the index keys cover them all (charged dcp_size times a "
+        "token).",
+    )
+    mamba_slots_per_request: Literal[1, 5] | None = Field(
+        default=None,
+        description="Mamba hybrids: the state slots one running request may hold, 5 with the "
+        "radix cache on (SGLang's default), 1 with it off; null without Mamba layers (and in "
+        "plans written before it was recorded, which mean 5).",
+    )
 
 
 class SGLangHisparse(Model):

@@ -59,6 +59,37 @@ class SGLangSettings(Model):
         description="`--tp-size`: only SGLang's default fraction reads it (the layers are "
         "already one rank's).",
     )
+    enable_dp_attention: bool = Field(
+        default=False,
+        description="`--enable-dp-attention`: attention data parallelism over dp_size groups "
+        "of tp_size / dp_size ranks (the layers are one attention rank's); a given "
+        "max_running_requests is shared by the dp_size groups, and SGLang's default fraction "
+        "keeps more back for graphs.",
+    )
+    dp_size: PositiveInt = Field(
+        default=1,
+        description="`--dp-size`: with enable_dp_attention, the attention data-parallel "
+        "groups (tp_size must be a multiple); without it, replicas that each size their own "
+        "pools as one.",
+    )
+    moe_a2a_backend: Literal["none", "deepep"] = Field(
+        default="none",
+        description="`--moe-a2a-backend`: deepep keeps 2 GiB (and 1 GiB more with prefill "
+        "graphs) out of SGLang's default fraction for its all-to-all buffers.",
+    )
+    dcp_size: PositiveInt = Field(
+        default=1,
+        description="`--dcp-size` (DSA models): decode context parallelism over dcp_size "
+        "ranks of an attention group; the latent rows shard (dcp_size token ids a stored row), "
+        "the index keys stay whole (charged dcp_size times a token).",
+    )
+    disable_radix_cache: bool = Field(
+        default=False,
+        description="`--disable-radix-cache` (prefill/decode nodes): a Mamba hybrid keeps one "
+        "state slot a request (max_running_requests // dp_size slots when that is given), and "
+        "a window model's window pool is sized for max_running_requests (when given) rather "
+        "than by swa_full_tokens_ratio.",
+    )
     chunked_prefill_size: PositiveInt | None = Field(
         default=None,
         description="`--chunked-prefill-size`: tokens of one prefill chunk; null: SGLang's "
@@ -108,6 +139,15 @@ class SGLangSettings(Model):
     hisparse_host_to_device_ratio: PositiveInt = Field(
         default=2, description="Host tokens per device token."
     )
+
+    @model_validator(mode="after")
+    def _dp_divides_tp(self) -> SGLangSettings:
+        if self.enable_dp_attention and self.tp_size % self.dp_size:
+            raise ValueError(
+                f"engine.dp_size: DP attention splits tp_size into dp_size groups; expected a "
+                f"divisor of tp_size {self.tp_size}, got {self.dp_size}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _memory_given_whole(self) -> SGLangSettings:

@@ -4,9 +4,11 @@ here prints."""
 
 from hisparse_plan.operator.baseline import (
     BaselineCapacity,
+    RegularCapacity,
     all_gpu_request,
     baseline_capacity,
     baseline_plan,
+    regular_capacity,
 )
 from hisparse_plan.operator.bounds import Binding, GroupDemand, Metric, PoolBounds, pool_bounds
 from hisparse_plan.operator.compare import (
@@ -56,6 +58,7 @@ __all__ = [
     "Metric",
     "PoolBounds",
     "RankMemory",
+    "RegularCapacity",
     "Section",
     "Step",
     "Sweep",
@@ -75,6 +78,7 @@ __all__ = [
     "fitted_request",
     "json_schemas",
     "pool_bounds",
+    "regular_capacity",
     "smallest_host_pool",
     "sweep",
 ]

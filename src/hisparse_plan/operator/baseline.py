@@ -12,7 +12,7 @@ holds no request and says why.
 
 from __future__ import annotations
 
-from hisparse_plan.errors import PlanError
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
@@ -21,7 +21,8 @@ from hisparse_plan.targets.vllm.rules.required import required_blocks
 
 
 class BaselineCapacity(Model):
-    """How many max_model_len requests fit when the whole cache is on the GPU."""
+    """How many max_model_len requests fit when the whole cache is on the GPU: HiSparse's
+    baseline, or a regular model's own capacity."""
 
     max_concurrency: Concurrency
     """The regular plan's max_concurrency; 0 when the planner refuses it."""
@@ -33,6 +34,13 @@ class BaselineCapacity(Model):
     """Blocks one max_model_len request holds, summed over the regular plan's groups."""
     refusal: str | None = None
     """Why the planner refused the all-GPU plan, when it did."""
+
+
+class RegularCapacity(BaselineCapacity):
+    """A regular model's own capacity: its plan is already the all-GPU plan."""
+
+    max_model_len: PositiveInt | None = None
+    """The length the plan holds requests of (auto-fitted where asked); None when refused."""
 
 
 def all_gpu_request(request: PlanRequest) -> PlanRequest:
@@ -51,13 +59,40 @@ def baseline_plan(request: PlanRequest) -> KVCachePlan:
 
 def baseline_capacity(request: PlanRequest) -> BaselineCapacity:
     """The baseline of `request`, from its real regular plan."""
-    try:
-        regular = baseline_plan(request)
-    except PlanError as error:
-        return BaselineCapacity(
-            max_concurrency=0.0, bytes_per_block=None, num_blocks=None, blocks_per_request=None,
-            refusal=" ".join(str(error).split()),
+    return _all_gpu_capacity(all_gpu_request(request))
+
+
+def regular_capacity(request: PlanRequest) -> RegularCapacity:
+    """A regular model's own capacity, from its plan: every cache already is on the GPU, so
+    the request is planned as it is (its block-count override kept)."""
+    if request.hisparse is not None:
+        raise UnsupportedRequestError(
+            "regular_capacity: expected a regular request (hisparse null), got a HiSparse one; "
+            "compare it against its baseline with `compare`",
+            field="hisparse",
         )
+    try:
+        plan = make_plan(request)
+    except PlanError as error:
+        return RegularCapacity.model_validate(_refused(error).model_dump())
+    return RegularCapacity(**_planned(plan).model_dump(), max_model_len=plan.max_model_len)
+
+
+def _all_gpu_capacity(request: PlanRequest) -> BaselineCapacity:
+    try:
+        return _planned(make_plan(request))
+    except PlanError as error:
+        return _refused(error)
+
+
+def _refused(error: PlanError) -> BaselineCapacity:
+    return BaselineCapacity(
+        max_concurrency=0.0, bytes_per_block=None, num_blocks=None, blocks_per_request=None,
+        refusal=" ".join(str(error).split()),
+    )
+
+
+def _planned(regular: KVCachePlan) -> BaselineCapacity:
     per_request = sum(
         required_blocks(group.spec, regular.max_model_len, regular.workload)
         for group in regular.groups

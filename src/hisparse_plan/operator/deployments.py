@@ -3,10 +3,11 @@ dtype (x HiSparse on and off, for a sparse-MLA model), each planned for real.
 
 A deployment is one node's worth of ranks serving one model. Each rank's KV-cache memory is
 what its GPU has left after vLLM's share, the rank's weights and the activation reserve
-(`presets.hardware.memory_breakdown`), or a size given for every GPU. One plan is one rank's:
-TP ranks of one DP rank hold the same requests; with DP attention each DP rank holds its own,
-so the node serves `dp x` one rank's concurrency (capped per rank by `max_num_seqs`). With
-HiSparse each DP rank has its own host pool, shared by its TP ranks. Whatever refuses a
+(`presets.hardware.memory_breakdown`, with the chosen vLLM's own gpu_memory_utilization), or a
+size given for every GPU. One plan is one rank's; `operator.node` counts it over the
+deployment: with DP attention each DP rank holds its own requests, so the node serves `dp x`
+one rank's concurrency (capped per rank by `max_num_seqs`), and with HiSparse each DP rank has
+its own host pool, shared by its TP ranks. Whatever refuses a
 deployment (weights that leave no KV cache, heads that do not divide, a request that does not
 fit) is recorded as its refusal, and the others still plan.
 """
@@ -23,16 +24,18 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
 from hisparse_plan.operator.bounds import Binding, pool_bounds
+from hisparse_plan.operator.node import Ranks, node_figures
 from hisparse_plan.presets import Architecture, ModelArchitecture, Settings, build_request
 from hisparse_plan.presets.catalog import Weights
 from hisparse_plan.presets.hardware import (
     DEFAULT_ACTIVATION_RESERVE,
-    DEFAULT_UTILIZATION,
+    MemorySizing,
     find_gpu,
     memory_breakdown,
+    memory_sizing,
 )
 from hisparse_plan.presets.kv_dtypes import VLLMKVCacheDtype, resolve_kv_cache_dtype
-from hisparse_plan.presets.settings import DEFAULTS
+from hisparse_plan.presets.settings import DEFAULTS, vllm_version
 from hisparse_plan.targets.vllm import plan as make_plan
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
@@ -77,6 +80,15 @@ class DeploymentResult(Model):
     node_concurrency: Concurrency | None = Field(
         description="dp x per_rank_concurrency: what the whole deployment serves."
     )
+    node_kv_cache_bytes: ByteCount | None = Field(
+        default=None,
+        description="Every GPU's KV-cache pools: each stage's pool x tp x dp.",
+    )
+    node_host_pool_bytes: ByteCount | None = Field(
+        default=None,
+        description="HiSparse: the host DRAM of all the deployment's host pools (one per DP "
+        "rank when its TP ranks share it).",
+    )
     binding: Binding | Literal["gpu"] | None = Field(
         description="What caps the plan: the host pool, the device pool, both (HiSparse), or "
         "gpu for a regular plan."
@@ -96,6 +108,11 @@ class DeploymentComparison(Model):
     model: str
     max_num_seqs: PositiveInt | None
     results: list[DeploymentResult]
+    sizing: str | None = Field(
+        default=None,
+        description="How a deployment with a GPU got its KV memory: vLLM's version, sizing mode "
+        "and gpu_memory_utilization; null when every GPU's KV memory was given.",
+    )
 
 
 def deployment_grid(
@@ -138,7 +155,7 @@ def compare_deployments(
     settings: Settings,
     *,
     weights: Weights | int | None,
-    gpu_memory_utilization: str = DEFAULT_UTILIZATION,
+    gpu_memory_utilization: str | None = None,
     activation_reserve: int = DEFAULT_ACTIVATION_RESERVE,
     expert_parallel: bool = False,
     max_num_seqs: int | None = None,
@@ -147,16 +164,21 @@ def compare_deployments(
     """Plan `arch` for every deployment of `grid`, the rest as `settings` say.
 
     A deployment with a GPU takes its KV memory from the GPU (which needs `weights`); one
-    without takes `settings.gpu_mem_bytes` (or the preset default). `expert_parallel` splits
-    the weights over tp x dp ranks (vLLM's --enable-expert-parallel), else over tp.
-    `auto_max_model_len` fits max_model_len to each deployment's memory, as vLLM's auto.
+    without takes `settings.gpu_mem_bytes` (or the preset default). A GPU's share is
+    `gpu_memory_utilization`, else the default of the vLLM `settings` choose (0.34: 1.0 with its
+    extensible KV cache). `expert_parallel` splits the weights over tp x dp ranks (vLLM's
+    --enable-expert-parallel), else over tp. `auto_max_model_len` fits max_model_len to each
+    deployment's memory, as vLLM's auto.
     """
+    sizing = memory_sizing(vllm_version(settings), gpu_memory_utilization=gpu_memory_utilization)
     results = [
-        _planned(arch, deployment, settings, weights, gpu_memory_utilization,
+        _planned(arch, deployment, settings, weights, sizing,
                  activation_reserve, expert_parallel, max_num_seqs, auto_max_model_len)
         for deployment in grid
     ]
-    return DeploymentComparison(model=model, max_num_seqs=max_num_seqs, results=results)
+    with_gpu = any(deployment.gpu is not None for deployment in grid)
+    return DeploymentComparison(model=model, max_num_seqs=max_num_seqs, results=results,
+                                sizing=sizing.words if with_gpu else None)
 
 
 def _planned(
@@ -164,7 +186,7 @@ def _planned(
     deployment: Deployment,
     settings: Settings,
     weights: Weights | int | None,
-    utilization: str,
+    sizing: MemorySizing,
     reserve: int,
     expert_parallel: bool,
     max_num_seqs: int | None,
@@ -190,7 +212,7 @@ def _planned(
             shards = deployment.tp * (deployment.dp if expert_parallel else 1)
             breakdown = memory_breakdown(
                 find_gpu(deployment.gpu), weights, tp=shards, pp=deployment.pp,
-                gpu_memory_utilization=utilization, activation_reserve=reserve,
+                activation_reserve=reserve, sizing=sizing,
             )
             kv_bytes = breakdown.kv_cache
         chosen = replace(
@@ -214,9 +236,9 @@ def _planned(
             "refusal": " ".join(str(error).split()), "memory": memory,
             "kv_cache_bytes": None if breakdown is None else breakdown.kv_cache,
         })
-    per_rank = plan.capacity.max_concurrency
-    if max_num_seqs is not None:
-        per_rank = min(per_rank, float(max_num_seqs))
+    node = node_figures(
+        plan, Ranks(tp=deployment.tp, pp=len(plan.device_pools), dp=deployment.dp), max_num_seqs
+    )
     memory = None
     if breakdown is not None:
         pool = plan.device_pools[0].size
@@ -230,8 +252,10 @@ def _planned(
         kv_dtype=kv_dtype,
         kv_cache_bytes=kv_bytes,
         max_model_len=plan.max_model_len,
-        per_rank_concurrency=per_rank,
-        node_concurrency=deployment.dp * per_rank,
+        per_rank_concurrency=node.per_dp_rank_concurrency,
+        node_concurrency=node.max_concurrency,
+        node_kv_cache_bytes=node.kv_cache_bytes,
+        node_host_pool_bytes=node.host_pool_bytes,
         binding=_binding(plan),
         host_pool_bytes=None if plan.host_pool is None else plan.host_pool.budget_bytes,
         memory=memory,

@@ -1,4 +1,5 @@
-"""Capacity against the baseline along one axis: context length or host pool size."""
+"""Capacity along one axis, context length or host pool size: HiSparse against its baseline,
+or a regular model's own capacity (context length only: it has no host pool)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Final, Literal
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.base import GIB, Model, PositiveInt
+from hisparse_plan.operator.baseline import RegularCapacity, regular_capacity
 from hisparse_plan.operator.compare import CapacityComparison, compare
 from hisparse_plan.presets import Settings, context_length, override_request
 
@@ -23,8 +25,11 @@ class SweepPoint(Model):
     value: PositiveInt
     """Tokens (max-model-len) or bytes (host-pool)."""
     comparison: CapacityComparison | None
+    """HiSparse against its baseline at this point; None for a regular model or a refusal."""
     error: str | None
     """Why the planner refused this point (e.g. a host pool too small for one request)."""
+    regular: RegularCapacity | None = None
+    """A regular model's capacity at this point; None for HiSparse or a refusal."""
 
 
 class Sweep(Model):
@@ -56,15 +61,15 @@ def sweep(
 ) -> Sweep:
     """Compare at each value of `axis`, the rest of `request` unchanged.
 
-    A regular request (no HiSparse) is refused before any point: every point would be refused
-    alike. With the model's `max_position_embeddings`, a max-model-len point past it is refused
-    unless `allow_long_context` (as a preset's max_model_len is)."""
+    A regular request (no HiSparse) gets its own capacity at each point; along host-pool it
+    is refused before any point, having no host pool. With the model's
+    `max_position_embeddings`, a max-model-len point past it is refused unless
+    `allow_long_context` (as a preset's max_model_len is)."""
     values = list(values)
-    if request.hisparse is None:
+    if request.hisparse is None and axis == "host-pool":
         raise UnsupportedRequestError(
-            "capacity compares a HiSparse plan against the same model without HiSparse; "
-            "expected a request with hisparse settings, got a regular one (see `capacity "
-            "--compare` for its deployments, `plan` for its plan)",
+            "sweep host-pool: a regular model keeps its whole cache on the GPU and has no host "
+            "pool to size; expected --sweep max-model-len (or a request with hisparse settings)",
             field="hisparse",
         )
     if axis == "max-model-len" and max_position_embeddings is not None:
@@ -81,10 +86,18 @@ def sweep(
             else Settings(host_pool_bytes=value)
         )
         try:
-            comparison = compare(override_request(request, settings))
+            points.append(_point(override_request(request, settings), value))
         except PlanError as error:
             reason = " ".join(str(error).split())
             points.append(SweepPoint(value=value, comparison=None, error=reason))
-            continue
-        points.append(SweepPoint(value=value, comparison=comparison, error=None))
     return Sweep(axis=axis, points=points)
+
+
+def _point(request: PlanRequest, value: int) -> SweepPoint:
+    """One point: HiSparse against its baseline, or a regular model's capacity."""
+    if request.hisparse is not None:
+        return SweepPoint(value=value, comparison=compare(request), error=None)
+    found = regular_capacity(request)
+    if found.refusal is not None:
+        return SweepPoint(value=value, comparison=None, error=found.refusal)
+    return SweepPoint(value=value, comparison=None, error=None, regular=found)

@@ -105,6 +105,14 @@ def _is_deepseek_v4(fields: Mapping[str, Any]) -> bool:
     return fields.get("model_type") == "deepseek_v4" or any(name in fields for name in V4_FIELDS)
 
 
+def _refuse_odd_model_type(fields: Mapping[str, Any], origin: str) -> None:
+    """`model_type` picks the model's code (and transformers' class): a name, or absent."""
+    model_type = fields.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{origin}: model_type: expected a name such as 'llama', got "
+                          f"{type(model_type).__name__}", field="model_type")
+
+
 def model_from_config(
     config: Mapping[str, Any], *, origin: str, use_transformers: bool = True
 ) -> ModelArchitecture | RegularArchitecture:
@@ -112,6 +120,7 @@ def model_from_config(
     vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
     """
     fields = _text_config(config, origin)
+    _refuse_odd_model_type(fields, origin)
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
         return architecture_from_config(config, origin=origin)

@@ -36,12 +36,12 @@ def transformers_available() -> bool:
 def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str, Any] | None:
     """The text model's fields as transformers' config class gives them, or None (no
     transformers, or no class for this `model_type`)."""
-    if not transformers_available():
-        return None
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not transformers_available():
+        return None  # no class to look up: the config is read as it is
     auto = importlib.import_module("transformers.models.auto.configuration_auto")
     logging = importlib.import_module("transformers.utils.logging")
-    model_type = config.get("model_type")
-    name = ALIASES.get(str(model_type), str(model_type))
+    name = ALIASES.get(model_type, model_type)
     mapping = auto.CONFIG_MAPPING
     if name not in mapping or name in VLLM_OWN_CLASSES:
         return None

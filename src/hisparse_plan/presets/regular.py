@@ -218,6 +218,17 @@ class RegularArchitecture(BaseModel):
             raise ValueError("index_head_dim: ratio-4 layers have an indexer; got none")
         return self
 
+    @model_validator(mode="after")
+    def _heads_have_a_size(self) -> RegularArchitecture:
+        """Without head_dim a head is hidden_size / num_attention_heads wide: at least 1."""
+        if self.head_dim is None and self.num_attention_heads > self.hidden_size:
+            raise ValueError(
+                f"num_attention_heads: without head_dim a head is hidden_size / "
+                f"num_attention_heads wide; expected at most hidden_size ({self.hidden_size}) "
+                f"heads, got {self.num_attention_heads}"
+            )
+        return self
+
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads

@@ -60,10 +60,49 @@ class Settings:
     dcp: int | None = None
     """Decode context parallel ranks (vLLM's -dcp), out of the tensor-parallel ones."""
 
+    def __post_init__(self) -> None:
+        check_settings(self)
+
     def given(self) -> dict[str, Any]:
         """The fields that were set."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {name: value for name, value in values.items() if value is not None}
+
+
+LEAST: Final[dict[str, int]] = {
+    "block_size": 1, "max_model_len": 1, "gpu_mem_bytes": 0, "host_pool_bytes": 1,
+    "device_buffer_size": 1, "spec_tokens": 0, "tp": 1, "max_num_batched_tokens": 1,
+    "max_concurrent_batches": 1, "pp": 1, "dcp": 1,
+}
+"""The least value of each integer setting: what the request field it becomes accepts (a
+byte count of GPU memory may be 0; a host pool holds at least a byte)."""
+
+
+def check_settings(settings: Settings) -> None:
+    """Each integer setting an integer no less than its `LEAST`, refused naming the Settings
+    field (the request field it would become is the caller's business, not theirs)."""
+    for name, least in LEAST.items():
+        _check_int(f"Settings.{name}", name, getattr(settings, name), least)
+    stages = settings.stage_gpu_mem_bytes
+    if stages is not None:
+        if not isinstance(stages, tuple):
+            raise ConfigError(
+                f"Settings.stage_gpu_mem_bytes: expected a tuple of byte counts, one per "
+                f"pipeline stage, got {type(stages).__name__}",
+                field="stage_gpu_mem_bytes",
+            )
+        for index, nbytes in enumerate(stages):
+            _check_int(f"Settings.stage_gpu_mem_bytes[{index}]", "stage_gpu_mem_bytes", nbytes,
+                       0)
+
+
+def _check_int(where: str, field: str, value: object, least: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}", field=field)
+    if value < least:
+        raise ConfigError(f"{where}: expected an integer >= {least}, got {value}", field=field)
 
 
 NO_SETTINGS: Final = Settings()

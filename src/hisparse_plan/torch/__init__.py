@@ -1,6 +1,9 @@
 """The torch backend: allocate a plan's pools, bind its layer views, verify them on real bytes.
 
-This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra).
+This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra). `allocate`,
+`verify` and `meta_check` (`engines.py`) hand a plan to its engine's part, `vllm/` or `sglang/`;
+both keep their host pools with `hostmem/`, which knows no plan (docs/architecture.md, "The
+torch backend").
 """
 
 from __future__ import annotations
@@ -12,9 +15,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "hisparse_plan.torch needs PyTorch; install the extra: pip install 'hisparse-plan[torch]'"
     ) from error
 
-from hisparse_plan.torch.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
-from hisparse_plan.torch.chunks import CHUNK_BYTES, Chunk, host_trains, plan_chunks
 from hisparse_plan.torch.devices import default_device
+from hisparse_plan.torch.engines import allocate, meta_check, verify
 from hisparse_plan.torch.errors import (
     BackendError,
     HostMemoryError,
@@ -22,16 +24,19 @@ from hisparse_plan.torch.errors import (
     UnsoundPlanError,
     VerifyError,
 )
-from hisparse_plan.torch.hostmem import HostMemory, available_host_memory
-from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.meta import MetaReport, SGLangMetaReport, meta_check
-from hisparse_plan.torch.numa import NumaPlacement
-from hisparse_plan.torch.pools import Pools, allocate
-from hisparse_plan.torch.registration import CudaRegistrar, Registrar, Registration
-from hisparse_plan.torch.sglang_pools import SGLangPools
-from hisparse_plan.torch.shm import SharedPool
-from hisparse_plan.torch.tasks import Progress
-from hisparse_plan.torch.verification import VerifyReport, verify
+from hisparse_plan.torch.hostmem.chunks import CHUNK_BYTES, Chunk, plan_chunks
+from hisparse_plan.torch.hostmem.numa import NumaPlacement
+from hisparse_plan.torch.hostmem.ram import HostMemory, available_host_memory
+from hisparse_plan.torch.hostmem.registration import CudaRegistrar, Registrar, Registration
+from hisparse_plan.torch.hostmem.shm import SharedPool
+from hisparse_plan.torch.hostmem.tasks import Progress
+from hisparse_plan.torch.sglang.meta import SGLangMetaReport
+from hisparse_plan.torch.sglang.pools import SGLangPools
+from hisparse_plan.torch.verifying import VerifyReport
+from hisparse_plan.torch.vllm.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
+from hisparse_plan.torch.vllm.host import host_pool_bytes, host_trains
+from hisparse_plan.torch.vllm.meta import MetaReport
+from hisparse_plan.torch.vllm.pools import Pools
 
 __all__ = [
     "CHUNK_BYTES",

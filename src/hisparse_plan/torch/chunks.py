@@ -1,127 +1,26 @@
-"""Where the host pool may be cut into CUDA registration chunks: pure arithmetic, no CUDA.
+"""Split: the registration chunks are now `hisparse_plan.torch.hostmem.chunks`, and a vLLM
+plan's host trains (`host_trains`) `hisparse_plan.torch.vllm.host`. This old path re-exports
+what it held, with a DeprecationWarning."""
 
-One cudaHostRegister call of 512 GiB or more fails, so a big pool is registered in pieces. A
-piece must not end inside a page: a copy whose source straddles two registrations is split or
-refused by batched copy paths. And registrations are tracked per OS page, so every edge must
-also be an OS-page boundary, or one OS page would belong to two chunks. An edge is therefore a
-multiple of the OS page size that no page of any host layer crosses: a block boundary that
-happens to be page-aligned, or a page-aligned byte in a gap between pages.
+from hisparse_plan._moved import deprecated_path
+from hisparse_plan.torch.hostmem.chunks import (
+    CHUNK_BYTES,
+    MAX_REGISTRATION_BYTES,
+    Chunk,
+    lowest_crossing,
+    plan_chunks,
+    validate_chunk_bytes,
+)
+from hisparse_plan.torch.vllm.host import host_trains
 
-The search works on trains (a run of bytes repeated once per block), so its cost grows with the
-number of layers, never with the number of blocks.
-"""
+deprecated_path(__name__, "hisparse_plan.torch.hostmem.chunks and hisparse_plan.torch.vllm.host")
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from hisparse_plan.models import KVCachePlan
-from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.hostmem import gib
-from hisparse_plan.views import Train, plan_views
-
-CHUNK_BYTES = 64 * 2**30
-"""Default largest registration: well under the 512 GiB a single call can take."""
-
-MAX_REGISTRATION_BYTES = 512 * 2**30
-"""cudaHostRegister fails at this size and above."""
-
-_MAX_STEPS = 100_000
-"""Bound on the edge search; only a pathological page size gets near it."""
-
-
-def lowest_crossing(train: Train, edge: int) -> int | None:
-    """The start of the train's lowest run with start < edge < start + run, or None."""
-    if train.run <= 1:
-        return None
-    if train.period == 0 or train.count == 1:
-        return train.start if train.start < edge < train.start + train.run else None
-    # Runs crossing `edge` start in (edge - run, edge): blocks first..last.
-    first = max(0, _ceil_div(edge - train.run + 1 - train.start, train.period))
-    last = min(train.count - 1, (edge - 1 - train.start) // train.period)
-    return train.start + first * train.period if first <= last else None
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """Bytes [start, end) of the host pool, registered by one call."""
-
-    index: int
-    start: int
-    end: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.end - self.start
-
-
-def host_trains(plan: KVCachePlan) -> list[Train]:
-    """Every run of every host layer, as trains over the host pool's blocks."""
-    return [
-        train
-        for view in plan_views(plan).values()
-        if view.host_resident
-        for train in view.trains()
-    ]
-
-
-def validate_chunk_bytes(chunk_bytes: int, os_page: int) -> None:
-    if not os_page >= 1:
-        raise BackendError(f"the OS page size must be at least 1 byte; got {os_page}")
-    if chunk_bytes < os_page or chunk_bytes >= MAX_REGISTRATION_BYTES:
-        raise BackendError(
-            f"register_chunk_bytes is {chunk_bytes}; expected at least one OS page ({os_page} "
-            f"bytes) and under {gib(MAX_REGISTRATION_BYTES)}, which one cudaHostRegister "
-            "call cannot take"
-        )
-
-
-def plan_chunks(size: int, trains: list[Train], *, chunk_bytes: int, os_page: int) -> list[Chunk]:
-    """Cut [0, size) into chunks of at most `chunk_bytes`, each edge OS-page aligned and
-    crossed by no run. Greedy from the front: each chunk is as long as the rules allow."""
-    validate_chunk_bytes(chunk_bytes, os_page)
-    chunks: list[Chunk] = []
-    start = 0
-    while start < size:
-        end = _next_edge(start, size, trains, chunk_bytes, os_page)
-        chunks.append(Chunk(len(chunks), start, end))
-        start = end
-    return chunks
-
-
-def _next_edge(start: int, size: int, trains: list[Train], chunk_bytes: int, os_page: int) -> int:
-    if size - start <= chunk_bytes:
-        return size
-    edge = (start + chunk_bytes) // os_page * os_page
-    blocker: Train | None = None
-    for _ in range(_MAX_STEPS):
-        if edge <= start:
-            break
-        lowest: tuple[int, Train] | None = None
-        for train in trains:
-            low = lowest_crossing(train, edge)
-            if low is not None and (lowest is None or low < lowest[0]):
-                lowest = (low, train)
-        if lowest is None:
-            return edge
-        # Every edge above the lowest crossing run's start is inside that run: step below it.
-        edge = lowest[0] // os_page * os_page
-        blocker = lowest[1]
-    else:
-        raise BackendError(
-            f"no registration chunk edge found after byte {start} of the host pool within "
-            f"{_MAX_STEPS} steps; raise register_chunk_bytes above {chunk_bytes}"
-        )
-    named = "" if blocker is None else (
-        f" (pages of tensors[{blocker.tensor}] layer {blocker.layer!r} are {blocker.run} bytes "
-        f"every {blocker.period})"
-    )
-    raise BackendError(
-        f"the host pool has no OS-page boundary ({os_page} bytes) that no page crosses between "
-        f"byte {start} and byte {start + chunk_bytes}{named}; expected one within each "
-        f"registration chunk, so raise register_chunk_bytes above {chunk_bytes}"
-    )
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_REGISTRATION_BYTES",
+    "Chunk",
+    "host_trains",
+    "lowest_crossing",
+    "plan_chunks",
+    "validate_chunk_bytes",
+]

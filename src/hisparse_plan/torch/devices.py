@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.torch.hostmem import gib
+from hisparse_plan.torch.hostmem.ram import gib
 
 _DEVICE = re.compile(r"(cpu|meta|cuda)(?::(\d+))?")
 

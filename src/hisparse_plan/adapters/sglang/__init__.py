@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from hisparse_plan.adapters.sglang.pool_kwargs import pool_kwargs
 from hisparse_plan.adapters.sglang.report import layer_id, report
 from hisparse_plan.adapters.sglang.request import (
+    mapping_argument,
     request_from_server_args,
     settings_from_server_args,
     sglang_request,
@@ -36,6 +37,7 @@ def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
     from hisparse_plan.targets.sglang import plan_sglang
 
     try:
+        case = mapping_argument(case, "case")
         for key in ("config", "server_args", "memory"):
             if key not in case:
                 raise HisparsePlanError(f"{key}: missing; expected in a case")

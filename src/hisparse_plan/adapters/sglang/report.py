@@ -7,12 +7,18 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from hisparse_plan.checking import check_plan
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models.any_plan import expect_plan
+from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")
+LAYER_ID_DIGITS: Final = 18
+"""A layer index fits an int64 with room to spare."""
 SEPARATE_V_SUFFIX: Final = "_v"
 """The planner keeps V in a pool of its own (`kv_v`) when K and V differ in head size; SGLang
 keeps both in one pool object, which the report names once (`kv`)."""
@@ -23,8 +29,20 @@ def layer_id(name: str, position: int) -> int:
     (`model.layers.7.self_attn.attn` -> 7; a DSA model's index keys,
     `model.layers.7.self_attn.indexer.k_cache`, share their latent layer's id), else the first
     number in the name, else the layer's `position` in its tensor."""
+    if not isinstance(name, str):
+        raise PlanError(f"layer: expected a layer name (str), got {type(name).__name__}",
+                        field="tensors")
     match = _LAYER_ID.search(name) or _ANY_NUMBER.search(name)
-    return int(match.group(1) if match.re is _LAYER_ID else match.group(0)) if match else position
+    if match is None:
+        return position
+    digits = match.group(1) if match.re is _LAYER_ID else match.group(0)
+    if len(digits) > LAYER_ID_DIGITS:
+        # int() of thousands of digits is Python's ValueError; no model has such a layer.
+        raise PlanError(
+            f"tensors: layer {excerpt(name, 80)} numbers its layer with {len(digits)} digits; "
+            f"expected a layer index of at most {LAYER_ID_DIGITS} digits", field="tensors",
+        )
+    return int(digits)
 
 
 def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> int:
@@ -36,7 +54,10 @@ def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> 
     if pool.name == "kv":
         return plan.max_total_num_tokens
     if pool.name == "index":
-        return plan.max_total_num_tokens if hisparse is None else hisparse.logical_tokens
+        if hisparse is not None:
+            return hisparse.logical_tokens
+        page = plan.page_size
+        return (plan.max_total_num_tokens + page) * plan.budget.dcp_size - page
     if pool.name == "hisparse_host" and hisparse is not None:
         return hisparse.host_tokens
     if pool.block_tokens == 1 and pool.allocation == "whole":  # Mamba state slots
@@ -81,7 +102,11 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     """The plan as the reference report of one case: the budget figures, the request table,
     and every pool with its buffers. A per-layer pool gives each of its layers its own
     allocation (`storage` "<pool>/<n>", n counted in layer order, V after K where they are
-    apart); a whole pool is one allocation whose buffers span its layers (`layer` null)."""
+    apart); a whole pool is one allocation whose buffers span its layers (`layer` null).
+
+    The plan is checked first (`check_plan`); the other engine's plan is a PlanError."""
+    plan = expect_plan(SGLangPlan, plan, "report")
+    check_plan(plan)
     pools = {pool.name: pool for pool in plan.pools}
     tensors = {tensor.pool: tensor for tensor in plan.tensors}
     entries: dict[str, dict[str, Any]] = {}

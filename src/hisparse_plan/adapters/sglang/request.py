@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
+from hisparse_plan.models.json_input import MAX_DEPTH, excerpt, load_json_object
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import (
     Architecture,
@@ -26,6 +26,7 @@ from hisparse_plan.presets import (
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.families import family_of
 from hisparse_plan.presets.kv_dtypes import KVDtype
+from hisparse_plan.targets.sglang.parallel import attn_tp_size
 
 SERVER_ARGS: Final[dict[str, str]] = {
     "page_size": "page_size",
@@ -41,6 +42,11 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "mamba_ssm_dtype": "mamba_ssm_dtype",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "tp_size": "tp_size",
+    "enable_dp_attention": "enable_dp_attention",
+    "dp_size": "dp_size",
+    "moe_a2a_backend": "moe_a2a_backend",
+    "disable_radix_cache": "disable_radix_cache",
+    "dcp_size": "dcp_size",
     "chunked_prefill_size": "chunked_prefill_size",
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
@@ -140,8 +146,8 @@ def settings_from_server_args(
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "server_args"
-        raise PlanError(f"server_args.{where}: {first['msg']}, got {first.get('input')!r}",
-                        field=f"engine.{where}") from None
+        raise PlanError(f"server_args.{where}: {first['msg']}, got "
+                        f"{excerpt(first.get('input'), 80)}", field=f"engine.{where}") from None
 
 
 def layer_kv_dtype(arch: Architecture, kv_cache_dtype: str) -> KVDtype | None:
@@ -161,6 +167,12 @@ def sglang_request(
     """The request SGLang plans for `arch` on one of `tp` ranks: the layers the project reads
     for the model (vLLM's names, one rank's heads), no vLLM HiSparse section (SGLang's HiSparse
     is `engine.enable_hisparse`), max_model_len the context length."""
+    if not isinstance(arch, ModelArchitecture | RegularArchitecture):
+        raise PlanError(f"arch: expected a model's architecture (a preset's, or a config's read "
+                        f"by model_from_config), got {type(arch).__name__}", field="arch")
+    if not isinstance(engine, SGLangSettings):
+        raise PlanError(f"engine: expected SGLangSettings, got {type(engine).__name__}",
+                        field="engine")
     settings = Settings(
         tp=tp, kv_dtype=layer_kv_dtype(arch, engine.kv_cache_dtype),
         max_model_len=engine.context_length, allow_long_context=True,
@@ -220,7 +232,8 @@ def request_from_server_args(
     gpu: Mapping[str, Any] | None = None,
 ) -> PlanRequest:
     """The request for a model (a config.json dict or path, or an architecture) served with
-    SGLang's `server_args` (`tp_size` splits the heads) on `memory`: either
+    SGLang's `server_args` (`tp_size` splits the heads, over `dp_size` groups with
+    `enable_dp_attention`) on `memory`: either
     `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
     server_args = mapping_argument(server_args, "server_args")
     memory = mapping_argument(memory, "memory")
@@ -244,7 +257,8 @@ def request_from_server_args(
     if available is None and engine.pre_model_load_free_bytes is None:
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
-    return sglang_request(arch, engine, tp=tp, available_bytes=available)
+    # With DP attention the heads split over one attention group's ranks, tp / dp.
+    return sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:
@@ -253,8 +267,10 @@ def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:
 
 
 __all__ = [
+    "hisparse_config_object",
     "hisparse_settings",
     "layer_kv_dtype",
+    "mapping_argument",
     "model_of_case",
     "request_from_server_args",
     "settings_from_server_args",

@@ -19,7 +19,7 @@ from hisparse_plan.adapters.vllm.settings import (
     settings_from_vllm,
 )
 from hisparse_plan.adapters.vllm.types import VllmObject
-from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 
 BUILDER_QUALNAME = "hisparse_plan.adapters.vllm.builder.HisparsePlanKVCacheConfigBuilder"
@@ -52,14 +52,28 @@ def request_from_vllm(
     With HiSparse and `host_pool_bytes=None` the host budget is what vLLM's planner reads:
     `vllm.v1.core.kv_cache_planning.get_hisparse_host_pool_bytes(vllm_config)`. A spec type or
     engine mode the contract cannot express raises `UnsupportedRequestError` (a `PlanError`)
-    naming it.
+    naming it; inputs that are not vLLM's objects are a PlanError too.
     """
+    if not isinstance(kv_cache_specs, Mapping):
+        raise PlanError(
+            f"kv_cache_specs: expected vLLM's dict of layer name to KVCacheSpec, got "
+            f"{type(kv_cache_specs).__name__}", field="layers",
+        )
     if not kv_cache_specs:
         raise UnsupportedRequestError(
             "kv_cache_specs: the model has no KV cache layers (attention-free); expected at "
             "least one", field="layers",
         )
-    settings = settings_from_vllm(vllm_config, host_pool_bytes)
+    try:
+        settings = settings_from_vllm(vllm_config, host_pool_bytes)
+    except AttributeError as error:
+        # Read by attribute, as vLLM's own planner reads it: an object without one of them
+        # is not a VllmConfig.
+        raise PlanError(
+            f"vllm_config: expected a VllmConfig of vLLM 0.33 or 0.34, got "
+            f"{type(vllm_config).__name__}, which lacks what vLLM's has ({error})",
+            field="vllm_config",
+        ) from None
     return request_from_settings(kv_cache_specs, settings, available_bytes)
 
 

@@ -10,6 +10,7 @@ from hisparse_plan.adapters.vllm import specs
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import HostPool, KVCacheGroup, KVCachePlan, KVCacheTensor
+from hisparse_plan.models.any_plan import expect_plan
 
 
 def vllm_tensor(tensor: KVCacheTensor) -> VllmObject:
@@ -65,17 +66,55 @@ def share_kv_cache_zeroing(configs: Sequence[VllmObject]) -> None:
         config.needs_kv_cache_zeroing = needed
 
 
+def fill_tp_replicas(
+    configs: Sequence[VllmObject], tensor_parallel_size: int, dcp_size: int
+) -> None:
+    """Each config's `kv_tp_replicas` as vLLM's `get_kv_cache_configs` sets it: its own
+    `kv_cache_groups_tp_replicas` over the config's groups (the consecutive TP ranks holding
+    identical KV for every layer: an MLA latent, `max_tp_shards` 1, is the same on all of
+    them), which KV offloading reads to store a replicated layout once."""
+    if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int) or (
+        tensor_parallel_size < 1
+    ):
+        raise PlanError(
+            f"tensor_parallel_size: expected a positive integer, got {tensor_parallel_size!r}",
+            field="tensor_parallel_size",
+        )
+    planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    for config in configs:
+        config.kv_tp_replicas = planning.kv_cache_groups_tp_replicas(
+            config.kv_cache_groups, tensor_parallel_size, dcp_size
+        )
+
+
 def to_kv_cache_configs(
     plan: KVCachePlan,
     layer_specs: Mapping[str, VllmObject] | None = None,
     *,
     prefix_cache_retention_interval: int | None = None,
+    tensor_parallel_size: int | None = None,
 ) -> list[VllmObject]:
     """One `KVCacheConfig` per pipeline stage, as vLLM's `get_kv_cache_configs` returns them.
 
     `layer_specs` (vLLM's own `dict[str, KVCacheSpec]`, optional) lends the rebuilt specs the
     fields the contract does not carry; without it those take vLLM's defaults.
+    `tensor_parallel_size` (vLLM's `parallel_config.tensor_parallel_size`, which the plan does
+    not carry) fills `kv_tp_replicas` as vLLM does; without it the field keeps vLLM's default
+    1. Its answer needs the layers' `max_tp_shards`, which only `layer_specs` carries.
     """
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_configs")
+    configs = _stage_configs(plan, layer_specs, prefix_cache_retention_interval)
+    if tensor_parallel_size is not None:
+        fill_tp_replicas(configs, tensor_parallel_size,
+                         plan.workload.decode_context_parallel_size)
+    return configs
+
+
+def _stage_configs(
+    plan: KVCachePlan,
+    layer_specs: Mapping[str, VllmObject] | None,
+    prefix_cache_retention_interval: int | None,
+) -> list[VllmObject]:
     groups = vllm_groups(
         plan.groups, plan.workload.extra_window_tokens, layer_specs, plan.workload.mamba_cache_mode
     )
@@ -103,10 +142,12 @@ def to_kv_cache_config(
     layer_specs: Mapping[str, VllmObject] | None = None,
     *,
     prefix_cache_retention_interval: int | None = None,
+    tensor_parallel_size: int | None = None,
 ) -> VllmObject:
     """The plan as the `vllm.v1.kv_cache_interface.KVCacheConfig` vLLM plans for the same
     input. A plan with several pipeline stages has one config per stage: see
     `to_kv_cache_configs`."""
+    plan = expect_plan(KVCachePlan, plan, "to_kv_cache_config")
     if len(plan.device_pools) != 1:
         raise PlanError(
             f"the plan has {len(plan.device_pools)} pipeline stages, so vLLM has one "
@@ -114,5 +155,6 @@ def to_kv_cache_config(
             field="device_pools",
         )
     return to_kv_cache_configs(
-        plan, layer_specs, prefix_cache_retention_interval=prefix_cache_retention_interval
+        plan, layer_specs, prefix_cache_retention_interval=prefix_cache_retention_interval,
+        tensor_parallel_size=tensor_parallel_size,
     )[0]

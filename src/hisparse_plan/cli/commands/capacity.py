@@ -1,4 +1,5 @@
-"""`hisparse-plan capacity`: HiSparse against the all-GPU baseline, at one point or a sweep."""
+"""`hisparse-plan capacity`: HiSparse against the all-GPU baseline (or a regular model's own
+capacity), at one point or a sweep."""
 
 from __future__ import annotations
 
@@ -8,21 +9,23 @@ import json
 
 from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.compare import add_compare_arguments, run_compare
+from hisparse_plan.cli.deployment_args import sizing_from
 from hisparse_plan.cli.engines import Engine, Figures, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
-from hisparse_plan.cli.sglang_render import render_engines
-from hisparse_plan.cli.sglang_source import add_sglang_arguments
+from hisparse_plan.cli.sglang.render import render_engines
+from hisparse_plan.cli.sglang.source import add_sglang_arguments
 from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.compare import add_compare_arguments, run_compare
+from hisparse_plan.cli.vllm.source import (
     Source,
     add_output_arguments,
     add_settings_arguments,
     add_source_arguments,
     resolve_source,
 )
+from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.operator import (
     SWEEP_AXES,
@@ -32,6 +35,7 @@ from hisparse_plan.operator import (
     compare,
     default_points,
     fitted_request,
+    regular_capacity,
     sweep,
 )
 from hisparse_plan.targets.vllm.rules.host import host_budget_bytes
@@ -80,8 +84,13 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_source(args)
     # --max-model-len auto: HiSparse, its baseline and a sweep compare at the fitted length.
     source = dataclasses.replace(source, request=fitted_request(source.request))
+    if args.gpu is not None:
+        source = dataclasses.replace(source, title=f"{source.title} on {args.gpu}, "
+                                                   f"{_gpu_sizing(args)}")
     out = Renderer(plain=args.plain)
     if args.sweep is None:
+        if source.request.hisparse is None:
+            return run_regular(args, out, source)
         comparison = compare(source.request)
         if args.json:
             print(comparison.model_dump_json(indent=2))
@@ -118,6 +127,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_regular(args: argparse.Namespace, out: Renderer, source: Source) -> int:
+    """`capacity` of a regular model: its own plan's capacity (every cache is on the GPU, so
+    there is no baseline to set it against)."""
+    found = regular_capacity(source.request)
+    if found.refusal is not None:
+        raise PlanError(found.refusal)
+    if args.json:
+        print(found.model_dump_json(indent=2))
+        return 0
+    out.heading(_setting(source.request, None, source.title))
+    out.table(
+        [Column(""), Column("max concurrency", "right"), Column("blocks/request", "right"),
+         Column("blocks", "right"), Column("bytes/block", "right")],
+        [["all on the GPU (no HiSparse)", concurrency(found.max_concurrency),
+          str(found.blocks_per_request), str(found.num_blocks), str(found.bytes_per_block)]],
+    )
+    serving = serving_from(args)
+    if serving.shown:
+        out.line()
+        render_serving(out, serving, found.max_concurrency)
+    return 0
+
+
 def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
     """`capacity --engine ...`: each engine's pools for the same model, GPU and ranks. Side by
     side, the later engines are asked the first one's question: its cache element type and
@@ -134,12 +166,29 @@ def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
         print(json.dumps([dataclasses.asdict(f) for f in figures], indent=2))
         return 0
     model = args.model or args.hf_config or args.request
-    where = f"{args.gpu} x tp {args.tp or 1}" if args.gpu else f"tp {args.tp or 1}"
+    ranks = f"tp {args.tp or 1}" + (f" x dp {args.dp}" if (args.dp or 1) > 1 else "")
+    where = f"{args.gpu} x {ranks}" if args.gpu else ranks
+    shown = "one rank's KV pools" + (" and the node's" if (args.dp or 1) > 1 else "")
+    heading = f"{model} on {where}: {shown}"
+    if args.gpu and any(engine.name == "vllm" for engine in engines):
+        heading += f"; vLLM: {_gpu_sizing(args)}"
     out = Renderer(plain=args.plain)
-    render_engines(out, f"{model} on {where}: one rank's KV pools", figures)
+    render_engines(out, heading, figures)
     for note in notes:
         out.line(note)
+    if (args.dp or 1) > 1:
+        for figure, engine in zip(figures, engines, strict=True):
+            if figure.node_concurrency is None:
+                out.line(f"{engine.title}: -dp is not planned for this engine here; its node "
+                         "figures are left out")
     return 0
+
+
+def _gpu_sizing(args: argparse.Namespace) -> str:
+    """What vLLM's KV memory on the --gpu assumed: its sizing mode and share, or a given size."""
+    if args.kv_cache_memory is not None or args.gpu_mem is not None:
+        return "KV memory given"
+    return sizing_from(args).words
 
 
 FP8_ROWS = ("fp8", "fp8_e4m3", "fp8_ds_mla", "uint8")
@@ -223,6 +272,9 @@ def _ratio(ratio: float | None) -> str:
 
 def render_sweep(out: Renderer, source: Source, result: Sweep) -> None:
     out.heading(_setting(source.request, result.axis, source.title))
+    if source.request.hisparse is None:
+        render_regular_sweep(out, result)
+        return
     head = "max_model_len" if result.axis == "max-model-len" else "host pool"
     rows = []
     notes = []
@@ -250,12 +302,34 @@ def render_sweep(out: Renderer, source: Source, result: Sweep) -> None:
         out.line(f"refused at {note}")
 
 
+def render_regular_sweep(out: Renderer, result: Sweep) -> None:
+    """A regular model's capacity at each length: one plan per point, no baseline."""
+    rows = []
+    notes = []
+    for point in result.points:
+        found = point.regular
+        if found is None:
+            rows.append([str(point.value), "-", "-", "-"])
+            notes.append(f"{point.value}: {point.error}")
+            continue
+        rows.append([str(point.value), concurrency(found.max_concurrency),
+                     str(found.blocks_per_request), str(found.num_blocks)])
+    out.table(
+        [Column("max_model_len", "right"), Column("max concurrency", "right"),
+         Column("blocks/request", "right"), Column("blocks", "right")],
+        rows,
+    )
+    for note in notes:
+        out.line(f"refused at {note}")
+
+
 COMMAND = Command(
     name="capacity",
-    help="HiSparse against the all-GPU baseline on the same GPU memory",
+    help="concurrent requests: HiSparse against the all-GPU baseline, or a regular model's",
     description="Concurrent max_model_len requests with HiSparse and with every layer "
     "(source, indexer and any other) on the GPU, side by side, and their ratio. The baseline "
-    "is the same request planned without HiSparse (a regular plan), not a formula. With "
+    "is the same request planned without HiSparse (a regular plan), not a formula. A regular "
+    "model (no HiSparse) gets its own plan's concurrency, and --sweep max-model-len. With "
     "--compare: deployments side by side (GPU x tensor-parallel x data-parallel x KV-cache "
     "dtype, and HiSparse on and off), for any model.",
     configure=configure,

@@ -8,8 +8,8 @@ from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer
-from hisparse_plan.cli.sglang_source import add_sglang_arguments, resolve_sglang_source
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.sglang.source import add_sglang_arguments, resolve_sglang_source
+from hisparse_plan.cli.vllm.source import (
     add_output_arguments,
     add_settings_arguments,
     add_source_arguments,

@@ -7,7 +7,7 @@ import argparse
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import add_plan_arguments, resolve_source
+from hisparse_plan.cli.vllm.source import add_plan_arguments, resolve_source
 from hisparse_plan.exchange import LayerEntry, TransferManifest, manifest
 from hisparse_plan.targets.vllm import plan as make_plan
 

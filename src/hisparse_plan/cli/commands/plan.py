@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
 from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
-from hisparse_plan.cli.memory_render import memory_json, render_deployment, render_rank_memory
-from hisparse_plan.cli.regular_render import group_rows, render_regular_plan
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import render_serving, serving_from
-from hisparse_plan.cli.sglang_render import render_sglang_plan
-from hisparse_plan.cli.sglang_source import add_sglang_arguments, resolve_sglang_source
+from hisparse_plan.cli.sglang.render import render_sglang_plan
+from hisparse_plan.cli.sglang.source import add_sglang_arguments, resolve_sglang_source
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.memory_render import (
+    gpu_title,
+    memory_json,
+    render_deployment,
+    render_rank_memory,
+)
+from hisparse_plan.cli.vllm.regular_render import group_rows, render_regular_plan
+from hisparse_plan.cli.vllm.source import (
     Source,
     add_output_arguments,
     add_settings_arguments,
@@ -24,6 +30,7 @@ from hisparse_plan.cli.source import (
 )
 from hisparse_plan.models import KVCacheGroup, KVCachePlan, MLASpec
 from hisparse_plan.operator import PoolBounds, pool_bounds
+from hisparse_plan.operator.node import Ranks
 from hisparse_plan.targets.sglang import plan_sglang
 from hisparse_plan.targets.vllm import plan as make_plan
 
@@ -48,16 +55,21 @@ def run(args: argparse.Namespace) -> int:
     result = make_plan(source.request)
     breakdown = rank_memory(args)
     kv_override = kv_cache_override(args, args.gpu_mem)
+    ranks = Ranks(tp=args.tp or 1, pp=len(result.device_pools), dp=args.dp or 1)
+    deployed = {"expert_parallel": args.enable_expert_parallel,
+                "max_num_seqs": args.max_num_seqs}
     if args.json:
         if breakdown is None:
             print(result.model_dump_json(indent=2))
         else:
             # With --gpu: the plan beside where each byte of HBM went.
             body = {"plan": result.model_dump(mode="json"),
-                    "memory": memory_json(breakdown, result, kv_override)}
+                    "memory": memory_json(breakdown, result, kv_override, ranks, **deployed)}
             print(json.dumps(body, indent=2))
         return 0
     out = Renderer(plain=args.plain)
+    if breakdown is not None:
+        source = replace(source, title=gpu_title(source.title, breakdown, kv_override))
     if result.host_pool is None:
         render_regular_plan(out, source.title, result, source.kv_dtype)
     else:
@@ -70,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         out.line()
         split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
         render_rank_memory(out, breakdown, result, kv_override, split)
-        render_deployment(out, breakdown, result)
+        render_deployment(out, breakdown, result, ranks, **deployed)
     return 0
 
 

@@ -10,7 +10,7 @@ from hisparse_plan.cli.command import Command
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.source import (
     add_output_arguments,
     add_settings_arguments,
     add_source_arguments,

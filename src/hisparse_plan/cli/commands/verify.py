@@ -22,7 +22,7 @@ from hisparse_plan.cli.errors import CheckFailed, CommandError
 from hisparse_plan.cli.progress import Progress, accepts_progress, progress_reporter
 from hisparse_plan.cli.render import Renderer
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import (
+from hisparse_plan.cli.vllm.source import (
     add_output_arguments,
     add_settings_arguments,
     add_source_arguments,

@@ -15,7 +15,8 @@ class PoolTokens:
     context_length: int
     max_running_requests: int
     full: int
-    """Tokens of the full (or latent) pool: max_total_num_tokens."""
+    """Token ids of the full (or latent) pool: max_total_num_tokens (x dcp_size under decode
+    context parallelism, each rank storing every dcp_size-th token of a request)."""
     swa: int | None = None
     window: int | None = None
     mamba_slots: int | None = None

@@ -8,6 +8,7 @@ from typing import Final
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.parallel import requests_per_worker
 
 V4_PAGE_SIZE: Final = 256
 """The only page size SGLang's paged V4 pools take on CUDA (its model override's default)."""
@@ -40,9 +41,10 @@ def v4_swa_ratio(settings: SGLangSettings) -> float:
 
 def v4_requested_requests(settings: SGLangSettings) -> int:
     """Requests SGLang budgets the c128 state rings for: the given --max-running-requests,
-    else the 256 DeepSeek-V4's hook sets (never SGLang's 2048..4096 estimate)."""
+    else the 256 DeepSeek-V4's hook sets (never SGLang's 2048..4096 estimate), set as the
+    server's, so shared by the attention DP groups."""
     given = settings.max_running_requests
-    return V4_MAX_RUNNING_REQUESTS if given is None else given
+    return requests_per_worker(settings, V4_MAX_RUNNING_REQUESTS if given is None else given)
 
 
 def v4_static_fraction(settings: SGLangSettings) -> float | None:

@@ -7,6 +7,17 @@ from dataclasses import dataclass
 
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferDType, BufferView, PageRange, Pool
+from hisparse_plan.targets.sglang.buffers import (
+    CONV_STATE,
+    HOST_KV_BUFFER,
+    INDEX_K,
+    K_BUFFER,
+    KV_BUFFER,
+    KV_SCORE,
+    SPLIT_V_POOLS,
+    TEMPORAL_STATE,
+    V_BUFFER,
+)
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, MambaGroup
 from hisparse_plan.targets.sglang.sizing import element_size
 from hisparse_plan.targets.sglang.sizing_v4 import v4_page_bytes, v4_pages
@@ -74,14 +85,15 @@ def mha_pool(
             host_resident=False, pool=name,
             ranges=[PageRange(offset=0, size=page), PageRange(offset=half * size, size=page)],
             views=[
-                _view("k_buffer", dtype, [rows, group.heads, group.head_dim]),
-                _view("v_buffer", dtype, [rows, group.heads, group.head_dim], half),
+                _view(K_BUFFER, dtype, [rows, group.heads, group.head_dim]),
+                _view(V_BUFFER, dtype, [rows, group.heads, group.head_dim], half),
             ],
         )
         return Placed((pool,), (tensor,))
-    k = _rows_pool(name, "k_buffer", layers, rows, page_size, [group.heads, group.head_dim], dtype)
+    k = _rows_pool(name, K_BUFFER, layers, rows, page_size, [group.heads, group.head_dim], dtype)
     v = _rows_pool(
-        f"{name}_v", "v_buffer", layers, rows, page_size, [group.heads, group.v_head_dim], dtype
+        SPLIT_V_POOLS[name], V_BUFFER, layers, rows, page_size, [group.heads, group.v_head_dim],
+        dtype,
     )
     return k + v
 
@@ -115,7 +127,7 @@ def latent_pool(
     """SGLang's MLA / DSA latent pool (`kv`): every layer one buffer [tokens + page_size, 1,
     row] (page 0 pads), fp8 stored as uint8."""
     return _rows_pool(
-        "kv", "kv_buffer", list(layers), tokens + page_size, page_size, [1, row_elements], dtype
+        "kv", KV_BUFFER, list(layers), tokens + page_size, page_size, [1, row_elements], dtype
     )
 
 
@@ -129,7 +141,7 @@ def index_pool(layers: tuple[str, ...], index_tokens: int, page_size: int) -> Pl
     tensor = KVCacheTensor(
         size=pool.size, layers=list(layers), layer_stride=0, block_stride=page, offset=0,
         host_resident=False, pool="index", ranges=[PageRange(offset=0, size=page)],
-        views=[_view("index_k", "uint8", [pages, page])],
+        views=[_view(INDEX_K, "uint8", [pages, page])],
     )
     return Placed((pool,), (tensor,))
 
@@ -150,7 +162,7 @@ def hisparse_host_pool(
         size=pool.size, layers=list(layers), layer_stride=layer_bytes,
         block_stride=page_size * row, offset=0, host_resident=True, pool="hisparse_host",
         ranges=[PageRange(offset=0, size=page_size * row)],
-        views=[_view("host_kv_buffer", dtype, [len(layers), host_tokens, 1, row_elements])],
+        views=[_view(HOST_KV_BUFFER, dtype, [len(layers), host_tokens, 1, row_elements])],
     )
     return Placed((pool,), (tensor,))
 
@@ -161,8 +173,8 @@ def mamba_pools(group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str) 
     `mamba_temporal`."""
     placed = Placed((), ())
     for name, view, shape, dtype in (
-        ("mamba_conv0", "conv[0]", group.conv_shape, conv_dtype),
-        ("mamba_temporal", "temporal", group.temporal_shape, ssm_dtype),
+        ("mamba_conv0", CONV_STATE, group.conv_shape, conv_dtype),
+        ("mamba_temporal", TEMPORAL_STATE, group.temporal_shape, ssm_dtype),
     ):
         slot = element_size(dtype)
         for extent in shape:
@@ -220,7 +232,7 @@ def v4_kv_pool(
     compressed pool are never reached (SGLang reserves a model page counted in slots)."""
     pages = v4_pages(size, slots_per_page, page_size)
     page = v4_page_bytes(slots_per_page)
-    view = _view("kv_buffer", "uint8", [pages, page])
+    view = _view(KV_BUFFER, "uint8", [pages, page])
     return _per_layer_pool(name, layers, (pages, slots_per_page, page), view, pages * page)
 
 
@@ -231,7 +243,7 @@ def v4_index_pool(
     slots_per_page * key bytes] with as many pages as the c4 pool of `size` slots."""
     pages = v4_pages(size, slots_per_page, page_size)
     page = slots_per_page * key_bytes
-    view = _view("index_k", "uint8", [pages, page])
+    view = _view(INDEX_K, "uint8", [pages, page])
     return _per_layer_pool("v4_index_c4", layers, (pages, slots_per_page, page), view,
                            pages * page)
 
@@ -244,5 +256,5 @@ def v4_state_pool(
     `ring` rows, `rings` of them: per window page for ratio 4, per request slot for ratio 128
     (ring 0 belongs to padding page 0 / request slot 0)."""
     row = width * element_size("float32")
-    view = _view("kv_score", "float32", [rows, width])
+    view = _view(KV_SCORE, "float32", [rows, width])
     return _per_layer_pool(name, layers, (rings, ring, ring * row), view, rows * row)

@@ -8,9 +8,13 @@ take (2 MiB per decode batch slot; the prefill graphs: 8 MiB per captured token 
 what is left, over the total, rounded to three decimals. The chunk and the largest decode graph
 batch themselves default by the GPU's memory.
 
-Modelled: CUDA GPUs, one pipeline stage, no data-parallel attention, no DeepEP all-to-all, no
-disaggregated prefill/decode roles, text-only models, SGLang's environment defaults (no
-post-capture KV sizing, no KV-cache sharding), and chunked prefill on. Every figure is
+DP attention keeps 3 MiB (4.5 above a batch of 300) per decode batch slot and attention group
+more, and DeepEP's all-to-all 2 GiB more (on top of the 10 GiB floor) with 1 GiB more with
+prefill graphs (parallel.py). The chunk is the one before DP attention divides it.
+
+Modelled: CUDA GPUs, one pipeline stage, no disaggregated prefill/decode roles, text-only
+models, SGLang's environment defaults (no post-capture KV sizing, no KV-cache sharding), and
+chunked prefill on. Every figure is
 computed with the same float operations in the same order as SGLang, so the fraction is
 SGLang's to the bit."""
 
@@ -21,6 +25,11 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.parallel import (
+    deepep_a2a_mib,
+    deepep_prefill_graph_mib,
+    dp_attention_graph_mib,
+)
 
 MIB: Final = 1 << 20
 
@@ -56,6 +65,7 @@ MLA_PREFILL_GRAPH_MAX_TOKENS: Final = 8192
 LARGE_GPU_MIB: Final = 60 * 1024
 LARGE_GPU_MIN_RESERVE_MIB: Final = 10 * 1024
 FRACTION_DECIMALS: Final = 3
+DEEPEP_PREFILL_GRAPH_TOKENS: Final = 2048
 
 
 def gpu_memory_mib(total_bytes: int) -> float:
@@ -101,12 +111,33 @@ def prefill_graph_max_tokens(
     return tokens
 
 
-def prefill_graph_sizes(max_tokens: int) -> int:
-    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`: every 4 up
-    to 32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512."""
+def prefill_graph_token_counts(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures prefill graphs for, up to `max_tokens`: every 4 up to
+    32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512."""
     steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
-    count = sum(len(range(first, min(last, max_tokens) + 1, step)) for first, last, step in steps)
-    return count + len(range(4608, max_tokens + 1, 512))
+    counts = [n for first, last, step in steps for n in range(first, min(last, max_tokens) + 1,
+                                                              step)]
+    return counts + list(range(4608, max_tokens + 1, 512))
+
+
+def prefill_graph_sizes(max_tokens: int) -> int:
+    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`."""
+    return len(prefill_graph_token_counts(max_tokens))
+
+
+def deepep_prefill_graph_sizes() -> int:
+    """With DeepEP, SGLang fixes the prefill graphs before its memory rule runs: the counts up
+    to its documented default of 2048 tokens, each rounded up to a multiple of 8 (DeepEP's
+    all-to-all hangs on others), duplicates dropped (cuda_graph_hook.apply_deepep_adjustments);
+    the chunk and max_total_tokens no longer move them."""
+    return len({-(-n // 8) * 8 for n in prefill_graph_token_counts(DEEPEP_PREFILL_GRAPH_TOKENS)})
+
+
+def prefill_graphs_captured(settings: SGLangSettings) -> bool:
+    """SGLang captures prefill graphs (breakable, its CUDA default) unless they are disabled,
+    or decode context parallelism is on (its capture has no DCP metadata, so SGLang turns the
+    default off: cuda_graph_hook's breakable-graph blockers)."""
+    return not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
 
 
 def graph_reserve_mib(
@@ -158,13 +189,17 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
     if chunked is None:
         chunked = default_chunked_prefill_size(gpu_mib)
     decode_bs = decode_graph_max_bs(gpu_mib, settings.tp_size, settings.max_running_requests)
-    sizes = prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens))
+    sizes = (deepep_prefill_graph_sizes() if settings.moe_a2a_backend == "deepep" else
+             prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens)))
+    prefill = prefill_graphs_captured(settings)
     graphs = graph_reserve_mib(
         decode_bs, sizes, mla,
-        decode_graphs=not settings.disable_decode_cuda_graph,
-        prefill_graphs=not settings.disable_prefill_cuda_graph,
+        decode_graphs=not settings.disable_decode_cuda_graph, prefill_graphs=prefill,
     )
+    graphs += dp_attention_graph_mib(settings, decode_bs)
+    graphs += deepep_prefill_graph_mib(settings, prefill_graphs=prefill)
     reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, pp_size, graphs)
+    reserve += deepep_a2a_mib(settings)
     if gpu_mib <= reserve:
         raise PlanError(
             f"engine.gpu_memory_bytes: SGLang's default mem_fraction_static keeps {reserve:g} MiB "

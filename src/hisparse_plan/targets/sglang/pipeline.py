@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from hisparse_plan.models.base import built_for
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang.place import place
@@ -41,20 +42,32 @@ class TracedPlan:
     trace: Trace
 
 
-def plan_sglang(request: PlanRequest) -> SGLangPlan:
+def plan_sglang(request: PlanRequest | Mapping[str, object]) -> SGLangPlan:
     """The pools, tensors and figures SGLang 0.5.23 allocates for `request` on one rank: read
     the layers into SGLang's pools, resolve SGLang's defaults, size the budget and tokens as
     SGLang does, lay the pools out as its classes do, and count how many context_length
-    requests they hold. DeepSeek-V4 requests take SGLang's own V4 rules at each stage."""
+    requests they hold. DeepSeek-V4 requests take SGLang's own V4 rules at each stage.
+
+    A mapping is validated first (pydantic's ValidationError for a malformed one). Planning
+    raises only PlanError: a setting that would push a figure past what the plan states is
+    refused naming the setting (bounds.py), and a value any model of the plan still refuses is
+    a PlanError too, never a ValidationError about a model the caller never wrote."""
     return _run(request, Trace()).plan
 
 
-def plan_traced(request: PlanRequest) -> TracedPlan:
+def plan_traced(request: PlanRequest | Mapping[str, object]) -> TracedPlan:
     """The plan with every stage's decisions and their reasons."""
     return _run(request, Trace(enabled=True))
 
 
-def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
+def _run(request: PlanRequest | Mapping[str, object], trace: Trace) -> TracedPlan:
+    validated = request if isinstance(request, PlanRequest) else PlanRequest.model_validate(
+        request)
+    with built_for(None, "the SGLang plan"):
+        return _stages(validated, trace)
+
+
+def _stages(request: PlanRequest, trace: Trace) -> TracedPlan:
     model = read(request, trace)
     defaults = resolve(model, trace)
     sized = size(defaults, trace)

@@ -4,6 +4,8 @@ decided before this stage. Hands the next stage the `Placed` pools and tensors."
 
 from __future__ import annotations
 
+from hisparse_plan.models.base import built_for
+from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
 from hisparse_plan.targets.sglang.layout import (
     Placed,
     hisparse_host_pool,
@@ -27,7 +29,9 @@ RULE = "sglang.pools"
 def place(sized: Sized | SizedV4, trace: Trace) -> Placed:
     """The pools in SGLang's order: full attention, window, latent and its index keys (and
     HiSparse's host pool), Mamba states; DeepSeek-V4's window, c4 and c128 pools."""
-    placed = _place_v4(sized) if isinstance(sized, SizedV4) else _place(sized)
+    settings = sized.defaults.read.settings
+    with built_for(budget_field(settings), pools_built(sized.defaults.page_size)):
+        placed = _place_v4(sized) if isinstance(sized, SizedV4) else _place(sized)
     if trace.enabled:
         _trace_placed(placed, trace)
     return placed
@@ -48,7 +52,7 @@ def _place(sized: Sized) -> Placed:
         store = row.dtype.store
         placed += latent_pool(latent.names, tokens, page, row.elements, store)
         if latent.is_dsa:
-            index_tokens = tokens if hisparse is None else hisparse.logical_tokens
+            index_tokens = sized.index_tokens if hisparse is None else hisparse.logical_tokens
             placed += index_pool(latent.index_names, index_tokens, page)
         if hisparse is not None:
             placed += hisparse_host_pool(latent.names, hisparse.host_tokens, page, row.elements,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.dcp import refuse_dcp
 from hisparse_plan.targets.sglang.defaults import (
     MAMBA_CONV_DTYPE,
     CacheDtype,
@@ -74,6 +75,7 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         return _resolve_v4(read, trace)
     settings, model = read.settings, read.model
     refuse_hisparse_without_dsa(settings, model)
+    refuse_dcp(settings, model)
     buffer = hisparse_device_buffer(settings) if settings.enable_hisparse else None
     page = default_page_size(settings, model)
     if model.latent is not None and model.latent.is_dsa:

@@ -11,7 +11,8 @@ from hisparse_plan.models.sglang_settings import SGLangSettings
 
 def sglang_settings(request: PlanRequest) -> SGLangSettings:
     """The request's SGLang settings; a request without them is a vLLM request. Pipeline
-    stages and decode context parallelism are refused (one rank, one stage is planned)."""
+    stages are refused (one stage is planned), and vLLM's decode context parallelism field
+    (SGLang's is engine.dcp_size)."""
     if request.engine is None:
         raise PlanError(
             "engine: expected SGLang settings ({'name': 'sglang', ...}) to plan for SGLang, "
@@ -27,8 +28,8 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
     dcp = request.scheduler.decode_context_parallel_size
     if dcp != 1:
         raise UnsupportedRequestError(
-            "scheduler.decode_context_parallel_size: SGLang's decode context parallelism "
-            f"(widened token ids, replicated index keys) is not planned yet; expected 1, got {dcp}",
+            "scheduler.decode_context_parallel_size: vLLM's decode context parallelism does not "
+            f"apply to SGLang; expected 1, and engine.dcp_size for SGLang's, got {dcp}",
             field="scheduler.decode_context_parallel_size",
         )
     return request.engine

@@ -6,10 +6,12 @@ came from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
 from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
@@ -32,10 +34,20 @@ class Sized:
     """max_total_num_tokens: the full (or latent) pool's tokens."""
     swa_tokens: int | None
     mamba_slots: int | None
+    mamba_slots_per_request: Literal[1, 5] | None
+    """State slots a running request may hold (None without Mamba layers)."""
     max_running_requests: int
     req_to_token: tuple[int, int]
     """The request-to-token table's (rows, width)."""
     hisparse: SGLangHisparse | None
+    swa_sized_for_requests: bool
+    """The window pool sized for the running requests (the radix cache off)."""
+    token_ids: int
+    """Token ids the allocator hands out: tokens, x dcp_size under decode context
+    parallelism (HiSparse's logical tokens are its own figure)."""
+    index_tokens: int
+    """A DSA model's index-key rows beside HiSparse's: every rank's ids under decode context
+    parallelism."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +78,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     if isinstance(defaults, DefaultsV4):
         return _size_v4(defaults, trace)
     read = defaults.read
-    settings, model, page = read.settings, read.model, defaults.page_size
+    settings, model = read.settings, read.model
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, read.available_bytes, defaults.mem_fraction_static)
     slots = None
@@ -75,27 +87,56 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     row = defaults.latent_row
     cell = sizing.cell_size(
         settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
         (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
-    tokens = sizing.max_total_num_tokens(available, cell, page)
-    tokens = sizing.cap_max_total_tokens(settings, tokens, page)
-    sizing.refuse_empty_pool(tokens, page)
-    swa = None
-    if model.swa is not None and model.swa.window is not None:  # window groups have one
-        swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
-        sizing.validate_swa_pool(swa, model.swa.window, page)
+    tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
+    bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
     requests = sizing.max_running_requests(settings, tokens, slots)
     table = sizing.req_to_token_shape(settings, requests)
     sized = Sized(
         defaults=defaults, mem_fraction_static=fraction, available_bytes=available, cell=cell,
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
+        mamba_slots_per_request=None if slots is None else radix.mamba_slots_per_request(settings),
         req_to_token=table, hisparse=_hisparse(defaults, tokens),
+        swa_sized_for_requests=for_requests,
+        token_ids=dcp.token_ids(settings, tokens),
+        index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
     return sized
+
+
+def _pool_tokens(
+    defaults: Defaults, available: int, cell: CellSize
+) -> tuple[int, int | None, bool]:
+    """The full pool's tokens and the window pool's: the budget over the cell size, the window
+    pool swa_full_tokens_ratio of the full one; with the radix cache off and the running
+    requests given, the window pool sized for them first and the full pool the rest (true
+    last)."""
+    settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
+    window = None if model.swa is None else model.swa.window  # window groups have one
+    cap = (None if window is None or model.full is None
+           else radix.swa_request_cap(settings, window, page))
+    if cap is not None:
+        swa = radix.ceil_page(cap, page)
+        tokens = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
+        capped = sizing.cap_max_total_tokens(settings, tokens, page)
+        sizing.refuse_empty_pool(capped, page)
+        if capped != tokens and settings.max_total_tokens is not None:
+            swa = min(swa, settings.max_total_tokens)
+        return capped, swa, True
+    tokens = sizing.max_total_num_tokens(available, cell, page)
+    tokens = sizing.cap_max_total_tokens(settings, tokens, page)
+    sizing.refuse_empty_pool(tokens, page)
+    if window is None:
+        return tokens, None, False
+    swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
+    sizing.validate_swa_pool(swa, window, page)
+    return tokens, swa, False
 
 
 def _cache(dtype: CacheDtype | None) -> str | None:
@@ -110,12 +151,15 @@ def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
         return None
     settings, page = defaults.read.settings, defaults.page_size
     ratio = settings.hisparse_host_to_device_ratio
+    bounds.refuse_hot_rows_past_int64(settings, buffer, page)
+    host_tokens = sizing.hisparse_host_tokens(tokens, ratio, page)
+    bounds.refuse_token_ids_past_int32(host_tokens, "engine.hisparse_host_to_device_ratio")
     return SGLangHisparse(
         top_k=settings.hisparse_top_k,
         device_buffer_size=buffer,
         hot_rows_per_request=sizing.hisparse_hot_rows(buffer, page),
         host_to_device_ratio=ratio,
-        host_tokens=sizing.hisparse_host_tokens(tokens, ratio, page),
+        host_tokens=host_tokens,
         logical_tokens=sizing.hisparse_logical_tokens(tokens, ratio),
     )
 
@@ -131,11 +175,13 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, read.available_bytes, defaults.mem_fraction_static)
     available = sizing.kv_budget_bytes(rest_gb)
+    bounds.refuse_budget_past_int64(available, settings)
     ratio = defaults.swa_full_tokens_ratio
     coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
     fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
     full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
     full = sizing.cap_max_total_tokens(settings, full, page)
+    bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
     sizes = sizing_v4.v4_sizes(model, full, ratio, page)
     requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
     table = sizing.req_to_token_shape(settings, requests)
@@ -188,13 +234,17 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
               f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
                               else ", capped by max_total_tokens"))
     if sized.swa_tokens is not None:
-        trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens,
-                  f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
-                  "floored to a page; more than window + page")
+        trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
+            "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
+            "two prefill chunks and a page, ceiled to a page; the full pool takes the rest"
+        ) if sized.swa_sized_for_requests else (
+            f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
+            "floored to a page; more than window + page"))
     given = defaults.read.settings.max_running_requests
-    mamba = "" if sized.mamba_slots is None else "; at most the Mamba slots // 5"
+    mamba = ("" if sized.mamba_slots is None
+             else f"; at most the Mamba slots // {sized.mamba_slots_per_request}")
     _trace_requests(sized.max_running_requests, sized.req_to_token, (
-        f"{given} given" if given is not None else
+        f"{given} given" + _shared(defaults) if given is not None else
         "SGLang's estimate int(tokens / context_length x 512), clamped to 2048..4096"
     ) + f", at most tokens // 2{mamba}", trace)
     hisparse = sized.hisparse
@@ -205,6 +255,11 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
                   f"(logical tokens // page {page} + 1) pages")
         trace.add(STAGE, RULE, "hisparse.hot_rows_per_request", hisparse.hot_rows_per_request,
                   f"device_buffer_size {hisparse.device_buffer_size} + page {page}")
+
+
+def _shared(defaults: Defaults) -> str:
+    groups = attn_dp_size(defaults.read.settings)
+    return f" over {groups} attention DP groups (// {groups})" if groups > 1 else ""
 
 
 def _trace_requests(requests: int, table: tuple[int, int], why: str, trace: Trace) -> None:

@@ -13,6 +13,8 @@ from typing import Final
 from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.bounds import refuse_table_past_int64, refuse_unbounded
+from hisparse_plan.targets.sglang.dcp import index_token_scale
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -21,12 +23,10 @@ from hisparse_plan.targets.sglang.model import (
     SGLangModel,
     state_elements,
 )
+from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.radix import mamba_slots_per_request, radix_off_mamba_slots
 
 GIB: Final = 1 << 30
-MAMBA_SLOTS_PER_REQUEST: Final = 3 + 2
-"""State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
-the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
-the overlap scheduler on)."""
 REQUESTS_PER_CONTEXT: Final = 512
 MIN_ESTIMATED_REQUESTS: Final = 2048
 MAX_ESTIMATED_REQUESTS: Final = 4096
@@ -55,10 +55,11 @@ def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
     )
 
 
-def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int) -> int:
+def index_token_bytes(latent: LatentGroup, scale: int) -> int:
     """DSA index keys of one token, all layers: 132 bytes a layer; with HiSparse the keys cover
-    the whole host token space, so each device token is charged `host_to_device_ratio` times."""
-    return INDEX_ROW_BYTES * len(latent.index_names) * host_to_device_ratio
+    the whole host token space, so each device token is charged `host_to_device_ratio` times
+    (`scale`), and under decode context parallelism every rank's ids, dcp_size times."""
+    return INDEX_ROW_BYTES * len(latent.index_names) * scale
 
 
 def cell_size(
@@ -75,7 +76,7 @@ def cell_size(
     row's bytes; `dtypes`: the full and window pools' cache dtypes (None without the pool)."""
     full_dtype, swa_dtype = dtypes
     if model.latent is not None:
-        ratio = settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
+        ratio = index_token_scale(settings)
         full = row_bytes * len(model.latent.names)
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio)
@@ -139,11 +140,19 @@ def mamba_budget(
     """Mamba states come off the budget before the KV cache is sized. Slots: the given
     `--max-mamba-cache-size`, else the states' share rest * r / (1 + r) (r =
     mamba_full_memory_ratio) divided by a slot's bytes, one slot (the padding slot 0) taken off
-    first. The KV cache gets the rest less (slots + 1) slots."""
+    first (a given count is the server's: each attention DP group keeps given // groups; with
+    the radix cache off and max_running_requests given, one slot a request of a group). The
+    KV cache gets the rest less (slots + 1) slots."""
     slots = settings.max_mamba_cache_size
+    if slots is not None:
+        slots //= attn_dp_size(settings)
+    else:
+        slots = radix_off_mamba_slots(settings)
     if slots is None:
         ratio = settings.mamba_full_memory_ratio
         budget_bytes = rest_gb * ratio / (1 + ratio) * GIB
+        refuse_unbounded(budget_bytes, "engine.mamba_full_memory_ratio",
+                         "the Mamba states' share of the budget in bytes")
         slots = int((budget_bytes - 0 - slot_bytes) // slot_bytes)
     if slots <= 0:
         raise CapacityError(
@@ -221,15 +230,17 @@ def max_running_requests(
     settings: SGLangSettings, token_capacity: int, mamba_slots: int | None
 ) -> int:
     """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
-    Given: min(--max-running-requests, tokens // 2); else SGLang's estimate
+    Given: min(--max-running-requests // attention DP groups, tokens // 2); else SGLang's estimate
     int(tokens / context_length * 512) clamped to [2048, 4096], then min(., tokens // 2).
-    Mamba hybrids: at most max_mamba_cache_size // 5 (the state slots one request may hold)."""
+    Mamba hybrids: at most max_mamba_cache_size // the state slots one request may hold (5,
+    1 with the radix cache off)."""
     estimated = int(token_capacity / settings.context_length * REQUESTS_PER_CONTEXT)
     estimated = max(min(estimated, MAX_ESTIMATED_REQUESTS), MIN_ESTIMATED_REQUESTS)
     given = settings.max_running_requests
-    requests = min(estimated if given is None else max(1, given), token_capacity // 2)
+    given = None if given is None else requests_per_worker(settings, given)
+    requests = min(estimated if given is None else given, token_capacity // 2)
     if mamba_slots is not None:
-        requests = min(requests, mamba_slots // MAMBA_SLOTS_PER_REQUEST)
+        requests = min(requests, mamba_slots // mamba_slots_per_request(settings))
     if requests <= 0:
         raise CapacityError(
             f"engine: SGLang would run no request; expected at least one, got {requests} "
@@ -249,7 +260,9 @@ def req_to_token_shape(settings: SGLangSettings, requests: int) -> tuple[int, in
             f"{settings.speculative_num_draft_tokens}",
             field="engine.speculative_num_draft_tokens",
         )
-    return requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+    rows, width = requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+    refuse_table_past_int64(rows, width)
+    return rows, width
 
 
 def hisparse_host_tokens(device_tokens: int, ratio: int, page_size: int) -> int:

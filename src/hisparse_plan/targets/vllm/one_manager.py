@@ -13,7 +13,7 @@ from hisparse_plan.targets.trace import Trace
 from hisparse_plan.targets.vllm.groups import Layer, first_of_each_spec
 from hisparse_plan.targets.vllm.rules.families import one_family
 from hisparse_plan.targets.vllm.rules.promotion import is_local, promote_local_layers
-from hisparse_plan.targets.vllm.rules.uniform_spec import merged_spec
+from hisparse_plan.targets.vllm.rules.uniform_spec import merged_spec, refuse_mixed_windows
 
 FIELD = "scheduler.disable_hybrid_kv_cache_manager"
 
@@ -31,6 +31,9 @@ def one_manager_layers(layers: Sequence[Layer], trace: Trace) -> list[Layer]:
 
 
 def _promote_part(part: list[Layer], trace: Trace) -> dict[str, LayerSpec]:
+    # vLLM tests the part as one spec before promoting it and again after; either test can
+    # refuse a mix of windows or chunks (`refuse_mixed_windows`).
+    refuse_mixed_windows(part, FIELD)
     if _one_manager_can_plan([spec for _, spec in part]):
         return {}
     specs = [spec for _, spec in part]
@@ -40,6 +43,7 @@ def _promote_part(part: list[Layer], trace: Trace) -> dict[str, LayerSpec]:
         result, count = promote_local_layers(part)
         trace.add("group", "7.13", "layers promoted to full allocation", count,
                   lambda: f"{FIELD}: local-attention layers take a block for every token")
+    refuse_mixed_windows(result, FIELD)
     if not _one_manager_can_plan([spec for _, spec in result]):
         (first, first_spec), (other, other_spec) = first_of_each_spec(result)[:2]
         raise PlanError(

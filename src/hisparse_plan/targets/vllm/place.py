@@ -2,7 +2,7 @@
 
 Pure arithmetic on decisions already made; the only refusals are layouts that cannot hold a
 page (derived byte rows outside a block-outermost layout, a padded page split by an outer axis,
-a view misaligned for its dtype).
+a view misaligned for its dtype, a Mamba state misaligned for its own).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from hisparse_plan.models import (
     HisparseResidentSpec,
     KVCacheLayout,
     KVCacheTensor,
+    MambaSpec,
     dtype_size,
 )
 from hisparse_plan.rules.strides import layer_and_block_strides
 from hisparse_plan.targets.vllm.rules.buckets import SpecBucket
+from hisparse_plan.targets.vllm.rules.states import misaligned_state
 
 BLOCK_OUTERMOST = " or ".join(layout.value for layout in KVCacheLayout if layout.block_outermost)
 
@@ -46,6 +48,8 @@ def place_pool(
                     spec, names[0], len(names), num_blocks, layout, bytes_per_block
                 )
                 _check_alignment(spec.view_dtype, names[0], byte_offset, layer_stride, block_stride)
+                if isinstance(spec, MambaSpec):
+                    _check_states(spec, names, byte_offset, layer_stride, block_stride)
             tensors.append(KVCacheTensor(
                 size=size,
                 layers=names,
@@ -114,4 +118,25 @@ def _check_alignment(
                 f"{dtype} size {size}, so no {dtype} view can address it; expected pages whose "
                 f"sizes keep {dtype} rows aligned",
                 field=f"layers[{name!r}]",
+            )
+
+
+def _check_states(
+    spec: MambaSpec, names: list[str], offset: int, layer_stride: int, block_stride: int
+) -> None:
+    """vLLM views each Mamba state in its own dtype, so each must start on whole elements of
+    it, in every layer and block (targets/vllm/rules/states.py); vLLM pads nothing for it."""
+    for position, name in enumerate(names):
+        base = offset + position * layer_stride
+        state = misaligned_state(spec, base, block_stride)
+        if state is not None:
+            raise LayoutError(
+                f"layers[{name!r}].state_dtypes[{state.index}]: state {state.index} "
+                f"({state.dtype} {list(state.shape)}) starts at byte {base + state.start} of "
+                f"the pool, {state.start} into a page, with blocks {block_stride} bytes apart; "
+                f"vLLM views it as {state.dtype}, which needs both to be multiples of "
+                f"{state.itemsize} (it fails binding the layer); expected pages that keep every "
+                "state on whole elements (state sizes in multiples of the widest dtype, or a "
+                "state_alignment of it; see docs/planning-rules.md#placement)",
+                field=f"layers[{name!r}].state_dtypes[{state.index}]",
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hisparse_plan.errors import PlanError
 from hisparse_plan.models import FullAttentionSpec, LayerSpec, MLASpec
 
 _REMEMBERED = ("sliding_window", "attention_chunk_size", "page_size_bytes")
@@ -46,3 +47,38 @@ def merged_spec(distinct: Sequence[LayerSpec]) -> LayerSpec | None:
 
 def _merged_fields(spec: FullAttentionSpec | MLASpec) -> dict[str, object]:
     return {key: value for key, value in spec.__dict__.items() if key not in _REMEMBERED}
+
+
+def refuse_mixed_windows(layers: Sequence[tuple[str, LayerSpec]], field: str) -> None:
+    """vLLM's merge test of a set of layers, where it refuses instead of answering.
+
+    vLLM tests whether layers are one spec by merging them (`is_kv_cache_spec_uniform`), and a
+    full-attention merge collects the windows and the chunks the layers remember before it
+    compares anything else: when every layer is full attention (no mla among them) and they
+    remember two window sizes, or two chunk sizes, `merge_window_sizes` raises ("All attention
+    layers in the same KV cache group must have the same window size.") where a mismatch of
+    any other field only answers "not one spec". With the hybrid manager disabled vLLM runs
+    this test on the promoted layers, so two chunked-local (or sliding-window) sizes beside
+    full attention are refused, and so is the plan.
+    """
+    if not layers or not all(isinstance(spec, FullAttentionSpec) for _, spec in layers):
+        return
+    # vLLM merges the windows before the chunks: a set with both kinds of mix names windows.
+    for key, what in (("sliding_window", "a sliding window"),
+                      ("attention_chunk_size", "chunks")):
+        seen: dict[int, str] = {}
+        for name, spec in layers:
+            size = getattr(spec, key)
+            if size is not None:
+                seen.setdefault(size, name)
+        if len(seen) > 1:
+            (first, first_name), (other, other_name) = list(seen.items())[:2]
+            raise PlanError(
+                f"{field}: every attention layer in one vLLM KV cache group must have the same "
+                f"window size, but {first_name!r} keeps {what} of {first} tokens and "
+                f"{other_name!r} of {other} once local-attention layers take full blocks; "
+                "vLLM refuses this model with the hybrid KV cache manager disabled (see "
+                "docs/planning-rules.md#hybrid-manager-disabled): expected one "
+                f"{key} for these layers, or the hybrid manager on (false)",
+                field=field,
+            )

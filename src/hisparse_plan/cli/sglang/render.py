@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hisparse_plan.cli.engines import Figures, sglang_device_bytes, sglang_host_bytes
+from hisparse_plan.cli.engines import (
+    Figures,
+    sglang_device_bytes,
+    sglang_host_bytes,
+    sglang_request_table_bytes,
+)
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -54,7 +59,8 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
                           f", mem_fraction_static {fraction:g})" if fraction is not None
                           else ")")),
         ("device pools", format_size(sglang_device_bytes(plan))),
-        ("req_to_token", f"{plan.req_to_token.dtype} {_shape(plan.req_to_token.shape)}"),
+        ("req_to_token", f"{plan.req_to_token.dtype} {_shape(plan.req_to_token.shape)}, "
+                         f"{format_size(sglang_request_table_bytes(plan))} beside the budget"),
     ]
     hisparse = plan.hisparse
     if hisparse is not None:
@@ -75,6 +81,23 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
         out.line(f"note: {warning}")
 
 
+def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
+    """The deployment's totals over its `dp` DP ranks (every GPU and host pool counted), for
+    the engines whose figures count them; "-" for the others."""
+
+    def cell(value: int | float | None, size: bool) -> str:
+        if value is None:
+            return "-"
+        return format_size(int(value)) if size else concurrency(float(value))
+
+    return [
+        [f"node: max concurrent ({dp} DP ranks)",
+         *(cell(f.node_concurrency, False) for f in figures)],
+        ["node: device pools (every GPU)", *(cell(f.node_device_bytes, True) for f in figures)],
+        ["node: host pools", *(cell(f.node_host_bytes, True) for f in figures)],
+    ]
+
+
 def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> None:
     """One column per engine, one row per figure."""
     out.heading(heading)
@@ -91,6 +114,8 @@ def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> N
         row("bytes per token", [f"{f.bytes_per_token:g}" for f in figures]),
         row("device pools", [format_size(f.device_bytes) for f in figures]),
         row("KV budget", [format_size(f.budget_bytes) for f in figures]),
+        row("beside the budget", ["-" if f.beside_pools_bytes is None
+                                  else format_size(f.beside_pools_bytes) for f in figures]),
         row("context length", [str(f.context_length) for f in figures]),
         row("max concurrent requests", [concurrency(f.max_concurrency) for f in figures]),
         row("steady state (HiSparse)",
@@ -99,5 +124,8 @@ def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> N
         row("host pool", ["-" if f.host_bytes is None else format_size(f.host_bytes)
                           for f in figures]),
     ]
+    dp = max(f.dp for f in figures)
+    if dp > 1:
+        rows += node_rows(dp, figures)
     names = {"vllm": "vLLM", "sglang": "SGLang"}
     out.table([Column(""), *(Column(names[f.engine], "right") for f in figures)], rows)

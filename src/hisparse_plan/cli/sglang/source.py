@@ -24,6 +24,7 @@ from hisparse_plan.presets import (
     load_preset,
 )
 from hisparse_plan.presets.hardware import find_gpu, weight_bytes
+from hisparse_plan.targets.sglang.parallel import attn_dp_size, attn_tp_size
 
 SGLANG_KV_CACHE_DTYPES: Final[dict[str, str]] = {
     "auto": "auto", "bfloat16": "bfloat16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
@@ -80,6 +81,22 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
                        help="window-pool tokens per full-pool token (default 0.8)")
     group.add_argument("--max-mamba-cache-size", type=positive_int, metavar="N",
                        help="Mamba state slots (default: from the memory)")
+    group.add_argument("--enable-dp-attention", action="store_true",
+                       help="attention data parallelism: --dp-size groups of tp / dp ranks, "
+                            "each with its own pools and share of --max-running-requests")
+    group.add_argument("--dp-size", type=positive_int, metavar="N",
+                       help="attention DP groups with --enable-dp-attention (a divisor of "
+                            "--tp), else replicas that each plan as one (default 1)")
+    group.add_argument("--disable-radix-cache", action="store_true",
+                       help="no prefix cache (prefill/decode nodes): one Mamba state slot a "
+                            "request; with --max-running-requests, a window pool sized for "
+                            "those requests")
+    group.add_argument("--dcp-size", type=positive_int, metavar="N",
+                       help="decode context parallelism of a DSA model over N ranks: latent "
+                            "rows sharded, index keys whole (default 1)")
+    group.add_argument("--moe-a2a-backend", choices=("none", "deepep"),
+                       help="MoE all-to-all: deepep keeps 2 GiB (3 with prefill graphs) more "
+                            "out of SGLang's default fraction (default none)")
 
 
 SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
@@ -93,6 +110,11 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("dsa_backend", "--dsa-backend"),
     ("swa_full_tokens_ratio", "--swa-full-tokens-ratio"),
     ("max_mamba_cache_size", "--max-mamba-cache-size"),
+    ("enable_dp_attention", "--enable-dp-attention"),
+    ("dp_size", "--dp-size"),
+    ("moe_a2a_backend", "--moe-a2a-backend"),
+    ("disable_radix_cache", "--disable-radix-cache"),
+    ("dcp_size", "--dcp-size"),
 )
 """(dest, flag) of every SGLang-only flag."""
 
@@ -171,7 +193,6 @@ def _memory(
         "post_weights_free_bytes": gpu.hbm_bytes - per_rank,
         # The GPU's total and the ranks feed SGLang's default rule when no fraction is given.
         "gpu_memory_bytes": gpu.hbm_bytes,
-        "tp_size": tp,
     }
     if args.mem_fraction_static is not None:
         fields["mem_fraction_static"] = args.mem_fraction_static
@@ -189,10 +210,14 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         "name": "sglang",
         "context_length": _context_length(args, arch, default_length),
         "kv_cache_dtype": SGLANG_KV_CACHE_DTYPES[args.kv_dtype or "auto"],
+        "tp_size": tp,
+        "enable_dp_attention": bool(args.enable_dp_attention),
+        "disable_radix_cache": bool(args.disable_radix_cache),
         **memory,
     }
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
-                 "swa_full_tokens_ratio", "max_mamba_cache_size"):
+                 "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend",
+                 "dcp_size"):
         value = getattr(args, dest)
         if value is not None:
             fields[dest] = value
@@ -201,6 +226,9 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
             raise CommandError("--hisparse-config needs --enable-hisparse")
         fields.update(hisparse_settings(args.hisparse_config))
     fields["enable_hisparse"] = bool(args.enable_hisparse)
+    if args.enable_dp_attention and tp % (args.dp_size or 1):
+        raise CommandError(f"--dp-size: DP attention splits --tp into --dp-size groups; "
+                           f"expected a divisor of {tp}, got {args.dp_size}")
     return SGLangSettings.model_validate(fields), budget, words
 
 
@@ -212,6 +240,7 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
     arch, title, default_length = _model(args)
     tp = args.tp or 1
     engine, budget, words = sglang_settings(args, arch, tp, default_length)
-    request = sglang_request(arch, engine, tp=tp, available_bytes=budget)
-    title = f"{title} on SGLang 0.5.23 (tp {tp}; {words})"
+    request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
+    dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
+    title = f"{title} on SGLang 0.5.23 (tp {tp}{dp}; {words})"
     return SGLangSource(request, title, words)

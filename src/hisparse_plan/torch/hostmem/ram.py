@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hisparse_plan.models.base import GIB
 from hisparse_plan.torch.errors import HostMemoryError
 
 HOST_RAM_FRACTION = 0.95
@@ -32,7 +31,8 @@ class HostMemory:
 
 
 def gib(nbytes: int) -> str:
-    return f"{nbytes / GIB:.2f} GiB ({nbytes} bytes)"
+    """`nbytes` for a message: GiB to two places, then the exact bytes."""
+    return f"{nbytes / 2**30:.2f} GiB ({nbytes} bytes)"
 
 
 HOST_POOL_ADVICE = "Lower hisparse.host_pool_gib or free host memory"

@@ -16,11 +16,11 @@ from hisparse_plan.cli.arg_types import (
     size_arg,
 )
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
-from hisparse_plan.cli.engine_args import add_engine_arguments, engine_settings, titled
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label, read_input
 from hisparse_plan.cli.sizes import SIZE_HELP
-from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
+from hisparse_plan.cli.vllm.engine_args import add_engine_arguments, engine_settings, titled
+from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
     DEFAULTS,

@@ -15,8 +15,8 @@ from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.source import settings_from
-from hisparse_plan.cli.vllm_layers import checked_by_vllm, refuse_without_config_file
+from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
+from hisparse_plan.cli.vllm.source import settings_from
 from hisparse_plan.operator.deployments import (
     DEFAULT_GPUS,
     DEFAULT_KV_CACHE_DTYPES,
@@ -28,7 +28,7 @@ from hisparse_plan.operator.deployments import (
 )
 from hisparse_plan.presets import Architecture, ModelArchitecture, load_config_file, load_preset
 from hisparse_plan.presets.catalog import Length, Weights
-from hisparse_plan.presets.hardware import DEFAULT_ACTIVATION_RESERVE, DEFAULT_UTILIZATION
+from hisparse_plan.presets.hardware import DEFAULT_ACTIVATION_RESERVE
 
 BINDS = {"host": "host", "device": "GPU", "both": "both", "gpu": "GPU"}
 
@@ -112,7 +112,7 @@ def run_compare(args: argparse.Namespace) -> int:
     result = compare_deployments(
         title, arch, grid, settings,
         weights=weights,
-        gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_UTILIZATION,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         activation_reserve=DEFAULT_ACTIVATION_RESERVE if reserve is None else reserve,
         expert_parallel=args.enable_expert_parallel,
         max_num_seqs=args.max_num_seqs,
@@ -152,7 +152,11 @@ def render_deployments(
     weights = "experts split over tp x dp" if expert_parallel else "weights split over tp"
     cap = "" if comparison.max_num_seqs is None else (
         f", at most {comparison.max_num_seqs} a rank")
-    out.heading(f"{comparison.model}: deployments ({weights}; node = dp x rank{cap})")
+    if comparison.sizing is None:
+        out.heading(f"{comparison.model}: deployments ({weights}; node = dp x rank{cap})")
+    else:
+        # The GPU's sizing in the heading; what the columns mean moves below the table.
+        out.heading(f"{comparison.model}: deployments, {comparison.sizing}")
     sparse = any(r.deployment.hisparse for r in comparison.results)
     columns = [Column("gpu"), Column("ranks"), Column("kv cache")]
     if sparse:
@@ -177,9 +181,11 @@ def render_deployments(
             row += [kv, str(result.max_model_len), concurrency(result.per_rank_concurrency),
                     concurrency(result.node_concurrency), BINDS[result.binding or "gpu"]]
         if sparse:
-            host = result.host_pool_bytes
-            row.append("-" if host is None else format_size(d.dp * host))
+            host = result.node_host_pool_bytes
+            row.append("-" if host is None else format_size(host))
         rows.append(row)
     out.table(columns, rows)
+    if comparison.sizing is not None:
+        out.line(f"{weights}; node = dp x rank{cap}")
     for reason, number in notes.items():
         out.line(f"({number}) {reason}")

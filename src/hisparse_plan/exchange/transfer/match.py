@@ -1,0 +1,216 @@
+"""Match layers: every layer the destination holds must come from a layer of the source with
+the same row, or the transfer is refused before any byte moves, naming the layer and the field
+with both values (see docs/transfer.md#what-is-refused). Each rule is one function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+from hisparse_plan.exchange.transfer.errors import TransferRefused, refuse_difference
+from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFacts
+from hisparse_plan.exchange.transfer.heads import global_heads
+from hisparse_plan.exchange.transfer.side import Instance
+from hisparse_plan.models.plan import KVCachePlan
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPair:
+    """A layer both sides hold, with what the pairing decided."""
+
+    name: str
+    source: LayerFacts
+    destination: LayerFacts
+    window: int | None
+    """Tokens the destination still needs of a window layer (None: every token)."""
+
+
+def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
+    """The layers to move, in the destination's order, each proved movable as bytes."""
+    src_ranks, dst_ranks = source.facts, destination.facts
+    one_context_rank(source, "source")
+    one_context_rank(destination, "destination")
+    same_layers_on_every_rank(src_ranks, "source")
+    same_layers_on_every_rank(dst_ranks, "destination")
+    src, dst = src_ranks[0].layers, dst_ranks[0].layers
+    present_on_both(src, dst)
+    pairs = []
+    for name, theirs in dst.items():
+        ours = src[name]
+        movable(ours, theirs)
+        same_kind(ours, theirs)
+        same_page_tokens(ours, theirs)
+        same_row(ours, theirs)
+        same_state_ranks(ours, theirs, source.ranks, destination.ranks)
+        same_heads(ours, theirs, source, destination)
+        pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))
+    return pairs
+
+
+def one_context_rank(side: Instance, what: str) -> None:
+    """Decode context parallelism spreads a layer's tokens over the DCP ranks, one in every
+    `dcp` to each: this version moves whole token rows per rank only."""
+    for rank, plan in enumerate(side.plans):
+        dcp = plan.workload.decode_context_parallel_size if isinstance(plan, KVCachePlan) else 1
+        if dcp > 1:
+            raise TransferRefused(
+                f"{what} rank {rank}: decode_context_parallel_size is {dcp}; expected 1 "
+                "(tokens spread over context-parallel ranks are not moved yet; see "
+                "docs/transfer.md#what-is-refused)",
+                what="decode_context_parallel_size", source=dcp if what == "source" else None,
+                destination=dcp if what == "destination" else None,
+                field=f"{what}.plans[{rank}].workload.decode_context_parallel_size")
+
+
+def same_layers_on_every_rank(ranks: tuple[RankFacts, ...], side: str) -> None:
+    first = list(ranks[0].layers)
+    for rank, facts in enumerate(ranks[1:], 1):
+        if list(facts.layers) != first:
+            missing = next(iter(set(first) ^ set(facts.layers)), first[0] if first else "")
+            raise TransferRefused(
+                f"{side} rank {rank}: its plan places other layers than rank 0's (first: "
+                f"{missing!r}); expected the ranks of one instance to place the same layers",
+                layer=missing, what="layers", field=f"{side}.plans[{rank}]",
+            )
+
+
+def present_on_both(src: dict[str, LayerFacts], dst: dict[str, LayerFacts]) -> None:
+    """A layer missing on one side has nowhere to come from or to go."""
+    for name in dst:
+        if name not in src:
+            raise refuse_difference(name, "present", False, True,
+                                    "the destination holds a layer the source does not")
+    for name in src:
+        if name not in dst:
+            raise refuse_difference(name, "present", True, False,
+                                    "the source holds a layer the destination does not")
+
+
+def movable(src: LayerFacts, dst: LayerFacts) -> None:
+    for side, layer in (("source", src), ("destination", dst)):
+        if layer.unsupported is not None:
+            raise TransferRefused(
+                f"layer {layer.name!r}: the {side} keeps it as {layer.unsupported}, which this "
+                "version does not move (see docs/transfer.md#what-is-refused)",
+                layer=layer.name, what="kind", field=f"layers[{layer.name!r}]",
+            )
+
+
+def same_kind(src: LayerFacts, dst: LayerFacts) -> None:
+    if src.kind != dst.kind:
+        raise refuse_difference(src.name, "kind", src.kind, dst.kind,
+                                "rows, pages and states do not hold the same bytes")
+
+
+def same_row(src: LayerFacts, dst: LayerFacts) -> None:
+    """Another dtype or row format is not the same bytes: the fields (K, V, latent, index
+    page, states) must match in name, bytes, dtype and state shape, and the cache format where
+    both plans name one."""
+    if src.fmt is not None and dst.fmt is not None and src.fmt != dst.fmt:
+        raise refuse_difference(src.name, "cache_dtype", src.fmt, dst.fmt,
+                                "rows of another format are not the same bytes")
+    ours = [(f.name, f.size, f.dtype, f.shape) for f in src.fields]
+    theirs = [(f.name, f.size, f.dtype, f.shape) for f in dst.fields]
+    if [f[0] for f in ours] != [f[0] for f in theirs]:
+        raise refuse_difference(src.name, "fields", [f[0] for f in ours],
+                                [f[0] for f in theirs], "the rows are made of other parts")
+    for (field, size, dtype, shape), (_, size2, dtype2, shape2) in zip(ours, theirs,
+                                                                        strict=True):
+        if shape != shape2:
+            raise refuse_difference(src.name, f"{field}.shape", list(shape), list(shape2),
+                                    "states of another shape are not the same bytes")
+        if dtype != dtype2:
+            raise refuse_difference(src.name, f"{field}.dtype", dtype, dtype2,
+                                    "another dtype is not the same bytes")
+        if size != size2:
+            raise refuse_difference(src.name, f"{field}.bytes", size, size2,
+                                    "rows of another size are not the same bytes")
+
+
+def same_page_tokens(src: LayerFacts, dst: LayerFacts) -> None:
+    """Index keys are laid out per page (the page's keys, then their scales): a page of
+    another size is another arrangement of the same keys."""
+    if src.kind == "pages" and src.tokens_per_unit != dst.tokens_per_unit:
+        raise refuse_difference(src.name, "block_size", src.tokens_per_unit,
+                                dst.tokens_per_unit,
+                                "index keys are laid out per page, keys then scales")
+
+
+def same_state_ranks(src: LayerFacts, dst: LayerFacts, src_ranks: int, dst_ranks: int) -> None:
+    """A state is its rank's shard; another tensor-parallel size shards it otherwise."""
+    if src.kind == "state" and src_ranks != dst_ranks:
+        raise refuse_difference(src.name, "tensor_parallel_size", src_ranks, dst_ranks,
+                                "a Mamba state is sharded per rank")
+
+
+def same_heads(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
+               ) -> None:
+    """Both sides hold the model's same heads in all (their split may differ)."""
+    ours = global_heads(src, source.ranks, source.total_kv_heads)
+    theirs = global_heads(dst, destination.ranks, destination.total_kv_heads)
+    if ours != theirs:
+        raise refuse_difference(src.name, "num_kv_heads (all ranks)", ours, theirs,
+                                "the sides hold other heads of the model")
+
+
+def window_of(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
+              ) -> int | None:
+    """The window of a sliding-window layer: the plans' (they must agree), else the one the
+    instance gives; a window layer with no known window is refused."""
+    if not (src.windowed or dst.windowed):
+        return None
+    known = [
+        window for window in (
+            src.window, dst.window, source.windows.get(src.name),
+            destination.windows.get(src.name),
+        ) if window is not None
+    ]
+    if not known:
+        raise TransferRefused(
+            f"layer {src.name!r}: a sliding-window layer whose window neither plan records "
+            "(SGLang's swa pool); give it as Instance(windows={name: tokens}) (see "
+            "docs/transfer.md#sliding-windows)",
+            layer=src.name, what="sliding_window", field=f"windows[{src.name!r}]",
+        )
+    if any(window != known[0] for window in known):
+        raise refuse_difference(src.name, "sliding_window", known[0],
+                                next(w for w in known if w != known[0]),
+                                "the sides attend to other windows")
+    # Where one side keeps every block (a window promoted to full blocks), the other still
+    # needs only the window.
+    return known[0]
+
+
+def contiguous_runs(fields: tuple[FieldPlace, ...]) -> list[tuple[int, int, FieldPlace]]:
+    """The row's fields merged where one follows the other in one region with the same
+    strides: (first logical byte, stop, the first field's place)."""
+    runs: list[tuple[int, int, FieldPlace]] = []
+    for field in fields:
+        if runs:
+            lo, hi, first = runs[-1]
+            follows = (
+                field.region == first.region and field.base == first.base + (hi - lo)
+                and field.lo == hi
+                and (field.block_stride, field.unit_stride, field.head_stride)
+                == (first.block_stride, first.unit_stride, first.head_stride)
+            )
+            if follows:
+                runs[-1] = (lo, hi + field.size, first)
+                continue
+        runs.append((field.lo, field.lo + field.size, field))
+    return runs
+
+
+def segments(src: LayerFacts, dst: LayerFacts) -> list[tuple[int, int, FieldPlace, int,
+                                                              FieldPlace, int]]:
+    """The logical row cut where either side's contiguous runs break: (lo, hi, source place,
+    its run's first logical byte, destination place, its run's first byte)."""
+    ours, theirs = contiguous_runs(src.fields), contiguous_runs(dst.fields)
+    cuts = sorted({lo for lo, _, _ in ours} | {lo for lo, _, _ in theirs}
+                  | {hi for _, hi, _ in ours})
+    found = []
+    for lo, hi in pairwise(cuts):
+        mine = next(run for run in ours if run[0] <= lo < run[1])
+        yours = next(run for run in theirs if run[0] <= lo < run[1])
+        found.append((lo, hi, mine[2], mine[0], yours[2], yours[0]))
+    return found

@@ -1,0 +1,64 @@
+"""One instance of a transfer: its plans, one per tensor-parallel rank, read as facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+
+from hisparse_plan.errors import PlanError
+from hisparse_plan.exchange.transfer.facts import RankFacts
+from hisparse_plan.exchange.transfer.sglang_facts import sglang_facts
+from hisparse_plan.exchange.transfer.vllm_facts import vllm_facts
+from hisparse_plan.models.any_plan import Plan
+from hisparse_plan.models.plan import KVCachePlan
+
+
+def rank_facts(plan: Plan) -> RankFacts:
+    """What a transfer reads from one rank's plan, whichever engine's."""
+    return vllm_facts(plan) if isinstance(plan, KVCachePlan) else sglang_facts(plan)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A prefill or decode instance: one plan per tensor-parallel rank, in rank order.
+
+    `total_kv_heads` is the model's KV heads of its attention layers (rank `r` holds heads
+    `[r * h, (r + 1) * h)` of them, or one replicated head when there are fewer heads than
+    ranks); None: each rank's heads times the ranks. `windows` gives the window of
+    sliding-window layers whose plan does not record it (SGLang's swa pool)."""
+
+    plans: Sequence[Plan]
+    total_kv_heads: int | None = None
+    windows: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not self.plans:
+            raise PlanError("plans: expected one plan per tensor-parallel rank, got none",
+                            field="plans")
+        engines = {plan.engine for plan in self.plans}
+        if len(engines) > 1:
+            raise PlanError(f"plans: expected one engine's plans, got {sorted(engines)}",
+                            field="plans")
+
+    @property
+    def ranks(self) -> int:
+        return len(self.plans)
+
+    @property
+    def engine(self) -> str:
+        return self.plans[0].engine
+
+    @cached_property
+    def facts(self) -> tuple[RankFacts, ...]:
+        return tuple(rank_facts(plan) for plan in self.plans)
+
+
+def as_instance(side: Instance | Plan | Sequence[Plan]) -> Instance:
+    """An Instance from itself, one plan (one rank), or a rank-ordered list of plans."""
+    if isinstance(side, Instance):
+        return side
+    if isinstance(side, Sequence):
+        return Instance(tuple(side))
+    return Instance((side,))

@@ -1,0 +1,77 @@
+"""SGLang with its radix cache off (`--disable-radix-cache`, how prefill and decode nodes run):
+no prefix is kept beyond a running request, so a Mamba hybrid keeps one state slot a request,
+and a window model whose max_running_requests is given sizes its window pool for that many
+requests (SGLang's SWARequestCapPoolConfigurator) and gives the rest of the budget to the
+full pool. Rules of the size stage (size.py), one function each."""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.memory_rule import default_chunked_prefill_size, gpu_memory_mib
+from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
+
+MAMBA_SLOTS_RADIX_ON: Final[Literal[5]] = 5
+"""State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
+the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
+the overlap scheduler on)."""
+MAMBA_SLOTS_RADIX_OFF: Final[Literal[1]] = 1
+SWA_EVICTION_INTERVAL: Final = 128
+"""SGLANG_SWA_EVICTION_INTERVAL's default: decode steps between window evictions."""
+CHUNKS_IN_FLIGHT: Final = 2
+"""Prefill chunks the overlap scheduler (on by default) keeps in flight."""
+UNKNOWN_GPU_CHUNK: Final = 4096
+"""SGLang's chunked_prefill_size when it cannot read the GPU's memory."""
+
+
+def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 5]:
+    """State slots one running request may hold: 5 with the radix cache, 1 without."""
+    return MAMBA_SLOTS_RADIX_OFF if settings.disable_radix_cache else MAMBA_SLOTS_RADIX_ON
+
+
+def radix_off_mamba_slots(settings: SGLangSettings) -> int | None:
+    """With the radix cache off and max_running_requests given (and no max_mamba_cache_size),
+    SGLang keeps exactly one slot per request of one attention DP group; else None (the slots
+    come from the memory ratio)."""
+    given = settings.max_running_requests
+    if not settings.disable_radix_cache or given is None:
+        return None
+    return requests_per_worker(settings, given)
+
+
+def resolved_chunked_prefill_size(settings: SGLangSettings) -> int:
+    """The prefill chunk SGLang runs with: the given one, else its default for the GPU's
+    memory (4096 when the memory is unknown), divided among the attention DP groups."""
+    chunk = settings.chunked_prefill_size
+    if chunk is None:
+        total = settings.gpu_memory_bytes
+        chunk = (UNKNOWN_GPU_CHUNK if total is None
+                 else default_chunked_prefill_size(gpu_memory_mib(total)))
+    return chunk // attn_dp_size(settings)
+
+
+def swa_request_cap(settings: SGLangSettings, window: int, page_size: int) -> int | None:
+    """The window pool's tokens with the radix cache off and max_running_requests given:
+    each request of one DP group holds its window, an eviction interval's tokens and two pages
+    (one trailing, one for the next decode), plus the prefill chunks in flight and a page
+    (pool_configurator.compute_swa_request_cap, no speculative decoding). None: the
+    swa_full_tokens_ratio rule applies."""
+    given = settings.max_running_requests
+    if not settings.disable_radix_cache or given is None:
+        return None
+    per_request = window + SWA_EVICTION_INTERVAL + page_size + page_size
+    chunks = CHUNKS_IN_FLIGHT * resolved_chunked_prefill_size(settings)
+    return per_request * requests_per_worker(settings, given) + chunks + page_size
+
+
+def ceil_page(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size) * page_size
+
+
+def full_tokens_beside_cap(
+    available_bytes: int, swa_tokens: int, full_bytes: int, swa_bytes: int, page_size: int
+) -> int:
+    """The full pool's tokens once the capped window pool (swa_tokens of swa_bytes each) is
+    set aside: the rest over a full token's bytes, floored to a page."""
+    return (available_bytes - swa_tokens * swa_bytes) // full_bytes // page_size * page_size

@@ -1,0 +1,75 @@
+"""The NIXL executor between two processes on one machine (DRAM to DRAM over UCX, no GPU):
+the decode process registers its regions, the prefill process writes the program's rows
+into them, and every byte lands where the decode's own views place it. Skipped without
+nixl-cu12 (pip install --no-deps nixl-cu12==1.5.1)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hisparse_plan as hp
+from hisparse_plan.exchange.transfer import Instance, TransferRequest, build_transfer
+from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint, post
+from hisparse_plan.exchange.transfer.reference import buffers
+from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
+
+pytest.importorskip("nixl_cu12")
+
+
+def decode_process(destination: Any, pipe: Connection) -> None:
+    """Hold the destination's regions (as the oracle starts them), registered with NIXL,
+    until the prefill says it is done; then hand the bytes back."""
+    regions = buffers(destination, fill=None, seed=2)
+    addresses = {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
+    side = endpoint("decode", addresses)
+    pipe.send((side.metadata, addresses))
+    pipe.recv()
+    pipe.send({key: value.tobytes() for key, value in regions.items()})
+
+
+def test_nixl_moves_a_deepseek_request_between_two_processes() -> None:
+    src = Instance([deepseek_plan(hisparse=False, layers=2)])
+    dst = Instance([deepseek_plan(hisparse=True, layers=2)])
+    request = TransferRequest(num_tokens=300, source_blocks=request_blocks(src, 300, 1),
+                              destination_blocks=request_blocks(dst, 300, 2))
+    program = build_transfer(src, dst, request)
+    source, _, expected, allowed = oracle(src, dst, request, program)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=decode_process, args=(program.destination, theirs))
+    child.start()
+    try:
+        metadata, remote = ours.recv()
+        addresses = {key: (int(value.ctypes.data), value.nbytes)
+                     for key, value in source.items()}
+        posted = post(endpoint("prefill", addresses), metadata, program, remote)
+        assert posted == program.descriptors
+        ours.send("done")
+        received = ours.recv()
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.terminate()
+    after = {key: np.frombuffer(value, dtype=np.uint8) for key, value in received.items()}
+    assert wrong_bytes(after, expected, allowed) == 0
+
+
+def test_descriptors_are_one_per_contiguous_copy() -> None:
+    src = Instance([deepseek_plan(hisparse=False, layers=2)])
+    request = TransferRequest(num_tokens=128, source_blocks={"group.0": [3, 4]},
+                              destination_blocks={"group.0": [7, 8]})
+    program = build_transfer(src, src, request)
+    plan = src.plans[0]
+    assert isinstance(plan, hp.KVCachePlan)
+    slab = plan.device_pool.bytes_per_block
+    regions = {(0, "device"): (1 << 20, plan.pools[0].size)}
+    local, remote = descriptors(program, regions, {(0, "device"): (1 << 30, 10**9)})
+    # Both sides block-outermost in one layout: two consecutive blocks, one copy.
+    assert len(local) == len(remote) == program.descriptors == 1
+    assert local[0].tolist() == [(1 << 20) + 3 * slab, 2 * slab, 0]
+    assert remote[0].tolist() == [(1 << 30) + 7 * slab, 2 * slab, 0]

@@ -1,0 +1,231 @@
+"""Random pairs of plans for the transfer property: both engines, block sizes, layouts,
+tensor-parallel sizes, pool sizes, HiSparse or not, window and Mamba layers, and a request's
+blocks on each side. Each pair knows which refusal (if any) it must meet."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+import hisparse_plan as hp
+from hisparse_plan.exchange.transfer import Instance, TransferRequest
+from hisparse_plan.models.any_plan import Plan
+from transfer_support import (
+    attention_layers,
+    deepseek_plan,
+    plan_of,
+    request_blocks,
+    sglang_request,
+    vllm_request,
+)
+
+LAYOUTS = ["LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"]
+MIXED_PAGE_LAYOUTS = ["LBNHC", "LBHNC", "BLHNC", "BLNHC"]
+"""Layouts that pack pages of two sizes in one block (latent rows beside index keys)."""
+
+
+@dataclass
+class Pair:
+    source: Instance
+    destination: Instance
+    request: TransferRequest
+    firsts: dict[str, int] = field(default_factory=dict)
+    """The first token each window layer needs."""
+    refusal: frozenset[str] = frozenset()
+    """The refusals (TransferRefused.what) the pair must meet; empty: it must move."""
+    family: str = ""
+
+
+def _freeze(layers: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, json.dumps(spec, sort_keys=True)) for name, spec in layers.items())
+
+
+@lru_cache(maxsize=512)
+def _plan(engine: str, layers: tuple[tuple[str, str], ...],
+          knobs: tuple[tuple[str, Any], ...]) -> Plan:
+    given = {name: json.loads(spec) for name, spec in layers}
+    options = dict(knobs)
+    if engine == "sglang":
+        return plan_of(sglang_request(given, page_size=options["page"], tokens=options["tokens"],
+                                      context_length=512, available=2**30))
+    request = vllm_request(given, layout=options["layout"], available=2**40, max_model_len=512)
+    request["device"]["num_blocks_override"] = options["blocks"]
+    if "mamba_cache_mode" in options:
+        request["model"]["mamba_cache_mode"] = options["mamba_cache_mode"]
+    return plan_of(request)
+
+
+def plan(engine: str, layers: dict[str, dict[str, Any]], **knobs: Any) -> Plan | None:
+    try:
+        return _plan(engine, _freeze(layers), tuple(sorted(knobs.items())))
+    except hp.PlanError:
+        return None
+
+
+ENGINES = [("vllm", "vllm"), ("vllm", "sglang"), ("sglang", "vllm"), ("sglang", "sglang")]
+
+
+@st.composite
+def engine_side(draw: st.DrawFn, engine: str, layouts: list[str] = LAYOUTS) -> dict[str, Any]:
+    """Where one side runs: the engine's block geometry (vLLM: layout, block size and pool
+    blocks; SGLang: page size and pool tokens)."""
+    if engine == "sglang":
+        return {"engine": engine, "page": draw(st.sampled_from([1, 16, 64])),
+                "tokens": draw(st.sampled_from([512, 768]))}
+    return {"engine": engine, "layout": draw(st.sampled_from(layouts)),
+            "block": draw(st.sampled_from([16, 32, 64])),
+            "blocks": draw(st.integers(40, 64))}
+
+
+def tensor_parallel(draw: st.DrawFn, heads: int) -> int:
+    """A TP size the heads split over (or replicate across)."""
+    return draw(st.sampled_from([tp for tp in (1, 2, 4) if heads % tp == 0 or tp % heads == 0]))
+
+
+def _instance(side: dict[str, Any], layers: dict[str, dict[str, Any]], tp: int, total: int,
+              **extra: Any) -> Instance | None:
+    knobs = {key: value for key, value in side.items() if key not in ("engine", "block")}
+    made = plan(side["engine"], layers, **knobs, **extra)
+    return None if made is None else Instance([made] * tp, total_kv_heads=total)
+
+
+def _blocks(draw: st.DrawFn, src: Instance, dst: Instance, tokens: int) -> TransferRequest:
+    seed = draw(st.integers(0, 2**16))
+    runs = draw(st.booleans())
+    try:
+        return TransferRequest(
+            num_tokens=tokens, source_blocks=request_blocks(src, tokens, seed, runs=runs),
+            destination_blocks=request_blocks(dst, tokens, seed + 1, runs=runs))
+    except ValueError:
+        assume(False)
+        raise
+
+
+@st.composite
+def dense_pairs(draw: st.DrawFn) -> Pair:
+    """GQA/MHA attention layers, each side its engine, blocks, layout and TP."""
+    total = draw(st.sampled_from([1, 2, 4, 8]))
+    count = draw(st.integers(1, 3))
+    head_size = draw(st.sampled_from([8, 16]))
+    dtype = draw(st.sampled_from(["bfloat16", "float16"]))
+    v_size = head_size // 2 if draw(st.integers(0, 5)) == 0 else None
+    sides = []
+    for engine in draw(st.sampled_from(ENGINES)):
+        side = draw(engine_side(engine))
+        tp = tensor_parallel(draw, total)
+        block = side.get("block", 16)
+        layers = attention_layers(count, max(1, total // tp), head_size=head_size,
+                                  dtype=dtype, block=block, head_size_v=v_size)
+        made = _instance(side, layers, tp, total)
+        assume(made is not None)
+        sides.append(made)
+    tokens = draw(st.integers(1, 200))
+    src, dst = sides[0], sides[1]
+    assert src is not None
+    assert dst is not None
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), family="dense")
+
+
+@st.composite
+def window_pairs(draw: st.DrawFn) -> Pair:
+    """A sliding-window layer beside a full one; SGLang keeps the window in its swa pool."""
+    total = draw(st.sampled_from([2, 4]))
+    window = draw(st.sampled_from([16, 40, 100]))
+    sides, engines = [], []
+    for engine in draw(st.sampled_from(ENGINES)):
+        side = draw(engine_side(engine))
+        tp = tensor_parallel(draw, total)
+        block = side.get("block", 16)
+        heads = max(1, total // tp)
+        layers = attention_layers(1, heads, block=block, window=window) | attention_layers(
+            1, heads, block=block, first=1)
+        made = _instance(side, layers, tp, total)
+        assume(made is not None)
+        sides.append(made)
+        engines.append(side["engine"])
+    src, dst = sides[0], sides[1]
+    assert src is not None
+    assert dst is not None
+    if engines == ["sglang", "sglang"]:
+        windows = {"model.layers.0.self_attn.attn": window}
+        src = Instance(src.plans, src.total_kv_heads, windows)
+    tokens = draw(st.integers(1, 250))
+    firsts = {"model.layers.0.self_attn.attn": max(0, tokens - window)}
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), firsts, family="window")
+
+
+MAMBA = {"kind": "mamba", "state_shapes": [[3, 16], [2, 4, 8]],
+         "state_dtypes": ["bfloat16", "float32"]}
+
+
+@st.composite
+def mamba_pairs(draw: st.DrawFn) -> Pair:
+    """Mamba layers beside attention (vLLM both sides, one TP): states move rank to rank,
+    from the source's last state block to the destination's."""
+    tp = draw(st.sampled_from([1, 2]))
+    sides = []
+    for _ in range(2):
+        side = draw(engine_side("vllm", MIXED_PAGE_LAYOUTS))
+        block = side["block"]
+        layers = {f"model.layers.{i}.linear_attn": dict(MAMBA, block_size=block)
+                  for i in range(2)} | attention_layers(1, 4 // tp, block=block, first=2)
+        mode = draw(st.sampled_from(["none", "align"]))
+        made = _instance(side, layers, tp, 4, mamba_cache_mode=mode)
+        assume(made is not None)
+        sides.append(made)
+    src, dst = sides[0], sides[1]
+    assert src is not None
+    assert dst is not None
+    tokens = draw(st.integers(1, 250))
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), family="mamba")
+
+
+@lru_cache(maxsize=256)
+def _deepseek(engine: str, hisparse: bool, layers: int, layout: str, block: int,
+              kv_dtype: str) -> Plan | None:
+    try:
+        return deepseek_plan(engine=engine, hisparse=hisparse, layers=layers, layout=layout,
+                             block=block, kv_dtype=kv_dtype, blocks=40)
+    except hp.PlanError:
+        return None
+
+
+@st.composite
+def mla_pairs(draw: st.DrawFn) -> Pair:
+    """DeepSeek-V3.2's latent rows and index keys: vLLM with or without HiSparse, SGLang with
+    or without; rows replicated over any TP. Another page size or row format is refused."""
+    layers = draw(st.integers(1, 2))
+    kv_dtype = draw(st.sampled_from(["fp8_ds_mla", "bfloat16"]))
+    dtypes, blocks, sides = [], [], []
+    for engine in draw(st.sampled_from(ENGINES)):
+        block = 32 if engine == "vllm" and draw(st.integers(0, 9)) == 0 else 64
+        dtype = kv_dtype if draw(st.integers(0, 9)) else draw(
+            st.sampled_from(["fp8_ds_mla", "bfloat16"]))
+        hisparse = draw(st.booleans())
+        # vLLM's HiSparse device pool packs index keys beside resident and hot pages.
+        layouts = ["BLHNC", "BLNHC"] if hisparse and engine == "vllm" else MIXED_PAGE_LAYOUTS
+        made = _deepseek(engine, hisparse, layers, draw(st.sampled_from(layouts)), block,
+                         dtype)
+        assume(made is not None)
+        assert made is not None
+        sides.append(Instance([made] * draw(st.integers(1, 4))))
+        dtypes.append(dtype)
+        blocks.append(block)
+    refusal: set[str] = set()
+    if dtypes[0] != dtypes[1]:
+        refusal |= {"cache_dtype", "latent.dtype", "latent.bytes"}
+    elif blocks[0] != blocks[1]:
+        refusal.add("block_size")
+    tokens = draw(st.integers(1, 300))
+    src, dst = sides
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), refusal=frozenset(refusal),
+                family="mla")
+
+
+def pairs() -> st.SearchStrategy[Pair]:
+    return st.one_of(dense_pairs(), mla_pairs(), window_pairs(), mamba_pairs())
