@@ -46,6 +46,8 @@ MARKERS = {
     "window": re.compile(r"\bper_layer_sliding_window\s*=\s*(?!None\b)"),
 }
 """What a model module's source says about its cache layers, by the kind it makes."""
+REFUSING = frozenset({"unplanned", "gemma3n", "minimax"})
+"""Families whose readers refuse by name (nothing planned, no layer to compare)."""
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -172,28 +174,34 @@ def module_sources(module: str) -> str:
 
 
 def sweep_registry() -> None:
-    """vLLM's generation architectures whose code makes other caches than plain attention, and
-    that no family names."""
+    """vLLM's generation architectures whose code makes other caches than plain attention: read
+    by a family, refused by name, or named by no family (listed with what their code has)."""
     from vllm.model_executor.models import registry  # type: ignore[import-not-found]
 
     from hisparse_plan.presets.families import FAMILIES
 
-    named = {arch for family in FAMILIES for arch in family.architectures}
+    family_of_arch = {arch: family.name for family in FAMILIES for arch in family.architectures}
     models = {**registry._TEXT_GENERATION_MODELS, **registry._MULTIMODAL_MODELS}
     sources: dict[str, str] = {}
     uncovered: dict[str, list[str]] = defaultdict(list)
-    differing = 0
+    read = refused = 0
     for arch, (module, _) in sorted(models.items()):
         text = sources.setdefault(module, module_sources(module))
         kinds = [kind for kind, pattern in MARKERS.items() if pattern.search(text)]
         if not kinds:
             continue
-        differing += 1
-        if arch not in named:
+        family = family_of_arch.get(arch)
+        if family is None:
             uncovered[kinds[0]].append(f"{arch} ({', '.join(kinds)})")
-    print(f"\nvLLM's registry: {len(models)} generation architectures, {differing} whose code "
-          f"makes other caches than plain attention, {sum(map(len, uncovered.values()))} of "
-          "them named by no family:")
+        elif family in REFUSING:
+            refused += 1
+        else:
+            read += 1
+    named_by_none = sum(map(len, uncovered.values()))
+    print(f"\nvLLM's registry: {len(models)} generation architectures, "
+          f"{read + refused + named_by_none} whose code makes other caches than plain "
+          f"attention: {read} read by a family, {refused} refused by name, {named_by_none} "
+          "named by no family:")
     for kind, archs in uncovered.items():
         print(f"- {kind} ({len(archs)}): {'; '.join(archs)}")
 

@@ -50,7 +50,14 @@ def refuse_unplanned(fields: Fields, layers: int) -> Layout:
 UNPLANNED = Family(
     name="unplanned",
     model_types=tuple(BUILDS),
-    architectures=(),
+    architectures=(
+        "MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM", "Zamba2ForCausalLM",
+        "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
+        "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
+        "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+        "MiniCPM3ForCausalLM", "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
+        "MiniMaxM3SparseForConditionalGeneration",
+    ),
     read=refuse_unplanned,
     vllm="see BUILDS",
 )
