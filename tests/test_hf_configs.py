@@ -62,6 +62,18 @@ KINDS: dict[str, Expected] = {
     "qwen3-235b-a22b": {"full": 94},
     "qwen3-30b-a3b": {"full": 48},
     "qwen3-next-80b-a3b-instruct": {"linear": 36, "full": 12},
+    # Issue 27's families, each as vLLM 0.34's model class builds it (tests/test_families.py
+    # pins every layer).
+    "command-a-03-2025": {"sliding": 48, "full": 16},
+    "exaone-4.0-32b": {"sliding": 48, "full": 16},
+    "gemma-3n-e4b-it": "num_kv_shared_layers",
+    "glm-4.7-flash": {"mla": 47},
+    "granite-4.0-h-small": {"mamba": 36, "full": 4},
+    "kimi-linear-48b-a3b-instruct": {"linear": 20, "mla": 7},
+    "lfm2-1.2b": {"conv": 10, "full": 6},
+    "lfm2-8b-a1b": {"conv": 18, "full": 6},
+    "minimax-m2": {"full": 62},
+    "qwen3.5-35b-a3b": {"linear": 30, "full": 10},
 }
 WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     **KINDS,

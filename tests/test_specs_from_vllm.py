@@ -64,6 +64,26 @@ def test_the_plan_is_the_config_readings_when_vllm_builds_the_same_layers(
 
 
 @needs_vllm
+@pytest.mark.parametrize(("model", "tp"), [
+    ("kimi-linear-48b-a3b-instruct", "4"),  # KDA states beside MLA (inert CUDA streams on CPU)
+    ("lfm2-1.2b", "2"),                     # short-convolution states
+    ("granite-4.0-h-small", "8"),           # Mamba-2 hybrid, groups replicated over ranks
+    ("command-a-03-2025", "8"),             # Cohere's window + 1
+    ("exaone-4.0-32b", "8"),                # a window pattern transformers writes out
+    ("glm-4.7-flash", "4"),                 # MLA
+    ("minimax-m2", "8"),                    # attn_type_list all full attention
+])
+def test_issue_27_families_plan_as_vllm_builds_them(model: str, tp: str) -> None:
+    """Qwen3.5 is left out here: its multimodal wrapper imports torchvision, which a CPU-only
+    venv may lack (benchmarks/vllm_family_sweep.py stands it in and checks it)."""
+    argv = ["plan", "--hf-config", str(CONFIGS / model / "config.json"), "-tp", tp,
+            "--max-model-len", "4096", "--json"]
+    checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert json.loads(checked.stdout) == json.loads(plain.stdout)
+
+
+@needs_vllm
 def test_a_deployment_comparison_checks_the_layers_once() -> None:
     argv = ["capacity", "--hf-config", str(CONFIGS / "gemma-3-1b-it" / "config.json"),
             "--compare", "--gpu-mem", "20GiB", "--json"]

@@ -3,9 +3,9 @@ a regular model's (everything else, plain MLA included).
 
 A user's config file is read through transformers' config class for its `model_type` when the
 `hf` extra is installed (`hf_transformers`), so that defaults and derived per-layer kinds are
-transformers'; its layer kinds then follow vLLM's model code (`hf_layers`), which refuses any
-kind-deciding field it does not read. Without transformers a config that leaves out a field
-transformers would default is refused, naming the field."""
+transformers'; its layers then follow vLLM's model code for the model's family (`families`),
+which refuses any kind-deciding field it does not read. Without transformers a config that
+leaves out a field transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hisparse_plan.errors import PlanError
 from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.hf_layers import layer_layout
+from hisparse_plan.presets.families import layer_layout
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
@@ -141,7 +141,8 @@ def model_from_config(
         layout = layer_layout(merged, layers)
     except ConfigError as error:
         raise ConfigError(f"{origin}: {error}", field=error.field) from None
-    merged["kinds"], merged["mamba"] = layout.kinds, layout.mamba
+    merged.update(layout.fields)
+    merged["kinds"], merged["states"] = layout.kinds, layout.states
     # vLLM's multimodal models keep the language model under `language_model.`.
     prefix = WRAPPER_PREFIX if "vision_config" in config else ""
     names = {**LayerNames().model_dump(), **layout.names}

@@ -6,7 +6,8 @@ defaults for fields the file leaves out (Gemma-3 as the Hub ships it names neith
 its head size) and the per-layer `layer_types` it derives (Qwen2's `use_sliding_window`, Gemma-3's
 `sliding_window_pattern`, ...). Fields of the file that the class drops or renames (Nemotron-H's
 `hybrid_override_pattern`) are kept under their own names, the class's values winning where
-both exist. None when transformers is not installed or has no class for the `model_type`.
+both exist. None when transformers is not installed or has no class for the `model_type`, or
+vLLM reads that type with its own class.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from hisparse_plan.presets.errors import ConfigError
 
 ALIASES: Final = {"kimi_k2": "deepseek_v3"}
 """model_types vLLM reads with another type's class (its `_CONFIG_REGISTRY`)."""
+VLLM_OWN_CLASSES: Final = frozenset({"kimi_linear"})
+"""model_types vLLM reads with a config class of its own (`_CONFIG_REGISTRY`), not
+transformers': their family readers apply that class's defaults (`families`)."""
 
 
 def transformers_available() -> bool:
@@ -39,7 +43,7 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
     logging = importlib.import_module("transformers.utils.logging")
     name = ALIASES.get(model_type, model_type)
     mapping = auto.CONFIG_MAPPING
-    if name not in mapping:
+    if name not in mapping or name in VLLM_OWN_CLASSES:
         return None
     config_class = mapping[name]
     verbosity = logging.get_verbosity()

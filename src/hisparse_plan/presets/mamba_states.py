@@ -1,21 +1,32 @@
-"""A Mamba layer's states on one tensor-parallel rank, as vLLM 0.34's
-`MambaStateShapeCalculator` sizes them (conv states in its default "SD" layout: state length
-first).
+"""The recurrent states of a state layer (what vLLM 0.34 calls a Mamba layer, `MambaBase`) on
+one tensor-parallel rank, as vLLM's `MambaStateShapeCalculator` and `MambaStateDtypeCalculator`
+size them (conv states in the default "SD" layout: state length first).
 
 - Mamba-1 (Jamba): conv `[conv_kernel - 1, intermediate / tp]` and temporal
   `[intermediate / tp, state_size]`;
-- Mamba-2 (Nemotron-H, Falcon-H1): with `g = n_groups`, raised to `tp` when tp does not divide
-  it (the groups a head shard needs are replicated), conv `[conv_kernel - 1,
+- Mamba-2 (Nemotron-H, Falcon-H1, Granite-4.0-H): with `g = n_groups`, raised to `tp` when tp
+  does not divide it (the groups a head shard needs are replicated), conv `[conv_kernel - 1,
   (intermediate + 2 * g * state_size) / tp]` and temporal `[num_heads / tp, head_dim,
-  state_size]`.
+  state_size]`;
+- Gated DeltaNet (Qwen3-Next, Qwen3.5): conv `[conv_kernel - 1, (2 * key_heads * key_head_dim
+  + value_heads * value_head_dim) / tp]` and recurrent `[value_heads / tp, value_head_dim,
+  key_head_dim]`;
+- short convolution (LFM2): one conv state `[conv_kernel - 1, conv_dim / tp]`;
+- Kimi Delta Attention (Kimi-Linear): conv `[conv_kernel - 1, 3 * heads * head_dim / tp]`
+  (q, k and v side by side) and recurrent `[heads / tp, head_dim, head_dim]`.
 
-The conv state is kept in the model dtype; the temporal (SSM) state in `ssm_dtype`: the model
-dtype unless vLLM picks another for the model (float32 for Nemotron-H).
+Conv states are kept in the model dtype. The temporal (recurrent) state is in `ssm_dtype` where
+one is set (float32 for Nemotron-H, a Qwen3.5 config's `mamba_ssm_dtype`), else the model dtype;
+a KDA recurrent state is float32 always (vLLM's `kda_state_dtype` under `auto`).
+
+`prefill_checkpoint` is how a layer exports prefix-cache checkpoints in align mode on Hopper:
+`every_token` (a Mamba-2 mixer: one checkpoint block, any position), `gdn_grid` (FlashInfer's
+Gated DeltaNet prefill: one block, on a 64-token grid) or `none` (the scheduler splits prefills).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,13 +34,37 @@ from hisparse_plan.models import DType
 from hisparse_plan.presets.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(ge=1)]
+Checkpoint = Literal["none", "every_token", "gdn_grid"]
 
 
-class MambaGeometry(BaseModel):
-    """What decides a Mamba layer's state sizes; `source` names the config fields read."""
+class _Geometry(BaseModel):
+    """What every state geometry shares: the config fields it was read from, and the division
+    of a dimension over the tensor-parallel ranks (vLLM's `divide`, which asserts)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+    source: str = "mamba"
+    LABEL: ClassVar[str] = "state"
+    """What the layers are called in a refusal."""
+
+    @property
+    def prefill_checkpoint(self) -> Checkpoint:
+        return "none"
+
+    def _divide(self, total: int, tp: int, what: str) -> int:
+        if total % tp:
+            raise ConfigError(
+                f"tp: the {self.LABEL} {what} ({total}, from {self.source}) must be a multiple "
+                f"of the tensor-parallel ranks ({tp})",
+                field="tp",
+            )
+        return total // tp
+
+
+class MambaGeometry(_Geometry):
+    """What decides a Mamba layer's state sizes; `source` names the config fields read."""
+
+    kind: Literal["mamba"] = "mamba"
     version: Literal[1, 2]
     intermediate_size: PositiveInt
     state_size: PositiveInt
@@ -38,7 +73,12 @@ class MambaGeometry(BaseModel):
     num_heads: PositiveInt = 1
     head_dim: PositiveInt = 1
     ssm_dtype: DType = "bfloat16"
-    source: str = "mamba"
+    LABEL: ClassVar[str] = "Mamba"
+
+    @property
+    def prefill_checkpoint(self) -> Checkpoint:
+        """vLLM 0.34's MambaMixer2 exports a checkpoint at any position; MambaMixer none."""
+        return "every_token" if self.version == 2 else "none"
 
     def extra_groups(self, tp: int) -> int:
         """Groups replicated so that every head shard has its group (vLLM's
@@ -60,11 +100,77 @@ class MambaGeometry(BaseModel):
     def state_dtypes(self, model_dtype: DType) -> list[DType]:
         return [model_dtype, self.ssm_dtype]
 
-    def _divide(self, total: int, tp: int, what: str) -> int:
-        if total % tp:
-            raise ConfigError(
-                f"tp: the Mamba {what} ({total}, from {self.source}) must be a multiple of the "
-                f"tensor-parallel ranks ({tp})",
-                field="tp",
-            )
-        return total // tp
+
+class GatedDeltaNetGeometry(_Geometry):
+    """A Gated DeltaNet linear-attention layer (Qwen3-Next, Qwen3.5)."""
+
+    kind: Literal["gated_delta_net"] = "gated_delta_net"
+    num_key_heads: PositiveInt
+    num_value_heads: PositiveInt
+    key_head_dim: PositiveInt
+    value_head_dim: PositiveInt
+    conv_kernel: PositiveInt
+    ssm_dtype: DType | None = None
+
+    @property
+    def prefill_checkpoint(self) -> Checkpoint:
+        return "gdn_grid"
+
+    def state_shapes(self, tp: int) -> list[list[int]]:
+        """The conv and recurrent states of one rank of `tp`: both follow the heads, so the
+        heads are what must divide."""
+        for field, total in (("linear_num_value_heads", self.num_value_heads),
+                             ("linear_num_key_heads", self.num_key_heads)):
+            if total % tp:
+                raise ConfigError(
+                    f"tp: {field} ({total}) must be a multiple of the tensor-parallel ranks "
+                    f"({tp})",
+                    field="tp",
+                )
+        conv_dim = 2 * self.num_key_heads * self.key_head_dim + (
+            self.num_value_heads * self.value_head_dim)
+        return [[self.conv_kernel - 1, conv_dim // tp],
+                [self.num_value_heads // tp, self.value_head_dim, self.key_head_dim]]
+
+    def state_dtypes(self, model_dtype: DType) -> list[DType]:
+        return [model_dtype, self.ssm_dtype or model_dtype]
+
+
+class ShortConvGeometry(_Geometry):
+    """A short-convolution layer (LFM2's `ShortConv`): one conv state, no recurrent one."""
+
+    kind: Literal["short_conv"] = "short_conv"
+    conv_dim: PositiveInt
+    conv_kernel: PositiveInt
+    LABEL: ClassVar[str] = "short-convolution"
+
+    def state_shapes(self, tp: int) -> list[list[int]]:
+        return [[self.conv_kernel - 1, self._divide(self.conv_dim, tp, "conv dimension")]]
+
+    def state_dtypes(self, model_dtype: DType) -> list[DType]:
+        return [model_dtype]
+
+
+class KdaGeometry(_Geometry):
+    """A Kimi Delta Attention layer (Kimi-Linear's `KimiGatedDeltaNetAttention`)."""
+
+    kind: Literal["kda"] = "kda"
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    conv_kernel: PositiveInt
+    LABEL: ClassVar[str] = "KDA"
+
+    def state_shapes(self, tp: int) -> list[list[int]]:
+        heads = self._divide(self.num_heads, tp, "heads")
+        return [[self.conv_kernel - 1, 3 * heads * self.head_dim],
+                [heads, self.head_dim, self.head_dim]]
+
+    def state_dtypes(self, model_dtype: DType) -> list[DType]:
+        return [model_dtype, "float32"]
+
+
+StateGeometry = Annotated[
+    MambaGeometry | GatedDeltaNetGeometry | ShortConvGeometry | KdaGeometry,
+    Field(discriminator="kind"),
+]
+"""A state layer's geometry, by its kind."""

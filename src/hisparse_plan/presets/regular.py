@@ -24,8 +24,10 @@ layers). Every layer keeps a sliding-window cache; ratio 4 ("csa") adds a compre
 an indexer, ratio 128 ("hca") a compressed cache (see `deepseek_v4_request`).
 
 One token of an attention layer keeps `num_key_value_heads` keys and values of `head_dim`
-(else `hidden_size // num_attention_heads`) elements. A linear-attention layer keeps a conv
-state `[linear_conv_kernel_dim - 1, 2 * linear_num_key_heads * linear_key_head_dim +
+(else `hidden_size // num_attention_heads`) elements. A state layer's states follow `states`,
+the geometry a config.json reader read for its family (`families`, `mamba_states`); without
+one, a linear-attention layer is a Gated DeltaNet of the `linear_*` fields: a conv state
+`[linear_conv_kernel_dim - 1, 2 * linear_num_key_heads * linear_key_head_dim +
 linear_num_value_heads * linear_value_head_dim]` and a recurrent state
 `[linear_num_value_heads, linear_value_head_dim, linear_key_head_dim]`.
 """
@@ -38,16 +40,18 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hisparse_plan.presets.layer_count import DraftLayerCount, LayerCount
-from hisparse_plan.presets.mamba_states import MambaGeometry
+from hisparse_plan.presets.mamba_states import GatedDeltaNetGeometry, StateGeometry
 
 PositiveInt = Annotated[int, Field(ge=1)]
 LayerKind = Literal[
     "full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca", "mla", "mamba",
-    "full_and_mamba", "none",
+    "full_and_mamba", "conv", "none",
 ]
 """A decoder layer's caches. Beyond the attention kinds: `mla` a plain latent (MLA) cache,
-`mamba` a Mamba state, `full_and_mamba` both a full-attention cache and a Mamba state (a
-parallel hybrid layer, Falcon-H1), `none` no cache at all (an MLP or MoE layer, Nemotron-H)."""
+`linear` a linear-attention state (Gated DeltaNet, KDA), `mamba` a Mamba state, `conv` a
+short-convolution state (LFM2), `full_and_mamba` both a full-attention cache and a Mamba state
+(a parallel hybrid layer, Falcon-H1), `none` no cache at all (an MLP or MoE layer,
+Nemotron-H)."""
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
@@ -77,6 +81,7 @@ class LayerNames(BaseModel):
     attention: str = "model.layers.{i}.self_attn.attn"
     linear: str = "model.layers.{i}.linear_attn"
     mamba: str = "model.layers.{i}.mixer"
+    conv: str = "model.layers.{i}.short_conv"
 
     def name(self, template: str, i: int, layers: int) -> str:
         return template.format(i=i, ni=layers + i)
@@ -116,9 +121,10 @@ class RegularArchitecture(BaseModel):
     index_head_dim: PositiveInt | None = None
     kv_lora_rank: PositiveInt | None = None
     kinds: list[LayerKind] | None = None
-    """Each decoder layer's kind, when a config.json reader decided it (see `hf_layers`); else
+    """Each decoder layer's kind, when a config.json reader decided it (see `families`); else
     the kinds follow from the fields above."""
-    mamba: MambaGeometry | None = None
+    states: StateGeometry | None = None
+    """The state layers' geometry, when a config.json reader read it (see `mamba_states`)."""
     layer_names: LayerNames = LayerNames()
 
     @property
@@ -149,20 +155,23 @@ class RegularArchitecture(BaseModel):
     def _kinds_are_complete(self) -> RegularArchitecture:
         if self.compressed_mla:
             return self._compressed_kinds_are_complete()
-        self._one_entry_per_layer(("layer_types", "no_rope_layers", "kinds"), LAYER_TYPES)
+        # A reader's kinds came from layer_types values its family's code knows.
+        self._one_entry_per_layer(("layer_types", "no_rope_layers", "kinds"),
+                                  LAYER_TYPES if self.kinds is None else None)
         kinds = set(self.layer_kinds())
         if "mla" in kinds and (self.kv_lora_rank is None or self.qk_rope_head_dim is None):
             raise ValueError(
                 "kv_lora_rank: MLA layers keep kv_lora_rank + qk_rope_head_dim latent elements; "
                 "expected both"
             )
-        if kinds & {"mamba", "full_and_mamba"} and self.mamba is None:
-            raise ValueError("mamba: Mamba layers need their state geometry; got none")
+        if kinds & {"mamba", "full_and_mamba", "conv"} and self.states is None:
+            raise ValueError("states: Mamba and short-convolution layers need their state "
+                             "geometry; got none")
         if "sliding" in kinds and self.sliding_window is None:
             raise ValueError("sliding_window: sliding-window layers need it; got none")
         if "chunked" in kinds and self.attention_chunk_size is None:
             raise ValueError("attention_chunk_size: chunked layers need it; got none")
-        if "linear" in kinds:
+        if "linear" in kinds and self.states is None:
             missing = [name for name in LINEAR_FIELDS if getattr(self, name) is None]
             if missing:
                 raise ValueError(
@@ -171,8 +180,11 @@ class RegularArchitecture(BaseModel):
                 )
         return self
 
-    def _one_entry_per_layer(self, names: tuple[str, ...], layer_types: Collection[str]) -> None:
-        """Each of the per-layer lists `names` covers every layer; layer_types are known."""
+    def _one_entry_per_layer(
+        self, names: tuple[str, ...], layer_types: Collection[str] | None
+    ) -> None:
+        """Each of the per-layer lists `names` covers every layer; layer_types are known (of
+        `layer_types`, unless None)."""
         layers = self.num_hidden_layers
         for name in names:
             values = getattr(self, name)
@@ -180,7 +192,7 @@ class RegularArchitecture(BaseModel):
                 raise ValueError(
                     f"{name}: expected an entry for each of the {layers} layers, got {len(values)}"
                 )
-        if self.layer_types is not None:
+        if self.layer_types is not None and layer_types is not None:
             unknown = sorted(set(self.layer_types[:layers]) - set(layer_types))
             if unknown:
                 raise ValueError(
@@ -243,10 +255,16 @@ class RegularArchitecture(BaseModel):
             return ["full" if (i + 1) % every == 0 else "sliding" for i in layers]
         return ["sliding" if self.sliding_window is not None else "full" for _ in layers]
 
-    def linear_state_shapes(self, tp: int) -> list[list[int]]:
-        """A linear-attention layer's conv and recurrent states on one of `tp` ranks."""
-        k_heads, v_heads = self.linear_num_key_heads or 0, self.linear_num_value_heads or 0
-        k_dim, v_dim = self.linear_key_head_dim or 0, self.linear_value_head_dim or 0
-        conv_dim = 2 * k_heads * k_dim + v_heads * v_dim
-        kernel = self.linear_conv_kernel_dim or 1
-        return [[kernel - 1, conv_dim // tp], [v_heads // tp, v_dim, k_dim]]
+    def state_geometry(self) -> StateGeometry | None:
+        """The state layers' geometry: the one read for the model's family, else the Gated
+        DeltaNet of the `linear_*` fields when some layer is linear attention (a preset)."""
+        if self.states is not None or "linear" not in self.layer_kinds():
+            return self.states
+        return GatedDeltaNetGeometry(
+            num_key_heads=self.linear_num_key_heads or 1,
+            num_value_heads=self.linear_num_value_heads or 1,
+            key_head_dim=self.linear_key_head_dim or 1,
+            value_head_dim=self.linear_value_head_dim or 1,
+            conv_kernel=self.linear_conv_kernel_dim or 1,
+            source="linear_*",
+        )

@@ -2,22 +2,24 @@
 
 Layer names are vLLM's (`RegularArchitecture.layer_names`): by default
 `model.layers.{i}.self_attn.attn` for attention layers, `model.layers.{i}.linear_attn` for
-linear-attention layers and `model.layers.{i}.mixer` for Mamba layers; a config.json reader
-sets the names vLLM's code for the model gives (`hf_layers`).
+linear-attention layers, `model.layers.{i}.mixer` for Mamba layers and
+`model.layers.{i}.short_conv` for short-convolution layers; a config.json reader sets the names
+vLLM's code for the model's family gives (`families`).
 
 Block sizes: the vLLM version's default for attention layers (16 tokens on 0.33, 64 on 0.34),
 unless `block_size` is given. A hybrid model with linear-attention or Mamba layers gets the
 block size and Mamba page padding that vLLM's config step (`Platform._align_hybrid_block_size`)
 derives: with one token's attention page `t = 2 * kv_heads * head_size * 2` bytes and the Mamba
 state page `m`, the attention block is `a * ceil(m / (a * t))` tokens, `a = max(16,
-block_size)`, and the Mamba page is padded to `block * t` bytes.
+block_size)`, and the Mamba page is padded to `block * t` bytes. Beside MLA (Kimi-Linear) `t`
+is one latent row and `a` at least 128.
 
 With prefix caching (vLLM's default) a hybrid runs in Mamba align mode: the Mamba block is the
-attention block. As on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), a linear-attention
+attention block. As on a Hopper GPU (FlashInfer's Gated DeltaNet prefill), a Gated DeltaNet
 layer then exports one prefill checkpoint per request (`num_prefill_checkpoint_blocks` 1, on a
 grid of one Mamba block), which makes `a` a multiple of 64 too; a Mamba-2 mixer always declares
-one checkpoint block (vLLM's MambaMixer2). Without prefix caching a Mamba layer's block_size is
-max_model_len (one state per request).
+one checkpoint block (vLLM's MambaMixer2); short-convolution and KDA layers export none. Without
+prefix caching a Mamba layer's block_size is max_model_len (one state per request).
 
 Cache dtype: bfloat16 by default; `fp8_e4m3` or `fp8_e5m2` (vLLM's `--kv-cache-dtype fp8`)
 store one byte an element as `uint8`, as vLLM does, halving every attention page. Mamba
@@ -44,9 +46,11 @@ from hisparse_plan.presets.settings import (
     scheduler_section,
 )
 
-STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba"})
+STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba", "conv"})
 MLA_BLOCK_SIZE: Final = 64
 """The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
+MLA_HYBRID_BLOCK: Final = 128
+"""vLLM's smallest block for an MLA model with state layers (`_align_hybrid_block_size`)."""
 KERNEL_BLOCK: Final = 16
 """The smallest kernel block of vLLM's default (FlashAttention) backend."""
 CHECKPOINT_ALIGNMENT: Final = 64
@@ -70,31 +74,29 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
                           else DTYPE if settings.kv_dtype == DTYPE else FP8_STORAGE)
     tp = settings.tp or 1
     max_model_len = context_length(arch.max_position_embeddings, settings)
-    if "mla" in kinds:
-        return _mla_request(arch, kinds, settings, max_model_len, cache_dtype)
-    kv_heads = _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads")
-    head = arch.head_size
-    block_size = default_block_size(settings)
+    mla = "mla" in kinds
+    attention = (_latent_row(arch, kinds, settings, cache_dtype) if mla
+                 else _kv_rows(arch, tp, settings, cache_dtype))
     align_mode = settings.prefix_caching is not False
     states: dict[str, Any] | None = None
     if STATEFUL & set(kinds):
-        states, block_size = _mamba_spec(
-            arch, tp, kv_heads * head, block_size,
-            None if align_mode else max_model_len, cache_dtype,
+        token_bytes = attention["head_size"] * dtype_size(cache_dtype) * (1 if mla else 2) * (
+            attention.get("num_kv_heads", 1))
+        states, attention["block_size"] = _mamba_spec(
+            arch, tp, token_bytes, attention["block_size"],
+            None if align_mode else max_model_len, mla=mla,
         )
-    attention = {"block_size": block_size, "num_kv_heads": kv_heads, "head_size": head,
-                 "dtype": cache_dtype}
     names = arch.layer_names
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
-        if kind in ("full", "sliding", "chunked", "full_and_mamba"):
+        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla"):
             base = "full" if kind == "full_and_mamba" else kind
-            caches[names.name(names.attention, i, len(kinds))] = _attention(arch, base, attention)
-        if kind == "linear":
-            caches[names.name(names.linear, i, len(kinds))] = states
-        elif kind in ("mamba", "full_and_mamba"):
-            caches[names.name(names.mamba, i, len(kinds))] = states
+            caches[names.name(names.attention, i, len(kinds))] = (
+                attention if mla else _attention(arch, base, attention))
+        if kind in ("linear", "mamba", "full_and_mamba", "conv"):
+            template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
+            caches[names.name(template, i, len(kinds))] = states
         decoder_layers.append(caches)
     return regular_plan_request(
         decoder_layers, max_model_len, settings,
@@ -103,25 +105,31 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     )
 
 
-def _mla_request(
-    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, max_model_len: int,
-    cache_dtype: DType,
-) -> PlanRequest:
-    """Plain MLA (DeepSeek-V2/V3, Kimi-K2): one latent row of kv_lora_rank + qk_rope_head_dim
-    elements per token, the same on every tensor-parallel rank (vLLM replicates it); an fp8
-    cache stores one byte an element (576 bytes for DeepSeek-V3)."""
-    odd = sorted(set(kinds) - {"mla"})
+def _kv_rows(
+    arch: RegularArchitecture, tp: int, settings: Settings, cache_dtype: DType,
+) -> dict[str, Any]:
+    """An attention layer's K and V rows on one rank, in the vLLM version's default block."""
+    return {"block_size": default_block_size(settings),
+            "num_kv_heads": _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads"),
+            "head_size": arch.head_size, "dtype": cache_dtype}
+
+
+def _latent_row(
+    arch: RegularArchitecture, kinds: list[LayerKind], settings: Settings, cache_dtype: DType,
+) -> dict[str, Any]:
+    """Plain MLA (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash, Kimi-Linear's attention layers): one
+    latent row of kv_lora_rank + qk_rope_head_dim elements per token, the same on every
+    tensor-parallel rank (vLLM replicates it); an fp8 cache stores one byte an element (576
+    bytes for DeepSeek-V3). Beside MLA only state layers are planned (Kimi-Linear's KDA)."""
+    odd = sorted(set(kinds) - {"mla", "linear", "mamba", "conv"})
     if odd:
         raise ConfigError(
-            f"kinds: a model with MLA layers is planned with MLA layers only, got {', '.join(odd)}"
+            f"kinds: a model with MLA layers is planned with MLA and state layers only, got "
+            f"{', '.join(odd)}"
         )
-    spec = {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
+    return {"kind": "mla", "block_size": settings.block_size or MLA_BLOCK_SIZE,
             "head_size": (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0),
             "dtype": cache_dtype}
-    names = arch.layer_names
-    decoder_layers = [{names.name(names.attention, i, len(kinds)): spec}
-                      for i in range(len(kinds))]
-    return regular_plan_request(decoder_layers, max_model_len, settings)
 
 
 def regular_plan_request(
@@ -195,38 +203,29 @@ def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any])
     return {"kind": "full_attention", **base}
 
 
-def _states(arch: RegularArchitecture, tp: int) -> tuple[list[list[int]], list[DType]]:
-    """One rank's recurrent states of the model's linear-attention or Mamba layers."""
-    if arch.mamba is not None:
-        return arch.mamba.state_shapes(tp), arch.mamba.state_dtypes(DTYPE)
-    for field, total in (("linear_num_value_heads", arch.linear_num_value_heads or 0),
-                         ("linear_num_key_heads", arch.linear_num_key_heads or 0)):
-        if total % tp:
-            raise ConfigError(
-                f"tp: {field} ({total}) must be a multiple of the tensor-parallel ranks ({tp})",
-                field="tp",
-            )
-    shapes = arch.linear_state_shapes(tp)
-    return shapes, [DTYPE] * len(shapes)
-
-
 def _mamba_spec(
-    arch: RegularArchitecture, tp: int, token_elements: int, block_size: int,
-    max_model_len: int | None, cache_dtype: DType,
+    arch: RegularArchitecture, tp: int, token_bytes: int, block_size: int,
+    max_model_len: int | None, *, mla: bool,
 ) -> tuple[dict[str, Any], int]:
-    """The Mamba layer spec, and the attention block size vLLM aligns to it (`token_elements`:
-    one token's key elements on this rank, kv heads x head size, in `cache_dtype`).
+    """The state layer spec, and the attention block size vLLM aligns to it (`token_bytes`:
+    one token's attention page on this rank, K and V rows or an MLA latent row).
 
     `max_model_len` None: align mode (prefix caching), where the Mamba block is the attention
-    block."""
-    shapes, dtypes = _states(arch, tp)
+    block. Beside MLA the block is a multiple of 128 tokens (vLLM keeps TRTLLM's and
+    FlashInfer's MLA decode kernels on whole 128-token kernel blocks)."""
+    geometry = arch.state_geometry()
+    if geometry is None:
+        raise ConfigError("states: state layers need their state geometry; got none",
+                          field="states")
+    shapes, dtypes = geometry.state_shapes(tp), geometry.state_dtypes(DTYPE)
     state_bytes = sum(
         math.prod(shape) * dtype_size(dtype) for shape, dtype in zip(shapes, dtypes, strict=True)
     )
-    token_bytes = 2 * token_elements * dtype_size(cache_dtype)
-    gated_delta_net = arch.mamba is None
+    checkpoint = geometry.prefill_checkpoint
     align = max(KERNEL_BLOCK, block_size)
-    if max_model_len is None and gated_delta_net:
+    if mla:
+        align = max(align, MLA_HYBRID_BLOCK)
+    if max_model_len is None and checkpoint == "gdn_grid":
         align = math.lcm(align, CHECKPOINT_ALIGNMENT)
     aligned = align * -(-state_bytes // (align * token_bytes))
     block_size = max(block_size, aligned)
@@ -236,10 +235,10 @@ def _mamba_spec(
         "state_shapes": shapes,
         "state_dtypes": dtypes,
     }
-    if max_model_len is None and gated_delta_net:
+    if max_model_len is None and checkpoint == "gdn_grid":
         spec["num_prefill_checkpoint_blocks"] = 1
         spec["prefill_checkpoint_alignment"] = block_size
-    elif arch.mamba is not None and arch.mamba.version == 2:
+    elif checkpoint == "every_token":
         spec["num_prefill_checkpoint_blocks"] = 1
         spec["prefill_checkpoint_alignment"] = 1
     if block_size * token_bytes != state_bytes:

@@ -1,5 +1,6 @@
 """SGLang requests: a model's per-rank layers (read as the project reads any config.json or
-preset, at SGLang's tensor-parallel size) with SGLang's server settings as the request's
+preset, at SGLang's tensor-parallel size, then kept as SGLang 0.5.23 keeps them for the model's
+family: `presets.families`' `SGLangRule`) with SGLang's server settings as the request's
 `engine`; and SGLang's server arguments, as a reference case spells them, turned into those
 settings."""
 
@@ -11,7 +12,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from hisparse_plan.errors import PlanError
+from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.entry_input import refuse_preset
 from hisparse_plan.models.json_input import MAX_DEPTH, excerpt, load_json_object
@@ -24,6 +25,7 @@ from hisparse_plan.presets import (
     build_request,
 )
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
+from hisparse_plan.presets.families import family_of
 from hisparse_plan.presets.kv_dtypes import KVDtype
 from hisparse_plan.targets.sglang.parallel import attn_tp_size
 
@@ -178,10 +180,37 @@ def sglang_request(
         gpu_mem_bytes=available_bytes,
         hisparse=False if isinstance(arch, ModelArchitecture) else None,
     )
+    refuse_unserved(arch)
     request = build_request(arch, settings)
     data = request.model_dump(mode="json")
     data["engine"] = engine.model_dump(mode="json")
+    if isinstance(arch, RegularArchitecture) and not family_of(arch.model_type).sglang.window_pool:
+        data["layers"] = {name: _whole(spec) for name, spec in data["layers"].items()}
     return PlanRequest.model_validate(data)
+
+
+def refuse_unserved(arch: Architecture) -> None:
+    """A family SGLang does not serve, or serves with caches the SGLang target does not plan,
+    is refused naming why (its family's `SGLangRule.refusal`)."""
+    if not isinstance(arch, RegularArchitecture):
+        return
+    refusal = family_of(arch.model_type).sglang.refusal
+    if refusal is not None:
+        raise UnsupportedRequestError(
+            f"model_type: {arch.model_type!r} is not planned for SGLang: {refusal}",
+            field="model_type",
+        )
+
+
+def _whole(spec: dict[str, Any]) -> dict[str, Any]:
+    """A sliding-window layer as SGLang keeps it where the model is not a hybrid-SWA
+    architecture (`is_hybrid_swa_model`): one pool for every layer, every token kept, the
+    window applied only when attending; a full-attention layer of the same rows."""
+    if spec.get("kind") != "sliding_window":
+        return spec
+    kept = {key: value for key, value in spec.items()
+            if key not in ("sliding_window", "page_size_bytes")}
+    return {**kept, "kind": "full_attention"}
 
 
 def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:

@@ -10,6 +10,9 @@ Two things are set up so that this runs in any process that has vLLM, GPU or not
 - On a machine where vLLM finds no GPU platform, its CPU platform is used with its config checks
   skipped for the duration of the build: they refuse CPUs without triton-cpu, and no kernel runs
   here (`vllm.platforms._current_platform` is swapped and put back; vLLM offers no other hook).
+  For the same build CUDA streams stand in as inert objects (Kimi-Linear makes a side stream
+  while it is built) and Kimi's GEMM + all-reduce fusion is off (`VLLM_KIMI_K3_GEMM_AR`: it
+  imports the CUDA-only cute-dsl kernels, and one rank never all-reduces).
 - vLLM's parallel groups are created once per process, one rank, over gloo, if none exist yet.
 
 The config's `quantization_config` is left out of the build: it selects weight kernels, which a
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -161,13 +165,24 @@ def _platform() -> Iterator[None]:
         def check_and_update_config(cls, vllm_config: VllmObject) -> None:
             del vllm_config  # no kernel runs in a meta build
 
+    from hisparse_plan.torch.devices import inert_cuda_streams
+
     platforms._current_platform = MetaBuildPlatform()
+    fusion = os.environ.get(GEMM_AR)
+    os.environ[GEMM_AR] = "0"
     try:
-        yield
+        with inert_cuda_streams():
+            yield
     finally:
         platforms._current_platform = found
+        if fusion is None:
+            del os.environ[GEMM_AR]
+        else:
+            os.environ[GEMM_AR] = fusion
 
 
+GEMM_AR: Final = "VLLM_KIMI_K3_GEMM_AR"
+"""vLLM's switch for Kimi's fused GEMM + all-reduce, off for a meta build on a CPU."""
 MODEL_FACTS: Final = (
     "kind", "num_kv_heads", "head_size", "head_size_v", "dtype", "state_content_bytes",
     "model_version", "compress_ratio", "sliding_window", "attention_chunk_size", "cache_role",

@@ -1,0 +1,84 @@
+"""Dense attention families: every layer full attention, or every layer sliding.
+
+- `generic` (Llama, Mistral, Mixtral, Phi-3, Command-R, and any `model_type` no other family
+  claims): vLLM 0.34's `models/llama.py`, `mistral.py`, `mixtral.py`, `phi3.py` (Llama's code)
+  and `commandr.py` (Cohere v1, which never slides) build one `Attention` a layer,
+  `model.layers.{i}.self_attn.attn`, with `num_key_value_heads` KV heads of `head_dim` (else
+  `hidden_size / num_attention_heads`) elements, in the model dtype; a layer slides when
+  `layer_types` says `sliding_attention`, else every layer slides by the model's
+  `sliding_window` when it has one. SGLang 0.5.23 (`srt/models/llama.py`, `mistral.py`,
+  `mixtral.py`) keeps every layer's every token in one pool (none of them is a hybrid-SWA
+  architecture), the window applied only when attending.
+- `qwen` (Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Qwen2-VL, Qwen2.5-VL): vLLM's `qwen2.py`,
+  `qwen2_moe.py`, `qwen3.py`, `qwen3_moe.py` give every layer the model's one window when
+  `use_sliding_window` is set with `max_window_layers` 0, none otherwise, and refuse a window on
+  only some layers; transformers writes that out as `layer_types`. SGLang's `qwen2.py`,
+  `qwen3.py`, `qwen3_moe.py`, `qwen2_5_vl.py`: one pool, as above.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.families.base import (
+    LAYER_TYPE_KINDS,
+    Family,
+    Fields,
+    Layout,
+    from_layer_types,
+    given,
+)
+from hisparse_plan.presets.regular import LayerKind
+
+QWEN_TYPES: Final = (
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
+    "qwen2_5_vl_text",
+)
+
+
+def read_generic(fields: Fields, layers: int) -> Layout:
+    reads = ("layer_types", "sliding_window")
+    if given(fields, "layer_types"):
+        return Layout(from_layer_types(fields, layers, LAYER_TYPE_KINDS, "this model's"), reads)
+    kind: LayerKind = "sliding" if given(fields, "sliding_window") else "full"
+    return Layout([kind] * layers, reads)
+
+
+def read_qwen(fields: Fields, layers: int) -> Layout:
+    reads = ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
+    if given(fields, "layer_types"):
+        sliding = [k == "sliding" for k in
+                   from_layer_types(fields, layers, LAYER_TYPE_KINDS, "Qwen")]
+    else:
+        first = fields.get("max_window_layers", layers)
+        on = given(fields, "use_sliding_window") and given(fields, "sliding_window")
+        sliding = [bool(on) and i >= first for i in range(layers)]
+    if any(sliding) and not all(sliding):
+        raise ConfigError(
+            f"max_window_layers: a sliding window on layers {sliding.index(True)} and up only; "
+            "vLLM's Qwen code gives every layer the model's one window and refuses this",
+            field="max_window_layers",
+        )
+    return Layout(["sliding" if all(sliding) else "full"] * layers, reads)
+
+
+GENERIC = Family(
+    name="generic",
+    model_types=("llama", "mistral", "mixtral", "phi3", "cohere"),
+    architectures=("LlamaForCausalLM", "LLaMAForCausalLM", "InternLM3ForCausalLM",
+                   "IQuestCoderForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+                   "Phi3ForCausalLM", "CohereForCausalLM"),
+    read=read_generic,
+    vllm="models/llama.py, models/mistral.py, models/mixtral.py, models/phi3.py, "
+         "models/commandr.py",
+)
+QWEN = Family(
+    name="qwen",
+    model_types=QWEN_TYPES,
+    architectures=("Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
+                   "Qwen3MoeForCausalLM", "Qwen2VLForConditionalGeneration",
+                   "Qwen2_5_VLForConditionalGeneration"),
+    read=read_qwen,
+    vllm="models/qwen2.py, models/qwen2_moe.py, models/qwen3.py, models/qwen3_moe.py",
+)

@@ -1,0 +1,63 @@
+"""Architectures vLLM 0.34 serves whose cache layout differs from plain attention but which no
+family reads yet (found by benchmarks/vllm_family_sweep.py's registry sweep): each `model_type`
+is refused by name with what vLLM's code builds, rather than read by the generic (Llama-like)
+rule, which would plan attention layers that are not there.
+
+The modules named are vLLM 0.34's (`model_executor/models/` unless a path says otherwise). SGLang
+0.5.23 is not consulted: nothing is planned for these.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.families.base import Family, Fields, Layout
+
+BUILDS: Final[dict[str, str]] = {
+    "mamba": "Mamba-1 state layers only, no attention (mamba.py)",
+    "falcon_mamba": "Mamba-1 state layers only, no attention (mamba.py)",
+    "mamba2": "Mamba-2 state layers only, no attention (mamba2.py)",
+    "zamba2": "Mamba-2 layers with attention blocks shared between layers (zamba2.py)",
+    "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
+    "zaya": "state layers beside sliding-window attention (zaya.py)",
+    "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
+    "qwen4_exp_text": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
+    "glm5_next": "KDA state layers beside sparse MLA (vllm/models/glm5next/)",
+    "gemma4": "sliding and full layers, the last num_kv_shared_layers reading earlier layers' "
+              "caches (gemma4.py)",
+    "gemma4_text": "sliding and full layers, the last num_kv_shared_layers reading earlier "
+                   "layers' caches (gemma4.py)",
+    "minicpm3": "MLA layers (minicpm3.py), not checked against the MLA reader yet",
+    "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
+    "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
+    "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
+    "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
+}
+"""What vLLM's code builds, by model_type."""
+
+
+def refuse_unplanned(fields: Fields, layers: int) -> Layout:
+    model_type = str(fields.get("model_type"))
+    raise ConfigError(
+        f"model_type: vLLM 0.34's code for {model_type!r} builds {BUILDS[model_type]}, a "
+        "layout the config reader does not lay out yet; refusing rather than planning "
+        "attention layers that are not there",
+        field="model_type",
+    )
+
+
+UNPLANNED = Family(
+    name="unplanned",
+    model_types=tuple(BUILDS),
+    architectures=(
+        "MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM", "Zamba2ForCausalLM",
+        "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
+        "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
+        "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+        "MiniCPM3ForCausalLM", "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
+        "MiniMaxM3SparseForConditionalGeneration",
+    ),
+    read=refuse_unplanned,
+    vllm="see BUILDS",
+)

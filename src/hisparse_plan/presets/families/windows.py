@@ -1,0 +1,116 @@
+"""Sliding-window patterns fixed by a family's own code.
+
+- `gpt_oss`: vLLM 0.34's `models/gpt_oss.py` slides on even layers (`sliding_window`) and not
+  on odd ones, whatever `layer_types` says; `model.layers.{i}.attn.attn`, `num_key_value_heads`
+  KV heads of `head_dim`. SGLang 0.5.23's `srt/models/gpt_oss.py` is a hybrid-SWA architecture
+  (`SWA_SINK_ARCHS`): window layers in a pool of their own.
+- `cohere2` (Command-A, Command-R7B): vLLM's `models/commandr.py` (`CohereForCausalLM` for
+  `Cohere2ForCausalLM`) slides where `layer_types` says `sliding_attention` (transformers
+  writes it out from `sliding_window_pattern`, default 4: three sliding layers, then a full
+  one) with a window of `sliding_window + 1` tokens: a Cohere window layer sees positions
+  `[pos - sliding_window, pos]`, and vLLM's cache keeps them all (4097 for Command-A). Heads are
+  `hidden_size / num_attention_heads` wide (transformers' Cohere2Config sets `head_dim` so).
+  SGLang's `srt/models/commandr.py` is not a hybrid-SWA architecture: one pool.
+- `exaone4` (EXAONE-4.0): vLLM's `models/exaone4.py` slides by `sliding_window` where
+  `layer_types` says `sliding_attention`; transformers' Exaone4Config writes it out from an
+  integer `sliding_window_pattern` (default 4; layer i slides unless i + 1 is a multiple) when
+  the model has a window, and every layer is full without one. SGLang's `srt/models/exaone4.py`:
+  one pool.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hisparse_plan.presets.errors import ConfigError
+from hisparse_plan.presets.families.base import (
+    LAYER_TYPE_KINDS,
+    Family,
+    Fields,
+    Layout,
+    SGLangRule,
+    every_nth,
+    from_layer_types,
+    given,
+    positive,
+)
+from hisparse_plan.presets.regular import LayerKind
+
+PATTERN: Final = 4
+"""transformers' default `sliding_window_pattern` of Cohere2Config and Exaone4Config."""
+TRANSFORMERS_DEFAULTS: Final = (
+    "missing; transformers' config class defaults it; install hisparse-plan[hf] "
+    "(transformers) to read this config with transformers' defaults, or add the field"
+)
+
+
+def read_gpt_oss(fields: Fields, layers: int) -> Layout:
+    kinds: list[LayerKind] = ["sliding" if i % 2 == 0 else "full" for i in range(layers)]
+    if given(fields, "layer_types"):
+        stated = from_layer_types(fields, layers, LAYER_TYPE_KINDS, "gpt-oss")
+        if stated != kinds:
+            raise ConfigError(
+                "layer_types: vLLM's gpt-oss code slides on even layers and not on odd ones, "
+                "whatever layer_types says; this config's layer_types differs",
+                field="layer_types",
+            )
+    return Layout(kinds, ("layer_types", "sliding_window"),
+                  names={"attention": "model.layers.{i}.attn.attn"})
+
+
+def _pattern_kinds(fields: Fields, layers: int, model: str) -> list[LayerKind]:
+    """`layer_types`, else transformers' reading of an integer `sliding_window_pattern`."""
+    if given(fields, "layer_types"):
+        return from_layer_types(fields, layers, LAYER_TYPE_KINDS, model)
+    if "sliding_window" not in fields:
+        raise ConfigError(f"sliding_window: {TRANSFORMERS_DEFAULTS}", field="sliding_window")
+    if fields.get("sliding_window") is None:
+        return ["full"] * layers
+    every = fields.get("sliding_window_pattern", PATTERN)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ConfigError(
+            f"sliding_window_pattern: {model}'s layers are read through transformers' config "
+            f"class, which takes a positive integer (every n-th layer full); got {every!r}",
+            field="sliding_window_pattern",
+        )
+    return every_nth(layers, every, "full", "sliding")
+
+
+def read_cohere2(fields: Fields, layers: int) -> Layout:
+    kinds = _pattern_kinds(fields, layers, "Cohere2")
+    overrides: dict[str, object] = {"head_dim": None}
+    if "sliding" in kinds:
+        overrides["sliding_window"] = positive(
+            fields, "sliding_window", "Cohere2's sliding layers keep sliding_window + 1 tokens"
+        ) + 1
+    return Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+                  fields=overrides)
+
+
+def read_exaone4(fields: Fields, layers: int) -> Layout:
+    return Layout(_pattern_kinds(fields, layers, "EXAONE-4"),
+                  ("layer_types", "sliding_window", "sliding_window_pattern"))
+
+
+GPT_OSS = Family(
+    name="gpt_oss",
+    model_types=("gpt_oss",),
+    architectures=("GptOssForCausalLM",),
+    read=read_gpt_oss,
+    vllm="models/gpt_oss.py",
+    sglang=SGLangRule(window_pool=True),
+)
+COHERE2 = Family(
+    name="cohere2",
+    model_types=("cohere2",),
+    architectures=("Cohere2ForCausalLM",),
+    read=read_cohere2,
+    vllm="models/commandr.py",
+)
+EXAONE4 = Family(
+    name="exaone4",
+    model_types=("exaone4",),
+    architectures=("Exaone4ForCausalLM",),
+    read=read_exaone4,
+    vllm="models/exaone4.py",
+)

@@ -1,0 +1,282 @@
+"""The config reader's families (presets/families) against what vLLM 0.34's own model classes
+build. tests/hf_configs/NAME/vllm-layers.json holds each fixture's cache layers as
+benchmarks/vllm_family_sweep.py --pin recorded them from vLLM's meta build (name, kind, KV heads,
+head sizes, dtype, window or chunk, MLA row, state shapes and dtypes; tensor parallel size 1):
+checked here without vLLM, through transformers and without it. Then each family's rules that
+the fixtures do not show: refusals, vLLM's defaults, and state and page sizes, each worked out
+by hand from the configs."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hisparse_plan as hp
+from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
+from hisparse_plan.models import MambaSpec, MLASpec, PlanRequest
+from hisparse_plan.presets import ConfigError, RegularArchitecture, Settings, build_request
+from hisparse_plan.presets.config_file import load_config_file, model_from_config
+from hisparse_plan.presets.families import FAMILIES, family_of
+from hisparse_plan.presets.hf_transformers import transformers_available
+from test_hf_configs import WITHOUT_TRANSFORMERS, config
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+PIN = "vllm-layers.json"
+PINNED = sorted(path.parent.name for path in CONFIGS.glob(f"*/{PIN}"))
+NOT_BUILT_HERE = {
+    "sparse_mla": "DSA layers are built on a GPU only (vLLM's sparse MLA backends)",
+    "deepseek_v4": "no fixture: benchmarks/vllm_v4_flash.py checks the preset on vLLM",
+    "gemma3n": "refused (cross-layer KV sharing); vLLM's Gemma-3n reads tensor values while it "
+               "is built (Tensor.item), which a meta build cannot, and its wrapper needs timm",
+    "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
+    "unplanned": "refused by name, nothing to compare",
+}
+"""Families no fixture is pinned for, and why."""
+
+
+def text_model_type(name: str) -> str | None:
+    fields = config(name)
+    inner = fields.get("text_config")
+    if "num_hidden_layers" not in fields and isinstance(inner, dict):
+        fields = inner
+    model_type = fields.get("model_type")
+    return None if model_type is None else str(model_type)
+
+
+def pinned(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CONFIGS / name / PIN).read_text())
+    return loaded
+
+
+def vllm_layers(pin: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pin's layers in order, each with its spec's facts."""
+    return {layer: pin["specs"][key] for layer, key in pin["layers"]}
+
+
+def reader_layers(name: str, *, use_transformers: bool) -> dict[str, dict[str, Any]]:
+    """The reader's layers of one fixture at tensor parallel size 1, each with the facts vLLM's
+    model code decides (`MODEL_FACTS`)."""
+    arch = load_config_file(CONFIGS / name / "config.json", use_transformers=use_transformers)
+    request = build_request(arch, Settings(max_model_len=4096))
+    return {layer: {key: value for key, value
+                    in spec.model_dump(mode="json", exclude_none=True).items()
+                    if key in MODEL_FACTS}
+            for layer, spec in request.layers.items()}
+
+
+def first_difference(ours: Mapping[str, Mapping[str, Any]],
+                     theirs: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Where two layer lists first differ (names in order, then each layer's facts), or None."""
+    if list(ours) != list(theirs):
+        return f"layer names: reader {list(ours)[:3]}..., vLLM {list(theirs)[:3]}..."
+    for layer, facts in theirs.items():
+        if dict(ours[layer]) != dict(facts):
+            return f"{layer}: reader {dict(ours[layer])}, vLLM {dict(facts)}"
+    return None
+
+
+def test_every_family_is_pinned_or_says_why() -> None:
+    pinned_families = {family_of(text_model_type(name)).name for name in PINNED}
+    for family in FAMILIES:
+        assert (family.name in pinned_families) != (family.name in NOT_BUILT_HERE), family.name
+    assert len(PINNED) >= 39
+
+
+@pytest.mark.parametrize("use_transformers", [False, True], ids=["fallback", "transformers"])
+@pytest.mark.parametrize("name", PINNED)
+def test_the_reader_builds_the_layers_vllm_builds(name: str, use_transformers: bool) -> None:
+    if use_transformers and not transformers_available():
+        pytest.skip("transformers is not installed")
+    if not use_transformers and isinstance(WITHOUT_TRANSFORMERS[name], str):
+        pytest.skip("refused without transformers' defaults (test_hf_configs)")
+    pin = pinned(name)
+    assert pin["vllm"].startswith("0.34"), pin["vllm"]
+    assert first_difference(reader_layers(name, use_transformers=use_transformers),
+                            vllm_layers(pin)) is None
+
+
+def test_a_layer_that_differs_from_vllms_is_found() -> None:
+    """The comparison above fails on a one-token window difference (Cohere's + 1) and on a
+    missing layer."""
+    theirs = vllm_layers(pinned("command-a-03-2025"))
+    ours = reader_layers("command-a-03-2025", use_transformers=False)
+    window = {layer: {**facts, "sliding_window": facts["sliding_window"] - 1}
+              if "sliding_window" in facts else facts for layer, facts in ours.items()}
+    assert "sliding_window" in str(first_difference(window, theirs))
+    shorter = dict(list(ours.items())[:-1])
+    assert "layer names" in str(first_difference(shorter, theirs))
+
+
+def layers(name: str, tp: int = 1, **given: Any) -> PlanRequest:
+    arch = model_from_config(config(name), origin=name, use_transformers=False)
+    return build_request(arch, Settings(tp=tp, max_model_len=4096, **given))
+
+
+# -- each family's own rules -------------------------------------------------------------------
+
+
+def test_cohere_window_layers_keep_one_token_more() -> None:
+    """Command-A: sliding_window 4096; vLLM's Cohere code keeps 4097 tokens, three layers of
+    four, heads hidden_size / num_attention_heads = 12288 / 96 = 128 wide."""
+    specs = layers("command-a-03-2025").layers
+    windows = [getattr(spec, "sliding_window", None) for spec in specs.values()]
+    assert windows == [4097, 4097, 4097, None] * 16
+    assert {spec.head_size for spec in specs.values()} == {128}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("name", "pattern", "windows"), [
+    ("exaone-4.0-32b", 2, [4096, None] * 32),
+    ("exaone-4.0-32b", "LLLG", None),
+    ("command-a-03-2025", "LLLG", None),
+])
+def test_an_integer_window_pattern_is_read_as_transformers_reads_it(
+    name: str, pattern: Any, windows: list[int | None] | None,
+) -> None:
+    fields = {**config(name), "sliding_window_pattern": pattern}
+    if windows is None:
+        with pytest.raises(ConfigError, match=r"sliding_window_pattern: .* positive integer"):
+            model_from_config(fields, origin=name, use_transformers=False)
+        return
+    arch = model_from_config(fields, origin=name, use_transformers=False)
+    request = build_request(arch, Settings(max_model_len=8192))
+    assert [getattr(s, "sliding_window", None) for s in request.layers.values()] == windows
+
+
+def test_exaone4_without_a_window_is_all_full_and_without_the_field_is_refused() -> None:
+    fields = {**config("exaone-4.0-32b"), "sliding_window": None}
+    arch = model_from_config(fields, origin="exaone", use_transformers=False)
+    assert isinstance(arch, RegularArchitecture)
+    assert set(arch.layer_kinds()) == {"full"}
+    del fields["sliding_window"]
+    with pytest.raises(ConfigError, match="sliding_window: missing; transformers"):
+        model_from_config(fields, origin="exaone", use_transformers=False)
+
+
+def test_gemma3n_is_refused_naming_the_layers_vllm_shares() -> None:
+    with pytest.raises(ConfigError, match=r"layers 20 to 34 no cache of their own .* 20 of the "
+                                          r"35 layers; cross-layer KV sharing is not planned"
+                       ) as caught:
+        model_from_config(config("gemma-3n-e4b-it"), origin="gemma-3n", use_transformers=False)
+    assert caught.value.field == "num_kv_shared_layers"
+
+
+def test_kv_sharing_is_refused_in_any_family_and_zero_shares_nothing() -> None:
+    unshared = {**config("gemma-3n-e4b-it"),
+                "text_config": {**config("gemma-3n-e4b-it")["text_config"],
+                                "num_kv_shared_layers": 0}}
+    arch = model_from_config(unshared, origin="gemma-3n", use_transformers=False)
+    assert isinstance(arch, RegularArchitecture)
+    assert len(arch.layer_kinds()) == 35
+    llama = config("llama-3.1-8b-instruct")
+    model_from_config({**llama, "num_kv_shared_layers": 0}, origin="llama",
+                      use_transformers=False)
+    with pytest.raises(ConfigError, match="num_kv_shared_layers: it decides layer kinds"):
+        model_from_config({**llama, "num_kv_shared_layers": 8}, origin="llama",
+                          use_transformers=False)
+
+
+def test_minimax_m2_is_full_attention_only_when_its_list_says_so() -> None:
+    fields = config("minimax-m2")
+    fields["attn_type_list"] = [1] * 61 + [0]
+    with pytest.raises(ConfigError, match=r"attn_type_list: .* layer 61 is 0"):
+        model_from_config(fields, origin="minimax-m2", use_transformers=False)
+    with pytest.raises(ConfigError, match="attn_type_list: MiniMax lightning"):
+        model_from_config({**config("llama-3.1-8b-instruct"), "attn_type_list": [1] * 32},
+                          origin="llama", use_transformers=False)
+
+
+def test_lfm2_layer_types_come_from_full_attn_idxs_or_are_refused() -> None:
+    fields = config("lfm2-1.2b")
+    kinds = [k for k in fields.pop("layer_types")]
+    derived = model_from_config({**fields, "full_attn_idxs": [2, 5, 8, 10, 12, 14]},
+                                origin="lfm2", use_transformers=False)
+    assert isinstance(derived, RegularArchitecture)
+    assert derived.layer_kinds() == ["full" if k == "full_attention" else "conv" for k in kinds]
+    with pytest.raises(ConfigError, match="layer_types: missing, and no full_attn_idxs"):
+        model_from_config(fields, origin="lfm2", use_transformers=False)
+    with pytest.raises(ConfigError, match="full_attn_idxs: it decides layer kinds"):
+        model_from_config({**config("llama-3.1-8b-instruct"), "full_attn_idxs": [1]},
+                          origin="llama", use_transformers=False)
+
+
+def test_kimi_linear_takes_vllms_config_defaults_and_refuses_contradictions() -> None:
+    """vLLM reads Kimi-Linear with its own KimiLinearConfig: max_position_embeddings 4096 when
+    the file has none (it has model_max_length only), through transformers or not."""
+    for use_transformers in (False, True):
+        arch = load_config_file(CONFIGS / "kimi-linear-48b-a3b-instruct" / "config.json",
+                                use_transformers=use_transformers)
+        assert arch.max_position_embeddings == 4096
+    fields = config("kimi-linear-48b-a3b-instruct")
+    linear = fields["linear_attn_config"]
+    for bad, match in (
+        ({**linear, "full_attn_layers": [1, *linear["full_attn_layers"]]}, "listed as KDA and"),
+        ({**linear, "kda_layers": [0, *linear["kda_layers"]]}, "counted from 1"),
+        ({**linear, "use_full_rank_gate": True}, "Kimi-K3 variant"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            model_from_config({**fields, "linear_attn_config": bad}, origin="kimi",
+                              use_transformers=False)
+
+
+@pytest.mark.parametrize("model_type", ["mamba2", "zamba2", "gemma4_text", "olmo_hybrid"])
+def test_layouts_no_family_reads_are_refused_by_name(model_type: str) -> None:
+    fields = {**config("llama-3.1-8b-instruct"), "model_type": model_type}
+    with pytest.raises(ConfigError, match=f"model_type: vLLM 0.34's code for '{model_type}' "
+                                          "builds") as caught:
+        model_from_config(fields, origin=model_type, use_transformers=False)
+    assert caught.value.field == "model_type"
+
+
+# -- state shapes, dtypes and pages, from the configs by hand ----------------------------------
+
+
+def state(request: PlanRequest) -> MambaSpec:
+    return next(s for s in request.layers.values() if isinstance(s, MambaSpec))
+
+
+def test_state_layers_shapes_and_dtypes_per_rank() -> None:
+    # LFM2: conv_dim 2048 over 2 ranks, conv_L_cache 3.
+    lfm2 = state(layers("lfm2-1.2b", tp=2))
+    assert (lfm2.state_shapes, lfm2.state_dtypes) == ([[2, 1024]], ["bfloat16"])
+    # LFM2-MoE: its conv width is hidden_size (2048).
+    assert state(layers("lfm2-8b-a1b", tp=4)).state_shapes == [[2, 512]]
+    # Kimi-Linear KDA: 32 heads of 128 over 4 ranks: q, k, v of 8 x 128 each; float32 state.
+    kda = state(layers("kimi-linear-48b-a3b-instruct", tp=4))
+    assert kda.state_shapes == [[3, 3 * 8 * 128], [8, 128, 128]]
+    assert kda.state_dtypes == ["bfloat16", "float32"]
+    # Qwen3.5: 16 key and 32 value heads of 128, kernel 4; mamba_ssm_dtype float32.
+    qwen = state(layers("qwen3.5-35b-a3b", tp=2))
+    assert qwen.state_shapes == [[3, (2 * 16 * 128 + 32 * 128) // 2], [16, 128, 128]]
+    assert qwen.state_dtypes == ["bfloat16", "float32"]
+    # Granite-4.0-H: 4096 x 2 wide, 128 heads of 64, one group replicated to 8, state 128.
+    granite = state(layers("granite-4.0-h-small", tp=8))
+    assert granite.state_shapes == [[3, (8192 + 2 * 8 * 128) // 8], [16, 64, 128]]
+    assert granite.state_dtypes == ["bfloat16", "bfloat16"]
+    with pytest.raises(ConfigError, match="tp: the KDA heads"):
+        layers("kimi-linear-48b-a3b-instruct", tp=64)
+    odd = model_from_config({**config("lfm2-1.2b"), "conv_dim": 2049}, origin="lfm2",
+                            use_transformers=False)
+    with pytest.raises(ConfigError, match=r"tp: the short-convolution conv dimension \(2049"):
+        build_request(odd, Settings(tp=2, max_model_len=4096))
+
+
+def test_mla_beside_kda_takes_vllms_hybrid_block() -> None:
+    """Kimi-Linear, bfloat16: a KDA state is 3 x 12288 x 2 + 32 x 128 x 128 x 4 = 2,170,880
+    bytes; one latent row (576 x 2 = 1,152 bytes) a token on 128-token blocks: 128 x
+    ceil(2,170,880 / (128 x 1,152)) = 1,920 tokens, and the state page padded to 1,920 x 1,152.
+    The plan holds both in pages of one size."""
+    request = layers("kimi-linear-48b-a3b-instruct", gpu_mem_bytes=8 * 2**30)
+    latent = next(s for s in request.layers.values() if isinstance(s, MLASpec))
+    kda = state(request)
+    state_bytes = 3 * 12288 * 2 + 32 * 128 * 128 * 4
+    block = 128 * math.ceil(state_bytes / (128 * 1152))
+    assert (latent.block_size, latent.page_size_bytes) == (1920, 1920 * 1152)
+    assert (block, kda.block_size, kda.page_size_padded) == (1920, 1920, 1920 * 1152)
+    assert kda.num_prefill_checkpoint_blocks == 0
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
