@@ -7,9 +7,7 @@ a slow or failing copy much later.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator
 
 import torch
 
@@ -31,37 +29,6 @@ def meta_device() -> torch.device:
     """The meta device: tensors with sizes and no bytes. A model built under it (as a context
     manager) allocates and loads nothing, yet declares its layers."""
     return torch.device("meta")
-
-
-@contextlib.contextmanager
-def inert_cuda_streams() -> Iterator[None]:
-    """Without CUDA, `torch.cuda.Stream` and `torch.cuda.Event` stand in as inert objects for
-    the duration: model code that makes side streams while it is built (vLLM's Kimi-Linear)
-    builds on the meta device, where no kernel runs to use them. Put back after; with CUDA,
-    nothing changes."""
-    if torch.cuda.is_available():
-        yield
-        return
-    saved = torch.cuda.Stream, torch.cuda.Event
-    torch.cuda.Stream = torch.cuda.Event = _Inert  # type: ignore[assignment, misc]
-    try:
-        yield
-    finally:
-        torch.cuda.Stream, torch.cuda.Event = saved  # type: ignore[misc]
-
-
-class _Inert:
-    """A stream or event no kernel waits on: built with any arguments, every method a no-op."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        del args, kwargs
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return _nothing
-
-
-def _nothing(*args: object, **kwargs: object) -> None:
-    del args, kwargs
 
 
 def default_device() -> str:

@@ -165,7 +165,7 @@ def _platform() -> Iterator[None]:
         def check_and_update_config(cls, vllm_config: VllmObject) -> None:
             del vllm_config  # no kernel runs in a meta build
 
-    from hisparse_plan.torch.devices import inert_cuda_streams
+    from hisparse_plan.torch.vllm.model_build import inert_cuda_streams
 
     platforms._current_platform = MetaBuildPlatform()
     fusion = os.environ.get(GEMM_AR)
