@@ -109,6 +109,31 @@ class SGLangSettings(Model):
         default=2, description="Host tokens per device token."
     )
 
+    compute_capability: Annotated[
+        tuple[PositiveInt, Annotated[int, Field(ge=0, le=9)]], Field(strict=False)
+    ] | None = Field(
+        default=None,
+        description="The GPU's CUDA compute capability [major, minor] as SGLang reads it "
+        "(torch.cuda.get_device_capability): Blackwell (10.x) defaults a DSA model's kv cache "
+        "to fp8 with trtllm backends and pages trtllm attention by 64; null: Hopper (9.0).",
+    )
+    architecture: str | None = Field(
+        default=None,
+        description="The config's architectures[0] (SGLang picks its model class, window "
+        "pools and backend defaults by it); null: unknown, judged from the layers alone.",
+    )
+    model_context_length: PositiveInt | None = Field(
+        default=None,
+        description="The model's own context length as SGLang derives it from config.json; "
+        "a longer context_length is refused unless allow_overwrite_longer_context_len; null: "
+        "unknown, not checked.",
+    )
+    allow_overwrite_longer_context_len: bool = Field(
+        default=False,
+        description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "
+        "context_length above the model's is served rather than refused.",
+    )
+
     @model_validator(mode="after")
     def _memory_given_whole(self) -> SGLangSettings:
         if (self.pre_model_load_free_bytes is None) != (self.post_weights_free_bytes is None):

@@ -24,6 +24,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.kv_dtypes import KVDtype
+from hisparse_plan.targets.sglang.hf_config import SGLangConfigFacts, read_sglang_config
 
 SERVER_ARGS: Final[dict[str, str]] = {
     "page_size": "page_size",
@@ -43,6 +44,7 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
     "enable_hisparse": "enable_hisparse",
+    "allow_overwrite_longer_context_len": "allow_overwrite_longer_context_len",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
 LAYER_ARGS: Final = frozenset({"hisparse_config"})
@@ -130,6 +132,8 @@ def settings_from_server_args(
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]
+    if gpu is not None and gpu.get("capability") is not None:
+        fields["compute_capability"] = gpu["capability"]
     for key in ("pre_model_load_free_bytes", "post_weights_free_bytes"):
         if memory is not None and key in memory:
             fields[key] = memory[key]
@@ -175,12 +179,29 @@ def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
     """A case's model: its config.json dict, or a path to one (relative to the working
     directory), read as the project reads any config.json (`untrusted_json`: a regular file
     of bounded size, UTF-8, no key twice)."""
+    return sglang_model_of_case(config)[0]
+
+
+def sglang_model_of_case(
+    config: Mapping[str, Any] | str | Path,
+) -> tuple[Architecture, SGLangConfigFacts]:
+    """model_of_case with what SGLang reads of the config beside its layers (its refusals
+    first: no model_type, an architecture SGLang does not serve); the layers are read from the
+    config as SGLang serves it."""
     if isinstance(config, Mapping):
-        return model_from_config(config, origin="config")
-    if not isinstance(config, str | Path):
+        data, origin = config, "config"
+    elif isinstance(config, str | Path):
+        data, origin = read_config_file(config), str(config)
+    else:
         raise PlanError(f"config: expected a config.json dict or a path to one, got "
                         f"{type(config).__name__}", field="config")
-    return model_from_config(read_config_file(config), origin=str(config))
+    facts = read_sglang_config(data)
+    return model_from_config(facts.config, origin=origin), facts
+
+
+def config_settings(facts: SGLangConfigFacts) -> dict[str, Any]:
+    """The SGLang settings a config's facts fill in."""
+    return {"architecture": facts.architecture, "model_context_length": facts.context_length}
 
 
 def request_from_server_args(
@@ -195,13 +216,19 @@ def request_from_server_args(
     `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
     server_args = mapping_argument(server_args, "server_args")
     memory = mapping_argument(memory, "memory")
+    facts: SGLangConfigFacts | None = None
     if isinstance(config, ModelArchitecture | RegularArchitecture):
         arch: Architecture = config
     else:
-        arch = model_of_case(config)
+        arch, facts = sglang_model_of_case(config)
+    default_length = arch.max_position_embeddings
+    if facts is not None and facts.context_length is not None:
+        default_length = facts.context_length
     engine = settings_from_server_args(
-        server_args, memory, context_length=arch.max_position_embeddings, gpu=gpu
+        server_args, memory, context_length=default_length, gpu=gpu
     )
+    if facts is not None:
+        engine = engine.model_copy(update=config_settings(facts))
     tp = server_args.get("tp_size")
     tp = 1 if tp is None else tp
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -229,6 +256,7 @@ __all__ = [
     "model_of_case",
     "request_from_server_args",
     "settings_from_server_args",
+    "sglang_model_of_case",
     "sglang_request",
     "with_engine",
 ]

@@ -229,10 +229,12 @@ def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
     return MambaGroup(tuple(names), (conv[1], conv[0]), tuple(temporal))
 
 
-def read_model(request: PlanRequest) -> SGLangModel:
+def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLangModel:
     """Sort the request's layers (model order kept) into SGLang's pools, refusing what SGLang
     cannot hold: chunked-local layers, layers promoted to full blocks, MLA beside window or
-    Mamba layers, Mamba beside window layers, and a model of window layers only."""
+    Mamba layers, Mamba beside window layers, and a model of window layers only. With
+    `windows_as_full` (a model SGLang does not serve as a window hybrid) window layers join
+    the full pool."""
     refuse_deepseek_v4(request)
     full: tuple[list[str], list[KVLayerSpec]] = ([], [])
     swa: tuple[list[str], list[SlidingWindowSpec]] = ([], [])
@@ -240,6 +242,10 @@ def read_model(request: PlanRequest) -> SGLangModel:
     index: list[tuple[str, MLASpec]] = []
     mamba: tuple[list[str], list[MambaSpec]] = ([], [])
     for name, spec in request.layers.items():
+        if windows_as_full and isinstance(spec, SlidingWindowSpec):
+            full[0].append(name)
+            full[1].append(spec)
+            continue
         _sort_layer(name, spec, full, swa, sparse, index, mamba)
     latent = _latent_group(sparse, index) if sparse or index else None
     kinds = {
