@@ -242,7 +242,12 @@ def request_from_server_args(
     if available is None and engine.pre_model_load_free_bytes is None:
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
-    return sglang_request(arch, engine, tp=tp, available_bytes=available)
+    request = sglang_request(arch, engine, tp=tp, available_bytes=available)
+    if facts is not None and facts.index_topk is not None:
+        # SGLang's HiSparse coordinator runs the model's index_topk.
+        model = request.model.model_copy(update={"index_topk": facts.index_topk})
+        request = request.model_copy(update={"model": model})
+    return request
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:

@@ -35,6 +35,8 @@ class Read:
     model: SGLangModel
     available_bytes: int
     """device.available_bytes: the KV budget when the free-memory figures are not given."""
+    index_topk: int | None = None
+    """The model's index_topk (model.index_topk), the top-k SGLang's HiSparse runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
                       settings.architecture,
                       "not one of SGLang's hybrid-window architectures (is_hybrid_swa_model): "
                       "one full pool holds every token of every layer")
-    return Read(settings, model, available)
+    return Read(settings, model, available, request.model.index_topk)
 
 
 def _trace_model(model: SGLangModel, trace: Trace) -> None:

@@ -15,6 +15,7 @@ from hisparse_plan.targets.sglang.defaults import (
     cache_dtype,
     default_page_size,
     hisparse_device_buffer,
+    hisparse_top_k,
     latent_row,
     refuse_dsa_page,
     refuse_hisparse_without_dsa,
@@ -53,6 +54,8 @@ class Defaults:
     """(conv, temporal) state dtypes of a Mamba hybrid."""
     hisparse_buffer: int | None
     """HiSparse's device buffer rows a request (None: HiSparse off)."""
+    hisparse_top_k: int = 0
+    """The top-k HiSparse runs (hisparse_top_k); 0 with HiSparse off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         return _resolve_v4(read, trace)
     settings, model = read.settings, read.model
     refuse_hisparse_without_dsa(settings, model)
-    buffer = hisparse_device_buffer(settings) if settings.enable_hisparse else None
+    top_k = hisparse_top_k(settings, read.index_topk)
+    buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
     page = default_page_size(settings, model)
     if model.latent is not None and model.latent.is_dsa:
         refuse_dsa_page(page)
@@ -88,6 +92,7 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         latent_row=None if model.latent is None else latent_row(settings, model.latent),
         mamba_dtypes=None if model.mamba is None else (MAMBA_CONV_DTYPE, ssm_dtype(settings)),
         hisparse_buffer=buffer,
+        hisparse_top_k=top_k if buffer is not None else 0,
     )
     if trace.enabled:
         _trace_defaults(defaults, trace)
@@ -166,6 +171,9 @@ def _trace_defaults(defaults: Defaults, trace: Trace) -> None:
         trace.add(STAGE, POOLS, "hisparse.device_buffer_size", defaults.hisparse_buffer,
                   _given(settings, "hisparse_device_buffer_size")
                   or f"2 x top_k ({settings.hisparse_top_k})")
+        trace.add(STAGE, POOLS, "hisparse.top_k", defaults.hisparse_top_k,
+                  "the model's index_topk, what SGLang's coordinator runs"
+                  if defaults.read.index_topk is not None else "hisparse_config's top_k")
 
 
 def _trace_dtype(

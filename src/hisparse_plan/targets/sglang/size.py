@@ -111,7 +111,7 @@ def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
     settings, page = defaults.read.settings, defaults.page_size
     ratio = settings.hisparse_host_to_device_ratio
     return SGLangHisparse(
-        top_k=settings.hisparse_top_k,
+        top_k=defaults.hisparse_top_k,
         device_buffer_size=buffer,
         hot_rows_per_request=sizing.hisparse_hot_rows(buffer, page),
         host_to_device_ratio=ratio,
