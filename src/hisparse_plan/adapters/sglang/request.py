@@ -172,6 +172,9 @@ def sglang_request(
     request = build_request(arch, settings)
     data = request.model_dump(mode="json")
     data["engine"] = engine.model_dump(mode="json")
+    if isinstance(arch, ModelArchitecture):
+        # SGLang's HiSparse coordinator runs the model's index_topk.
+        data["model"]["index_topk"] = arch.index_topk
     return PlanRequest.model_validate(data)
 
 
@@ -242,12 +245,7 @@ def request_from_server_args(
     if available is None and engine.pre_model_load_free_bytes is None:
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
-    request = sglang_request(arch, engine, tp=tp, available_bytes=available)
-    if facts is not None and facts.index_topk is not None:
-        # SGLang's HiSparse coordinator runs the model's index_topk.
-        model = request.model.model_copy(update={"index_topk": facts.index_topk})
-        request = request.model_copy(update={"model": model})
-    return request
+    return sglang_request(arch, engine, tp=tp, available_bytes=available)
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:

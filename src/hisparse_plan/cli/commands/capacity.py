@@ -139,6 +139,9 @@ def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
     render_engines(out, f"{model} on {where}: one rank's KV pools", figures)
     for note in notes:
         out.line(note)
+    for engine, figure in zip(engines, figures, strict=True):
+        if figure.defaults:
+            out.line(f"{engine.title} defaults: {figure.defaults}")
     return 0
 
 

@@ -32,8 +32,6 @@ class SGLangConfigFacts:
     the transformers class's default, which is not read here)."""
     config: Mapping[str, Any]
     """The config as SGLang serves it (the layers are read from this one)."""
-    index_topk: int | None = None
-    """A DSA model's index_topk: the top-k HiSparse's coordinator runs."""
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -95,7 +93,4 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
             "cannot load this model; expected an architecture it serves",
             field="architectures[0]",
         )
-    topk = text_config(config).get("index_topk")
-    index_topk = topk if isinstance(topk, int) and not isinstance(topk, bool) and topk > 0 else None
-    return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch),
-                             index_topk)
+    return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch))

@@ -71,6 +71,36 @@ def raw_latent_row(backends: tuple[str, str]) -> bool:
     return "trtllm" in backends or backends == ("tilelang", "tilelang")
 
 
+def platform_defaults(
+    settings: SGLangSettings, model: SGLangModel, page: int
+) -> list[tuple[str, object, str]]:
+    """The defaults the GPU's capability decided, as (subject, value, why), for the trace and
+    the CLI: a DSA model's kv dtype under auto and its backends, and a page Blackwell's
+    trtllm backends moved."""
+    major, minor = capability(settings)
+    given = "" if settings.compute_capability is not None else ", assumed (none given)"
+    out: list[tuple[str, object, str]] = [
+        ("compute capability", f"{major}.{minor}", f"SM{major}{minor}{given}")]
+    if is_dsa(model):
+        kv = dsa_kv_cache_dtype(settings, model)
+        if settings.kv_cache_dtype == "auto":
+            out.append(("kv_cache_dtype", kv, f"auto on a DSA model at SM{major}x: "
+                        + ("fp8 from Blackwell on" if kv == "fp8_e4m3" else "bfloat16 before "
+                           "Blackwell")))
+        prefill, decode = dsa_backends(settings, kv)
+        rows = "raw kv_lora_rank + rope rows" if raw_latent_row((prefill, decode)) or (
+            kv != "fp8_e4m3") else "packed fp8 rows (nope, scales, bf16 rope)"
+        out.append(("dsa backends", f"{prefill}/{decode}", (
+            "given" if settings.dsa_backend is not None else "SGLang's default for "
+            + ("HiSparse" if settings.enable_hisparse else f"{kv} at SM{major}x"))
+            + f": {rows}"))
+    moved = blackwell_page(settings, model, page)
+    if moved != page:
+        out.append(("page_size", moved, f"SM100's default trtllm attention backend takes no "
+                    f"page of {page}"))
+    return out
+
+
 def blackwell_page(settings: SGLangSettings, model: SGLangModel, page: int) -> int:
     """The page after SM100's default attention backend: a DeepSeek-family MLA model runs
     trtllm_mla (pages 32 or 64, else 64), an MHA model trtllm_mha (16, 32, 64 or 128, else

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.defaults import (
+    DSA_PAGE_SIZE,
     MAMBA_CONV_DTYPE,
     CacheDtype,
     LatentRow,
@@ -29,10 +30,13 @@ from hisparse_plan.targets.sglang.defaults_v4 import (
     v4_static_fraction,
     v4_swa_ratio,
 )
+from hisparse_plan.targets.sglang.model import SGLangModel
+from hisparse_plan.targets.sglang.platform import platform_defaults
 from hisparse_plan.targets.sglang.read import Read, ReadV4
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "resolve"
+PLATFORM = "sglang.platform"
 POOLS = "sglang.pools"
 BUDGET = "sglang.budget"
 
@@ -95,8 +99,18 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         hisparse_top_k=top_k if buffer is not None else 0,
     )
     if trace.enabled:
+        for subject, value, why in platform_defaults(settings, model, _unforced_page(settings,
+                                                                                  model)):
+            trace.add(STAGE, PLATFORM, subject, value, why)
         _trace_defaults(defaults, trace)
     return defaults
+
+
+def _unforced_page(settings: SGLangSettings, model: SGLangModel) -> int:
+    """The page before the GPU's backend constraints (to say whether they moved it)."""
+    if settings.page_size is not None:
+        return settings.page_size
+    return DSA_PAGE_SIZE if model.latent is not None and model.latent.is_dsa else 1
 
 
 def _resolve_v4(read: ReadV4, trace: Trace) -> DefaultsV4:
