@@ -84,7 +84,9 @@ REPO = Path(__file__).resolve().parent.parent
 _ORIGINALS: dict[str, Any] = {}
 
 # server_args keys of a case that are not ServerArgs fields under that name.
-_CASE_ONLY_KEYS = {"dsa_backend"}
+_CASE_ONLY_KEYS = {"dsa_backend", "allow_overwrite_longer_context_len"}
+# ...of which these set SGLang's environment instead (true: "1", else unset).
+_ENV_KEYS = {"allow_overwrite_longer_context_len": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"}
 
 
 def _load_config(value: SGLangObject) -> dict[str, Any]:
@@ -413,7 +415,14 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
 
     server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
     rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-    fields = _server_args_fields(dict(case.get("server_args", {})))
+    raw = dict(case.get("server_args", {}))
+    for key, var in _ENV_KEYS.items():
+        if raw.get(key):
+            os.environ[var] = "1"
+            patched.append(f"environment: {var}=1")
+        else:
+            os.environ.pop(var, None)
+    fields = _server_args_fields(raw)
     fields.setdefault("device", "cuda")
     fields.setdefault("load_format", "dummy")
     fields.setdefault("skip_tokenizer_init", True)
