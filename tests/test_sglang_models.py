@@ -215,3 +215,70 @@ def test_capacity_on_b200_prints_sglangs_fp8_rows(cli: Run) -> None:
     assert "auto -> fp8_e4m3 (uint8 rows)" in out
     assert "compute capability 10.0" in out
     assert "trtllm/trtllm" in out
+
+
+# --- DSA layers sharing one index (GLM-5 style) -------------------------------------------
+
+
+def glm5_shared(freq: int, offset: int | None = None) -> dict[str, Any]:
+    config = fixture("glm-5")
+    config["index_topk_freq"] = freq
+    if offset is not None:
+        config["index_skip_topk_offset"] = offset
+    return config
+
+
+@pytest.mark.parametrize(("capability", "args", "cell", "tokens", "rows"), [
+    (H200, {"kv_cache_dtype": "fp8_e4m3"}, 53_808, 798_144, 12_472),  # 78 x 656 + 20 x 132
+    (B200, {}, 47_568, 902_848, 14_108),  # 78 x 576 + 20 x 132
+])
+def test_glm5_shared_index_keeps_keys_for_indexer_layers_only(
+    capability: list[int], args: dict[str, Any], cell: int, tokens: int, rows: int
+) -> None:
+    report = planned(glm5_shared(4, 1), capability, tp_size=8, **args)
+    assert (report["cell_size_bytes"], report["max_total_num_tokens"]) == (cell, tokens)
+    index = pool(report, "index")["buffers"]
+    assert len(index) == 78
+    real = [b["layer"] for b in index if b["shape"][0]]
+    assert real == list(range(0, 78, 4))  # layers 0, 4, ..., 76 run an indexer
+    empty = next(b for b in index if b["layer"] == 1)
+    assert (empty["shape"], empty["storage_nbytes"], empty["storage"]) == (
+        [0, 64 * 132], 0, "index/1")
+    assert index[4]["shape"] == [rows, 64 * 132]
+
+
+def test_glm5_shared_index_default_offset() -> None:
+    # freq 3, offset absent (2): SGLang indexes layers 0, 1, 4, 7 of 10.
+    config = glm5_shared(3)
+    config["num_hidden_layers"] = 10
+    report = report_for_case({"config": config, "server_args": {
+        "tp_size": 8, "context_length": 8192, "mem_fraction_static": 0.88},
+        "memory": {"available_bytes": 4 * GIB}, "gpu": {"capability": H200}})
+    assert (report["cell_size_bytes"], report["max_total_num_tokens"]) == (12_048, 356_480)
+    index = pool(report, "index")["buffers"]
+    assert [b["layer"] for b in index if b["shape"][0]] == [0, 1, 4, 7]
+
+
+def test_glm5_shared_index_with_hisparse_is_refused() -> None:
+    report = report_for_case(case(glm5_shared(4, 1), H200, tp_size=8,
+                                  kv_cache_dtype="fp8_e4m3", enable_hisparse=True))
+    assert "share an index" in report["error"]
+
+
+def test_check_plan_proves_the_placeholders() -> None:
+    from hisparse_plan.checking import check_plan
+    from hisparse_plan.errors import PlanInvariantError
+
+    request = request_from_server_args(glm5_shared(4, 1), {"tp_size": 8, "context_length": 8192},
+                                       {"available_bytes": 40 * GIB})
+    plan = plan_sglang(request)
+    check_plan(plan, request=request)
+    assert len(plan.index_placeholder_layers) == 78 - 20
+    short = plan.model_copy(update={"index_placeholder_layers": plan.index_placeholder_layers[1:]})
+    with pytest.raises(PlanInvariantError, match="placeholders"):
+        check_plan(short)
+    index_layer = next(t for t in plan.tensors if t.pool == "index").layers[0]
+    stray = plan.model_copy(update={"index_placeholder_layers": [
+        index_layer, *plan.index_placeholder_layers[1:]]})
+    with pytest.raises(PlanInvariantError, match="latent pool"):
+        check_plan(stray)

@@ -65,6 +65,9 @@ class LatentGroup:
     latent_dim: int
     dtype: str
     index_names: tuple[str, ...]
+    shared_index_names: tuple[str, ...] = ()
+    """Latent layers without an indexer of their own (GLM-5-style index sharing): they reuse
+    an earlier layer's top-k, and SGLang gives each a zero-row index buffer."""
 
     @property
     def is_dsa(self) -> bool:
@@ -150,7 +153,8 @@ def _window_group(names: list[str], specs: list[SlidingWindowSpec]) -> HeadGroup
 
 
 def _latent_group(
-    sparse: list[tuple[str, MLASpec]], index: list[tuple[str, MLASpec]]
+    sparse: list[tuple[str, MLASpec]], index: list[tuple[str, MLASpec]],
+    shared: tuple[str, ...] = (),
 ) -> LatentGroup:
     """MLA layers share one latent width and dtype; a DSA model has one indexer layer per
     latent layer (SGLang's index pool has one buffer per attention layer), each 132 bytes."""
@@ -189,16 +193,47 @@ def _latent_group(
                 f"{spec.content_bytes}",
                 field=_field(name),
             )
-    if index and len(index) != len(sparse):
+    if index and len(index) + len(shared) != len(sparse):
         raise UnsupportedRequestError(
-            f"layers: SGLang's DSA pool keeps index keys for every attention layer; expected "
-            f"{len(sparse)} indexer layers (one per sparse layer), got {len(index)}",
+            f"layers: SGLang's DSA pool keeps index keys for every attention layer that runs an "
+            f"indexer; expected {len(sparse) - len(shared)} indexer layers (one per sparse layer "
+            f"less the {len(shared)} sharing one), got {len(index)}",
             field="layers",
         )
     dtype = "float8_e4m3fn" if first.cache_dtype == "fp8_ds_mla" else first.dtype
     return LatentGroup(
-        tuple(n for n, _ in sparse), first.head_size, dtype, tuple(n for n, _ in index)
+        tuple(n for n, _ in sparse), first.head_size, dtype, tuple(n for n, _ in index),
+        shared if index else (),
     )
+
+
+def shared_index_layers(request: PlanRequest) -> tuple[str, ...]:
+    """The sparse (latent) layers that run no indexer of their own: an indexer layer follows
+    its own sparse layer in model order, so a sparse layer no indexer follows shares an
+    earlier one's top-k. An indexer with no sparse layer before it, or two after one, is
+    refused."""
+    mla = [spec for spec in request.layers.values() if isinstance(spec, MLASpec)]
+    indexers = sum(spec.cache_role == "indexer" for spec in mla)
+    if indexers == 0 or indexers >= len(mla) - indexers:
+        return ()  # no index, or one for every layer (too many: _latent_group refuses)
+    last: str | None = None
+    owned: set[str] = set()
+    sparse: list[str] = []
+    for name, spec in request.layers.items():
+        if not isinstance(spec, MLASpec):
+            continue
+        if spec.cache_role != "indexer":
+            last = name
+            sparse.append(name)
+            continue
+        if last is None or last in owned:
+            raise UnsupportedRequestError(
+                f"{_field(name)}: an indexer layer follows the sparse layer it indexes; "
+                "expected a sparse mla layer without an indexer just before it",
+                field=_field(name),
+            )
+        owned.add(last)
+    return tuple(name for name in sparse if name not in owned) if owned else ()
 
 
 def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
@@ -247,7 +282,8 @@ def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLang
             full[1].append(spec)
             continue
         _sort_layer(name, spec, full, swa, sparse, index, mamba)
-    latent = _latent_group(sparse, index) if sparse or index else None
+    latent = (_latent_group(sparse, index, shared_index_layers(request))
+              if sparse or index else None)
     kinds = {
         "full_attention": bool(full[0]), "sliding_window": bool(swa[0]),
         "mla": latent is not None, "mamba": bool(mamba[0]),

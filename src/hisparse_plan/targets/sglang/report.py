@@ -48,7 +48,13 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         ),
         hisparse=hisparse,
         capacity=capacity,
+        index_placeholder_layers=list(_placeholders(sized)),
     )
+
+
+def _placeholders(sized: Sized) -> tuple[str, ...]:
+    latent = sized.defaults.read.model.latent
+    return () if latent is None else latent.shared_index_names
 
 
 def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
