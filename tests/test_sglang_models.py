@@ -282,3 +282,23 @@ def test_check_plan_proves_the_placeholders() -> None:
         index_layer, *plan.index_placeholder_layers[1:]]})
     with pytest.raises(PlanInvariantError, match="latent pool"):
         check_plan(stray)
+
+
+# --- the multimodal reserve -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "args", "gib", "tokens"), [
+    ("gemma-3-27b-it", {}, 40, 84_562),  # Gemma-3: multimodal off unless asked
+    ("gemma-3-27b-it", {"enable_multimodal": True}, 40, 84_356),  # 100 MiB less
+    ("qwen2.5-vl-7b-instruct", {}, 20, 372_662),  # on by default
+    ("llama-3.1-8b-instruct", {"enable_multimodal": True}, 20, 163_840),  # not multimodal
+])
+def test_the_multimodal_runtime_keeps_100_mib(
+    name: str, args: dict[str, Any], gib: int, tokens: int
+) -> None:
+    report = report_for_case({"config": fixture(name), "server_args": {
+        "context_length": 8192, "mem_fraction_static": 0.88, **args},
+        "memory": {"available_bytes": gib * GIB}})
+    assert report["max_total_num_tokens"] == tokens
+    reserve = 100 << 20 if tokens in (84_356, 372_662) else 0
+    assert report["available_bytes"] == gib * GIB - reserve

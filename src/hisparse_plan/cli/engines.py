@@ -130,7 +130,7 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
         raise CommandError("--engine sglang: the request carries no SGLang settings")
     kv = next((t for t in result.tensors if t.pool == "kv"), result.tensors[0])
     applied = {d.subject: d for d in traced.trace.decisions if d.rule == "sglang.platform"}
-    dtype = engine.kv_cache_dtype
+    dtype: str = engine.kv_cache_dtype
     if "kv_cache_dtype" in applied:
         dtype = f"{dtype} -> {applied['kv_cache_dtype'].value}"
     return Figures(

@@ -128,6 +128,17 @@ class SGLangSettings(Model):
         "a longer context_length is refused unless allow_overwrite_longer_context_len; null: "
         "unknown, not checked.",
     )
+    enable_multimodal: bool | None = Field(
+        default=None,
+        description="`--enable-multimodal`: a multimodal model's runtime keeps 100 MB "
+        "(SGLANG_VLM_CACHE_SIZE_MB) out of the KV budget; null: SGLang's default (on, except "
+        "for Gemma-3, Llama-4, Step3-VL and Inkling multimodal checkpoints).",
+    )
+    model_is_multimodal: bool | None = Field(
+        default=None,
+        description="Whether SGLang counts the model as multimodal (a multimodal architecture, "
+        "or a config with a text_config); null: judged by the architecture.",
+    )
     allow_overwrite_longer_context_len: bool = Field(
         default=False,
         description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "

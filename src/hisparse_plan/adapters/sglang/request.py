@@ -45,6 +45,7 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
     "enable_hisparse": "enable_hisparse",
     "allow_overwrite_longer_context_len": "allow_overwrite_longer_context_len",
+    "enable_multimodal": "enable_multimodal",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
 LAYER_ARGS: Final = frozenset({"hisparse_config"})
@@ -204,7 +205,8 @@ def sglang_model_of_case(
 
 def config_settings(facts: SGLangConfigFacts) -> dict[str, Any]:
     """The SGLang settings a config's facts fill in."""
-    return {"architecture": facts.architecture, "model_context_length": facts.context_length}
+    return {"architecture": facts.architecture, "model_context_length": facts.context_length,
+            "model_is_multimodal": facts.multimodal}
 
 
 def request_from_server_args(

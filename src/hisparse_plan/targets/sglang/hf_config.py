@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.targets.sglang.multimodal import MULTIMODAL_ARCHITECTURES
 from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
 
 CONTEXT_LENGTH_KEYS: Final = (
@@ -32,6 +33,9 @@ class SGLangConfigFacts:
     the transformers class's default, which is not read here)."""
     config: Mapping[str, Any]
     """The config as SGLang serves it (the layers are read from this one)."""
+    multimodal: bool = False
+    """ModelConfig's is_multimodal before `--enable-multimodal`: a multimodal architecture or
+    a config with a text_config, not language_model_only."""
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -93,4 +97,7 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
             "cannot load this model; expected an architecture it serves",
             field="architectures[0]",
         )
-    return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch))
+    multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
+        config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
+    return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch),
+                             multimodal)

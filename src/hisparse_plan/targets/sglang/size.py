@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hisparse_plan.models.sglang_plan import SGLangHisparse
 from hisparse_plan.targets.sglang import sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
 from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
@@ -69,6 +70,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     settings, model, page = read.settings, read.model, defaults.page_size
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, read.available_bytes, defaults.mem_fraction_static)
+    rest_gb -= mm_reservation_gb(settings)
     slots = None
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
