@@ -29,7 +29,6 @@ PRESETS = preset_names()
 VLLM_GPU_MIB = (64, 128, 256)
 """GPU memory tried in turn for a vLLM plan: the first that holds one 128-token request."""
 SGLANG_REFUSES = {
-    "glm-5-index-share-4": "indexer layers",
     "llama-4-scout": "chunked_local_attention",
 }
 """Presets SGLang's pools cannot hold, and what the refusal names."""
@@ -69,7 +68,9 @@ def sglang_request_of(name: str) -> PlanRequest:
         "name": "sglang", "context_length": 1024, "max_running_requests": 4,
         "max_total_tokens": 2048, "swa_full_tokens_ratio": 1.0, "max_mamba_cache_size": 10,
     }
-    if _sparse(name):
+    if _sparse(name) and name != "glm-5-index-share-4":
+        # HiSparse beside a shared index is refused (SGLang's HiSparse pool indexes every
+        # layer); the shared-index preset plans its zero-row index placeholders without it.
         engine.update(enable_hisparse=True, max_total_tokens=512)
     if name == "deepseek-v4-flash":
         engine = {"name": "sglang", "context_length": 1024, "kv_cache_dtype": "fp8_e4m3",
