@@ -259,10 +259,23 @@ def test_glm5_shared_index_default_offset() -> None:
     assert [b["layer"] for b in index if b["shape"][0]] == [0, 1, 4, 7]
 
 
-def test_glm5_shared_index_with_hisparse_is_refused() -> None:
-    report = report_for_case(case(glm5_shared(4, 1), H200, tp_size=8,
-                                  kv_cache_dtype="fp8_e4m3", enable_hisparse=True))
-    assert "share an index" in report["error"]
+def test_glm5_shared_index_with_hisparse_indexes_every_layer() -> None:
+    # SGLang's HiSparseDSATokenToKVPool keeps real index keys for all 78 layers.
+    request = request_from_server_args(
+        glm5_shared(4, 1), {"tp_size": 8, "context_length": 8192, "mem_fraction_static": 0.88,
+                            "kv_cache_dtype": "fp8_e4m3", "enable_hisparse": True},
+        {"available_bytes": 40 * GIB})
+    report = planned(glm5_shared(4, 1), H200, tp_size=8, kv_cache_dtype="fp8_e4m3",
+                     enable_hisparse=True)
+    assert report["cell_size_bytes"] == 71_760  # 78 x (656 + 2 x 132)
+    assert report["max_total_num_tokens"] == 598_464
+    index = pool(report, "index")["buffers"]
+    assert [b["shape"] for b in index] == [[18_703, 64 * 132]] * 78
+    from hisparse_plan.checking import check_plan
+
+    plan = plan_sglang(request)
+    assert plan.index_placeholder_layers == []
+    check_plan(plan, request=request)
 
 
 def test_check_plan_proves_the_placeholders() -> None:

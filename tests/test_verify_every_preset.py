@@ -68,9 +68,7 @@ def sglang_request_of(name: str) -> PlanRequest:
         "name": "sglang", "context_length": 1024, "max_running_requests": 4,
         "max_total_tokens": 2048, "swa_full_tokens_ratio": 1.0, "max_mamba_cache_size": 10,
     }
-    if _sparse(name) and name != "glm-5-index-share-4":
-        # HiSparse beside a shared index is refused (SGLang's HiSparse pool indexes every
-        # layer); the shared-index preset plans its zero-row index placeholders without it.
+    if _sparse(name):
         engine.update(enable_hisparse=True, max_total_tokens=512)
     if name == "deepseek-v4-flash":
         engine = {"name": "sglang", "context_length": 1024, "kv_cache_dtype": "fp8_e4m3",

@@ -169,19 +169,6 @@ def ssm_dtype(settings: SGLangSettings) -> str:
     return MAMBA_SSM_DTYPE if settings.mamba_ssm_dtype is None else settings.mamba_ssm_dtype
 
 
-def refuse_hisparse_shared_index(settings: SGLangSettings, model: SGLangModel) -> None:
-    """SGLang's HiSparse pool gives every layer real index keys, sharing or not; a request
-    describes the sharing layers without indexer layers to hold them, so that is not planned
-    yet."""
-    if settings.enable_hisparse and model.latent is not None and model.latent.shared_index_names:
-        raise UnsupportedRequestError(
-            "engine.enable_hisparse: HiSparse on a DSA model whose layers share an index "
-            f"({len(model.latent.shared_index_names)} layers without an indexer; SGLang's "
-            "HiSparse pool keeps index keys for every layer) is not planned yet; expected false",
-            field="engine.enable_hisparse",
-        )
-
-
 def refuse_hisparse_without_dsa(settings: SGLangSettings, model: SGLangModel) -> None:
     """SGLang's HiSparse pools here are the DSA ones (HiSparseDSATokenToKVPool)."""
     if settings.enable_hisparse and (model.latent is None or not model.latent.is_dsa):

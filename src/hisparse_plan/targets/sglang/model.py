@@ -73,6 +73,13 @@ class LatentGroup:
     def is_dsa(self) -> bool:
         return bool(self.index_names)
 
+    def every_layer_index(self) -> tuple[str, ...]:
+        """One index layer per latent layer, in model order: its indexer, or for a layer that
+        shares an index the latent layer itself (SGLang's HiSparse pool indexes every layer)."""
+        shared = set(self.shared_index_names)
+        own = iter(self.index_names)
+        return tuple(name if name in shared else next(own) for name in self.names)
+
     @property
     def kv_lora_rank(self) -> int:
         return self.latent_dim - ROPE_HEAD_DIM

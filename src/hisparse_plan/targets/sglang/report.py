@@ -54,7 +54,9 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
 
 def _placeholders(sized: Sized) -> tuple[str, ...]:
     latent = sized.defaults.read.model.latent
-    return () if latent is None else latent.shared_index_names
+    if latent is None or sized.hisparse is not None:  # HiSparse indexes every layer
+        return ()
+    return latent.shared_index_names
 
 
 def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:

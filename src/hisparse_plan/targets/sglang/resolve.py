@@ -19,7 +19,6 @@ from hisparse_plan.targets.sglang.defaults import (
     hisparse_top_k,
     latent_row,
     refuse_dsa_page,
-    refuse_hisparse_shared_index,
     refuse_hisparse_without_dsa,
     ssm_dtype,
     static_fraction,
@@ -82,7 +81,6 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         return _resolve_v4(read, trace)
     settings, model = read.settings, read.model
     refuse_hisparse_without_dsa(settings, model)
-    refuse_hisparse_shared_index(settings, model)
     top_k = hisparse_top_k(settings, read.index_topk)
     buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
     page = default_page_size(settings, model)

@@ -55,10 +55,12 @@ def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
     )
 
 
-def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int) -> int:
-    """DSA index keys of one token, all layers: 132 bytes a layer; with HiSparse the keys cover
-    the whole host token space, so each device token is charged `host_to_device_ratio` times."""
-    return INDEX_ROW_BYTES * len(latent.index_names) * host_to_device_ratio
+def index_token_bytes(latent: LatentGroup, host_to_device_ratio: int, hisparse: bool) -> int:
+    """DSA index keys of one token, all layers: 132 bytes a layer that runs an indexer (a layer
+    sharing another's index has none), every layer with HiSparse, whose keys also cover the
+    whole host token space, so each device token is charged `host_to_device_ratio` times."""
+    layers = len(latent.names) if hisparse else len(latent.index_names)
+    return INDEX_ROW_BYTES * layers * host_to_device_ratio
 
 
 def cell_size(
@@ -78,7 +80,7 @@ def cell_size(
         ratio = settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
         full = row_bytes * len(model.latent.names)
         if model.latent.is_dsa:
-            full += index_token_bytes(model.latent, ratio)
+            full += index_token_bytes(model.latent, ratio, settings.enable_hisparse)
         return CellSize(full, 0, full)
     if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
