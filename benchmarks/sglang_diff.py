@@ -229,6 +229,87 @@ def case_v4(rng: random.Random) -> Case:
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
 
 
+def case_gemma(rng: random.Random) -> Case:
+    """Gemma-2 / Gemma-3 (SGLang serves their window layers in the full pool)."""
+    name = rng.choice(["gemma-2-9b-it", "gemma-2-27b-it", "gemma-3-1b-it", "gemma-3-4b-it",
+                       "gemma-3-27b-it"])
+    cfg = _fixture(name)
+    text = cfg.get("text_config", cfg)
+    text.update(num_hidden_layers=rng.randrange(2, 48))
+    if "layer_types" in text:
+        text.pop("layer_types")
+    args = _common_args(rng, [1, 2, 4])
+    args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
+    if rng.random() < 0.4:
+        args["page_size"] = rng.choice([1, 16, 64])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
+
+
+def case_minimax(rng: random.Random) -> Case:
+    """MiniMax-M2-like: attn_type_list all 1 (every layer full attention)."""
+    layers = rng.randrange(2, 63)
+    cfg = {
+        "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+        "hidden_size": 3072, "num_hidden_layers": layers, "num_attention_heads": 48,
+        "num_key_value_heads": rng.choice([4, 8]), "head_dim": 128,
+        "attn_type_list": [1] * layers, "max_position_embeddings": 196608,
+        "intermediate_size": 1536, "num_local_experts": 256, "num_experts_per_tok": 8,
+        "vocab_size": 200064, "rotary_dim": 64, "rope_theta": 5000000,
+        "torch_dtype": "bfloat16",
+    }
+    args = _common_args(rng, [1, 2, 4, 8])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 30)}
+
+
+def case_blackwell(rng: random.Random) -> Case:
+    """Another kind's case on a GPU of compute capability 10.0 (B200) or 9.0 (H200)."""
+    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba"])
+    case = KINDS[kind](rng)
+    if kind in ("dsa", "hisparse") and rng.random() < 0.6:
+        case["server_args"].pop("dsa_backend", None)
+        if rng.random() < 0.7:
+            case["server_args"]["kv_cache_dtype"] = "auto"
+    case["gpu"] = {"capability": rng.choice([[10, 0], [10, 0], [9, 0]])}
+    return case
+
+
+def case_shared_index(rng: random.Random) -> Case:
+    """GLM-5-style DSA whose layers share one index (index_topk_freq, index_skip_topk_offset)."""
+    case = _dsa(rng, hisparse=rng.random() < 0.3)
+    case["config"]["index_topk_freq"] = rng.choice([2, 3, 4])
+    if rng.random() < 0.6:
+        case["config"]["index_skip_topk_offset"] = rng.choice([0, 1, 2])
+    return case
+
+
+def case_long_context(rng: random.Random) -> Case:
+    """A context_length above the model's own, allowed or not, or none (the derived one)."""
+    case = KINDS[rng.choice(["mha", "gemma", "mla"])](rng)
+    args = case["server_args"]
+    if rng.random() < 0.25:
+        args.pop("context_length")
+        args.pop("max_running_requests", None)
+        args["max_running_requests"] = rng.choice([1, 8])
+        return case
+    cfg = case["config"]
+    limit = cfg.get("text_config", cfg).get("max_position_embeddings", 8192)
+    args["context_length"] = limit + rng.choice([1, 4096, limit])
+    if rng.random() < 0.5:
+        args["allow_overwrite_longer_context_len"] = True
+        args["max_running_requests"] = rng.choice([1, 4])
+    return case
+
+
+def case_unloadable(rng: random.Random) -> Case:
+    """A config SGLang cannot load: no model_type, or an architecture it does not serve."""
+    if rng.random() < 0.5:
+        case = case_mha(rng)
+        case["config"].pop("model_type")
+        return case
+    cfg = _fixture(rng.choice(["ai21-jamba-mini-1.6", "minimax-m1-40k"]))
+    return {"config": cfg, "server_args": _common_args(rng, [1, 2]), "memory": _memory(rng, 10)}
+
+
 KINDS: dict[str, Callable[[random.Random], Case]] = {
     "mha": case_mha,
     "swa": case_swa,
@@ -237,6 +318,12 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "dsa": case_dsa,
     "hisparse": case_hisparse,
     "v4": case_v4,
+    "gemma": case_gemma,
+    "minimax": case_minimax,
+    "blackwell": case_blackwell,
+    "shared_index": case_shared_index,
+    "long_context": case_long_context,
+    "unloadable": case_unloadable,
 }
 
 

@@ -86,7 +86,9 @@ REPO = Path(__file__).resolve().parent.parent
 _ORIGINALS: dict[str, Any] = {}
 
 # server_args keys of a case that are not ServerArgs fields under that name.
-_CASE_ONLY_KEYS = {"dsa_backend"}
+_CASE_ONLY_KEYS = {"dsa_backend", "allow_overwrite_longer_context_len"}
+# ...of which these set SGLang's environment instead (true: "1", else unset).
+_ENV_KEYS = {"allow_overwrite_longer_context_len": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"}
 
 
 def _load_config(value: SGLangObject) -> dict[str, Any]:
@@ -365,6 +367,42 @@ def _gpu_memory(gpu: dict[str, Any], patched: list[str], torch: SGLangObject) ->
     )
 
 
+_PLATFORM_FACTS = (
+    "is_sm90", "is_hopper_with_cuda_12_3", "is_sm100", "is_sm100_or_sm110", "is_sm110",
+    "is_sm120", "is_blackwell", "device_sm", "device_capability",
+)
+
+
+def _platform_facts(capability: tuple[int, ...] | None, patched: list[str]) -> None:
+    """A case's `"gpu": {"capability": [major, minor]}`: SGLang's platform facts (`is_sm100`,
+    `is_blackwell`, `is_hopper_with_cuda_12_3`, `device_sm`, ...) answer as on a CUDA GPU of
+    that compute capability with CUDA 12.8, so the hooks that read `get_platform()` (default
+    attention backend, its page constraints) run their GPU branch; without the key they keep
+    this machine's answers (no CUDA: every fact false), as before.  Functions imported
+    straight from ``utils.common`` (``is_sm100_supported()`` in a few hooks) are not covered."""
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    overrides = object.__getattribute__(rc.get_platform(), "_overrides")
+    for name in _PLATFORM_FACTS:
+        overrides.pop(name, None)  # an earlier case's GPU
+    if capability is None:
+        return
+    major, minor = int(capability[0]), int(capability[1])
+    facts = {
+        "is_sm90": major == 9,
+        "is_hopper_with_cuda_12_3": major == 9,
+        "is_sm100": major == 10,
+        "is_sm100_or_sm110": major in (10, 11),
+        "is_sm110": major == 11,
+        "is_sm120": major == 12,
+        "is_blackwell": major in (10, 11, 12),
+        "device_sm": major * 10 + minor,
+        "device_capability": (major, minor),
+    }
+    rc.get_platform()._install(**facts)
+    patched.append(f"platform facts for SM{major}{minor}: " + ", ".join(
+        name for name, value in facts.items() if value is True))
+
+
 def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
     model_dir = tmp / "model"
     model_dir.mkdir()
@@ -379,7 +417,14 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
 
     server_args_mod: SGLangObject = importlib.import_module("sglang.srt.server_args")
     rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-    fields = _server_args_fields(dict(case.get("server_args", {})))
+    raw = dict(case.get("server_args", {}))
+    for key, var in _ENV_KEYS.items():
+        if raw.get(key):
+            os.environ[var] = "1"
+            patched.append(f"environment: {var}=1")
+        else:
+            os.environ.pop(var, None)
+    fields = _server_args_fields(raw)
     fields.setdefault("device", "cuda")
     fields.setdefault("load_format", "dummy")
     fields.setdefault("skip_tokenizer_init", True)
@@ -387,11 +432,28 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
     capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
     torch.cuda.get_device_capability = lambda device=None: capability
     patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
+    _platform_facts(capability if "capability" in case.get("gpu", {}) else None, patched)
     _gpu_memory(case.get("gpu", {}), patched, torch)
     server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
     server_args.resolve_once()
     rc.publish(server_args, role="test")
     return server_args
+
+
+def _check_registry(model_config: SGLangObject, patched: list[str]) -> None:
+    """SGLang's model loader refuses an architecture its ModelRegistry lacks
+    (``_raise_for_unsupported``); the registry itself cannot be imported here (its model
+    modules need CUDA-only packages), so its names are read from the modules' source
+    (sglang_archs.py), as ``import_model_classes`` collects them."""
+    import sglang_archs
+
+    models_dir = Path(importlib.import_module("sglang.srt.models").__path__[0])
+    served = _ORIGINALS.setdefault("served", sglang_archs.served_architectures(models_dir))
+    archs = list(model_config.hf_config.architectures or [])
+    if not any(arch in served for arch in archs):
+        raise ValueError(f"Model architectures {archs} are not supported for now.")
+    patched.append("model registry: architectures checked against sglang/srt/models' "
+                   "EntryClass names (sglang_archs.py)")
 
 
 def memory_defaults(case: dict[str, Any]) -> dict[str, Any]:
@@ -440,6 +502,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
                        "dcp_size), pp 1, dummy world group")
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
+        _check_registry(model_config, patched)
         given = set(raw_args)
         if "total_memory_bytes" in case.get("gpu", {}):
             given.add("gpu")

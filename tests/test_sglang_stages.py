@@ -36,6 +36,7 @@ GIB = 1 << 30
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hisparse_plan" / "targets" / "sglang"
 STAGES = ("read", "resolve", "size", "place", "report")
 RULE_MODULES = ("settings", "model", "model_v4", "defaults", "defaults_v4", "sizing", "sizing_v4",
+                "served", "platform", "multimodal",
                 "layout", "capacity", "memory_rule")
 
 

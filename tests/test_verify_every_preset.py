@@ -29,7 +29,6 @@ PRESETS = preset_names()
 VLLM_GPU_MIB = (64, 128, 256)
 """GPU memory tried in turn for a vLLM plan: the first that holds one 128-token request."""
 SGLANG_REFUSES = {
-    "glm-5-index-share-4": "indexer layers",
     "llama-4-scout": "chunked_local_attention",
 }
 """Presets SGLang's pools cannot hold, and what the refusal names."""

@@ -64,6 +64,7 @@ def check_sglang_plan(
     _check_hisparse(plan, pools)
     _check_token_pools(plan, pools)
     _check_cell_size(plan, pools)
+    _check_index_placeholders(plan)
     check_deepseek_v4(plan, pools)
     _check_figures(plan, pools)
     if request is not None:
@@ -288,6 +289,31 @@ def _check_budget(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             f"{swa_pages} pages take {used} bytes; budget.available_bytes is "
             f"{budget.available_bytes}"
         )
+
+
+def _check_index_placeholders(plan: SGLangPlan) -> None:
+    """Zero-row index buffers (layers sharing an earlier layer's index) stand for latent
+    layers without index keys of their own: each a layer of the latent pool, none an index
+    layer, and with the index layers one per latent layer; only beside an index pool and never
+    with HiSparse (whose pool indexes every layer)."""
+    placeholders = plan.index_placeholder_layers
+    if not placeholders:
+        return
+    latent = {layer for t in plan.tensors if t.pool == "kv" for layer in t.layers}
+    index = [layer for t in plan.tensors if t.pool == "index" for layer in t.layers]
+    if not index or plan.hisparse is not None:
+        raise PlanInvariantError(
+            "index_placeholder_layers given without an index pool, or with HiSparse; expected "
+            "none there")
+    stray = [layer for layer in placeholders if layer not in latent]
+    if stray or len(set(placeholders)) != len(placeholders):
+        raise PlanInvariantError(
+            f"index_placeholder_layers: expected distinct layers of the latent pool 'kv', got "
+            f"{(stray or placeholders)[0]!r}", layer=(stray or placeholders)[0])
+    if len(index) + len(placeholders) != len(latent):
+        raise PlanInvariantError(
+            f"pool 'index' has {len(index)} layers and {len(placeholders)} placeholders; "
+            f"expected one of either per latent layer ({len(latent)})")
 
 
 def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:

@@ -15,7 +15,7 @@ from hisparse_plan.cli.sglang.source import SGLANG_ONLY, resolve_sglang_source
 from hisparse_plan.cli.vllm.source import resolve_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.operator.node import Ranks, node_figures
-from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
 from hisparse_plan.targets.vllm import plan as plan_vllm
 
 VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
@@ -83,6 +83,8 @@ class Figures:
     beside_pools_bytes: int | None = None
     """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
     the request-to-token table); None: not planned."""
+    defaults: str = ""
+    """The engine's defaults for this GPU and model, in words ("" where none is said)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +147,18 @@ def sglang_host_bytes(plan: SGLangPlan) -> int | None:
 
 def _sglang_figures(args: argparse.Namespace) -> Figures:
     source = resolve_sglang_source(args)
-    result = plan_sglang(source.request)
+    traced = plan_sglang_traced(source.request)
+    result = traced.plan
     engine = source.request.engine
     if engine is None:  # resolve_sglang_source always sets it
         raise CommandError("--engine sglang: the request carries no SGLang settings")
     kv = next((t for t in result.tensors if t.pool == "kv"), result.tensors[0])
+    applied = {d.subject: d for d in traced.trace.decisions if d.rule == "sglang.platform"}
+    dtype: str = engine.kv_cache_dtype
+    if "kv_cache_dtype" in applied:
+        dtype = f"{dtype} -> {applied['kv_cache_dtype'].value}"
     return Figures(
-        engine="sglang", kv_dtype=f"{engine.kv_cache_dtype} ({kv.views[0].dtype} rows)",
+        engine="sglang", kv_dtype=f"{dtype} ({kv.views[0].dtype} rows)",
         page_tokens=result.page_size, device_tokens=result.max_total_num_tokens,
         bytes_per_token=float(result.budget.cell_size_bytes),
         device_bytes=sglang_device_bytes(result), budget_bytes=result.budget.available_bytes,
@@ -160,6 +167,7 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
         beside_pools_bytes=sglang_request_table_bytes(result),
+        defaults="; ".join(f"{d.subject} {d.value} ({d.why})" for d in applied.values()),
     )
 
 

@@ -124,6 +124,12 @@ class SGLangPlan(Model):
         default_factory=empty_frozen_list,
         description="Conditions that plan but waste memory.",
     )
+    index_placeholder_layers: Annotated[list[str], READ_ONLY] = Field(
+        default_factory=empty_frozen_list,
+        description="DSA layers that share an earlier layer's index (index_topk_freq): SGLang "
+        "gives each a zero-row index_k buffer [0, page_size * 132] and no bytes; the index "
+        "pool's tensor holds the indexer layers only.",
+    )
 
     def allocation_layers(self, pool: Pool) -> list[str | None]:
         """Who owns each allocation of `pool`: every layer of its tensors, in plan order, for a

@@ -140,6 +140,42 @@ class SGLangSettings(Model):
         default=2, description="Host tokens per device token."
     )
 
+    compute_capability: Annotated[
+        tuple[PositiveInt, Annotated[int, Field(ge=0, le=9)]], Field(strict=False)
+    ] | None = Field(
+        default=None,
+        description="The GPU's CUDA compute capability [major, minor] as SGLang reads it "
+        "(torch.cuda.get_device_capability): Blackwell (10.x) defaults a DSA model's kv cache "
+        "to fp8 with trtllm backends and pages trtllm attention by 64; null: Hopper (9.0).",
+    )
+    architecture: str | None = Field(
+        default=None,
+        description="The config's architectures[0] (SGLang picks its model class, window "
+        "pools and backend defaults by it); null: unknown, judged from the layers alone.",
+    )
+    model_context_length: PositiveInt | None = Field(
+        default=None,
+        description="The model's own context length as SGLang derives it from config.json; "
+        "a longer context_length is refused unless allow_overwrite_longer_context_len; null: "
+        "unknown, not checked.",
+    )
+    enable_multimodal: bool | None = Field(
+        default=None,
+        description="`--enable-multimodal`: a multimodal model's runtime keeps 100 MB "
+        "(SGLANG_VLM_CACHE_SIZE_MB) out of the KV budget; null: SGLang's default (on, except "
+        "for Gemma-3, Llama-4, Step3-VL and Inkling multimodal checkpoints).",
+    )
+    model_is_multimodal: bool | None = Field(
+        default=None,
+        description="Whether SGLang counts the model as multimodal (a multimodal architecture, "
+        "or a config with a text_config); null: judged by the architecture.",
+    )
+    allow_overwrite_longer_context_len: bool = Field(
+        default=False,
+        description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "
+        "context_length above the model's is served rather than refused.",
+    )
+
     @model_validator(mode="after")
     def _dp_divides_tp(self) -> SGLangSettings:
         if self.enable_dp_attention and self.tp_size % self.dp_size:

@@ -54,17 +54,22 @@ class GPU:
     hbm_bytes: int
     source: str
     aliases: tuple[str, ...] = ()
+    compute_capability: tuple[int, int] | None = None
+    """CUDA's (major, minor) for the GPU (SGLang's defaults follow it); None: not CUDA."""
 
 
 GPUS: Final[tuple[GPU, ...]] = (
     GPU("a100-80gb", "NVIDIA A100 80GB", 81920 * MIB,
-        "nvidia-smi memory.total 81920MiB (A100/A800 80GB)", ("a100",)),
+        "nvidia-smi memory.total 81920MiB (A100/A800 80GB)", ("a100",), (8, 0)),
     GPU("h100", "NVIDIA H100 80GB HBM3 (SXM)", 81559 * MIB,
-        "nvidia-smi memory.total 81559MiB (\"NVIDIA H100 80GB HBM3\")", ("h100-sxm", "h100-80gb")),
+        "nvidia-smi memory.total 81559MiB (\"NVIDIA H100 80GB HBM3\")", ("h100-sxm", "h100-80gb"),
+        (9, 0)),
     GPU("h200", "NVIDIA H200 141GB HBM3e", 143771 * MIB,
-        "nvidia-smi memory.total 143771MiB (H200, marketed as 141 GB)", ("h200-sxm", "h200-nvl")),
+        "nvidia-smi memory.total 143771MiB (H200, marketed as 141 GB)", ("h200-sxm", "h200-nvl"),
+        (9, 0)),
     GPU("b200", "NVIDIA B200 HBM3e", 183359 * MIB,
-        "nvidia-smi memory.total 183359MiB (\"NVIDIA B200\", marketed as 180/192 GB)"),
+        "nvidia-smi memory.total 183359MiB (\"NVIDIA B200\", marketed as 180/192 GB)", (),
+        (10, 0)),
     GPU("mi300x", "AMD Instinct MI300X", 205822885888,
         "rocm-smi VRAM Total Memory 205822885888 B (192 GiB)", ("mi300",)),
 )

@@ -14,6 +14,7 @@ from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
+from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")
@@ -98,6 +99,23 @@ def _sort_key(buffer: dict[str, Any]) -> tuple[int, str]:
     return (-1 if layer is None else int(layer), str(buffer["name"]))
 
 
+def _add_placeholders(plan: SGLangPlan, entry: dict[str, Any]) -> None:
+    """The zero-row index_k buffers SGLang gives the layers sharing an earlier layer's index,
+    each its own (empty) storage; the index storages then count in layer order, as SGLang's
+    one list of per-layer buffers does."""
+    width = plan.page_size * INDEX_ROW_BYTES
+    offset = len(plan.tensors)
+    for n, name in enumerate(plan.index_placeholder_layers):
+        entry["buffers"].append({
+            "layer": layer_id(name, offset + n), "name": "index_k", "dtype": "uint8",
+            "shape": [0, width], "strides": [width, 1], "storage_offset": 0,
+            "storage_nbytes": 0, "storage": "",
+        })
+    entry["buffers"].sort(key=_sort_key)
+    for n, buffer in enumerate(entry["buffers"]):
+        buffer["storage"] = f"index/{n}"
+
+
 def report(plan: SGLangPlan) -> dict[str, Any]:
     """The plan as the reference report of one case: the budget figures, the request table,
     and every pool with its buffers. A per-layer pool gives each of its layers its own
@@ -138,6 +156,8 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
         for n, layer in enumerate(ids):
             key = f"{shown}/{first + n}"
             buffers.extend(_buffer(view, layer, pool, key) for view in tensor.views)
+    if plan.index_placeholder_layers and "index" in entries:
+        _add_placeholders(plan, entries["index"])
     for entry in entries.values():
         entry["buffers"].sort(key=_sort_key)
     budget = plan.budget

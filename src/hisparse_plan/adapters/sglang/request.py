@@ -27,6 +27,7 @@ from hisparse_plan.presets import (
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.families import family_of
 from hisparse_plan.presets.kv_dtypes import KVDtype
+from hisparse_plan.targets.sglang.hf_config import SGLangConfigFacts, read_sglang_config
 from hisparse_plan.targets.sglang.parallel import attn_tp_size
 
 SERVER_ARGS: Final[dict[str, str]] = {
@@ -52,6 +53,8 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",
     "enable_hisparse": "enable_hisparse",
+    "allow_overwrite_longer_context_len": "allow_overwrite_longer_context_len",
+    "enable_multimodal": "enable_multimodal",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
 LAYER_ARGS: Final = frozenset({"hisparse_config"})
@@ -139,6 +142,8 @@ def settings_from_server_args(
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]
+    if gpu is not None and gpu.get("capability") is not None:
+        fields["compute_capability"] = gpu["capability"]
     for key in ("pre_model_load_free_bytes", "post_weights_free_bytes"):
         if memory is not None and key in memory:
             fields[key] = memory[key]
@@ -184,8 +189,11 @@ def sglang_request(
     request = build_request(arch, settings)
     data = request.model_dump(mode="json")
     data["engine"] = engine.model_dump(mode="json")
-    if isinstance(arch, RegularArchitecture) and not family_of(arch.model_type).sglang.window_pool:
-        data["layers"] = {name: _whole(spec) for name, spec in data["layers"].items()}
+    # Which window layers get a pool of their own is the target's rule, by
+    # engine.architecture (targets/sglang/served.py, windows_in_full_pool).
+    if isinstance(arch, ModelArchitecture):
+        # SGLang's HiSparse coordinator runs the model's index_topk.
+        data["model"]["index_topk"] = arch.index_topk
     return PlanRequest.model_validate(data)
 
 
@@ -202,28 +210,35 @@ def refuse_unserved(arch: Architecture) -> None:
         )
 
 
-def _whole(spec: dict[str, Any]) -> dict[str, Any]:
-    """A sliding-window layer as SGLang keeps it where the model is not a hybrid-SWA
-    architecture (`is_hybrid_swa_model`): one pool for every layer, every token kept, the
-    window applied only when attending; a full-attention layer of the same rows."""
-    if spec.get("kind") != "sliding_window":
-        return spec
-    kept = {key: value for key, value in spec.items()
-            if key not in ("sliding_window", "page_size_bytes")}
-    return {**kept, "kind": "full_attention"}
-
-
 def model_of_case(config: Mapping[str, Any] | str | Path) -> Architecture:
     """A case's model: its config.json dict, or a path to one (relative to the working
     directory), read as the project reads any config.json (`untrusted_json`: a regular file
     of bounded size, UTF-8, no key twice)."""
+    return sglang_model_of_case(config)[0]
+
+
+def sglang_model_of_case(
+    config: Mapping[str, Any] | str | Path,
+) -> tuple[Architecture, SGLangConfigFacts]:
+    """model_of_case with what SGLang reads of the config beside its layers (its refusals
+    first: no model_type, an architecture SGLang does not serve); the layers are read from the
+    config as SGLang serves it."""
     refuse_preset(config, "config", "a config.json dict, a path to one, or an architecture")
     if isinstance(config, Mapping):
-        return model_from_config(config, origin="config")
-    if not isinstance(config, str | Path):
+        data, origin = config, "config"
+    elif isinstance(config, str | Path):
+        data, origin = read_config_file(config), str(config)
+    else:
         raise PlanError(f"config: expected a config.json dict or a path to one, got "
                         f"{type(config).__name__}", field="config")
-    return model_from_config(read_config_file(config), origin=str(config))
+    facts = read_sglang_config(data)
+    return model_from_config(facts.config, origin=origin), facts
+
+
+def config_settings(facts: SGLangConfigFacts) -> dict[str, Any]:
+    """The SGLang settings a config's facts fill in."""
+    return {"architecture": facts.architecture, "model_context_length": facts.context_length,
+            "model_is_multimodal": facts.multimodal}
 
 
 def request_from_server_args(
@@ -239,13 +254,19 @@ def request_from_server_args(
     `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
     server_args = mapping_argument(server_args, "server_args")
     memory = mapping_argument(memory, "memory")
+    facts: SGLangConfigFacts | None = None
     if isinstance(config, ModelArchitecture | RegularArchitecture):
         arch: Architecture = config
     else:
-        arch = model_of_case(config)
+        arch, facts = sglang_model_of_case(config)
+    default_length = arch.max_position_embeddings
+    if facts is not None and facts.context_length is not None:
+        default_length = facts.context_length
     engine = settings_from_server_args(
-        server_args, memory, context_length=arch.max_position_embeddings, gpu=gpu
+        server_args, memory, context_length=default_length, gpu=gpu
     )
+    if facts is not None:
+        engine = engine.model_copy(update=config_settings(facts))
     tp = server_args.get("tp_size")
     tp = 1 if tp is None else tp
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -276,6 +297,7 @@ __all__ = [
     "model_of_case",
     "request_from_server_args",
     "settings_from_server_args",
+    "sglang_model_of_case",
     "sglang_request",
     "with_engine",
 ]

@@ -181,6 +181,9 @@ def run_engines(args: argparse.Namespace, engines: list[Engine]) -> int:
             if figure.node_concurrency is None:
                 out.line(f"{engine.title}: -dp is not planned for this engine here; its node "
                          "figures are left out")
+    for engine, figure in zip(engines, figures, strict=True):
+        if figure.defaults:
+            out.line(f"{engine.title} defaults: {figure.defaults}")
     return 0
 
 

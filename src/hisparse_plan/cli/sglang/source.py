@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.adapters.sglang import sglang_request
-from hisparse_plan.adapters.sglang.request import hisparse_settings
+from hisparse_plan.adapters.sglang.request import (
+    config_settings,
+    hisparse_settings,
+    sglang_model_of_case,
+)
 from hisparse_plan.cli.arg_types import AUTO, positive_int, positive_tokens
 from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
@@ -20,9 +24,9 @@ from hisparse_plan.presets import (
     DEFAULTS,
     Architecture,
     ModelArchitecture,
-    load_config_file,
     load_preset,
 )
+from hisparse_plan.presets.config_file import read_config_file
 from hisparse_plan.presets.hardware import find_gpu, weight_bytes
 from hisparse_plan.targets.sglang.parallel import attn_dp_size, attn_tp_size
 
@@ -32,6 +36,15 @@ SGLANG_KV_CACHE_DTYPES: Final[dict[str, str]] = {
 }
 """`--kv-cache-dtype` (vLLM's names) as SGLang's: fp8 is fp8_e4m3 (656-byte packed DSA rows
 with the flashmla_kv backend)."""
+PRESET_ARCHITECTURES: Final[dict[str, str]] = {
+    "deepseek_v32": "DeepseekV32ForCausalLM", "glm_moe_dsa": "GlmMoeDsaForCausalLM",
+    "llama": "LlamaForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+    "deepseek_v4": "DeepseekV4ForCausalLM",
+}
+"""The architecture a preset's model_type names in its published config.json (SGLang picks
+its model class, window pools and Blackwell backends by it); a preset's config keeps only the
+cache-shaping fields."""
 DSA_BACKENDS: Final[tuple[DSABackend, ...]] = (
     "flashmla_kv", "trtllm", "tilelang", "flashmla_sparse", "fa3",
 )
@@ -127,15 +140,24 @@ class SGLangSource:
     """Where the budget came from, in words."""
 
 
-def _model(args: argparse.Namespace) -> tuple[Architecture, str, int | None]:
-    """The model, its title and its default context length."""
+def _model(
+    args: argparse.Namespace,
+) -> tuple[Architecture, str, int | None, dict[str, Any]]:
+    """The model, its title, its default context length and what SGLang reads of its config
+    beside the layers (architecture, derived context length)."""
     if args.model is not None:
         preset = load_preset(args.model)
         default = preset.default_max_model_len
-        return preset.architecture, preset.title, None if default == AUTO else default
-    arch = load_config_file(args.hf_config, label=config_label(args.hf_config))
+        arch = preset.architecture
+        facts: dict[str, Any] = {
+            "architecture": PRESET_ARCHITECTURES.get(arch.model_type or ""),
+            "model_context_length": arch.max_position_embeddings,
+        }
+        return arch, preset.title, None if default == AUTO else default, facts
+    config = read_config_file(args.hf_config, label=config_label(args.hf_config))
+    arch, read = sglang_model_of_case(config)
     title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
-    return arch, title, None
+    return arch, title, read.context_length, config_settings(read)
 
 
 def _context_length(args: argparse.Namespace, arch: Architecture, default: int | None) -> int:
@@ -193,6 +215,8 @@ def _memory(
         "post_weights_free_bytes": gpu.hbm_bytes - per_rank,
         # The GPU's total and the ranks feed SGLang's default rule when no fraction is given.
         "gpu_memory_bytes": gpu.hbm_bytes,
+        # SGLang's Blackwell defaults (fp8 DSA rows, trtllm pages) follow the capability.
+        "compute_capability": gpu.compute_capability,
     }
     if args.mem_fraction_static is not None:
         fields["mem_fraction_static"] = args.mem_fraction_static
@@ -203,7 +227,8 @@ def _memory(
 
 
 def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
-                    default_length: int | None) -> tuple[SGLangSettings, int | None, str]:
+                    default_length: int | None, facts: dict[str, Any] | None = None,
+                    ) -> tuple[SGLangSettings, int | None, str]:
     """SGLangSettings from the flags, the budget given outright, and the memory's words."""
     memory, budget, words = _memory(args, arch, tp)
     fields: dict[str, Any] = {
@@ -213,6 +238,9 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         "tp_size": tp,
         "enable_dp_attention": bool(args.enable_dp_attention),
         "disable_radix_cache": bool(args.disable_radix_cache),
+        # --allow-long-context is SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to SGLang.
+        "allow_overwrite_longer_context_len": bool(args.allow_long_context),
+        **(facts or {}),
         **memory,
     }
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
@@ -237,9 +265,9 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
     if (args.model is None) == (args.hf_config is None):
         raise CommandError("--engine sglang: expected exactly one of MODEL or --hf-config FILE "
                            "(a request file is vLLM's)")
-    arch, title, default_length = _model(args)
+    arch, title, default_length, facts = _model(args)
     tp = args.tp or 1
-    engine, budget, words = sglang_settings(args, arch, tp, default_length)
+    engine, budget, words = sglang_settings(args, arch, tp, default_length, facts)
     request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
     dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
     title = f"{title} on SGLang 0.5.23 (tp {tp}{dp}; {words})"

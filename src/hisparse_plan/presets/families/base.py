@@ -45,11 +45,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class SGLangRule:
-    """What SGLang 0.5.23 does with a family's layers, beside what the request says."""
+    """Whether the SGLang target plans a family (which window layers get a pool of their own
+    is the target's rule, by architecture: targets/sglang/served.py)."""
 
-    window_pool: bool = False
-    """SGLang keeps sliding-window layers in a window pool of their own
-    (`is_hybrid_swa_model`); otherwise every layer keeps every token in one pool."""
     refusal: str | None = None
     """Why the SGLang target does not plan the family (None: it does)."""
 

@@ -18,7 +18,6 @@ from hisparse_plan.presets.families.base import (
     Family,
     Fields,
     Layout,
-    SGLangRule,
     from_layer_types,
     given,
     layer_list,
@@ -59,5 +58,4 @@ LLAMA4 = Family(
     architectures=("Llama4ForCausalLM", "Llama4ForConditionalGeneration"),
     read=read_llama4,
     vllm="models/llama4.py, models/mllama4.py",
-    sglang=SGLangRule(window_pool=True),
 )

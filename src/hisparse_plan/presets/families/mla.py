@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from hisparse_plan.presets.families.base import Family, Fields, Layout, SGLangRule
+from hisparse_plan.presets.families.base import Family, Fields, Layout
 
 
 def read_mla(fields: Fields, layers: int) -> Layout:
@@ -43,5 +43,4 @@ DEEPSEEK_V4 = Family(
     architectures=("DeepseekV4ForCausalLM",),
     read=None,
     vllm="models/deepseek_v4/",
-    sglang=SGLangRule(window_pool=True),
 )

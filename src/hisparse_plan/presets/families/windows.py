@@ -28,7 +28,6 @@ from hisparse_plan.presets.families.base import (
     Family,
     Fields,
     Layout,
-    SGLangRule,
     every_nth,
     from_layer_types,
     given,
@@ -98,7 +97,6 @@ GPT_OSS = Family(
     architectures=("GptOssForCausalLM",),
     read=read_gpt_oss,
     vllm="models/gpt_oss.py",
-    sglang=SGLangRule(window_pool=True),
 )
 COHERE2 = Family(
     name="cohere2",

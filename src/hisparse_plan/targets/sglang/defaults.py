@@ -12,6 +12,12 @@ from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.model import LatentGroup, SGLangModel
+from hisparse_plan.targets.sglang.platform import (
+    blackwell_page,
+    dsa_backends,
+    dsa_kv_cache_dtype,
+    raw_latent_row,
+)
 from hisparse_plan.targets.sglang.sizing import element_size
 
 MAMBA_CONV_DTYPE: Final = "bfloat16"
@@ -31,17 +37,18 @@ _LAYER_DTYPE: Final[dict[str, str]] = {
     "uint8": "float8_e4m3fn", "int8": "float8_e4m3fn",
 }
 _FP8: Final = frozenset({"float8_e4m3fn", "float8_e5m2"})
-_RAW_LATENT_BACKENDS: Final = frozenset({"trtllm", "tilelang"})
 
 
 def default_page_size(settings: SGLangSettings, model: SGLangModel) -> int:
     """Tokens per page: `--page-size` when given, else SGLang's default for the model: 64 for
-    DSA models (their index-key page), else 1. A backend that forces a page (flashmla's 64 for
-    MLA, trtllm's 16..128) must be given as page_size."""
-    if settings.page_size is not None:
-        return settings.page_size
-    latent = model.latent
-    return DSA_PAGE_SIZE if latent is not None and latent.is_dsa else 1
+    DSA models (their index-key page), else 1; then the page Blackwell's default trtllm
+    attention backends force (blackwell_page). A backend given by hand that forces a page
+    (flashmla's 64 for MLA) must be given as page_size."""
+    page = settings.page_size
+    if page is None:
+        latent = model.latent
+        page = DSA_PAGE_SIZE if latent is not None and latent.is_dsa else 1
+    return blackwell_page(settings, model, page)
 
 
 def kv_dtype(settings: SGLangSettings, layer_dtype: str) -> str:
@@ -63,9 +70,9 @@ def latent_row_elements(settings: SGLangSettings, latent: LatentGroup, dtype: st
     any other backend (flashmla_kv by default) packs fp8 nope bytes, one fp32 scale per 128 and
     a bf16 rope part: kv_lora_rank + kv_lora_rank / 128 * 4 + 2 * 64 bytes (656)."""
     raw = latent.latent_dim
-    if not latent.is_dsa or settings.dsa_backend in _RAW_LATENT_BACKENDS:
+    if not latent.is_dsa or dtype != "float8_e4m3fn":
         return raw
-    if dtype != "float8_e4m3fn":
+    if raw_latent_row(dsa_backends(settings, "fp8_e4m3")):
         return raw
     rank = latent.kv_lora_rank
     return rank + rank // 128 * 4 + (raw - rank) * 2
@@ -98,17 +105,28 @@ def refuse_dsa_page(page_size: int) -> None:
         )
 
 
-def hisparse_device_buffer(settings: SGLangSettings) -> int:
-    """Hot rows per request: the given size, else 2 * top_k; fewer than top_k is refused."""
+def hisparse_device_buffer(settings: SGLangSettings, top_k: int | None = None) -> int:
+    """Hot rows per request: the given size, else 2 * hisparse_config's top_k; fewer than the
+    top-k the coordinator runs (`top_k`, the model's index_topk; else the config's) is
+    refused: the selected rows would not fit in the buffer (SGLang does not check this)."""
     size = settings.hisparse_device_buffer_size
     size = 2 * settings.hisparse_top_k if size is None else size
-    if size < settings.hisparse_top_k:
+    runs = settings.hisparse_top_k if top_k is None else top_k
+    if size < runs:
         raise PlanError(
-            f"engine.hisparse_device_buffer_size: the hot buffer must hold top_k rows; "
-            f"expected at least {settings.hisparse_top_k}, got {size}",
+            f"engine.hisparse_device_buffer_size: the hot buffer must hold the {runs} rows "
+            f"the indexer selects (the model's index_topk, else hisparse top_k); expected at "
+            f"least {runs}, got {size}",
             field="engine.hisparse_device_buffer_size",
         )
     return size
+
+
+def hisparse_top_k(settings: SGLangSettings, index_topk: int | None) -> int:
+    """The top-k HiSparse's coordinator runs: the model's index_topk (model_runner reads
+    hf_text_config.index_topk), else `--hisparse-config`'s top_k, which otherwise only sets the
+    default device buffer."""
+    return settings.hisparse_top_k if index_topk is None else index_topk
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,12 @@ class LatentRow:
 
 
 def latent_row(settings: SGLangSettings, latent: LatentGroup) -> LatentRow:
-    """The latent pool's row: latent_row_elements of the pool's element type, in stored bytes."""
+    """The latent pool's row: latent_row_elements of the pool's element type, in stored bytes.
+    A DSA model under `auto` on Blackwell caches fp8 (dsa_kv_cache_dtype)."""
+    if latent.is_dsa and settings.kv_cache_dtype == "auto":
+        resolved = dsa_kv_cache_dtype(settings, SGLangModel(None, None, latent, None))
+        if resolved == "fp8_e4m3":
+            settings = settings.model_copy(update={"kv_cache_dtype": resolved})
     dtype = cache_dtype(settings, latent.dtype)
     row = latent_row_elements(settings, latent, dtype.cache)
     return LatentRow(row, row * element_size(dtype.store), dtype)

@@ -65,10 +65,20 @@ class LatentGroup:
     latent_dim: int
     dtype: str
     index_names: tuple[str, ...]
+    shared_index_names: tuple[str, ...] = ()
+    """Latent layers without an indexer of their own (GLM-5-style index sharing): they reuse
+    an earlier layer's top-k, and SGLang gives each a zero-row index buffer."""
 
     @property
     def is_dsa(self) -> bool:
         return bool(self.index_names)
+
+    def every_layer_index(self) -> tuple[str, ...]:
+        """One index layer per latent layer, in model order: its indexer, or for a layer that
+        shares an index the latent layer itself (SGLang's HiSparse pool indexes every layer)."""
+        shared = set(self.shared_index_names)
+        own = iter(self.index_names)
+        return tuple(name if name in shared else next(own) for name in self.names)
 
     @property
     def kv_lora_rank(self) -> int:
@@ -150,7 +160,8 @@ def _window_group(names: list[str], specs: list[SlidingWindowSpec]) -> HeadGroup
 
 
 def _latent_group(
-    sparse: list[tuple[str, MLASpec]], index: list[tuple[str, MLASpec]]
+    sparse: list[tuple[str, MLASpec]], index: list[tuple[str, MLASpec]],
+    shared: tuple[str, ...] = (),
 ) -> LatentGroup:
     """MLA layers share one latent width and dtype; a DSA model has one indexer layer per
     latent layer (SGLang's index pool has one buffer per attention layer), each 132 bytes."""
@@ -189,16 +200,47 @@ def _latent_group(
                 f"{spec.content_bytes}",
                 field=_field(name),
             )
-    if index and len(index) != len(sparse):
+    if index and len(index) + len(shared) != len(sparse):
         raise UnsupportedRequestError(
-            f"layers: SGLang's DSA pool keeps index keys for every attention layer; expected "
-            f"{len(sparse)} indexer layers (one per sparse layer), got {len(index)}",
+            f"layers: SGLang's DSA pool keeps index keys for every attention layer that runs an "
+            f"indexer; expected {len(sparse) - len(shared)} indexer layers (one per sparse layer "
+            f"less the {len(shared)} sharing one), got {len(index)}",
             field="layers",
         )
     dtype = "float8_e4m3fn" if first.cache_dtype == "fp8_ds_mla" else first.dtype
     return LatentGroup(
-        tuple(n for n, _ in sparse), first.head_size, dtype, tuple(n for n, _ in index)
+        tuple(n for n, _ in sparse), first.head_size, dtype, tuple(n for n, _ in index),
+        shared if index else (),
     )
+
+
+def shared_index_layers(request: PlanRequest) -> tuple[str, ...]:
+    """The sparse (latent) layers that run no indexer of their own: an indexer layer follows
+    its own sparse layer in model order, so a sparse layer no indexer follows shares an
+    earlier one's top-k. An indexer with no sparse layer before it, or two after one, is
+    refused."""
+    mla = [spec for spec in request.layers.values() if isinstance(spec, MLASpec)]
+    indexers = sum(spec.cache_role == "indexer" for spec in mla)
+    if indexers == 0 or indexers >= len(mla) - indexers:
+        return ()  # no index, or one for every layer (too many: _latent_group refuses)
+    last: str | None = None
+    owned: set[str] = set()
+    sparse: list[str] = []
+    for name, spec in request.layers.items():
+        if not isinstance(spec, MLASpec):
+            continue
+        if spec.cache_role != "indexer":
+            last = name
+            sparse.append(name)
+            continue
+        if last is None or last in owned:
+            raise UnsupportedRequestError(
+                f"{_field(name)}: an indexer layer follows the sparse layer it indexes; "
+                "expected a sparse mla layer without an indexer just before it",
+                field=_field(name),
+            )
+        owned.add(last)
+    return tuple(name for name in sparse if name not in owned) if owned else ()
 
 
 def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
@@ -229,10 +271,12 @@ def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
     return MambaGroup(tuple(names), (conv[1], conv[0]), tuple(temporal))
 
 
-def read_model(request: PlanRequest) -> SGLangModel:
+def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLangModel:
     """Sort the request's layers (model order kept) into SGLang's pools, refusing what SGLang
     cannot hold: chunked-local layers, layers promoted to full blocks, MLA beside window or
-    Mamba layers, Mamba beside window layers, and a model of window layers only."""
+    Mamba layers, Mamba beside window layers, and a model of window layers only. With
+    `windows_as_full` (a model SGLang does not serve as a window hybrid) window layers join
+    the full pool."""
     refuse_deepseek_v4(request)
     full: tuple[list[str], list[KVLayerSpec]] = ([], [])
     swa: tuple[list[str], list[SlidingWindowSpec]] = ([], [])
@@ -240,8 +284,13 @@ def read_model(request: PlanRequest) -> SGLangModel:
     index: list[tuple[str, MLASpec]] = []
     mamba: tuple[list[str], list[MambaSpec]] = ([], [])
     for name, spec in request.layers.items():
+        if windows_as_full and isinstance(spec, SlidingWindowSpec):
+            full[0].append(name)
+            full[1].append(spec)
+            continue
         _sort_layer(name, spec, full, swa, sparse, index, mamba)
-    latent = _latent_group(sparse, index) if sparse or index else None
+    latent = (_latent_group(sparse, index, shared_index_layers(request))
+              if sparse or index else None)
     kinds = {
         "full_attention": bool(full[0]), "sliding_window": bool(swa[0]),
         "mla": latent is not None, "mamba": bool(mamba[0]),

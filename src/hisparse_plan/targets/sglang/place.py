@@ -53,7 +53,8 @@ def _place(sized: Sized) -> Placed:
         placed += latent_pool(latent.names, tokens, page, row.elements, store)
         if latent.is_dsa:
             index_tokens = sized.index_tokens if hisparse is None else hisparse.logical_tokens
-            placed += index_pool(latent.index_names, index_tokens, page)
+            layers = latent.index_names if hisparse is None else latent.every_layer_index()
+            placed += index_pool(layers, index_tokens, page)
         if hisparse is not None:
             placed += hisparse_host_pool(latent.names, hisparse.host_tokens, page, row.elements,
                                          store)

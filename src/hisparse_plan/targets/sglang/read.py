@@ -11,6 +11,11 @@ from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
+from hisparse_plan.targets.sglang.served import (
+    refuse_longer_context,
+    refuse_unserved_architecture,
+    windows_in_full_pool,
+)
 from hisparse_plan.targets.sglang.settings import (
     refuse_v4_settings,
     refuse_vllm_sections,
@@ -30,6 +35,8 @@ class Read:
     model: SGLangModel
     available_bytes: int
     """device.available_bytes: the KV budget when the free-memory figures are not given."""
+    index_topk: int | None = None
+    """The model's index_topk (model.index_topk), the top-k SGLang's HiSparse runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,8 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
     its path does not take are refused."""
     settings = sglang_settings(request)
     refuse_vllm_sections(request)
+    refuse_unserved_architecture(settings)
+    refuse_longer_context(settings)
     available = request.device.available_bytes
     if is_deepseek_v4(request):
         refuse_v4_settings(settings)
@@ -54,10 +63,16 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
         if trace.enabled:
             _trace_v4(v4, trace)
         return ReadV4(settings, v4, available)
-    model = read_model(request)
+    model = read_model(request, windows_as_full=windows_in_full_pool(settings))
     if trace.enabled:
         _trace_model(model, trace)
-    return Read(settings, model, available)
+        if windows_in_full_pool(settings) and any(
+                spec.kind == "sliding_window" for spec in request.layers.values()):
+            trace.add(STAGE, RULE, "kv: sliding-window layers served as full attention",
+                      settings.architecture,
+                      "not one of SGLang's hybrid-window architectures (is_hybrid_swa_model): "
+                      "one full pool holds every token of every layer")
+    return Read(settings, model, available, request.model.index_topk)
 
 
 def _trace_model(model: SGLangModel, trace: Trace) -> None:

@@ -47,7 +47,15 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             swa_sized_for_requests=sized.swa_sized_for_requests,
         ),
         hisparse=hisparse,
+        index_placeholder_layers=_placeholders(sized),
     )
+
+
+def _placeholders(sized: Sized) -> tuple[str, ...]:
+    latent = sized.defaults.read.model.latent
+    if latent is None or sized.hisparse is not None:  # HiSparse indexes every layer
+        return ()
+    return latent.shared_index_names
 
 
 def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
@@ -83,6 +91,7 @@ def _plan(
     placed: Placed, tokens: PoolTokens, trace: Trace, max_total_num_tokens: int,
     req_to_token: tuple[int, int], *, budget: SGLangBudget,
     hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
+    index_placeholder_layers: tuple[str, ...] = (),
 ) -> SGLangPlan:
     """The plan of the placed pools, with the capacity the pool tokens give."""
     capacity = sglang_capacity(tokens)
@@ -94,6 +103,7 @@ def _plan(
         max_running_requests=tokens.max_running_requests,
         req_to_token=req_to_token_view(*req_to_token), budget=budget, hisparse=hisparse,
         deepseek_v4=deepseek_v4, capacity=capacity,
+        index_placeholder_layers=list(index_placeholder_layers),
     )
 
 

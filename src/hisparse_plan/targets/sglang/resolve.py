@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.dcp import refuse_dcp
 from hisparse_plan.targets.sglang.defaults import (
+    DSA_PAGE_SIZE,
     MAMBA_CONV_DTYPE,
     CacheDtype,
     LatentRow,
     cache_dtype,
     default_page_size,
     hisparse_device_buffer,
+    hisparse_top_k,
     latent_row,
     refuse_dsa_page,
     refuse_hisparse_without_dsa,
@@ -29,10 +31,13 @@ from hisparse_plan.targets.sglang.defaults_v4 import (
     v4_static_fraction,
     v4_swa_ratio,
 )
+from hisparse_plan.targets.sglang.model import SGLangModel
+from hisparse_plan.targets.sglang.platform import platform_defaults
 from hisparse_plan.targets.sglang.read import Read, ReadV4
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "resolve"
+PLATFORM = "sglang.platform"
 POOLS = "sglang.pools"
 BUDGET = "sglang.budget"
 
@@ -54,6 +59,8 @@ class Defaults:
     """(conv, temporal) state dtypes of a Mamba hybrid."""
     hisparse_buffer: int | None
     """HiSparse's device buffer rows a request (None: HiSparse off)."""
+    hisparse_top_k: int = 0
+    """The top-k HiSparse runs (hisparse_top_k); 0 with HiSparse off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,8 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
     settings, model = read.settings, read.model
     refuse_hisparse_without_dsa(settings, model)
     refuse_dcp(settings, model)
-    buffer = hisparse_device_buffer(settings) if settings.enable_hisparse else None
+    top_k = hisparse_top_k(settings, read.index_topk)
+    buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
     page = default_page_size(settings, model)
     if model.latent is not None and model.latent.is_dsa:
         refuse_dsa_page(page)
@@ -90,10 +98,21 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         latent_row=None if model.latent is None else latent_row(settings, model.latent),
         mamba_dtypes=None if model.mamba is None else (MAMBA_CONV_DTYPE, ssm_dtype(settings)),
         hisparse_buffer=buffer,
+        hisparse_top_k=top_k if buffer is not None else 0,
     )
     if trace.enabled:
+        for subject, value, why in platform_defaults(settings, model, _unforced_page(settings,
+                                                                                  model)):
+            trace.add(STAGE, PLATFORM, subject, value, why)
         _trace_defaults(defaults, trace)
     return defaults
+
+
+def _unforced_page(settings: SGLangSettings, model: SGLangModel) -> int:
+    """The page before the GPU's backend constraints (to say whether they moved it)."""
+    if settings.page_size is not None:
+        return settings.page_size
+    return DSA_PAGE_SIZE if model.latent is not None and model.latent.is_dsa else 1
 
 
 def _resolve_v4(read: ReadV4, trace: Trace) -> DefaultsV4:
@@ -168,6 +187,9 @@ def _trace_defaults(defaults: Defaults, trace: Trace) -> None:
         trace.add(STAGE, POOLS, "hisparse.device_buffer_size", defaults.hisparse_buffer,
                   _given(settings, "hisparse_device_buffer_size")
                   or f"2 x top_k ({settings.hisparse_top_k})")
+        trace.add(STAGE, POOLS, "hisparse.top_k", defaults.hisparse_top_k,
+                  "the model's index_topk, what SGLang's coordinator runs"
+                  if defaults.read.index_topk is not None else "hisparse_config's top_k")
 
 
 def _trace_dtype(

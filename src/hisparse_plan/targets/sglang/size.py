@@ -11,6 +11,7 @@ from typing import Literal
 from hisparse_plan.models.sglang_plan import SGLangHisparse
 from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
@@ -81,6 +82,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     settings, model = read.settings, read.model
     rest_gb, fraction = sizing.rest_memory_gb(
         settings, read.available_bytes, defaults.mem_fraction_static)
+    rest_gb -= mm_reservation_gb(settings)
     slots = None
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
@@ -155,7 +157,7 @@ def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
     host_tokens = sizing.hisparse_host_tokens(tokens, ratio, page)
     bounds.refuse_token_ids_past_int32(host_tokens, "engine.hisparse_host_to_device_ratio")
     return SGLangHisparse(
-        top_k=settings.hisparse_top_k,
+        top_k=defaults.hisparse_top_k,
         device_buffer_size=buffer,
         hot_rows_per_request=sizing.hisparse_hot_rows(buffer, page),
         host_to_device_ratio=ratio,

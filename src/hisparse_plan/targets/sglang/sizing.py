@@ -55,11 +55,13 @@ def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
     )
 
 
-def index_token_bytes(latent: LatentGroup, scale: int) -> int:
-    """DSA index keys of one token, all layers: 132 bytes a layer; with HiSparse the keys cover
-    the whole host token space, so each device token is charged `host_to_device_ratio` times
-    (`scale`), and under decode context parallelism every rank's ids, dcp_size times."""
-    return INDEX_ROW_BYTES * len(latent.index_names) * scale
+def index_token_bytes(latent: LatentGroup, scale: int, hisparse: bool) -> int:
+    """DSA index keys of one token, all layers: 132 bytes a layer that runs an indexer (a layer
+    sharing another's index has none), every layer with HiSparse, whose keys also cover the
+    whole host token space, so each device token is charged `host_to_device_ratio` times
+    (`scale`); under decode context parallelism every rank's ids, dcp_size times."""
+    layers = len(latent.names) if hisparse else len(latent.index_names)
+    return INDEX_ROW_BYTES * layers * scale
 
 
 def cell_size(
@@ -79,7 +81,7 @@ def cell_size(
         ratio = index_token_scale(settings)
         full = row_bytes * len(model.latent.names)
         if model.latent.is_dsa:
-            full += index_token_bytes(model.latent, ratio)
+            full += index_token_bytes(model.latent, ratio, settings.enable_hisparse)
         return CellSize(full, 0, full)
     if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
