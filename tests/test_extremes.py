@@ -126,20 +126,24 @@ EMPTY_PAGE = {
 """Fewer tokens than compress_ratio: no state per block, so 2**62 heads of nothing."""
 
 
+def _request_or_field_error(raw: dict[str, Any]) -> hp.PlanRequest | None:
+    """The validated request, or None once its refusal is shown to name the user's field."""
+    try:
+        return hp.PlanRequest.model_validate(raw)
+    except ValidationError as error:
+        invalid = error
+    assert invalid.title == "PlanRequest"
+    _names_a_field(invalid)
+    return None
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(extreme_requests())
 @example(FOUND)
 @example(EMPTY_PAGE)
 def test_extreme_values_give_only_field_errors_and_sound_plans(raw: dict[str, Any]) -> None:
-    try:
-        request = hp.PlanRequest.model_validate(raw)
-    except ValidationError as error:
-        invalid: ValidationError | None = error
-    else:
-        invalid = None
-    if invalid is not None:
-        assert invalid.title == "PlanRequest"
-        _names_a_field(invalid)
+    request = _request_or_field_error(raw)
+    if request is None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hp.PlanWarning)
@@ -334,15 +338,8 @@ def test_extreme_sglang_settings_are_refused_by_name(
 def test_extreme_sglang_settings_give_only_field_errors_and_sound_plans(
     raw: dict[str, Any],
 ) -> None:
-    try:
-        request = hp.PlanRequest.model_validate(raw)
-    except ValidationError as error:
-        invalid: ValidationError | None = error
-    else:
-        invalid = None
-    if invalid is not None:
-        assert invalid.title == "PlanRequest"
-        _names_a_field(invalid)
+    request = _request_or_field_error(raw)
+    if request is None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hp.PlanWarning)

@@ -99,6 +99,9 @@ def test_decode_graph_batch_is_lowered_to_max_running_requests() -> None:
 def test_prefill_graph_sizes() -> None:
     assert [prefill_graph_sizes(n) for n in (1, 4, 32, 2048, 3000, 4096, 8192, 16384)] == [
         0, 1, 8, 42, 45, 50, 58, 74]
+    # Counted, never listed: a chunk size near int64 (found by test_extremes running out of
+    # 24 GiB) is 50 counts up to 4096, then one every 512 tokens from 4608.
+    assert prefill_graph_sizes(2**62) == 50 + (2**62 - 4608) // 512 + 1
 
 
 def test_prefill_graph_tokens_mla_cap_and_max_total_tokens() -> None:

@@ -111,18 +111,32 @@ def prefill_graph_max_tokens(
     return tokens
 
 
+PREFILL_GRAPH_STEPS: Final = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64),
+                              (1280, 4096, 256))
+"""(first, last, step) of the token counts SGLang captures prefill graphs for below 4608."""
+PREFILL_GRAPH_TAIL: Final = (4608, 512)
+"""From 4608 on, a prefill graph every 512 tokens."""
+
+
 def prefill_graph_token_counts(max_tokens: int) -> list[int]:
     """The token counts SGLang captures prefill graphs for, up to `max_tokens`: every 4 up to
-    32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512."""
-    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
-    counts = [n for first, last, step in steps for n in range(first, min(last, max_tokens) + 1,
-                                                              step)]
-    return counts + list(range(4608, max_tokens + 1, 512))
+    32, 16 up to 256, 32 up to 512, 64 up to 1024, 256 up to 4096, then every 512. A list, so
+    only for a bounded `max_tokens` (prefill_graph_sizes counts any)."""
+    first, step = PREFILL_GRAPH_TAIL
+    return _stepped_counts(max_tokens) + list(range(first, max_tokens + 1, step))
 
 
 def prefill_graph_sizes(max_tokens: int) -> int:
-    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`."""
-    return len(prefill_graph_token_counts(max_tokens))
+    """How many token counts SGLang captures prefill graphs for, up to `max_tokens`, counted
+    without listing them (a chunk size may be as large as the settings allow)."""
+    first, step = PREFILL_GRAPH_TAIL
+    return len(_stepped_counts(max_tokens)) + max(0, (max_tokens - first) // step + 1)
+
+
+def _stepped_counts(max_tokens: int) -> list[int]:
+    """The counts below 4608 (at most 49 of them)."""
+    return [n for first, last, step in PREFILL_GRAPH_STEPS
+            for n in range(first, min(last, max_tokens) + 1, step)]
 
 
 def deepep_prefill_graph_sizes() -> int:
