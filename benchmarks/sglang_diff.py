@@ -134,6 +134,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dcp")
     if "gpu" in case:
         modes.append("default_fraction")
+    if str(case.get("name", "")).startswith("preset:"):
+        modes.append("preset")
     return modes or ["plain"]
 
 
@@ -433,6 +435,18 @@ def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str
     return {"refused": report["error"]} if "error" in report else report
 
 
+def _preset_side(request: Any) -> Callable[[Case], dict[str, Any]]:
+    """Our report of a preset's case: the plan of the CLI's own request (or its refusal)."""
+
+    def report(case: Case) -> dict[str, Any]:
+        from hisparse_plan.adapters.sglang import report as sglang_report
+        from hisparse_plan.targets.sglang import plan_sglang
+
+        return sglang_report(plan_sglang(request))
+
+    return report
+
+
 def fixed_case(path: Path) -> Case:
     """A case file, named by its stem."""
     case: Case = json.loads(path.read_text(encoding="utf-8"))
@@ -450,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
                         help="these case files (e.g. benchmarks/sglang_cases/*.json) instead of "
                              "random ones")
+    parser.add_argument("--presets", action="store_true",
+                        help="also every preset as `plan PRESET --engine sglang` plans it "
+                             "(sglang_presets.py), beside SGLang on its published config")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
@@ -458,6 +475,14 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = (make_cases(args.seed, args.count, kinds) if args.cases is None
              else [fixed_case(path) for path in args.cases])
+    preset_requests: dict[str, Any] = {}
+    if args.presets:
+        sys.path.insert(0, str(HERE))
+        import sglang_presets
+
+        for case, request in sglang_presets.preset_cases():
+            cases.append(case)
+            preset_requests[case["name"]] = request
     refs = reference_reports(cases, args.sglang_python)
     if refs is None:
         print(
@@ -477,7 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
-        verdict = compare(_ours_safely(ours, case), ref)
+        side = ours
+        if case["name"] in preset_requests:
+            side = _preset_side(preset_requests[case["name"]])
+        verdict = compare(_ours_safely(side, case), ref)
         key = verdict if verdict in totals else "mismatch"
         totals[key] += 1
         for mode in modes_of(case):
