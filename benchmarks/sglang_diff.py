@@ -28,7 +28,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from hisparse_plan.models.request import PlanRequest
 
 JSONValue: TypeAlias = Any
 """A decoded JSON value."""
@@ -435,8 +438,8 @@ def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str
     return {"refused": report["error"]} if "error" in report else report
 
 
-def _preset_side(request: Any) -> Callable[[Case], dict[str, Any]]:
-    """Our report of a preset's case: the plan of the CLI's own request (or its refusal)."""
+def _preset_side(request: PlanRequest) -> Callable[[Case], dict[str, Any]]:
+    """Our report of a preset's case: the plan of the CLI's own request."""
 
     def report(case: Case) -> dict[str, Any]:
         from hisparse_plan.adapters.sglang import report as sglang_report
@@ -475,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = (make_cases(args.seed, args.count, kinds) if args.cases is None
              else [fixed_case(path) for path in args.cases])
-    preset_requests: dict[str, Any] = {}
+    preset_requests: dict[str, PlanRequest] = {}
     if args.presets:
         sys.path.insert(0, str(HERE))
         import sglang_presets

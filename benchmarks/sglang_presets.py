@@ -19,7 +19,10 @@ import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hisparse_plan.models.request import PlanRequest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -90,7 +93,7 @@ def _published(name: str) -> dict[str, Any]:
     return top
 
 
-def _case(name: str, label: str, flags: list[str]) -> tuple[dict[str, Any], Any] | None:
+def _case(name: str, label: str, flags: list[str]) -> tuple[dict[str, Any], PlanRequest] | None:
     """(the reference case, our request) for one preset served with `flags`; None where the
     flags do not apply to the preset (HiSparse on a dense model)."""
     from hisparse_plan.cli.main import build_parser
@@ -103,6 +106,8 @@ def _case(name: str, label: str, flags: list[str]) -> tuple[dict[str, Any], Any]
     args = build_parser().parse_args(["plan", name, "--engine", "sglang", *flags])
     request = resolve_sglang_source(args).request
     settings = request.engine
+    if settings is None:
+        raise ValueError(f"preset {name}: the CLI's SGLang request carries no SGLang settings")
     server_args = {key: getattr(settings, key) for key in SERVER_ARG_FIELDS
                    if getattr(settings, key, None) is not None}
     if settings.enable_dp_attention:
@@ -120,7 +125,7 @@ def _case(name: str, label: str, flags: list[str]) -> tuple[dict[str, Any], Any]
     return case, request
 
 
-def preset_cases() -> Iterator[tuple[dict[str, Any], Any]]:
+def preset_cases() -> Iterator[tuple[dict[str, Any], PlanRequest]]:
     """(case, our request) for every preset and flag set. A preset that drifted from its
     published config, or flags the CLI refuses, stop the run: neither is a comparison."""
     from hisparse_plan.presets import preset_names
