@@ -106,18 +106,25 @@ def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
             args["max_running_requests"] = rng.choice([1, 8, 64, 256])
 
 
+def _on_default_fraction(rng: random.Random, case: Case) -> Case:
+    """The case on an H200 or B200 with SGLang's default mem_fraction_static."""
+    args = case["server_args"]
+    args.pop("mem_fraction_static", None)
+    total = rng.choice([H200_TOTAL, B200_TOTAL])
+    case["gpu"] = {"total_memory_bytes": total,
+                   "name": "NVIDIA H200" if total == H200_TOTAL else "NVIDIA B200"}
+    weights = rng.randrange(2, 60) * GIB
+    case["memory"] = {"pre_model_load_free_bytes": total - 2 * GIB,
+                      "post_weights_free_bytes": total - 2 * GIB - weights}
+    return case
+
+
 def _default_fraction(rng: random.Random, case: Case) -> Case:
     """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
     attention and DeepEP move), with pre/post-weights figures of that GPU."""
     args = case["server_args"]
     if rng.random() < (0.6 if "moe_a2a_backend" in args or "dp_size" in args else 0.25):
-        total = rng.choice([H200_TOTAL, B200_TOTAL])
-        name = "NVIDIA H200" if total == H200_TOTAL else "NVIDIA B200"
-        args.pop("mem_fraction_static", None)
-        case["gpu"] = {"total_memory_bytes": total, "name": name}
-        weights = rng.randrange(2, 60) * GIB
-        case["memory"] = {"pre_model_load_free_bytes": total - 2 * GIB,
-                          "post_weights_free_bytes": total - 2 * GIB - weights}
+        return _on_default_fraction(rng, case)
     return case
 
 
@@ -250,6 +257,25 @@ def case_gemma(rng: random.Random) -> Case:
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
 
 
+def case_vlm(rng: random.Random) -> Case:
+    """A multimodal checkpoint served multimodal or not, on SGLang's default fraction (which
+    drops prefill graphs and scales by the vision encoder), the encoder drawn at random."""
+    cfg = _fixture(rng.choice(["qwen2.5-vl-7b-instruct", "gemma-3-4b-it", "gemma-3-27b-it"]))
+    vision = cfg.setdefault("vision_config", {})
+    if rng.random() < 0.5:
+        vision["hidden_size"] = rng.choice([768, 1024, 1152, 1280, 1664])
+    if rng.random() < 0.5:
+        vision["num_hidden_layers"] = rng.randrange(8, 48)
+    text = cfg.get("text_config", cfg)
+    text.update(num_hidden_layers=rng.randrange(2, 32))
+    text.pop("layer_types", None)
+    args = _common_args(rng, [1, 2, 4])
+    if rng.random() < 0.7:
+        args["enable_multimodal"] = rng.random() < 0.8
+    case = {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
+    return _on_default_fraction(rng, case)
+
+
 def case_minimax(rng: random.Random) -> Case:
     """MiniMax-M2-like: attn_type_list all 1 (every layer full attention)."""
     layers = rng.randrange(2, 63)
@@ -325,6 +351,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "v4": case_v4,
     "gemma": case_gemma,
     "minimax": case_minimax,
+    "vlm": case_vlm,
     "blackwell": case_blackwell,
     "shared_index": case_shared_index,
     "long_context": case_long_context,

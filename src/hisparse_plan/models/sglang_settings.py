@@ -170,6 +170,15 @@ class SGLangSettings(Model):
         description="Whether SGLang counts the model as multimodal (a multimodal architecture, "
         "or a config with a text_config); null: judged by the architecture.",
     )
+    vision_encoder: Annotated[
+        tuple[PositiveInt, PositiveInt], Field(strict=False)
+    ] | None = Field(
+        default=None,
+        description="The config's vision_config as SGLang reads it for its default "
+        "mem_fraction_static: [num_hidden_layers, hidden_size] (24 and 1024 where the config "
+        "leaves one out); a multimodal model's default fraction shrinks with the encoder's "
+        "size. null: no vision_config, the fraction is left as is.",
+    )
     allow_overwrite_longer_context_len: bool = Field(
         default=False,
         description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "

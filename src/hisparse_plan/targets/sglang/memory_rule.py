@@ -25,6 +25,7 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.multimodal import multimodal_fraction, prefill_graphs_allowed
 from hisparse_plan.targets.sglang.parallel import (
     deepep_a2a_mib,
     deepep_prefill_graph_mib,
@@ -150,10 +151,11 @@ def deepep_prefill_graph_sizes() -> int:
 def prefill_graphs_captured(settings: SGLangSettings, *, deepseek_v4: bool = False) -> bool:
     """SGLang captures prefill graphs (breakable, its CUDA default) unless they are disabled,
     or one of cuda_graph_hook's breakable-graph blockers holds: decode context parallelism
-    (its capture has no DCP metadata) or DeepSeek-V4 (its c4 indexer scratch would be pinned
-    in the capture pool; V4's prefill context parallelism, which lifts that, is not planned)."""
+    (its capture has no DCP metadata), DeepSeek-V4 (its c4 indexer scratch would be pinned
+    in the capture pool; V4's prefill context parallelism, which lifts that, is not planned),
+    or a multimodal model SGLang has not validated prefill graphs for (multimodal.py)."""
     return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
-            and not deepseek_v4)
+            and not deepseek_v4 and prefill_graphs_allowed(settings))
 
 
 def graph_reserve_mib(
@@ -234,4 +236,4 @@ def default_mem_fraction_static(
             "(give mem_fraction_static)",
             field="engine.gpu_memory_bytes",
         )
-    return fraction
+    return multimodal_fraction(fraction, settings)
