@@ -112,6 +112,12 @@ READ_ONLY = AfterValidator(_frozen_list)
 """Put in a list field's `Annotated[...]`: the validated list is handed out as a FrozenList."""
 
 
+def is_none(value: object) -> bool:
+    """`exclude_if` of an optional field a later version added: left out of the JSON when
+    null, so plans and requests that do not use it dump as before."""
+    return value is None
+
+
 def empty_frozen_list() -> list[V]:
     """A default for a READ_ONLY list field: already what validating `[]` gives."""
     return _frozen_list([])

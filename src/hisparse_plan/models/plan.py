@@ -15,12 +15,17 @@ from hisparse_plan.models.base import (
     Model,
     PositiveInt,
     empty_frozen_list,
+    freeze,
 )
 from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
 from hisparse_plan.models.version_1 import upgrade_version_1
+
+def _empty(value: object) -> bool:
+    return not value
+
 
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
 LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
@@ -215,6 +220,15 @@ class KVCachePlan(Model):
         default_factory=empty_frozen_list,
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
+    kv_sharing: dict[LayerName, LayerName] = Field(
+        default_factory=dict, exclude_if=_empty,
+        description="Cross-layer KV sharing: layer -> the layer whose pages it reads. A "
+        "sharing layer is in no group and no tensor; its view is its target's (see "
+        "docs/plan-contract.md#cross-layer-kv-sharing). Left out of the JSON when empty.",
+    )
+
+    def model_post_init(self, context: object, /) -> None:
+        freeze(self, "kv_sharing", self.kv_sharing)
 
     @model_validator(mode="before")
     @classmethod
