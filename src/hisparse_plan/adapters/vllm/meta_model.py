@@ -81,8 +81,11 @@ def kv_cache_specs(
         model_class = _model_class(vllm_config)
         from vllm.config import set_current_vllm_config  # type: ignore[import-not-found, unused-ignore]
 
+        from hisparse_plan.torch.vllm.model_build import constants_on_cpu
+
         try:
-            with set_current_vllm_config(vllm_config), meta_device():
+            with set_current_vllm_config(vllm_config), meta_device(), constants_on_cpu(
+                    _scalar_layers()):
                 model_class(vllm_config=vllm_config, prefix="")
         except Exception as error:  # vLLM's model code raises anything; name it and stop
             raise UnsupportedRequestError(
@@ -103,6 +106,19 @@ def kv_cache_specs(
             elif spec is not None:
                 specs[name] = spec
     return MetaModel(specs, model_class.__name__, str(vllm.__version__), shared, shared_specs)
+
+
+SCALAR_LAYERS: Final = (("vllm.model_executor.layers.activation", "GeluAndMulSparse"),)
+"""vLLM layers that take a Python number from a tensor while built (`constants_on_cpu`)."""
+
+
+def _scalar_layers() -> list[type]:
+    """The classes of `SCALAR_LAYERS` this vLLM has."""
+    found = []
+    for module, name in SCALAR_LAYERS:
+        with contextlib.suppress(ImportError, AttributeError):
+            found.append(getattr(importlib.import_module(module), name))
+    return found
 
 
 def _engine_config(folder: str, max_model_len: int, kv_cache_dtype: str) -> VllmObject:
