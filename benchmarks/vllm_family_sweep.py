@@ -11,8 +11,8 @@ against the families. Needs vLLM (run it in the vLLM venv, with this checkout's 
    (`build_request` at tensor parallel size 1). The two are compared layer by layer: names, kinds,
    KV heads, head sizes, dtypes, windows, chunks, MLA rows, state shapes and dtypes
    (`meta_model.MODEL_FACTS`), and which layers read which layer's cache (vLLM's
-   `kv_sharing_target_layer_name`, the reader's `kv_sharing_target`). A family is equal when every fixture vLLM builds here is. The
-   count of equal families is printed last.
+   `kv_sharing_target_layer_name`, the reader's `kv_sharing_target`). A family is equal when
+   every fixture vLLM builds here is. The count of equal families is printed last.
 2. `--pin` writes what vLLM built for each fixture to tests/hf_configs/NAME/vllm-layers.json:
    tests/test_families.py checks the reader against those files in CI, without vLLM.
 3. vLLM's registry (text generation and multimodal architectures) is swept by its model

@@ -195,7 +195,8 @@ def test_kv_sharing_outside_gemma3n_is_refused_and_zero_shares_nothing() -> None
                                 "num_kv_shared_layers": 0}}
     arch = model_from_config(unshared, origin="gemma-3n", use_transformers=False)
     assert isinstance(arch, RegularArchitecture)
-    assert len(arch.layer_kinds()) == 35 and not arch.kv_sharing
+    assert len(arch.layer_kinds()) == 35
+    assert not arch.kv_sharing
     llama = config("llama-3.1-8b-instruct")
     model_from_config({**llama, "num_kv_shared_layers": 0}, origin="llama",
                       use_transformers=False)

@@ -109,4 +109,5 @@ def test_gemma3n_keeps_a_buffer_for_every_layer_as_sglang_does() -> None:
     assert plan.budget.cell_size_bytes == 35 * 2 * 2 * 256 * 2 == 71_680
     assert plan.max_total_num_tokens == 118_374
     assert len(plan.warnings) == 1
-    assert "15 of 35 layers" in plan.warnings[0] and "never written" in plan.warnings[0]
+    assert "15 of 35 layers" in plan.warnings[0]
+    assert "never written" in plan.warnings[0]

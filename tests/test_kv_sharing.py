@@ -243,11 +243,13 @@ def test_a_plan_with_shared_layers_allocates_and_verifies_on_cpu() -> None:
         assert (report.layers, report.groups) == (4, 2)
         views = pools.views()
         assert list(views) == [f"l{i}" for i in range(7)]
-        assert views["l4"] is views["l1"] and views["l6"] is views["l1"]
+        assert views["l4"] is views["l1"]
+        assert views["l6"] is views["l1"]
         assert views["l5"] is views["l3"]
         views["l2"].zero_()
         one = pools.view("l5")
-        assert one.data_ptr() == views["l3"].data_ptr() and one.shape == views["l3"].shape
+        assert one.data_ptr() == views["l3"].data_ptr()
+        assert one.shape == views["l3"].shape
         one.fill_(7)
         assert bool(torch.all(views["l3"] == 7))
         assert not bool(torch.any(views["l2"] == 7))
@@ -274,3 +276,39 @@ def test_a_transfer_moves_only_the_targets_pages() -> None:
     with pytest.raises(hp.PlanError, match="'l4'"):
         build_transfer(plan, unshared, TransferRequest(
             num_tokens=32, source_blocks=blocks, destination_blocks=blocks_of(unshared)))
+
+
+# -- the vLLM adapter, without vLLM ------------------------------------------------------------
+
+
+def test_vllms_sharing_pairs_are_read_and_enter_the_request() -> None:
+    from types import SimpleNamespace
+
+    from hisparse_plan.adapters.vllm.kv_sharing import shared_kv_cache_layers, with_shared_layers
+
+    def attention(target: str | None) -> SimpleNamespace:
+        return SimpleNamespace(kv_sharing_target_layer_name=target)
+
+    context = {"a": attention(None), "b": attention(None), "c": attention("a")}
+    config = SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context))
+    assert shared_kv_cache_layers(config) == {"c": "a"}
+    assert shared_kv_cache_layers(SimpleNamespace()) == {}
+    layers = {"a": {"kind": "full_attention"}, "b": {"kind": "sliding_window"}}
+    assert with_shared_layers(layers, {"c": "a"})["c"] == {"kind": "full_attention",
+                                                          "kv_sharing_target": "a"}
+    with pytest.raises(hp.PlanError, match=r"'c' reads 'x''s cache, but 'x' has no KVCacheSpec"):
+        with_shared_layers(layers, {"c": "x"})
+    with pytest.raises(hp.PlanError, match=r"'b' reads 'a''s cache, but 'b' has a KVCacheSpec"):
+        with_shared_layers(layers, {"b": "a"})
+
+
+def test_a_meta_build_that_shares_otherwise_is_refused_naming_the_layer() -> None:
+    from hisparse_plan.adapters.vllm.meta_model import MetaModel, check_layers_agree
+
+    request = gemma3n()
+    meta = MetaModel({}, "Gemma3nForConditionalGeneration", "0.34.0",
+                     shared={name(20): name(19)})
+    with pytest.raises(hp.PlanError, match=rf"layers\['{name(20)}'\].kv_sharing_target: vLLM "
+                                           rf"0.34.0's .* reads the cache of '{name(19)}', "
+                                           rf"the config reading '{name(18)}'"):
+        check_layers_agree(request.layers, meta)

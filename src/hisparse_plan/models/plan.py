@@ -23,6 +23,7 @@ from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
 from hisparse_plan.models.version_1 import upgrade_version_1
 
+
 def _empty(value: object) -> bool:
     return not value
 

@@ -253,8 +253,8 @@ def check_layers_agree(layers: Mapping[str, LayerSpec], meta: MetaModel) -> None
 
 def _check_sharing_agrees(ours: Mapping[str, str], meta: MetaModel, where: str) -> None:
     """The reading shares exactly the caches vLLM's model shares, each with the target vLLM
-    names (the sharing layers' own facts are checked as the request validates them: equal to
-    their target's)."""
+    names, and each of vLLM's sharing layers has its target's model facts (the reading's are
+    its target's by the request's own rule)."""
     for name in [*meta.shared, *ours]:
         theirs, mine = meta.shared.get(name), ours.get(name)
         if theirs != mine:
@@ -264,17 +264,20 @@ def _check_sharing_agrees(ours: Mapping[str, str], meta: MetaModel, where: str) 
                 "layers vLLM allocates",
                 field=f"layers[{name!r}].kv_sharing_target",
             )
-    shared = layer_dicts(meta.shared_specs, 0)
-    targets = layer_dicts({t: meta.specs[t] for t in set(meta.shared.values())
-                           if t in meta.specs}, 0)
-    for name, facts in shared.items():
-        target = targets.get(meta.shared[name])
-        odd = next((fact for fact in MODEL_FACTS
-                    if target is not None and facts.get(fact) != target.get(fact)), None)
-        if odd is not None and target is not None:
+    for name, facts in layer_dicts(meta.shared_specs, 0).items():
+        target = meta.shared[name]
+        if target not in meta.specs:
+            raise UnsupportedRequestError(
+                f"layers[{name!r}].kv_sharing_target: {where} reads the cache of {target!r}, "
+                "which has no KV cache spec; expected a layer that keeps its own",
+                field=f"layers[{name!r}].kv_sharing_target",
+            )
+        theirs = layer_dicts({target: meta.specs[target]}, 0)[target]
+        odd = next((fact for fact in MODEL_FACTS if facts.get(fact) != theirs.get(fact)), None)
+        if odd is not None:
             raise UnsupportedRequestError(
                 f"layers[{name!r}].{odd}: {where} builds {facts.get(odd)!r} for this layer, "
-                f"which reads {meta.shared[name]!r}'s cache of {target.get(odd)!r}; a layer "
-                "must read a cache of its own geometry",
+                f"which reads {target!r}'s cache of {theirs.get(odd)!r}; a layer must read a "
+                "cache of its own geometry",
                 field=f"layers[{name!r}].{odd}",
             )

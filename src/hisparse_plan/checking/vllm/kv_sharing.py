@@ -108,10 +108,10 @@ def _check_against_request(plan: KVCachePlan, request: PlanRequest) -> None:
                 f"{SHARING_FIELD})",
                 layer=name,
             )
-    missing = next((name for name in wanted if name not in plan.kv_sharing), None)
-    if missing is not None:
+    undeclared = next((name for name in wanted if name not in plan.kv_sharing), None)
+    if undeclared is not None:
         raise PlanInvariantError(
-            f"the request's layer {missing!r} reads {wanted[missing]!r}'s cache; expected "
-            f"kv_sharing[{missing!r}] in the plan",
-            layer=missing,
+            f"the request's layer {undeclared!r} reads {wanted[undeclared]!r}'s cache; "
+            f"expected kv_sharing[{undeclared!r}] in the plan",
+            layer=undeclared,
         )

@@ -39,8 +39,8 @@ from hisparse_plan.targets.trace import Trace
 from hisparse_plan.targets.vllm.admit import Admission, admit, group_required
 from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup
 from hisparse_plan.targets.vllm.hisparse_groups import hisparse_groups
-from hisparse_plan.targets.vllm.kv_sharing import allocating_request, with_sharing
 from hisparse_plan.targets.vllm.host_pool import longest_request_for_host, plan_host_pool
+from hisparse_plan.targets.vllm.kv_sharing import allocating_request, with_sharing
 from hisparse_plan.targets.vllm.one_manager import one_manager_layers
 from hisparse_plan.targets.vllm.place import check_placeable, place_pool
 from hisparse_plan.targets.vllm.regular_groups import regular_groups

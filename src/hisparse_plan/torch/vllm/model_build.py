@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import torch
 
@@ -35,7 +34,8 @@ def constants_on_cpu(classes: Iterable[type]) -> Iterator[None]:
     (Gemma-3n's `GeluAndMulSparse` takes `.item()` of a normal quantile), which a meta tensor
     cannot give. Such a layer holds no weight, so nothing but that scalar is made on the CPU.
     Put back after."""
-    saved = {cls: cls.__init__ for cls in classes}
+    # Each class's own constructor (the layers named define one), put back as it was.
+    saved: dict[type, Callable[..., None]] = {cls: vars(cls)["__init__"] for cls in classes}
     for cls, init in saved.items():
         cls.__init__ = _on_cpu(init)  # type: ignore[misc]
     try:
@@ -47,7 +47,7 @@ def constants_on_cpu(classes: Iterable[type]) -> Iterator[None]:
 
 def _on_cpu(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
-    def built_on_cpu(self: object, *args: Any, **kwargs: Any) -> None:
+    def built_on_cpu(self: object, *args: object, **kwargs: object) -> None:
         with torch.device("cpu"):
             init(self, *args, **kwargs)
 
