@@ -312,3 +312,16 @@ def test_a_meta_build_that_shares_otherwise_is_refused_naming_the_layer() -> Non
                                            rf"0.34.0's .* reads the cache of '{name(19)}', "
                                            rf"the config reading '{name(18)}'"):
         check_layers_agree(request.layers, meta)
+
+
+def test_the_manifest_lists_placed_layers_and_names_the_sharing() -> None:
+    from hisparse_plan.exchange import manifest
+
+    plan = hp.plan(small_request())
+    found = manifest(plan)
+    assert [entry.name for entry in found.layers] == ["l0", "l1", "l2", "l3"]
+    assert found.kv_sharing == {"l4": "l1", "l5": "l3", "l6": "l1"}
+    alone = small_request()
+    for layer in ("l4", "l5", "l6"):
+        del alone["layers"][layer]
+    assert "kv_sharing" not in manifest(hp.plan(alone)).model_dump(mode="json")

@@ -16,16 +16,13 @@ from hisparse_plan.models.base import (
     PositiveInt,
     empty_frozen_list,
     freeze,
+    is_empty,
 )
 from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
 from hisparse_plan.models.version_1 import upgrade_version_1
-
-
-def _empty(value: object) -> bool:
-    return not value
 
 
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
@@ -222,7 +219,7 @@ class KVCachePlan(Model):
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
     kv_sharing: dict[LayerName, LayerName] = Field(
-        default_factory=dict, exclude_if=_empty,
+        default_factory=dict, exclude_if=is_empty,
         description="Cross-layer KV sharing: layer -> the layer whose pages it reads. A "
         "sharing layer is in no group and no tensor; its view is its target's (see "
         "docs/plan-contract.md#cross-layer-kv-sharing). Left out of the JSON when empty.",
