@@ -24,7 +24,6 @@ from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
 from hisparse_plan.models.version_1 import upgrade_version_1
 
-
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
 LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
 Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
