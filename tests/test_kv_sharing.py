@@ -325,3 +325,22 @@ def test_the_manifest_lists_placed_layers_and_names_the_sharing() -> None:
     for layer in ("l4", "l5", "l6"):
         del alone["layers"][layer]
     assert "kv_sharing" not in manifest(hp.plan(alone)).model_dump(mode="json")
+
+
+def test_gemma3n_allocates_and_verifies_on_cpu() -> None:
+    """The whole model, small: 32 MiB of 524,288-byte blocks is 64 blocks; 35 views bound, 20
+    with pages of their own."""
+    pytest.importorskip("torch")
+    from hisparse_plan.torch import allocate, meta_check, verify
+
+    arch = load_config_file(GEMMA3N, use_transformers=False)
+    request = build_request(arch, Settings(max_model_len=256, gpu_mem_bytes=32 * 2**20))
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    assert plan.num_blocks == 64
+    with allocate(plan, device="cpu", pin=False) as pools:
+        assert verify(plan, pools).layers == 20
+        views = pools.views()
+        assert len(views) == 35
+        assert all(views[layer] is views[target] for layer, target in plan.kv_sharing.items())
+    assert meta_check(plan).layers == 35
