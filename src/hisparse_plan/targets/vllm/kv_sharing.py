@@ -32,8 +32,8 @@ def allocating_request(request: PlanRequest, trace: Trace) -> tuple[PlanRequest,
     if request.hisparse is not None:
         raise UnsupportedRequestError(
             f"layers[{first!r}].kv_sharing_target: HiSparse beside cross-layer KV sharing is "
-            "not planned (a shared source layer would read host pages it never wrote); "
-            "expected no kv_sharing_target with hisparse",
+            "not planned (HiSparse derives resident and hot layers from each layer's own "
+            "cache, which a sharing layer lacks); expected no kv_sharing_target with hisparse",
             field=f"layers[{first!r}].kv_sharing_target",
         )
     device = request.device
