@@ -293,7 +293,8 @@ def test_vllms_sharing_pairs_are_read_and_enter_the_request() -> None:
     config = SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context))
     assert shared_kv_cache_layers(config) == {"c": "a"}
     assert shared_kv_cache_layers(SimpleNamespace()) == {}
-    layers = {"a": {"kind": "full_attention"}, "b": {"kind": "sliding_window"}}
+    layers: dict[str, dict[str, object]] = {"a": {"kind": "full_attention"},
+                                            "b": {"kind": "sliding_window"}}
     assert with_shared_layers(layers, {"c": "a"})["c"] == {"kind": "full_attention",
                                                           "kv_sharing_target": "a"}
     with pytest.raises(hp.PlanError, match=r"'c' reads 'x''s cache, but 'x' has no KVCacheSpec"):

@@ -272,12 +272,12 @@ def _check_sharing_agrees(ours: Mapping[str, str], meta: MetaModel, where: str) 
                 "which has no KV cache spec; expected a layer that keeps its own",
                 field=f"layers[{name!r}].kv_sharing_target",
             )
-        theirs = layer_dicts({target: meta.specs[target]}, 0)[target]
-        odd = next((fact for fact in MODEL_FACTS if facts.get(fact) != theirs.get(fact)), None)
+        kept = layer_dicts({target: meta.specs[target]}, 0)[target]
+        odd = next((fact for fact in MODEL_FACTS if facts.get(fact) != kept.get(fact)), None)
         if odd is not None:
             raise UnsupportedRequestError(
                 f"layers[{name!r}].{odd}: {where} builds {facts.get(odd)!r} for this layer, "
-                f"which reads {target!r}'s cache of {theirs.get(odd)!r}; a layer must read a "
+                f"which reads {target!r}'s cache of {kept.get(odd)!r}; a layer must read a "
                 "cache of its own geometry",
                 field=f"layers[{name!r}].{odd}",
             )
