@@ -3,6 +3,11 @@ against the families. Needs vLLM (run it in the vLLM venv, with this checkout's 
 
     PYTHONPATH=src /work/vllm-venv/bin/python benchmarks/vllm_family_sweep.py [--pin] [FAMILY ...]
 
+Gemma-3n's wrapper (Gemma3nForConditionalGeneration) builds timm's vision tower: timm must be
+importable (`pip install --target DIR timm --no-deps`, DIR on PYTHONPATH, keeps it out of the
+venv, where a timm without torchvision breaks transformers' Gemma-3n config); torchvision is
+stood in for like the other packages below.
+
 1. For each registered family (`hisparse_plan.presets.families.FAMILIES`), each fixture of
    tests/hf_configs whose `model_type` the family reads is built twice: with vLLM's model class
    on the meta device (the build of `plan --hf-config X --specs-from-vllm`,
