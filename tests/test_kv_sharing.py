@@ -273,7 +273,8 @@ def test_a_transfer_moves_only_the_targets_pages() -> None:
     for layer in alone["layers"].values():
         layer.pop("kv_sharing_target", None)
     unshared = hp.plan(alone)
-    with pytest.raises(hp.PlanError, match="'l4'"):
+    with pytest.raises(hp.PlanError, match=r"layer 'l4': kv_sharing_target differs: the source "
+                                           "has l1, the destination has None"):
         build_transfer(plan, unshared, TransferRequest(
             num_tokens=32, source_blocks=blocks, destination_blocks=blocks_of(unshared)))
 
@@ -345,3 +346,19 @@ def test_gemma3n_allocates_and_verifies_on_cpu() -> None:
         assert len(views) == 35
         assert all(views[layer] is views[target] for layer, target in plan.kv_sharing.items())
     assert meta_check(plan).layers == 35
+
+
+def test_gemma3n_from_vllm_to_sglang_is_refused_naming_a_shared_layer() -> None:
+    """SGLang keeps a buffer of its own for each sharing layer, which vLLM's plan has no pages
+    to fill from."""
+    from hisparse_plan.adapters.sglang import request_from_server_args
+    from hisparse_plan.targets import plan_for_engine
+
+    vllm = hp.plan(gemma3n(gpu_mem_bytes=2**30))
+    sglang = plan_for_engine(request_from_server_args(
+        str(GEMMA3N), {"tp_size": 1, "context_length": 4096}, {"available_bytes": 2**30}))
+    request = TransferRequest(num_tokens=64, source_blocks=blocks_of(vllm),
+                              destination_blocks={table: list(range(1, 65))
+                                                  for table in tables(sglang)})
+    with pytest.raises(hp.PlanError, match=rf"layer '{name(20)}': kv_sharing_target differs"):
+        build_transfer(vllm, sglang, request)
