@@ -18,7 +18,12 @@ import pytest
 from pydantic import ValidationError
 
 import hisparse_plan as hp
-from hisparse_plan.exchange.transfer import TransferRequest, build_transfer, tables
+from hisparse_plan.exchange.transfer import (
+    TransferRequest,
+    build_transfer,
+    check_transfer,
+    tables,
+)
 from hisparse_plan.presets import Settings, build_request
 from hisparse_plan.presets.config_file import load_config_file
 
@@ -269,6 +274,7 @@ def test_a_transfer_moves_only_the_targets_pages() -> None:
     program = build_transfer(plan, plan, TransferRequest(
         num_tokens=32, source_blocks=blocks, destination_blocks=blocks))
     assert program.layers == ["l0", "l1", "l2", "l3"]
+    check_transfer(program, plan, plan)
     alone = small_request()
     for layer in alone["layers"].values():
         layer.pop("kv_sharing_target", None)
