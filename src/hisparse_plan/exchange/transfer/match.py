@@ -10,6 +10,7 @@ from itertools import pairwise
 from hisparse_plan.exchange.transfer.errors import TransferRefused, refuse_difference
 from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFacts
 from hisparse_plan.exchange.transfer.heads import global_heads
+from hisparse_plan.exchange.transfer.sharing import same_sharing
 from hisparse_plan.exchange.transfer.side import FP8_FORMATS, Instance
 from hisparse_plan.models.plan import KVCachePlan
 
@@ -33,6 +34,7 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     same_layers_on_every_rank(src_ranks, "source")
     same_layers_on_every_rank(dst_ranks, "destination")
     src, dst = src_ranks[0].layers, dst_ranks[0].layers
+    same_sharing(source, destination)
     present_on_both(src, dst)
     pairs = []
     for name, theirs in dst.items():
