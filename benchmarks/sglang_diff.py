@@ -48,6 +48,7 @@ COMPARED = (
     "available_bytes",
     "req_to_token",
     "pools",
+    "draft_pools",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB

@@ -27,7 +27,8 @@ ANCHORS: Final[tuple[tuple[str, str], ...]] = (
     ("7.9", "capacity"), ("7.11", "deferred-modes"), ("7.12", "window-merges"),
     ("7.13", "engine-modes"), ("4.1", "requests"), ("4", "requests"),
     ("sglang.pools", "sglang-pools"), ("sglang.budget", "sglang-budget"),
-    ("sglang.capacity", "sglang-capacity"), ("sglang", "sglang"),
+    ("sglang.capacity", "sglang-capacity"),
+    ("sglang.speculative", "sglang-speculative-decoding"), ("sglang", "sglang"),
 )
 """Internal rule numbers (SGLang's by the section of its rules: "sglang.budget"), longest first
 where one is a prefix of another, to anchors."""

@@ -70,6 +70,9 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "swa": _TOKEN_POOL,
     "swa_v": _TOKEN_POOL,
     "index": _TOKEN_POOL,
+    "draft_kv": _TOKEN_POOL,
+    "draft_kv_v": _TOKEN_POOL,
+    "draft_index": _TOKEN_POOL,
     "hisparse_host": PoolRole("host", "whole", _page),
     "mamba_conv0": PoolRole("device", "whole", _slot),
     "mamba_temporal": PoolRole("device", "whole", _slot),
@@ -92,12 +95,13 @@ _TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
 """Pools one model feature allocates together: all of a row, or none."""
 _NEEDS: Final[dict[str, str]] = {
     "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
+    "draft_kv": "kv", "draft_kv_v": "draft_kv", "draft_index": "draft_kv",
 }
 """A pool that only exists beside another: V beside K, index keys beside the latent pool,
 HiSparse's host pool beside a DSA model's index keys."""
 _SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
-    ("kv", "hisparse_host"),
+    ("kv", "hisparse_host"), ("draft_kv", "draft_kv_v"), ("draft_kv", "draft_index"),
 )
 """Pools that keep parts of the same layers: a layer's K and V, a Mamba layer's two states, a
 latent layer's rows on the GPU and on the host."""

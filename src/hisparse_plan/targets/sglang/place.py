@@ -17,6 +17,7 @@ from hisparse_plan.targets.sglang.layout import (
     v4_kv_pool,
     v4_state_pool,
 )
+from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
@@ -61,7 +62,30 @@ def _place(sized: Sized) -> Placed:
     mamba = defaults.mamba_dtypes
     if model.mamba is not None and sized.mamba_slots is not None and mamba is not None:
         placed += mamba_pools(model.mamba, sized.mamba_slots, *mamba)
-    return placed
+    return placed + _place_draft(sized)
+
+
+def _place_draft(sized: Sized) -> Placed:
+    """The draft worker's pools (speculative decoding): the pool classes of the target's
+    attention over the draft's own layers, as many tokens as the target's full pool (one
+    allocator hands out both): latent rows and every draft layer's index keys for an MLA/DSA
+    model, K and V rows of the draft's heads for an MHA one."""
+    defaults = sized.defaults
+    spec, model, page = defaults.speculative, defaults.read.model, defaults.page_size
+    if spec is None:
+        return Placed((), ())
+    names = spec.layer_names()
+    latent, row = model.latent, defaults.latent_row
+    if latent is not None and row is not None:
+        placed = latent_pool(names, sized.tokens, page, row.elements, row.dtype.store)
+        if latent.is_dsa:
+            placed += index_pool(names, sized.index_tokens, page)
+        return speculative.as_draft(placed)
+    group = speculative.draft_head_group(defaults.read.settings, model, spec)
+    if group is None or defaults.full_dtype is None:
+        return Placed((), ())
+    return speculative.as_draft(mha_pool("kv", group, sized.tokens, page,
+                                         defaults.full_dtype.store))
 
 
 def _place_v4(sized: SizedV4) -> Placed:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4, speculative
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
@@ -49,6 +49,8 @@ class Sized:
     index_tokens: int
     """A DSA model's index-key rows beside HiSparse's: every rank's ids under decode context
     parallelism."""
+    draft_cell_bytes: int = 0
+    """Bytes the draft worker's layers add to a full token's cell (speculative decoding)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +93,19 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
     row = defaults.latent_row
-    cell = sizing.cell_size(
-        settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
-        (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
+    row_bytes = 0 if row is None else row.nbytes
+    dtypes = (_cache(defaults.full_dtype), _cache(defaults.swa_dtype))
+    cell = sizing.cell_size(settings, model, row_bytes, defaults.swa_full_tokens_ratio, dtypes)
+    spec = defaults.speculative
+    cell, draft_bytes = speculative.with_draft(
+        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0]),
+        speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
-    requests = sizing.max_running_requests(settings, tokens, slots)
-    table = sizing.req_to_token_shape(settings, requests)
+    serving = speculative.speculative_requests(settings, spec)
+    requests = sizing.max_running_requests(serving, tokens, slots)
+    table = sizing.req_to_token_shape(settings, requests, speculative.req_to_token_extra(
+        spec, defaults.page_size * settings.dcp_size))
     sized = Sized(
         defaults=defaults, mem_fraction_static=fraction, available_bytes=available, cell=cell,
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
@@ -106,6 +114,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         swa_sized_for_requests=for_requests,
         token_ids=dcp.token_ids(settings, tokens),
         index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
+        draft_cell_bytes=draft_bytes,
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
@@ -227,7 +236,9 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     _trace_budget(sized.mem_fraction_static, rest_gb, sized.available_bytes, trace,
                   states=sized.mamba_slots is not None)
     cell = sized.cell
-    parts = f"full {cell.full}" + ("" if model.swa is None else (
+    draft = ("" if not sized.draft_cell_bytes else
+             f" (the draft's {sized.draft_cell_bytes} included)")
+    parts = f"full {cell.full}{draft}" + ("" if model.swa is None else (
         f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
     trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
               f"bytes one token takes in every counted pool, all layers: {parts}")
@@ -242,7 +253,8 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
         ) if sized.swa_sized_for_requests else (
             f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
             "floored to a page; more than window + page"))
-    given = defaults.read.settings.max_running_requests
+    given = speculative.speculative_requests(
+        defaults.read.settings, defaults.speculative).max_running_requests
     mamba = ("" if sized.mamba_slots is None
              else f"; at most the Mamba slots // {sized.mamba_slots_per_request}")
     _trace_requests(sized.max_running_requests, sized.req_to_token, (
@@ -267,7 +279,9 @@ def _shared(defaults: Defaults) -> str:
 def _trace_requests(requests: int, table: tuple[int, int], why: str, trace: Trace) -> None:
     trace.add(STAGE, RULE, "max_running_requests", requests, why)
     trace.add(STAGE, RULE, "req_to_token", f"int32 [{table[0]}, {table[1]}]",
-              "[max_running_requests + 1 (row 0 pads), context_length + 4]")
+              "[max_running_requests + 1 (row 0 pads), context_length + 4, with speculative "
+              "decoding + the draft tokens (at least twice a decode step's allocation and a "
+              "page less one)]")
 
 
 def _trace_v4(sized: SizedV4, rest_gb: float, trace: Trace) -> None:
