@@ -28,9 +28,16 @@ def request_table_extra(plan: SGLangPlan) -> int:
     if spec is None:
         return TABLE_EXTRA
     page = plan.page_size * plan.budget.dcp_size
-    step = max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
     widest = TABLE_EXTRA + spec.num_draft_tokens
-    return widest if page == 1 else max(widest, 2 * step + page - 1)
+    if page == 1:
+        return widest
+    step = max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
+    if spec.eagle_topk > 1:
+        # Each branch of the tree straddles up to ceil((page - 1 + steps) / page) pages,
+        # written ceil of a sum as floor: -(-(a) // b).
+        straddled = -(-(page - 1 + spec.num_steps) // page)
+        step = max(straddled * page * spec.eagle_topk, spec.num_draft_tokens)
+    return max(widest, 2 * step + page - 1)
 
 
 def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:

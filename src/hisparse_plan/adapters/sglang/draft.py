@@ -16,6 +16,7 @@ from typing import Any, Final
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.config_file import read_config_file
+from hisparse_plan.targets.sglang.served import HYBRID_SWA_ARCHITECTURES
 
 TARGET_CHECKPOINT: Final = "@model"
 """`speculative_draft_model_path` naming the target's own checkpoint."""
@@ -39,6 +40,18 @@ def draft_layer_count(config: Mapping[str, Any]) -> int | None:
     if nextn:
         return nextn
     return _count(config, "num_hidden_layers")
+
+
+def draft_window_layers(config: Mapping[str, Any]) -> int:
+    """A hybrid-window draft's window layers (SGLang's eagle_draft_swa_num_layers: its
+    swa_attention_layer_ids), counted from layer_types for SGLang's hybrid-window
+    architectures; 0 otherwise."""
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    types = config.get("layer_types")
+    if arch not in HYBRID_SWA_ARCHITECTURES or not isinstance(types, list):
+        return 0
+    return sum(kind == "sliding_attention" for kind in types)
 
 
 def _draft_config(
@@ -79,6 +92,9 @@ def draft_settings(
     layers = draft_layer_count(config)
     if layers is not None:
         fields["speculative_draft_num_layers"] = layers
+    windows = draft_window_layers(config)
+    if windows:
+        fields["speculative_draft_window_layers"] = windows
     if config is target:
         return fields
     if config.get("torch_dtype", target.get("torch_dtype")) != target.get("torch_dtype"):

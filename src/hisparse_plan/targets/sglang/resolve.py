@@ -32,13 +32,15 @@ from hisparse_plan.targets.sglang.defaults_v4 import (
     v4_swa_ratio,
 )
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.platform import platform_defaults
+from hisparse_plan.targets.sglang.platform import blackwell_mla, platform_defaults
 from hisparse_plan.targets.sglang.read import Read, ReadV4
 from hisparse_plan.targets.sglang.speculative import (
     SPECULATIVE_MAX_RUNNING_REQUESTS,
     Speculative,
+    refuse_tree_on_paged_backend,
     refuse_unplanned_speculative,
     resolve_speculative,
+    tree_keeps_unpaged,
 )
 from hisparse_plan.targets.trace import Trace
 
@@ -94,11 +96,14 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
     refuse_dcp(settings, model)
     top_k = hisparse_top_k(settings, read.index_topk)
     buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
-    page = default_page_size(settings, model)
+    page = (_unforced_page(settings, model) if tree_keeps_unpaged(settings, model)
+            else default_page_size(settings, model))
     if model.latent is not None and model.latent.is_dsa:
         refuse_dsa_page(page)
     if settings.speculative_algorithm is not None:
         refuse_unplanned_speculative(settings, model)
+    speculative = resolve_speculative(settings)
+    refuse_tree_on_paged_backend(speculative, page, model, blackwell_mla(settings, model))
     defaults = Defaults(
         read=read,
         page_size=page,
@@ -110,7 +115,7 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         mamba_dtypes=None if model.mamba is None else (MAMBA_CONV_DTYPE, ssm_dtype(settings)),
         hisparse_buffer=buffer,
         hisparse_top_k=top_k if buffer is not None else 0,
-        speculative=resolve_speculative(settings, page),
+        speculative=speculative,
     )
     if trace.enabled:
         for subject, value, why in platform_defaults(settings, model, _unforced_page(settings,

@@ -101,11 +101,11 @@ def refuse_unplanned_speculative(settings: SGLangSettings, model: SGLangModel) -
                 "expected it off", field=where)
 
 
-def resolve_speculative(settings: SGLangSettings, page_size: int) -> Speculative | None:
+def resolve_speculative(settings: SGLangSettings) -> Speculative | None:
     """SGLang's resolution (`handle_speculative_decoding`, `_handle_eagle_family`): NEXTN is
     EAGLE; without num_steps SGLang picks (steps, top-k, tokens) by the architecture and
-    requires the other two unset; with top-k 1 the draft tokens are steps + 1; top-k above 1
-    needs a page of 1 on the backends it sizes for. The draft's layers must be given."""
+    requires the other two unset; with top-k 1 the draft tokens are steps + 1. The draft's
+    layers must be given."""
     algorithm = settings.speculative_algorithm
     if algorithm is None:
         return None
@@ -121,13 +121,32 @@ def resolve_speculative(settings: SGLangSettings, page_size: int) -> Speculative
     steps, topk, tokens = _auto_params(settings)
     if topk == 1 and tokens != steps + 1:
         tokens = steps + 1
-    if topk > 1 and page_size > 1:
-        raise _refuse("speculative_eagle_topk", (
-            f"SGLang takes top-k above 1 with pages of {page_size} tokens only on its "
-            "flashinfer, fa3 and triton backends, which this plan does not size; expected 1 "
-            f"(or page_size 1), got {topk}"))
     return Speculative("EAGLE3" if algorithm == "EAGLE3" else "EAGLE", steps, topk, tokens,
                        layers, settings.speculative_draft_window_layers)
+
+
+def tree_keeps_unpaged(settings: SGLangSettings, model: SGLangModel) -> bool:
+    """A draft tree (top-k above 1) on an MHA model leaves SM100 on a backend that takes any
+    page (triton), so Blackwell's trtllm page is not forced (blackwell_page)."""
+    spec = resolve_speculative(settings)
+    return spec is not None and spec.eagle_topk > 1 and model.latent is None
+
+
+def refuse_tree_on_paged_backend(
+    spec: Speculative | None, page_size: int, model: SGLangModel, blackwell_mla: bool
+) -> None:
+    """Top-k above 1 with pages above a token runs only on SGLang's flashinfer, fa3 and triton
+    attention backends: a DSA model's (dsa) and, on SM100, a DeepSeek-family MLA model's
+    (trtllm_mla) refuse it."""
+    if spec is None or spec.eagle_topk == 1 or page_size == 1:
+        return
+    dsa = model.latent is not None and model.latent.is_dsa
+    if dsa or blackwell_mla:
+        backend = "dsa" if dsa else "trtllm_mla"
+        raise _refuse("speculative_eagle_topk", (
+            f"SGLang takes top-k above 1 with pages of {page_size} tokens only on its "
+            f"flashinfer, fa3 and triton attention backends, not {backend}; expected 1, got "
+            f"{spec.eagle_topk}"))
 
 
 def _auto_params(settings: SGLangSettings) -> tuple[int, int, int]:
@@ -197,14 +216,23 @@ def with_draft(
 def req_to_token_extra(spec: Speculative | None, alloc_page: int) -> int:
     """Columns beyond the context length: 4 plus the draft tokens; with pages above one token,
     at least the double-buffered decode allocation (2 x max(steps x top-k, draft tokens)) and
-    a page less one."""
+    a page less one (decode_allocation)."""
     if spec is None:
         return REQ_TO_TOKEN_BASE
     extra = REQ_TO_TOKEN_BASE + spec.num_draft_tokens
     if alloc_page > 1:
-        alloc = max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
-        extra = max(extra, 2 * alloc + alloc_page - 1)
+        extra = max(extra, 2 * decode_allocation(spec, alloc_page) + alloc_page - 1)
     return extra
+
+
+def decode_allocation(spec: Speculative, alloc_page: int) -> int:
+    """Tokens one request may allocate in a decode step (`get_alloc_len_per_decode`): the
+    draft tokens or steps x top-k, the larger; a tree (top-k above 1) on pages above a token
+    takes, per branch, the pages its steps can straddle."""
+    if alloc_page == 1 or spec.eagle_topk == 1:
+        return max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
+    pages = (alloc_page - 1 + spec.num_steps + alloc_page - 1) // alloc_page
+    return max(pages * alloc_page * spec.eagle_topk, spec.num_draft_tokens)
 
 
 def draft_head_group(
