@@ -200,6 +200,19 @@ def _collect_mamba(col: _Collector, mamba_pool: SGLangObject) -> None:
         col.add(f"mamba_conv{i}", f"conv[{i}]", None, conv)
     col.pool("mamba_temporal", "device", slots)
     col.add("mamba_temporal", "temporal", None, cache.temporal)
+    # Speculative decoding's SpeculativeState: a state and a conv window a draft token, for
+    # the running requests (spec_state_size) and a padding slot.
+    ssm = getattr(cache, "intermediate_ssm", None)
+    if ssm is not None:
+        col.pool("mamba_intermediate_ssm", "device", int(ssm.shape[1]) - 1)
+        col.add("mamba_intermediate_ssm", "intermediate_ssm", None, ssm)
+    # The conv windows' own allocations: with a draft chain SGLang keeps one shared row of
+    # draft tokens + kernel - 2 columns a channel and views it as overlapping windows (an
+    # as_strided alias); the allocation is what the pool holds.
+    phys = getattr(mamba_pool, "_intermediate_conv_window_phys", None)
+    for i, window in enumerate(phys or ()):
+        col.pool(f"mamba_intermediate_conv{i}", "device", int(window.shape[1]) - 1)
+        col.add(f"mamba_intermediate_conv{i}", f"intermediate_conv_window[{i}]", None, window)
 
 
 def _collect_dsv4(col: _Collector, pool: SGLangObject, notes: list[str]) -> None:

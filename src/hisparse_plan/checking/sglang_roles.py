@@ -76,6 +76,8 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "hisparse_host": PoolRole("host", "whole", _page),
     "mamba_conv0": PoolRole("device", "whole", _slot),
     "mamba_temporal": PoolRole("device", "whole", _slot),
+    "mamba_intermediate_ssm": PoolRole("device", "whole", _slot),
+    "mamba_intermediate_conv0": PoolRole("device", "whole", _slot),
     "v4_swa": PoolRole("device", "per_layer", _page, deepseek_v4=True),
     "v4_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
     "v4_index_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
@@ -89,6 +91,7 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
 
 _TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
     ("mamba_conv0", "mamba_temporal"),
+    ("mamba_intermediate_ssm", "mamba_intermediate_conv0"),
     ("v4_c4", "v4_index_c4", "v4_state_c4", "v4_index_state_c4"),
     ("v4_c128", "v4_state_c128"),
 )
@@ -96,12 +99,14 @@ _TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
 _NEEDS: Final[dict[str, str]] = {
     "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
     "draft_kv": "kv", "draft_kv_v": "draft_kv", "draft_index": "draft_kv",
+    "mamba_intermediate_ssm": "mamba_conv0",
 }
 """A pool that only exists beside another: V beside K, index keys beside the latent pool,
 HiSparse's host pool beside a DSA model's index keys."""
 _SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
     ("kv", "hisparse_host"), ("draft_kv", "draft_kv_v"), ("draft_kv", "draft_index"),
+    ("mamba_conv0", "mamba_intermediate_ssm"), ("mamba_conv0", "mamba_intermediate_conv0"),
 )
 """Pools that keep parts of the same layers: a layer's K and V, a Mamba layer's two states, a
 latent layer's rows on the GPU and on the host."""

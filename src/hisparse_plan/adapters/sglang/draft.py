@@ -32,10 +32,27 @@ def _count(config: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
+ONE_LAYER_DRAFT_MODE: Final = frozenset({
+    "DeepseekV4ForCausalLM", "Glm5NextForConditionalGeneration", "MiMoV2FlashForCausalLM",
+    "MiMoV2ForCausalLM", "Step3p5ForCausalLM", "InklingForConditionalGeneration",
+    "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen3MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "InternS2PreviewForConditionalGeneration",
+    "InternS2MobiusForConditionalGeneration", "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM",
+    "NemotronH_Omni_Reasoning_V3", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "HYV3ForCausalLM", "HYV4ForCausalLM",
+})
+"""Architectures whose checkpoint SGLang reads in draft mode (`ModelConfig._config_draft_model`)
+as a one-layer MTP head (num_nextn_predict_layers = 1, or one layer by its MTP class)."""
+
+
 def draft_layer_count(config: Mapping[str, Any]) -> int | None:
-    """SGLang's draft layers for a config read in draft mode: its num_nextn_predict_layers when
-    above 0 (an MTP head), else its num_hidden_layers (an EAGLE model); None if it names
-    neither."""
+    """SGLang's draft layers for a config read in draft mode: one for an architecture whose
+    draft mode is a one-layer MTP head, else its num_nextn_predict_layers when above 0 (an MTP
+    head), else its num_hidden_layers (an EAGLE model); None if it names neither."""
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and archs[0] in ONE_LAYER_DRAFT_MODE:
+        return 1
     nextn = _count(config, "num_nextn_predict_layers")
     if nextn:
         return nextn

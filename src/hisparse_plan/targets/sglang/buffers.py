@@ -40,6 +40,9 @@ BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
     "hisparse_host": ((HOST_KV_BUFFER,),),
     "mamba_conv0": ((CONV_STATE,),),
     "mamba_temporal": ((TEMPORAL_STATE,),),
+    # Speculative decoding: one state and one conv window a draft token (MambaPool).
+    "mamba_intermediate_ssm": (("intermediate_ssm",),),
+    "mamba_intermediate_conv0": (("intermediate_conv_window[0]",),),
     "v4_swa": ((KV_BUFFER,),),
     "v4_c4": ((KV_BUFFER,),),
     "v4_c128": ((KV_BUFFER,),),

@@ -20,6 +20,7 @@ from hisparse_plan.targets.sglang.layout import (
 from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
+from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
 from hisparse_plan.targets.trace import Trace
 
@@ -62,6 +63,9 @@ def _place(sized: Sized) -> Placed:
     mamba = defaults.mamba_dtypes
     if model.mamba is not None and sized.mamba_slots is not None and mamba is not None:
         placed += mamba_pools(model.mamba, sized.mamba_slots, *mamba)
+        if defaults.speculative is not None:
+            placed += intermediate_pools(model.mamba, sized.max_running_requests,
+                                         defaults.speculative, *mamba)
     return placed + _place_draft(sized)
 
 

@@ -16,6 +16,7 @@ from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
 from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
+from hisparse_plan.targets.sglang.speculative_mamba import speculative_mamba_budget
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "size"
@@ -86,9 +87,12 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         settings, read.available_bytes, defaults.mem_fraction_static)
     rest_gb -= mm_reservation_gb(settings)
     slots = None
+    spec = defaults.speculative
+    serving = speculative.speculative_requests(settings, spec)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
-        budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
+        budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
+                  speculative_mamba_budget(serving, rest_gb, slot_bytes, spec))
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
@@ -96,13 +100,11 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     row_bytes = 0 if row is None else row.nbytes
     dtypes = (_cache(defaults.full_dtype), _cache(defaults.swa_dtype))
     cell = sizing.cell_size(settings, model, row_bytes, defaults.swa_full_tokens_ratio, dtypes)
-    spec = defaults.speculative
     cell, draft_bytes = speculative.with_draft(
         cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0]),
         speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
-    serving = speculative.speculative_requests(settings, spec)
     requests = sizing.max_running_requests(serving, tokens, slots)
     table = sizing.req_to_token_shape(settings, requests, speculative.req_to_token_extra(
         spec, defaults.page_size * settings.dcp_size))
