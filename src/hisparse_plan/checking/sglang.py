@@ -60,6 +60,7 @@ def check_sglang_plan(
             )
     check_ranged_tensors(pools, plan.tensors)
     check_layer_sets(plan, pools)
+    check_draft(plan, pools)
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
@@ -67,7 +68,6 @@ def check_sglang_plan(
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)
     check_deepseek_v4(plan, pools)
-    check_draft(plan, pools)
     _check_figures(plan, pools)
     if request is not None:
         check_answers(plan, request)

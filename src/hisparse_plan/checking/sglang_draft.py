@@ -13,6 +13,8 @@ from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan, SGLangSpeculative
 
+INTERMEDIATE_SSM: Final = "mamba_intermediate_ssm"
+INTERMEDIATE_CONV: Final = "mamba_intermediate_conv0"
 DRAFT_POOLS: Final = {"draft_kv": "kv", "draft_kv_v": "kv_v", "draft_index": "index"}
 """Each draft pool and the target pool whose tokens it shares."""
 TABLE_EXTRA: Final = 4
@@ -41,9 +43,11 @@ def request_table_extra(plan: SGLangPlan) -> int:
 
 
 def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
-    """The draft pools beside the target's, their layers, tokens and cell bytes."""
+    """The draft pools beside the target's, their layers, tokens and cell bytes; a Mamba
+    hybrid's intermediate states."""
     present = [name for name in DRAFT_POOLS if name in pools]
     spec = plan.speculative
+    _check_intermediates(plan, pools)
     if spec is None:
         if present:
             raise PlanInvariantError(
@@ -113,3 +117,42 @@ def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
             f"speculative.draft_cell_size_bytes is {spec.draft_cell_size_bytes}; expected "
             f"{want // plan.page_size}: the target's {page_bytes // plan.page_size} bytes a "
             f"layer and token over {len(spec.draft_layers)} draft layers")
+
+
+def _check_intermediates(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """A Mamba hybrid verifying draft tokens keeps, for each running request and a padding
+    slot, one recurrent state a draft token (`mamba_intermediate_ssm`: D x a temporal state a
+    slot) and the conv windows (`mamba_intermediate_conv0`: D windows a slot for a tree, one
+    row of D + kernel - 2 columns a channel for a chain); exactly with speculative figures and
+    Mamba states."""
+    ssm, conv = pools.get(INTERMEDIATE_SSM), pools.get(INTERMEDIATE_CONV)
+    spec = plan.speculative
+    wanted = spec is not None and "mamba_conv0" in pools
+    if (ssm is not None) != wanted:
+        raise PlanInvariantError(
+            f"the plan {'has' if ssm is not None else 'has no'} pool {INTERMEDIATE_SSM!r}; "
+            "expected it exactly with speculative figures and Mamba state pools")
+    if spec is None or ssm is None or conv is None:
+        return
+    for pool in (ssm, conv):
+        if pool.num_blocks != plan.max_running_requests + 1:
+            raise PlanInvariantError(
+                f"pool {pool.name!r} has {pool.num_blocks} slots; expected max_running_requests "
+                f"{plan.max_running_requests} and a padding slot")
+    strides = {tensor.pool: tensor for tensor in plan.tensors}
+    draft = spec.num_draft_tokens
+    temporal, state = strides["mamba_temporal"], strides["mamba_conv0"]
+    if strides[INTERMEDIATE_SSM].block_stride != draft * temporal.block_stride:
+        raise PlanInvariantError(
+            f"pool {INTERMEDIATE_SSM!r} takes {strides[INTERMEDIATE_SSM].block_stride} bytes a "
+            f"slot; expected {draft} temporal states of {temporal.block_stride}")
+    view = (state.views or [])[0]
+    channels, window = view.shape[-2], view.shape[-1]
+    item = state.block_stride // (channels * window)
+    shared_row = channels * (draft + window - 1) * item
+    allowed = {draft * state.block_stride} if spec.eagle_topk > 1 else {shared_row}
+    got = strides[INTERMEDIATE_CONV].block_stride
+    if got not in allowed:
+        raise PlanInvariantError(
+            f"pool {INTERMEDIATE_CONV!r} takes {got} bytes a slot; expected {min(allowed)} "
+            f"({draft} draft tokens' conv windows of {channels} x {window})")
