@@ -98,7 +98,8 @@ def test_deepseek_v32_mtp_draft_inside_the_budget() -> None:
     assert plain.budget.available_bytes == mtp.budget.available_bytes == 27232240140
     assert (plain.budget.cell_size_bytes, mtp.budget.cell_size_bytes) == (78324, 79608)
     spec = mtp.speculative
-    assert spec is not None and plain.speculative is None
+    assert spec is not None
+    assert plain.speculative is None
     assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (
         "EAGLE", 3, 1, 4)
     assert spec.draft_layers == ["draft.layers.0"]
@@ -186,7 +187,8 @@ def test_topk_tree_widens_the_request_table() -> None:
     }, {"available_bytes": 8 << 30})
     plan = plan_sglang(request)
     assert plan.req_to_token.shape == [49, 4367]
-    assert plan.speculative is not None and plan.speculative.eagle_topk == 4
+    assert plan.speculative is not None
+    assert plan.speculative.eagle_topk == 4
 
 
 # --- check_plan: the draft pools proven from the plan alone --------------------------------
@@ -258,4 +260,5 @@ def test_capacity_compare_with_mtp(cli: Run, gpu: str) -> None:
 def test_capacity_refuses_speculative_flags_without_algorithm(cli: Run) -> None:
     code, _, err = cli("capacity", "deepseek-v3.2", "--engine", "sglang", "--gpu", "h200",
                        "--tp", "8", "--speculative-num-steps", "2")
-    assert code != 0 and "--speculative-algorithm" in err
+    assert code != 0
+    assert "--speculative-algorithm" in err

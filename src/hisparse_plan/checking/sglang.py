@@ -22,13 +22,13 @@ from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
+from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_roles import (
     block_bytes,
     check_layer_sets,
     check_pool_roles,
     check_view_names,
 )
-from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_v4 import check_deepseek_v4
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import PlanRequest

@@ -5,6 +5,7 @@ decided before this stage. Hands the next stage the `Placed` pools and tensors."
 from __future__ import annotations
 
 from hisparse_plan.models.base import built_for
+from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
 from hisparse_plan.targets.sglang.layout import (
     Placed,
@@ -17,11 +18,10 @@ from hisparse_plan.targets.sglang.layout import (
     v4_kv_pool,
     v4_state_pool,
 )
-from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
-from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
+from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "place"

@@ -76,10 +76,10 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
 
 
 def refuse_unplanned_speculative(settings: SGLangSettings, model: SGLangModel) -> None:
-    """Speculative decoding beside what its rules here do not plan: HiSparse (the draft pool spans the host's token
-    ids), decode context parallelism (the draft pool spans every rank's ids), a draft with
-    window layers (a hybrid-window draft pool), the radix cache off on a window model (the
-    window pool's request cap adds draft tokens)."""
+    """Speculative decoding beside what its rules here do not plan: HiSparse (the draft pool
+    spans the host's token ids), decode context parallelism (the draft pool spans every rank's
+    ids), a draft with window layers (a hybrid-window draft pool), the radix cache off on a
+    window model (the window pool's request cap adds draft tokens)."""
     blockers = (
         ("enable_hisparse", settings.enable_hisparse,
          "HiSparse with a draft worker (its pool over the host token ids) is not planned yet"),
