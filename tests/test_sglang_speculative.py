@@ -12,14 +12,17 @@ req_to_token_pool and allocator, as `EAGLEWorkerV2.alloc_memory_pool` does:
         benchmarks/sglang_cases/dsv32_tp8_dp8_b200.json \\
         benchmarks/sglang_cases/dsv32_tp8_dp8_mtp_b200.json \\
         benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
-        benchmarks/sglang_cases/gptoss120b_tp8_eagle3.json
+        benchmarks/sglang_cases/gptoss120b_tp8_eagle3.json \\
+        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
+        benchmarks/sglang_cases/gptoss120b_tp8_eagle3_radix_off.json
 
 and the whole reports (every buffer's shape, strides and bytes, the draft's pools included)
 agree with ours field by field:
 
     python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/dsv32_tp8_dp8_*.json \\
         benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
-        benchmarks/sglang_cases/gptoss120b_tp8_eagle3.json
+        benchmarks/sglang_cases/gptoss120b_tp8_eagle3*.json \\
+        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json
 """
 
 from __future__ import annotations
@@ -72,6 +75,12 @@ PINNED = [
     ("qwen3next_tp4_eagle", 4244226, 13312, 48, [49, 8200], {"kv": (4244226, 4346088448)}),
     ("gptoss120b_tp8_eagle3", 13706834, 8550.4, 48, [49, 8200],
      {"kv": (13706834, 3508949760)}),
+    # HiSparse: the draft pool spans the allocator's logical ids (2 x the device tokens).
+    ("dsv32_tp8_hisparse_mtp", 839296, 57696, 48, [49, 8263],
+     {"kv": (1678592, 1101198336), "index": (1678592, 221582592)}),
+    # Radix cache off: the window pool capped for 64 // 2 requests with draft tokens.
+    ("gptoss120b_tp8_eagle3_radix_off", 12024030, 17100.8, 32, [33, 8200],
+     {"kv": (12024030, 6156303872)}),
 ]
 
 
@@ -158,8 +167,8 @@ def test_trace_records_the_speculative_rules() -> None:
      "engine.speculative_eagle_topk"),
     ({"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculative_eagle_topk": 2,
       "speculative_num_draft_tokens": 4}, "engine.speculative_eagle_topk"),
-    ({"speculative_algorithm": "NEXTN", "enable_hisparse": True},
-     "engine.enable_hisparse"),
+    ({"speculative_algorithm": "NEXTN", "enable_dp_attention": False, "dp_size": 1,
+      "dcp_size": 2}, "engine.dcp_size"),
 ])
 def test_refusals_name_the_setting(server_args: dict[str, Any], field: str) -> None:
     with pytest.raises(PlanError) as info:

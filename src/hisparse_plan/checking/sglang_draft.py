@@ -64,12 +64,15 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             f"expected num_steps + 1 = {spec.num_steps + 1} (SGLang's rule)")
     for draft in present:
         target = pools.get(DRAFT_POOLS[draft])
-        if target is None or pools[draft].num_blocks != target.num_blocks:
+        blocks = None if target is None else target.num_blocks
+        if draft == "draft_kv" and plan.hisparse is not None:
+            # Indexed by HiSparse's logical ids, a page-rounded span of them and a padding page.
+            blocks = -(-plan.hisparse.logical_tokens // plan.page_size) + 1
+        if target is None or pools[draft].num_blocks != blocks:
             raise PlanInvariantError(
                 f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected "
-                f"{DRAFT_POOLS[draft]!r}'s "
-                f"{'none' if target is None else target.num_blocks} (the draft shares the "
-                "target's allocator and token count)")
+                f"{'none' if blocks is None else blocks}, as {DRAFT_POOLS[draft]!r} (the draft "
+                "shares the target's allocator and its token ids)")
     _check_draft_layers(plan, spec)
     _check_draft_cell(plan, spec)
 
@@ -99,8 +102,8 @@ def _check_draft_layers(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
 
 def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     """The draft's bytes a token are the target's per-layer bytes (a full layer's K and V or
-    latent row, and a DSA index key) times the draft layers: SGLang prices the draft at the
-    target's geometry."""
+    latent row, and a DSA index key) times the draft layers (with HiSparse, times the logical
+    ids a device token stands for): SGLang prices the draft at the target's geometry."""
     rows: dict[str, int] = {}
     counts: dict[str, int] = {}
     for tensor in plan.tensors:
@@ -111,7 +114,8 @@ def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     page_bytes = sum(rows[name] // counts[name] for name in rows)
     if any(tensor.pool == "index" for tensor in plan.tensors):
         page_bytes += INDEX_KEY_BYTES * plan.page_size
-    want = page_bytes * len(spec.draft_layers)
+    scale = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    want = page_bytes * len(spec.draft_layers) * scale
     if spec.draft_cell_size_bytes * plan.page_size != want:
         raise PlanInvariantError(
             f"speculative.draft_cell_size_bytes is {spec.draft_cell_size_bytes}; expected "

@@ -167,9 +167,12 @@ def _entries(plan: SGLangPlan, shown_pools: list[Pool], prefix: str = "") -> dic
         shown = name
         if name.endswith(SEPARATE_V_SUFFIX) and name.removesuffix(SEPARATE_V_SUFFIX) in pools:
             shown = name.removesuffix(SEPARATE_V_SUFFIX)
+        # The draft's latent or K/V rows: its tokens and a padding page (with HiSparse, the
+        # allocator's logical ids).
+        tokens = ((pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
+                  if prefix and shown == "kv" else _pool_tokens(plan, pool, tensor))
         entry = entries.setdefault(shown, {
-            "name": shown, "location": pool.location,
-            "tokens": _pool_tokens(plan, pool, tensor), "buffers": [],
+            "name": shown, "location": pool.location, "tokens": tokens, "buffers": [],
         })
         if tensor is None:
             continue

@@ -101,7 +101,8 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     dtypes = (_cache(defaults.full_dtype), _cache(defaults.swa_dtype))
     cell = sizing.cell_size(settings, model, row_bytes, defaults.swa_full_tokens_ratio, dtypes)
     cell, draft_bytes = speculative.with_draft(
-        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0]),
+        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0])
+        * speculative.draft_token_scale(settings),
         speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
@@ -132,8 +133,10 @@ def _pool_tokens(
     last)."""
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
     window = None if model.swa is None else model.swa.window  # window groups have one
-    cap = (None if window is None or model.full is None
-           else radix.swa_request_cap(settings, window, page))
+    serving = speculative.speculative_requests(settings, defaults.speculative)
+    cap = (None if window is None or model.full is None else radix.swa_request_cap(
+        serving, window, page,
+        *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size)))
     if cap is not None:
         swa = radix.ceil_page(cap, page)
         tokens = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)

@@ -76,19 +76,14 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
 
 
 def refuse_unplanned_speculative(settings: SGLangSettings, model: SGLangModel) -> None:
-    """Speculative decoding beside what its rules here do not plan: HiSparse (the draft pool
-    spans the host's token ids), decode context parallelism (the draft pool spans every rank's
-    ids), a draft with window layers (a hybrid-window draft pool), the radix cache off on a
-    window model (the window pool's request cap adds draft tokens)."""
+    """Speculative decoding beside what its rules here do not plan: decode context
+    parallelism (the draft pool spans every rank's ids), a draft with window layers (a
+    hybrid-window draft pool)."""
     blockers = (
-        ("enable_hisparse", settings.enable_hisparse,
-         "HiSparse with a draft worker (its pool over the host token ids) is not planned yet"),
         ("dcp_size", settings.dcp_size > 1,
          "decode context parallelism with a draft worker is not planned yet"),
         ("speculative_draft_window_layers", settings.speculative_draft_window_layers > 0,
          "a draft with sliding-window layers (a hybrid-window draft pool) is not planned yet"),
-        ("disable_radix_cache", settings.disable_radix_cache and model.swa is not None,
-         "a window pool capped per request with draft tokens is not planned yet"),
     )
     for field, blocked, why in blockers:
         if blocked:
@@ -186,6 +181,20 @@ def draft_layer_bytes(model: SGLangModel, row_bytes: int, full_dtype: str | None
     return full.heads * (full.head_dim + full.v_head_dim) * element_size(full_dtype)
 
 
+def draft_token_scale(settings: SGLangSettings) -> int:
+    """Draft rows a target token pays for: with HiSparse the draft pool is indexed by the
+    allocator's logical (host-wide) ids, host_to_device_ratio of them a device token."""
+    return settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
+
+
+def draft_tokens(tokens: int, logical_tokens: int | None, page_size: int) -> int:
+    """The draft pool's tokens: the target's, or with HiSparse its allocator's logical ids,
+    rounded up to a page (`_init_pools`' draft_virtual_id_space)."""
+    if logical_tokens is None:
+        return tokens
+    return -(-logical_tokens // page_size) * page_size
+
+
 def window_layer_bytes(model: SGLangModel, swa_dtype: str | None) -> int:
     """Bytes one window layer takes a window token (the draft's window layers', too)."""
     swa = model.swa
@@ -220,6 +229,15 @@ def req_to_token_extra(spec: Speculative | None, alloc_page: int) -> int:
     if alloc_page > 1:
         extra = max(extra, 2 * decode_allocation(spec, alloc_page) + alloc_page - 1)
     return extra
+
+
+def swa_cap_terms(spec: Speculative | None, alloc_page: int) -> tuple[int, int | None]:
+    """What speculative decoding adds to a request's window-pool cap (radix cache off): an
+    eviction interval a draft token, and a decode step's allocation twice over (the overlap
+    scheduler keeps two outstanding); without it one interval and a page."""
+    if spec is None:
+        return 1, None
+    return spec.num_draft_tokens, 2 * decode_allocation(spec, alloc_page)
 
 
 def decode_allocation(spec: Speculative, alloc_page: int) -> int:
