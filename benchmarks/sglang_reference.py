@@ -41,6 +41,15 @@ req_to_token objects on ``device="meta"``.  The HiSparse host pool is built
 from SGLang's ``MLATokenToKVPoolHost`` with the arguments ``HiSparseCoordinator``
 passes (the coordinator itself needs CUDA streams).
 
+With speculative decoding (``speculative_algorithm``) the report adds ``draft`` (what SGLang
+resolved) and ``draft_pools``: the draft worker's pools, built as ``EAGLEWorkerV2`` builds them,
+a second ``KVCacheConfigurator(is_draft_worker=True)`` on the draft model's config read in
+draft mode, handed the target's ``memory_pool_config``, ``req_to_token_pool`` and allocator.
+An EAGLE/EAGLE3 draft is the case's ``"draft_config"`` (its config.json) or
+``speculative_draft_model_path: "@model"`` (the target's own checkpoint); a Mamba hybrid's
+intermediate states (``mamba_intermediate_ssm``, ``mamba_intermediate_conv0``: their
+allocations) are among the target's pools.
+
 What is patched (the report's ``patched`` list says which ones were used):
 
 * ``get_available_gpu_memory`` in ``kv_cache_configurator``: returns the case's

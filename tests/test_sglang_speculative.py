@@ -14,6 +14,7 @@ req_to_token_pool and allocator, as `EAGLEWorkerV2.alloc_memory_pool` does:
         benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
         benchmarks/sglang_cases/gptoss120b_tp8_eagle3.json \\
         benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
+        benchmarks/sglang_cases/dsv32_tp8_dcp2_mtp.json \\
         benchmarks/sglang_cases/gptoss120b_tp8_eagle3_radix_off.json
 
 and the whole reports (every buffer's shape, strides and bytes, the draft's pools included)
@@ -22,7 +23,8 @@ agree with ours field by field:
     python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/dsv32_tp8_dp8_*.json \\
         benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
         benchmarks/sglang_cases/gptoss120b_tp8_eagle3*.json \\
-        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json
+        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
+        benchmarks/sglang_cases/dsv32_tp8_dcp2_mtp.json
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ PINNED = [
     # HiSparse: the draft pool spans the allocator's logical ids (2 x the device tokens).
     ("dsv32_tp8_hisparse_mtp", 839296, 57696, 48, [49, 8263],
      {"kv": (1678592, 1101198336), "index": (1678592, 221582592)}),
+    # Decode context parallelism 2: the replicated draft pages both ranks' ids (128 a page).
+    ("dsv32_tp8_dcp2_mtp", 839296, 57696, 48, [49, 8327],
+     {"kv": (1678592, 1101240320), "index": (1678592, 221591040)}),
     # Radix cache off: the window pool capped for 64 // 2 requests with draft tokens.
     ("gptoss120b_tp8_eagle3_radix_off", 12024030, 17100.8, 32, [33, 8200],
      {"kv": (12024030, 6156303872)}),
@@ -167,8 +172,6 @@ def test_trace_records_the_speculative_rules() -> None:
      "engine.speculative_eagle_topk"),
     ({"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculative_eagle_topk": 2,
       "speculative_num_draft_tokens": 4}, "engine.speculative_eagle_topk"),
-    ({"speculative_algorithm": "NEXTN", "enable_dp_attention": False, "dp_size": 1,
-      "dcp_size": 2}, "engine.dcp_size"),
 ])
 def test_refusals_name_the_setting(server_args: dict[str, Any], field: str) -> None:
     with pytest.raises(PlanError) as info:
@@ -183,6 +186,19 @@ def test_eagle_without_draft_layers_refused() -> None:
         plan_sglang(request_from_server_args(found["config"], found["server_args"],
                                              found["memory"]))
     assert info.value.field == "engine.speculative_draft_num_layers"
+
+
+def test_hybrid_window_draft_refused() -> None:
+    """gpt-oss drafting with its own checkpoint: SGLang builds a hybrid-window draft pool,
+    which is not planned; refused naming the draft's window layers."""
+    found = case("gptoss120b_tp8_eagle3")
+    found.pop("draft_config")
+    found["server_args"].update(speculative_algorithm="EAGLE",
+                                speculative_draft_model_path="@model")
+    with pytest.raises(UnsupportedRequestError) as info:
+        plan_sglang(request_from_server_args(found["config"], found["server_args"],
+                                             found["memory"]))
+    assert info.value.field == "engine.speculative_draft_window_layers"
 
 
 def test_topk_tree_widens_the_request_table() -> None:

@@ -62,17 +62,16 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         raise PlanInvariantError(
             f"speculative.num_draft_tokens is {spec.num_draft_tokens} with eagle_topk 1; "
             f"expected num_steps + 1 = {spec.num_steps + 1} (SGLang's rule)")
+    # The draft is indexed by the target allocator's ids: the full pool's tokens (under decode
+    # context parallelism every rank's, in pages as many times wider), or HiSparse's logical
+    # ids, a page-rounded span; and a padding page.
+    blocks = (plan.max_total_num_tokens // plan.page_size + 1 if plan.hisparse is None
+              else -(-plan.hisparse.logical_tokens // plan.page_size) + 1)
     for draft in present:
-        target = pools.get(DRAFT_POOLS[draft])
-        blocks = None if target is None else target.num_blocks
-        if draft == "draft_kv" and plan.hisparse is not None:
-            # Indexed by HiSparse's logical ids, a page-rounded span of them and a padding page.
-            blocks = -(-plan.hisparse.logical_tokens // plan.page_size) + 1
-        if target is None or pools[draft].num_blocks != blocks:
+        if DRAFT_POOLS[draft] not in pools or pools[draft].num_blocks != blocks:
             raise PlanInvariantError(
-                f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected "
-                f"{'none' if blocks is None else blocks}, as {DRAFT_POOLS[draft]!r} (the draft "
-                "shares the target's allocator and its token ids)")
+                f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected {blocks} "
+                "(the draft shares the target's allocator and its token ids)")
     _check_draft_layers(plan, spec)
     _check_draft_cell(plan, spec)
 
@@ -114,7 +113,7 @@ def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     page_bytes = sum(rows[name] // counts[name] for name in rows)
     if any(tensor.pool == "index" for tensor in plan.tensors):
         page_bytes += INDEX_KEY_BYTES * plan.page_size
-    scale = 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    scale = plan.budget.dcp_size if plan.hisparse is None else plan.hisparse.host_to_device_ratio
     want = page_bytes * len(spec.draft_layers) * scale
     if spec.draft_cell_size_bytes * plan.page_size != want:
         raise PlanInvariantError(

@@ -64,6 +64,8 @@ C128_STATE_RING: Final = 128
 """Rows of one c128 compressor-state ring."""
 
 _TOKEN_POOL = PoolRole("device", "per_layer", _page)
+DRAFT_POOLS: Final = frozenset({"draft_kv", "draft_kv_v", "draft_index"})
+"""The draft worker's pools (speculative decoding)."""
 SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "kv": _TOKEN_POOL,
     "kv_v": _TOKEN_POOL,
@@ -153,7 +155,9 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     pool exactly when HiSparse is on, and the DeepSeek-V4 pools exactly for its figures."""
     v4 = plan.deepseek_v4 is not None
     for pool in pools.values():
-        role = check_pool_role(pool, plan.page_size)
+        # A draft pool under decode context parallelism pages every rank's ids.
+        page = plan.page_size * (plan.budget.dcp_size if pool.name in DRAFT_POOLS else 1)
+        role = check_pool_role(pool, page)
         if role.deepseek_v4 != v4:
             raise PlanInvariantError(
                 f"pool {pool.name!r} is {'' if role.deepseek_v4 else 'not '}a DeepSeek-V4 pool "

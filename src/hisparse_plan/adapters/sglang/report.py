@@ -167,10 +167,10 @@ def _entries(plan: SGLangPlan, shown_pools: list[Pool], prefix: str = "") -> dic
         shown = name
         if name.endswith(SEPARATE_V_SUFFIX) and name.removesuffix(SEPARATE_V_SUFFIX) in pools:
             shown = name.removesuffix(SEPARATE_V_SUFFIX)
-        # The draft's latent or K/V rows: its tokens and a padding page (with HiSparse, the
-        # allocator's logical ids).
+        # A draft pool's pages but the padding one: the ids it is indexed by (with HiSparse
+        # the allocator's logical ids, under decode context parallelism every rank's).
         tokens = ((pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
-                  if prefix and shown == "kv" else _pool_tokens(plan, pool, tensor))
+                  if prefix else _pool_tokens(plan, pool, tensor))
         entry = entries.setdefault(shown, {
             "name": shown, "location": pool.location, "tokens": tokens, "buffers": [],
         })

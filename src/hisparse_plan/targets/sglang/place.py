@@ -82,11 +82,13 @@ def _place_draft(sized: Sized) -> Placed:
     latent, row = model.latent, defaults.latent_row
     hisparse = sized.hisparse
     if latent is not None and row is not None:
+        # Under decode context parallelism the replicated draft pages every rank's ids.
+        dcp = defaults.read.settings.dcp_size
         logical = None if hisparse is None else hisparse.logical_tokens
-        tokens = speculative.draft_tokens(sized.tokens, logical, page)
-        placed = latent_pool(names, tokens, page, row.elements, row.dtype.store)
+        tokens = speculative.draft_tokens(sized.tokens * dcp, logical, page)
+        placed = latent_pool(names, tokens, page * dcp, row.elements, row.dtype.store)
         if latent.is_dsa:
-            placed += index_pool(names, sized.index_tokens if logical is None else tokens, page)
+            placed += index_pool(names, tokens, page * dcp)
         return speculative.as_draft(placed)
     group = speculative.draft_head_group(defaults.read.settings, model, spec)
     if group is None or defaults.full_dtype is None:

@@ -76,12 +76,9 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
 
 
 def refuse_unplanned_speculative(settings: SGLangSettings, model: SGLangModel) -> None:
-    """Speculative decoding beside what its rules here do not plan: decode context
-    parallelism (the draft pool spans every rank's ids), a draft with window layers (a
-    hybrid-window draft pool)."""
+    """Speculative decoding beside what its rules here do not plan: a draft with window
+    layers (a hybrid-window draft pool)."""
     blockers = (
-        ("dcp_size", settings.dcp_size > 1,
-         "decode context parallelism with a draft worker is not planned yet"),
         ("speculative_draft_window_layers", settings.speculative_draft_window_layers > 0,
          "a draft with sliding-window layers (a hybrid-window draft pool) is not planned yet"),
     )
@@ -183,8 +180,12 @@ def draft_layer_bytes(model: SGLangModel, row_bytes: int, full_dtype: str | None
 
 def draft_token_scale(settings: SGLangSettings) -> int:
     """Draft rows a target token pays for: with HiSparse the draft pool is indexed by the
-    allocator's logical (host-wide) ids, host_to_device_ratio of them a device token."""
-    return settings.hisparse_host_to_device_ratio if settings.enable_hisparse else 1
+    allocator's logical (host-wide) ids, host_to_device_ratio of them a device token; under
+    decode context parallelism the replicated draft takes every rank's ids, dcp_size of them
+    (SGLang refuses the two together)."""
+    if settings.enable_hisparse:
+        return settings.hisparse_host_to_device_ratio
+    return settings.dcp_size
 
 
 def draft_tokens(tokens: int, logical_tokens: int | None, page_size: int) -> int:
