@@ -258,12 +258,14 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
         ) if sized.swa_sized_for_requests else (
             f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
             "floored to a page; more than window + page"))
-    given = speculative.speculative_requests(
-        defaults.read.settings, defaults.speculative).max_running_requests
+    settings = defaults.read.settings
+    given = speculative.speculative_requests(settings, defaults.speculative).max_running_requests
+    how = ("given" if settings.max_running_requests is not None
+           else "SGLang's default with speculative decoding")
     mamba = ("" if sized.mamba_slots is None
              else f"; at most the Mamba slots // {sized.mamba_slots_per_request}")
     _trace_requests(sized.max_running_requests, sized.req_to_token, (
-        f"{given} given" + _shared(defaults) if given is not None else
+        f"{given} {how}" + _shared(defaults) if given is not None else
         "SGLang's estimate int(tokens / context_length x 512), clamped to 2048..4096"
     ) + f", at most tokens // 2{mamba}", trace)
     hisparse = sized.hisparse
