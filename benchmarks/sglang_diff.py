@@ -51,6 +51,7 @@ COMPARED = (
     "available_bytes",
     "req_to_token",
     "pools",
+    "draft_pools",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -119,6 +120,45 @@ def _on_default_fraction(rng: random.Random, case: Case) -> Case:
     return case
 
 
+def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
+    """An EAGLE3 draft for a target: a Llama-architecture draft of one or two layers with the
+    target's dtype and KV heads, sometimes another head count (its own pool's shape)."""
+    draft = _fixture("llama-3.1-8b-instruct")
+    heads = target.get("num_key_value_heads", 8)
+    draft.update(
+        architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=rng.choice([1, 1, 2]),
+        num_key_value_heads=rng.choice([heads, heads, 8]),
+        num_attention_heads=target.get("num_attention_heads", 32),
+        head_dim=target.get("head_dim", 128), torch_dtype=target.get("torch_dtype", "bfloat16"),
+    )
+    return draft
+
+
+def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
+    """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds (their configs'
+    num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted config for
+    MHA and window models, EAGLE on a Mamba hybrid's own MTP head; steps / top-k / draft tokens
+    SGLang's choice or given."""
+    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse"):
+        return case
+    args, cfg = case["server_args"], case["config"]
+    if kind in ("mla", "dsa", "hisparse"):
+        args["speculative_algorithm"] = "NEXTN"
+        cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
+    elif kind == "mamba":
+        args["speculative_algorithm"] = "EAGLE"
+        args["speculative_draft_model_path"] = "@model"
+    else:
+        args["speculative_algorithm"] = "EAGLE3"
+        case["draft_config"] = _eagle_draft(rng, cfg)
+    if rng.random() < 0.4:
+        steps = rng.choice([1, 2, 3, 5])
+        topk = 1 if args.get("page_size", 64 if kind != "mha" else 1) > 1 else rng.choice([1, 2])
+        args.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                    speculative_num_draft_tokens=rng.choice([steps + 1, 2 * steps + 2]))
+    return case
+
+
 def _default_fraction(rng: random.Random, case: Case) -> Case:
     """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
     attention and DeepEP move), with pre/post-weights figures of that GPU."""
@@ -142,6 +182,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("radix_off")
     if args.get("dcp_size", 1) > 1:
         modes.append("dcp")
+    if args.get("speculative_algorithm"):
+        modes.append("speculative")
     if "gpu" in case:
         modes.append("default_fraction")
     if str(case.get("name", "")).startswith("preset:"):
@@ -367,6 +409,7 @@ def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
         case = KINDS[kind](rng)
         if kind != "v4":  # DeepSeek-V4's default fraction is refused (not planned)
             case = _default_fraction(rng, case)
+        case = _speculative(rng, case, kind)
         case["name"] = f"{kind}-{seed}-{i}"
         cases.append(case)
     return cases

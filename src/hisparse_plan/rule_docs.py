@@ -28,7 +28,8 @@ ANCHORS: Final[tuple[tuple[str, str], ...]] = (
     ("7.13", "engine-modes"), ("7.14", "cross-layer-kv-sharing"), ("4.1", "requests"),
     ("4", "requests"),
     ("sglang.pools", "sglang-pools"), ("sglang.budget", "sglang-budget"),
-    ("sglang.capacity", "sglang-capacity"), ("sglang", "sglang"),
+    ("sglang.capacity", "sglang-capacity"),
+    ("sglang.speculative", "sglang-speculative-decoding"), ("sglang", "sglang"),
 )
 """Internal rule numbers (SGLang's by the section of its rules: "sglang.budget"), longest first
 where one is a prefix of another, to anchors."""
