@@ -265,9 +265,9 @@ def test_a_plan_with_shared_layers_allocates_and_verifies_on_cpu() -> None:
 
 
 def blocks_of(plan: hp.KVCachePlan) -> dict[str, list[int]]:
-    """Two blocks a table, a block apart from the next table's: check_transfer proves a row
-    as one table's, and two tables' runs that touch would be coalesced into one row."""
-    return {table: [1 + 3 * i, 2 + 3 * i] for i, table in enumerate(tables(plan))}
+    """Two blocks a table, touching the next table's run: the groups share one pool, so the
+    runs are adjacent bytes, and a row must still stay within one table."""
+    return {table: [1 + 2 * i, 2 + 2 * i] for i, table in enumerate(tables(plan))}
 
 
 def test_a_transfer_moves_only_the_targets_pages() -> None:
