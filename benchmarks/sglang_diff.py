@@ -261,9 +261,40 @@ def case_minimax(rng: random.Random) -> Case:
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 30)}
 
 
+def case_llama4(rng: random.Random) -> Case:
+    """Llama-4-like: SGLang's window hybrid (Llama4ForConditionalGeneration: every 4th layer
+    full, the rest in the window pool over attention_chunk_size or a sliding_window key), now
+    and then the text-only Llama4ForCausalLM (one full pool) or a no_rope_layers list SGLang
+    does not read. At least 4 layers: SGLang's all-window layout (1-3 layers) is refused."""
+    cfg = _fixture(rng.choice(["llama-4-scout-17b-16e-instruct",
+                               "llama-4-maverick-17b-128e-instruct"]))
+    text = cfg["text_config"]
+    layers = rng.randrange(4, 49)
+    kv_heads = rng.choice([1, 2, 4, 8])
+    text.update(
+        num_hidden_layers=layers, num_key_value_heads=kv_heads,
+        num_attention_heads=kv_heads * rng.choice([1, 5]), head_dim=rng.choice([64, 128]),
+        attention_chunk_size=rng.choice([128, 1024, 8192]),
+    )
+    draw = rng.random()
+    if draw < 0.15:
+        text["no_rope_layers"] = [rng.choice([0, 1]) for _ in range(layers)]
+    elif draw < 0.25:
+        text["sliding_window"] = rng.choice([256, 512])
+    elif draw < 0.35:
+        cfg["architectures"] = ["Llama4ForCausalLM"]
+    args = _common_args(rng, [1, 2, 4, 8])
+    args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
+    if rng.random() < 0.5:
+        args["swa_full_tokens_ratio"] = rng.choice([0.1, 0.25, 0.5, 0.8, 1.0])
+    if rng.random() < 0.4:
+        args["page_size"] = rng.choice([1, 16, 64])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 30)}
+
+
 def case_blackwell(rng: random.Random) -> Case:
     """Another kind's case on a GPU of compute capability 10.0 (B200) or 9.0 (H200)."""
-    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba"])
+    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4"])
     case = KINDS[kind](rng)
     if kind in ("dsa", "hisparse") and rng.random() < 0.6:
         case["server_args"].pop("dsa_backend", None)
@@ -324,6 +355,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "shared_index": case_shared_index,
     "long_context": case_long_context,
     "unloadable": case_unloadable,
+    "llama4": case_llama4,
 }
 
 
