@@ -48,6 +48,7 @@ COMPARED = (
     "available_bytes",
     "req_to_token",
     "pools",
+    "hisparse_metadata",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -442,9 +443,29 @@ def first_difference(
     return None
 
 
+UNUSABLE = "refused, unusable in SGLang"
+"""Our refusal of a plan SGLang builds but its own code cannot run (the reference's
+`unusable`: its decode swap-in asserts), naming the same setting."""
+
+
+UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build": "layer 0"}
+"""The reference's probe (the start of its `unusable`) and what our refusal names for it."""
+
+
+def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
+    if "refused" not in ours or "refused" in ref or "unusable" not in ref:
+        return False
+    named = [name for probe, name in UNUSABLE_NAMES.items() if ref["unusable"].startswith(probe)]
+    return bool(named) and named[0] in str(ours["refused"])
+
+
 def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
     if "refused" in ref and "refused" in ours:
         return "both refuse"
+    if _refused_as_unusable(ours, ref):
+        return UNUSABLE
+    if "unusable" in ref and "refused" not in ours:
+        return f"mismatch: ours plans what SGLang cannot run ({ref['unusable'][:200]})"
     if "refused" in ref:
         return f"mismatch: SGLang refuses ({ref['refused'][:200]}), ours does not"
     if "refused" in ours:
@@ -506,14 +527,14 @@ def main(argv: list[str] | None = None) -> int:
                          indent=1))
         if ours is None:
             return 0
-    totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
+    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
         verdict = compare(_ours_safely(ours, case), ref)
         key = verdict if verdict in totals else "mismatch"
         totals[key] += 1
         for mode in modes_of(case):
-            counts = by_mode.setdefault(mode, {"agree": 0, "both refuse": 0, "mismatch": 0})
+            counts = by_mode.setdefault(mode, dict.fromkeys(totals, 0))
             counts[key] += 1
         print(f"{case['name']} [{'+'.join(modes_of(case))}]: {verdict}")
     for mode, counts in sorted(by_mode.items()):

@@ -116,6 +116,15 @@ def _add_placeholders(plan: SGLangPlan, entry: dict[str, Any]) -> None:
         buffer["storage"] = f"index/{n}"
 
 
+def _hisparse_metadata(plan: SGLangPlan) -> dict[str, Any]:
+    """HiSparse's tensors beside the budget as the reference lists them (a DSA plan with
+    HiSparse only: DeepSeek-V4's coordinator is not listed)."""
+    if plan.hisparse is None or not plan.hisparse.metadata:
+        return {}
+    return {"hisparse_metadata": [buffer.model_dump(mode="json")
+                                  for buffer in plan.hisparse.metadata]}
+
+
 def report(plan: SGLangPlan) -> dict[str, Any]:
     """The plan as the reference report of one case: the budget figures, the request table,
     and every pool with its buffers. A per-layer pool gives each of its layers its own
@@ -162,6 +171,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
         entry["buffers"].sort(key=_sort_key)
     budget = plan.budget
     return {
+        **_hisparse_metadata(plan),
         "page_size": plan.page_size,
         "max_total_num_tokens": plan.max_total_num_tokens,
         "max_running_requests": plan.max_running_requests,

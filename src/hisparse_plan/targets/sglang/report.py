@@ -11,6 +11,7 @@ from hisparse_plan.models.sglang_plan import (
     SGLangPlan,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
+from hisparse_plan.targets.sglang.hisparse_meta import HisparseShape, hisparse_metadata
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
@@ -24,7 +25,7 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         return _report_v4(sized, placed, trace)
     defaults = sized.defaults
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
-    hisparse = sized.hisparse
+    hisparse = _with_metadata(sized)
     tokens = PoolTokens(
         page_size=page,
         context_length=settings.context_length,
@@ -49,6 +50,19 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         hisparse=hisparse,
         index_placeholder_layers=_placeholders(sized),
     )
+
+
+def _with_metadata(sized: Sized) -> SGLangHisparse | None:
+    """HiSparse's figures with its tensors beside the budget (hisparse_meta.py)."""
+    hisparse, latent = sized.hisparse, sized.defaults.read.model.latent
+    if hisparse is None or latent is None:
+        return hisparse
+    rows, width = sized.req_to_token
+    return hisparse_metadata(hisparse, HisparseShape(
+        slots=rows, context=width, layers=len(latent.names),
+        page_size=sized.defaults.page_size, device_tokens=sized.tokens,
+        shared_index=bool(latent.shared_index_names),
+    ))
 
 
 def _placeholders(sized: Sized) -> tuple[str, ...]:
