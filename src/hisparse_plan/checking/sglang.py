@@ -22,6 +22,7 @@ from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
+from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
 from hisparse_plan.checking.sglang_roles import (
     block_bytes,
     check_layer_sets,
@@ -62,6 +63,7 @@ def check_sglang_plan(
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
+    check_hisparse_metadata(plan)
     _check_token_pools(plan, pools)
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)
