@@ -163,7 +163,9 @@ def test_the_plan_command_shows_it_beside_the_budget(cli: Run) -> None:
                          "-tp", "8", "--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3")
     assert code == 0, err
     line = next(line for line in out.splitlines() if "HiSparse metadata" in line)
-    assert "on the GPU" in line and "on the host" in line and "beside the budget" in line
+    assert "GiB on the GPU (" in line
+    assert "MiB on the host (" in line
+    assert line.rstrip().endswith("beside the budget (19 tensors)")
 
 
 def test_capacity_counts_it_beside_the_budget(cli: Run) -> None:

@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 
 import hisparse_plan as hp
-from hisparse_plan.adapters.sglang import report, report_for_case, request_from_server_args, sglang_request
+from hisparse_plan.adapters.sglang import (
+    report,
+    report_for_case,
+    request_from_server_args,
+    sglang_request,
+)
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import load_preset
