@@ -68,6 +68,13 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
              else read_model(request, windows_as_full=windows_in_full_pool(settings)))
     if trace.enabled:
         _trace_model(model, trace)
+        if is_llama4_hybrid(request, settings) and model.swa is not None:
+            trace.add(STAGE, RULE, "swa: Llama-4 window layers", len(model.swa.names),
+                      "SGLang's get_hybrid_layer_ids for Llama4ForConditionalGeneration: "
+                      "every layer but each 4th (by position, not no_rope_layers), window "
+                      f"{model.swa.window} (sliding_window, else attention_chunk_size)"
+                      if settings.architecture is not None else
+                      "chunked-local layers of a model of unknown architecture")
         if windows_in_full_pool(settings) and any(
                 spec.kind in ("sliding_window", "chunked_local_attention")
                 for spec in request.layers.values()):

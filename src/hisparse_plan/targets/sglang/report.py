@@ -11,7 +11,11 @@ from hisparse_plan.models.sglang_plan import (
     SGLangPlan,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
-from hisparse_plan.targets.sglang.hisparse_meta import HisparseShape, hisparse_metadata
+from hisparse_plan.targets.sglang.hisparse_meta import (
+    HisparseShape,
+    hisparse_metadata,
+    metadata_bytes,
+)
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
@@ -26,6 +30,12 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
     defaults = sized.defaults
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
     hisparse = _with_metadata(sized)
+    if trace.enabled and hisparse is not None and hisparse.metadata:
+        device, host = (metadata_bytes(hisparse, where) for where in ("device", "host"))
+        trace.add(STAGE, "sglang.budget", "hisparse.metadata", device,
+                  f"HiSparseCoordinator, its host pool and allocator allocate "
+                  f"{len(hisparse.metadata)} tensors after the pools, outside the budget: "
+                  f"{device} B on the GPU, {host} B on the host")
     tokens = PoolTokens(
         page_size=page,
         context_length=settings.context_length,
