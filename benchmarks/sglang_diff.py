@@ -266,7 +266,10 @@ def case_llama4(rng: random.Random) -> Case:
     """Llama-4-like: SGLang's window hybrid (Llama4ForConditionalGeneration: every 4th layer
     full, the rest in the window pool over attention_chunk_size or a sliding_window key), now
     and then the text-only Llama4ForCausalLM (one full pool) or a no_rope_layers list SGLang
-    does not read. At least 4 layers: SGLang's all-window layout (1-3 layers) is refused."""
+    does not read. At least 4 layers: SGLang's all-window layout (1-3 layers) is refused.
+    (A Llama4ForCausalLM config with a vision_config would be multimodal to SGLang, whose
+    default fraction then shrinks for the vision tower: adjust_mem_fraction_for_vlm, a
+    multimodal rule the planner does not apply.)"""
     cfg = _fixture(rng.choice(["llama-4-scout-17b-16e-instruct",
                                "llama-4-maverick-17b-128e-instruct"]))
     text = cfg["text_config"]
@@ -282,8 +285,8 @@ def case_llama4(rng: random.Random) -> Case:
         text["no_rope_layers"] = [rng.choice([0, 1]) for _ in range(layers)]
     elif draw < 0.25:
         text["sliding_window"] = rng.choice([256, 512])
-    elif draw < 0.35:
-        cfg["architectures"] = ["Llama4ForCausalLM"]
+    elif draw < 0.35:  # the text-only checkpoint: its text_config, as its own config.json
+        cfg = {**text, "architectures": ["Llama4ForCausalLM"]}
     args = _common_args(rng, [1, 2, 4, 8])
     args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
     if rng.random() < 0.5:
@@ -448,7 +451,8 @@ UNUSABLE = "refused, unusable in SGLang"
 `unusable`: its decode swap-in asserts), naming the same setting."""
 
 
-UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build": "layer 0"}
+UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build": "layer 0",
+                  "model decode": "layer 0"}
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 

@@ -455,7 +455,8 @@ def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
     """What SGLang's DSA model class says of the config's index sharing: each
     DeepseekV2AttentionMLA asks dsa_layer_skips_topk of its layer and the next
     (models/deepseek_v2.py), which asserts on a pattern whose layer 0 would share (an
-    index_skip_topk_offset of 0): the model cannot be built, though the pools can."""
+    index_skip_topk_offset of 0): the model cannot be built, though the pools can; where it
+    builds with layer 0 sharing (GLM's indexer_types), its first decode has no top-k."""
     mc: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
     config = model_config.hf_config
     if not mc.is_deepseek_dsa(config):
@@ -465,6 +466,12 @@ def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
             mc.dsa_layer_skips_topk(config, layer)
     except AssertionError as error:
         return f"model build: dsa_layer_skips_topk: AssertionError: {error}"
+    if mc.dsa_layer_skips_topk(config, 0):
+        # Layer 0 shares (a GLM config's indexer_types from an offset of 0): it runs no
+        # indexer (should_run_indexer), no earlier layer hands it a top-k, so its sparse
+        # decode gets topk_indices None (transform_index_page_table_decode reads its shape).
+        return ("model decode: dsa_layer_skips_topk(config, 0) is True: layer 0 reuses a "
+                "top-k no earlier layer computed")
     return None
 
 

@@ -152,3 +152,17 @@ def test_differing_chunks_are_refused() -> None:
     data["layers"][name]["attention_chunk_size"] = 4096
     with pytest.raises(UnsupportedRequestError, match="attention_chunk_size"):
         plan_sglang(type(request).model_validate(data))
+
+
+def test_a_capped_window_pool_in_no_whole_pages_is_refused() -> None:
+    """Radix cache off, 8 requests, pages of 16, max_total_tokens below the request cap: SGLang
+    takes it as given for the window pool (50,007 tokens, rows [50023, 1, 128]); the planner's
+    page layout cannot describe rows ending mid-page, so it refuses naming the field. A
+    multiple of the page plans SGLang's figures (50,000 tokens in both pools)."""
+    args = {"page_size": 16, "disable_radix_cache": True, "max_running_requests": 8}
+    report = report_for_case(case(scout(), max_total_tokens=50_007, **args))
+    assert "engine.max_total_tokens" in report["error"]
+    assert "multiple of page_size" in report["error"]
+    aligned = planned(scout(), max_total_tokens=50_000, **args)
+    assert [(p["name"], p["tokens"], p["buffers"][0]["shape"]) for p in aligned["pools"]] == [
+        ("kv", 50_000, [50_016, 1, 128]), ("swa", 50_000, [50_016, 1, 128])]

@@ -130,6 +130,7 @@ def _pool_tokens(
         sizing.refuse_empty_pool(capped, page)
         if capped != tokens and settings.max_total_tokens is not None:
             swa = min(swa, settings.max_total_tokens)
+            radix.refuse_unaligned_capped_window(swa, page)
         return capped, swa, True
     tokens = sizing.max_total_num_tokens(available, cell, page)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
