@@ -159,7 +159,8 @@ def test_a_capped_window_pool_in_no_whole_pages_is_refused() -> None:
     takes it as given for the window pool (50,007 tokens, rows [50023, 1, 128]); the planner's
     page layout cannot describe rows ending mid-page, so it refuses naming the field. A
     multiple of the page plans SGLang's figures (50,000 tokens in both pools)."""
-    args = {"page_size": 16, "disable_radix_cache": True, "max_running_requests": 8}
+    args: dict[str, Any] = {"page_size": 16, "disable_radix_cache": True,
+                            "max_running_requests": 8}
     report = report_for_case(case(scout(), max_total_tokens=50_007, **args))
     assert "engine.max_total_tokens" in report["error"]
     assert "multiple of page_size" in report["error"]
