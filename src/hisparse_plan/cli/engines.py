@@ -15,6 +15,7 @@ from hisparse_plan.cli.sglang.source import SGLANG_ONLY, resolve_sglang_source
 from hisparse_plan.cli.vllm.source import resolve_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.operator.node import Ranks, node_figures
+from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
 from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
 from hisparse_plan.targets.vllm import plan as plan_vllm
 
@@ -82,7 +83,11 @@ class Figures:
     """Every host pool's budget (HiSparse)."""
     beside_pools_bytes: int | None = None
     """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
-    the request-to-token table); None: not planned."""
+    the request-to-token table, and HiSparse's coordinator and allocator tables); None: not
+    planned."""
+    beside_pools_host_bytes: int | None = None
+    """Host bytes beside the host pool (SGLang HiSparse's slot and per-request tables, in
+    pageable memory); None: none planned."""
     defaults: str = ""
     """The engine's defaults for this GPU and model, in words ("" where none is said)."""
 
@@ -168,7 +173,9 @@ def _sglang_figures(args: argparse.Namespace) -> Figures:
         max_concurrency=result.capacity.max_concurrency,
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
-        beside_pools_bytes=sglang_request_table_bytes(result),
+        beside_pools_bytes=sglang_request_table_bytes(result)
+        + metadata_bytes(result.hisparse, "device"),
+        beside_pools_host_bytes=metadata_bytes(result.hisparse, "host") or None,
         defaults="; ".join(f"{d.subject} {d.value} ({d.why})" for d in applied.values()),
     )
 

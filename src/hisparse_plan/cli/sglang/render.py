@@ -13,6 +13,7 @@ from hisparse_plan.cli.engines import (
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
 
 
 def _shape(values: Sequence[int]) -> str:
@@ -70,6 +71,7 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
                                    f"(host_to_device_ratio {hisparse.host_to_device_ratio})"),
             ("HiSparse hot rows", f"{hisparse.hot_rows_per_request} a request "
                                   f"(device_buffer_size {hisparse.device_buffer_size})"),
+            *_hisparse_metadata_rows(plan),
         ]
     out.pairs(rows, title="budget")
     capacity = plan.capacity
@@ -79,6 +81,16 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
     ], title="capacity (concurrent context-length requests)")
     for warning in plan.warnings:
         out.line(f"note: {warning}")
+
+
+def _hisparse_metadata_rows(plan: SGLangPlan) -> list[tuple[str, str]]:
+    """HiSparse's coordinator, host-pool and allocator tables, beside the budget."""
+    if plan.hisparse is None or not plan.hisparse.metadata:
+        return []
+    device, host = (metadata_bytes(plan.hisparse, where) for where in ("device", "host"))
+    return [("HiSparse metadata", f"{format_size(device)} on the GPU ({device} B), "
+                                  f"{format_size(host)} on the host ({host} B), beside the "
+                                  f"budget ({len(plan.hisparse.metadata)} tensors)")]
 
 
 def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
@@ -96,6 +108,15 @@ def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
         ["node: device pools (every GPU)", *(cell(f.node_device_bytes, True) for f in figures)],
         ["node: host pools", *(cell(f.node_host_bytes, True) for f in figures)],
     ]
+
+
+def _beside_host_row(figures: Sequence[Figures]) -> list[list[str]]:
+    """Host memory beside the host pool, where an engine plans some (SGLang's HiSparse)."""
+    if all(f.beside_pools_host_bytes is None for f in figures):
+        return []
+    return [["beside the host pool", *("-" if f.beside_pools_host_bytes is None
+                                       else format_size(f.beside_pools_host_bytes)
+                                       for f in figures)]]
 
 
 def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> None:
@@ -123,6 +144,7 @@ def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> N
         row("request slots", [slots(f) for f in figures]),
         row("host pool", ["-" if f.host_bytes is None else format_size(f.host_bytes)
                           for f in figures]),
+        *_beside_host_row(figures),
     ]
     dp = max(f.dp for f in figures)
     if dp > 1:
