@@ -220,7 +220,7 @@ def test_internal_errors_are_one_line_too(
     def broken(request: object) -> object:
         raise error
 
-    monkeypatch.setattr("hisparse_plan.cli.commands.plan.make_plan", broken)
+    monkeypatch.setattr("hisparse_plan.cli.vllm.plan_command.make_plan", broken)
     code, out, err = cli("plan", "glm-5")
     assert (code, out) == (2, "")
     name = type(error).__name__

@@ -26,11 +26,9 @@ _HOMES: dict[str, str] = {
     "check_plan": "hisparse_plan.checking",
     "Plan": "hisparse_plan.models.any_plan",
     "load_plan": "hisparse_plan.models.any_plan",
-    "SGLangPlan": "hisparse_plan.models.sglang_plan",
-    "SGLangSettings": "hisparse_plan.models.sglang_settings",
+    **dict.fromkeys(("SGLangPlan", "SGLangSettings"), "hisparse_plan.models.engines"),
     "refit_after_warmup": "hisparse_plan.operator.refit",
-    "plan": "hisparse_plan.targets.vllm",
-    "plan_for_engine": "hisparse_plan.targets",
+    **dict.fromkeys(("plan", "plan_for_engine"), "hisparse_plan.targets"),
 }
 """Each public name's module."""
 
@@ -68,11 +66,9 @@ if TYPE_CHECKING:
         Workload,
     )
     from hisparse_plan.models.any_plan import Plan, load_plan
-    from hisparse_plan.models.sglang_plan import SGLangPlan
-    from hisparse_plan.models.sglang_settings import SGLangSettings
+    from hisparse_plan.models.engines import SGLangPlan, SGLangSettings
     from hisparse_plan.operator.refit import refit_after_warmup
-    from hisparse_plan.targets import plan_for_engine
-    from hisparse_plan.targets.vllm import plan
+    from hisparse_plan.targets import plan, plan_for_engine
 else:
 
     def __getattr__(name: str) -> object:

@@ -27,10 +27,15 @@ ANCHORS: Final[tuple[tuple[str, str], ...]] = (
     ("7.9", "capacity"), ("7.11", "deferred-modes"), ("7.12", "window-merges"),
     ("7.13", "engine-modes"), ("4.1", "requests"), ("4", "requests"),
     ("sglang.pools", "sglang-pools"), ("sglang.budget", "sglang-budget"),
-    ("sglang.capacity", "sglang-capacity"), ("sglang", "sglang"),
+    ("sglang.capacity", "sglang-capacity"),
 )
 """Internal rule numbers (SGLang's by the section of its rules: "sglang.budget"), longest first
 where one is a prefix of another, to anchors."""
+
+SECTIONS: Final = frozenset(prefix.split(".")[0] for prefix, _ in ANCHORS
+                            if not prefix[0].isdigit())
+"""The named sections of rules (an engine's, "sglang.pools"): a rule of one whose own part has
+no anchor above is read at the section's heading, whose anchor is the section's name."""
 
 
 def rule_doc(rule: str) -> str:
@@ -42,6 +47,9 @@ def rule_doc(rule: str) -> str:
     for prefix, anchor in ANCHORS:
         if number == prefix or number.startswith(prefix + "."):
             return f"{RULES_DOC}#{anchor}"
+    section = number.split(".")[0]
+    if section in SECTIONS:
+        return f"{RULES_DOC}#{section}"
     return RULES_DOC
 
 

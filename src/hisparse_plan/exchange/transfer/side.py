@@ -8,16 +8,14 @@ from functools import cached_property
 from types import MappingProxyType
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.exchange.transfer.engines import reading
 from hisparse_plan.exchange.transfer.facts import RankFacts
-from hisparse_plan.exchange.transfer.sglang_facts import sglang_facts
-from hisparse_plan.exchange.transfer.vllm_facts import vllm_facts
 from hisparse_plan.models.any_plan import Plan
-from hisparse_plan.models.plan import KVCachePlan
 
 
 def rank_facts(plan: Plan) -> RankFacts:
     """What a transfer reads from one rank's plan, whichever engine's."""
-    return vllm_facts(plan) if isinstance(plan, KVCachePlan) else sglang_facts(plan)
+    return reading(plan).facts(plan)
 
 
 @dataclass(frozen=True)
