@@ -34,7 +34,8 @@ from hisparse_plan.operator import Explanation
 from hisparse_plan.targets.vllm import plan as make_plan
 
 __all__ = [
-    "ENGINES", "Engine", "Figures", "Source", "add_capacity_arguments", "add_engine_choice",
+    "ENGINES", "SGLANG", "VLLM", "Engine", "Figures", "Source", "add_capacity_arguments",
+    "add_engine_choice",
     "add_engines_arguments", "add_plan_arguments", "add_settings_arguments",
     "add_source_arguments", "chosen_engines", "engine_list", "make_plan", "resolve_source",
     "run_capacity",
