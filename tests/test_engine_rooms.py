@@ -165,6 +165,13 @@ def pick(engine: str) -> int:
                     'moved(__name__, "hisparse_plan.torch.vllm")\n') == []
 
 
+def test_each_registry_is_a_module_that_names_an_engine() -> None:
+    modules = _modules()
+    for registry in sorted(REGISTRIES):
+        source, package = modules[registry]
+        assert findings(registry, source, package=package), f"{registry} names no engine"
+
+
 def test_the_rooms() -> None:
     assert in_room("hisparse_plan.cli.vllm.source")
     assert in_room("hisparse_plan.cli.sglang")
