@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.render import Renderer
-from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.serving import show_serving
 from hisparse_plan.cli.sglang.render import render_sglang_plan
 from hisparse_plan.cli.sglang.source import resolve_sglang_source
 from hisparse_plan.operator import Explanation, explain
@@ -21,10 +21,7 @@ def run_plan(args: argparse.Namespace) -> int:
         return 0
     out = Renderer(plain=args.plain)
     render_sglang_plan(out, source.title, result)
-    serving = serving_from(args)
-    if serving.shown:
-        out.line()
-        render_serving(out, serving, result.capacity.max_concurrency)
+    show_serving(out, args, result.capacity.max_concurrency)
     return 0
 
 

@@ -10,7 +10,7 @@ from hisparse_plan.cli.arg_types import AUTO
 from hisparse_plan.cli.deployment_args import sizing_from
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.render import Column, Renderer, concurrency
-from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.serving import show_serving
 from hisparse_plan.cli.sizes import format_size, parse_size, parse_tokens
 from hisparse_plan.cli.vllm.compare import add_compare_arguments, run_compare
 from hisparse_plan.cli.vllm.source import Source, resolve_source
@@ -80,10 +80,7 @@ def run_capacity(args: argparse.Namespace) -> int:
             print(comparison.model_dump_json(indent=2))
         else:
             render_comparison(out, source, comparison)
-            serving = serving_from(args)
-            if serving.shown:
-                out.line()
-                render_serving(out, serving, comparison.hisparse.max_concurrency)
+            show_serving(out, args, comparison.hisparse.max_concurrency)
         return 0
     axis: SweepAxis = args.sweep
     trained = source.config.max_position_embeddings if source.config is not None else None
@@ -127,10 +124,7 @@ def run_regular(args: argparse.Namespace, out: Renderer, source: Source) -> int:
         [["all on the GPU (no HiSparse)", concurrency(found.max_concurrency),
           str(found.blocks_per_request), str(found.num_blocks), str(found.bytes_per_block)]],
     )
-    serving = serving_from(args)
-    if serving.shown:
-        out.line()
-        render_serving(out, serving, found.max_concurrency)
+    show_serving(out, args, found.max_concurrency)
     return 0
 
 

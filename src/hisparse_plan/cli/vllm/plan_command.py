@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
 from hisparse_plan.cli.render import Column, Renderer, concurrency
-from hisparse_plan.cli.serving import render_serving, serving_from
+from hisparse_plan.cli.serving import show_serving
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.cli.vllm.memory_render import (
     gpu_title,
@@ -56,10 +56,7 @@ def run_plan(args: argparse.Namespace) -> int:
         render_regular_plan(out, source.title, result, source.kv_dtype)
     else:
         render_plan(out, source, result)
-    serving = serving_from(args)
-    if serving.shown:
-        out.line()
-        render_serving(out, serving, result.capacity.max_concurrency)
+    show_serving(out, args, result.capacity.max_concurrency)
     if breakdown is not None:
         out.line()
         split = "tp x dp x pp" if args.enable_expert_parallel else "tp x pp"
