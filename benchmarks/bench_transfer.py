@@ -114,7 +114,9 @@ def measure(source: Plan, destination: Plan, blocks: Blocks, tokens: int, repeat
             ) -> tuple[TransferProgram, float, float, int]:
     request = TransferRequest(num_tokens=tokens, source_blocks=blocks(source, tokens),
                               destination_blocks=blocks(destination, tokens))
-    src, dst = Instance([source]), Instance([destination])
+    # Every model here runs an e4m3 cache; SGLang's plan does not name its fp8.
+    src = Instance([source], cache_dtype="fp8_e4m3")
+    dst = Instance([destination], cache_dtype="fp8_e4m3")
     program, build = timed(lambda: build_transfer(src, dst, request), repeat)
     assert isinstance(program, TransferProgram)
     _, prove = timed(lambda: check_transfer(program, src, dst), repeat)

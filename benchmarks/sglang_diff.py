@@ -28,7 +28,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from hisparse_plan.models.request import PlanRequest
 
 JSONValue: TypeAlias = Any
 """A decoded JSON value."""
@@ -48,6 +51,7 @@ COMPARED = (
     "available_bytes",
     "req_to_token",
     "pools",
+    "draft_pools",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -103,18 +107,64 @@ def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
             args["max_running_requests"] = rng.choice([1, 8, 64, 256])
 
 
+def _on_default_fraction(rng: random.Random, case: Case) -> Case:
+    """The case on an H200 or B200 with SGLang's default mem_fraction_static."""
+    args = case["server_args"]
+    args.pop("mem_fraction_static", None)
+    total = rng.choice([H200_TOTAL, B200_TOTAL])
+    case["gpu"] = {"total_memory_bytes": total,
+                   "name": "NVIDIA H200" if total == H200_TOTAL else "NVIDIA B200"}
+    weights = rng.randrange(2, 60) * GIB
+    case["memory"] = {"pre_model_load_free_bytes": total - 2 * GIB,
+                      "post_weights_free_bytes": total - 2 * GIB - weights}
+    return case
+
+
+def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
+    """An EAGLE3 draft for a target: a Llama-architecture draft of one or two layers with the
+    target's dtype and KV heads, sometimes another head count (its own pool's shape)."""
+    draft = _fixture("llama-3.1-8b-instruct")
+    heads = target.get("num_key_value_heads", 8)
+    draft.update(
+        architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=rng.choice([1, 1, 2]),
+        num_key_value_heads=rng.choice([heads, heads, 8]),
+        num_attention_heads=target.get("num_attention_heads", 32),
+        head_dim=target.get("head_dim", 128), torch_dtype=target.get("torch_dtype", "bfloat16"),
+    )
+    return draft
+
+
+def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
+    """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds (their configs'
+    num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted config for
+    MHA and window models, EAGLE on a Mamba hybrid's own MTP head; steps / top-k / draft tokens
+    SGLang's choice or given."""
+    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse"):
+        return case
+    args, cfg = case["server_args"], case["config"]
+    if kind in ("mla", "dsa", "hisparse"):
+        args["speculative_algorithm"] = "NEXTN"
+        cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
+    elif kind == "mamba":
+        args["speculative_algorithm"] = "EAGLE"
+        args["speculative_draft_model_path"] = "@model"
+    else:
+        args["speculative_algorithm"] = "EAGLE3"
+        case["draft_config"] = _eagle_draft(rng, cfg)
+    if rng.random() < 0.4:
+        steps = rng.choice([1, 2, 3, 5])
+        topk = 1 if args.get("page_size", 64 if kind != "mha" else 1) > 1 else rng.choice([1, 2])
+        args.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                    speculative_num_draft_tokens=rng.choice([steps + 1, 2 * steps + 2]))
+    return case
+
+
 def _default_fraction(rng: random.Random, case: Case) -> Case:
     """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
     attention and DeepEP move), with pre/post-weights figures of that GPU."""
     args = case["server_args"]
     if rng.random() < (0.6 if "moe_a2a_backend" in args or "dp_size" in args else 0.25):
-        total = rng.choice([H200_TOTAL, B200_TOTAL])
-        name = "NVIDIA H200" if total == H200_TOTAL else "NVIDIA B200"
-        args.pop("mem_fraction_static", None)
-        case["gpu"] = {"total_memory_bytes": total, "name": name}
-        weights = rng.randrange(2, 60) * GIB
-        case["memory"] = {"pre_model_load_free_bytes": total - 2 * GIB,
-                          "post_weights_free_bytes": total - 2 * GIB - weights}
+        return _on_default_fraction(rng, case)
     return case
 
 
@@ -132,8 +182,12 @@ def modes_of(case: Case) -> list[str]:
         modes.append("radix_off")
     if args.get("dcp_size", 1) > 1:
         modes.append("dcp")
+    if args.get("speculative_algorithm"):
+        modes.append("speculative")
     if "gpu" in case:
         modes.append("default_fraction")
+    if str(case.get("name", "")).startswith("preset:"):
+        modes.append("preset")
     return modes or ["plain"]
 
 
@@ -245,6 +299,25 @@ def case_gemma(rng: random.Random) -> Case:
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
 
 
+def case_vlm(rng: random.Random) -> Case:
+    """A multimodal checkpoint served multimodal or not, on SGLang's default fraction (which
+    drops prefill graphs and scales by the vision encoder), the encoder drawn at random."""
+    cfg = _fixture(rng.choice(["qwen2.5-vl-7b-instruct", "gemma-3-4b-it", "gemma-3-27b-it"]))
+    vision = cfg.setdefault("vision_config", {})
+    if rng.random() < 0.5:
+        vision["hidden_size"] = rng.choice([768, 1024, 1152, 1280, 1664])
+    if rng.random() < 0.5:
+        vision["num_hidden_layers"] = rng.randrange(8, 48)
+    text = cfg.get("text_config", cfg)
+    text.update(num_hidden_layers=rng.randrange(2, 32))
+    text.pop("layer_types", None)
+    args = _common_args(rng, [1, 2, 4])
+    if rng.random() < 0.7:
+        args["enable_multimodal"] = rng.random() < 0.8
+    case = {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
+    return _on_default_fraction(rng, case)
+
+
 def case_minimax(rng: random.Random) -> Case:
     """MiniMax-M2-like: attn_type_list all 1 (every layer full attention)."""
     layers = rng.randrange(2, 63)
@@ -320,6 +393,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "v4": case_v4,
     "gemma": case_gemma,
     "minimax": case_minimax,
+    "vlm": case_vlm,
     "blackwell": case_blackwell,
     "shared_index": case_shared_index,
     "long_context": case_long_context,
@@ -335,6 +409,7 @@ def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
         case = KINDS[kind](rng)
         if kind != "v4":  # DeepSeek-V4's default fraction is refused (not planned)
             case = _default_fraction(rng, case)
+        case = _speculative(rng, case, kind)
         case["name"] = f"{kind}-{seed}-{i}"
         cases.append(case)
     return cases
@@ -433,6 +508,18 @@ def _ours_safely(func: Callable[[Case], dict[str, Any]], case: Case) -> dict[str
     return {"refused": report["error"]} if "error" in report else report
 
 
+def _preset_side(request: PlanRequest) -> Callable[[Case], dict[str, Any]]:
+    """Our report of a preset's case: the plan of the CLI's own request."""
+
+    def report(case: Case) -> dict[str, Any]:
+        from hisparse_plan.adapters.sglang import report as sglang_report
+        from hisparse_plan.targets.sglang import plan_sglang
+
+        return sglang_report(plan_sglang(request))
+
+    return report
+
+
 def fixed_case(path: Path) -> Case:
     """A case file, named by its stem."""
     case: Case = json.loads(path.read_text(encoding="utf-8"))
@@ -450,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
                         help="these case files (e.g. benchmarks/sglang_cases/*.json) instead of "
                              "random ones")
+    parser.add_argument("--presets", action="store_true",
+                        help="also every preset as `plan PRESET --engine sglang` plans it "
+                             "(sglang_presets.py), beside SGLang on its published config")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
@@ -458,6 +548,14 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = (make_cases(args.seed, args.count, kinds) if args.cases is None
              else [fixed_case(path) for path in args.cases])
+    preset_requests: dict[str, PlanRequest] = {}
+    if args.presets:
+        sys.path.insert(0, str(HERE))
+        import sglang_presets
+
+        for case, request in sglang_presets.preset_cases():
+            cases.append(case)
+            preset_requests[case["name"]] = request
     refs = reference_reports(cases, args.sglang_python)
     if refs is None:
         print(
@@ -477,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
-        verdict = compare(_ours_safely(ours, case), ref)
+        side = ours
+        if case["name"] in preset_requests:
+            side = _preset_side(preset_requests[case["name"]])
+        verdict = compare(_ours_safely(side, case), ref)
         key = verdict if verdict in totals else "mismatch"
         totals[key] += 1
         for mode in modes_of(case):

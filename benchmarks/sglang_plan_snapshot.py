@@ -253,7 +253,7 @@ def _engine(rng: random.Random, family: str) -> dict[str, Any]:
         "mamba_full_memory_ratio": _pick(rng, 0.9, 0.9, 0.1, 2.0),
         "max_mamba_cache_size": _pick(rng, None, None, 3, 50, 1000),
         "mamba_ssm_dtype": _pick(rng, None, None, "float32", "bfloat16", "float16"),
-        "speculative_num_draft_tokens": 0 if rng.random() < 0.9 else 4,
+        "speculative_num_draft_tokens": None if rng.random() < 0.9 else 4,
         "enable_hisparse": rng.random() < (0.6 if family == "dsa" else 0.1),
         "hisparse_top_k": _pick(rng, 2048, 64, 512),
         "hisparse_device_buffer_size": _pick(rng, None, None, 32, 1024, 4096),
@@ -264,7 +264,7 @@ def _engine(rng: random.Random, family: str) -> dict[str, Any]:
         engine["pre_model_load_free_bytes"] = free
         engine["post_weights_free_bytes"] = int(free * rng.uniform(0.2, 0.95))
     if family == "v4" and rng.random() < 0.75:  # mostly what SGLang's V4 path takes
-        engine.update(dsa_backend=None, enable_hisparse=False, speculative_num_draft_tokens=0,
+        engine.update(dsa_backend=None, enable_hisparse=False, speculative_num_draft_tokens=None,
                       kv_cache_dtype=_pick(rng, "auto", "fp8_e4m3"),
                       page_size=_pick(rng, None, 256), gpu_memory_bytes=None)
     if family == "dsa" and rng.random() < 0.6:

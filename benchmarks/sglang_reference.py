@@ -41,6 +41,15 @@ req_to_token objects on ``device="meta"``.  The HiSparse host pool is built
 from SGLang's ``MLATokenToKVPoolHost`` with the arguments ``HiSparseCoordinator``
 passes (the coordinator itself needs CUDA streams).
 
+With speculative decoding (``speculative_algorithm``) the report adds ``draft`` (what SGLang
+resolved) and ``draft_pools``: the draft worker's pools, built as ``EAGLEWorkerV2`` builds them,
+a second ``KVCacheConfigurator(is_draft_worker=True)`` on the draft model's config read in
+draft mode, handed the target's ``memory_pool_config``, ``req_to_token_pool`` and allocator.
+An EAGLE/EAGLE3 draft is the case's ``"draft_config"`` (its config.json) or
+``speculative_draft_model_path: "@model"`` (the target's own checkpoint); a Mamba hybrid's
+intermediate states (``mamba_intermediate_ssm``, ``mamba_intermediate_conv0``: their
+allocations) are among the target's pools.
+
 What is patched (the report's ``patched`` list says which ones were used):
 
 * ``get_available_gpu_memory`` in ``kv_cache_configurator``: returns the case's
@@ -200,6 +209,19 @@ def _collect_mamba(col: _Collector, mamba_pool: SGLangObject) -> None:
         col.add(f"mamba_conv{i}", f"conv[{i}]", None, conv)
     col.pool("mamba_temporal", "device", slots)
     col.add("mamba_temporal", "temporal", None, cache.temporal)
+    # Speculative decoding's SpeculativeState: a state and a conv window a draft token, for
+    # the running requests (spec_state_size) and a padding slot.
+    ssm = getattr(cache, "intermediate_ssm", None)
+    if ssm is not None:
+        col.pool("mamba_intermediate_ssm", "device", int(ssm.shape[1]) - 1)
+        col.add("mamba_intermediate_ssm", "intermediate_ssm", None, ssm)
+    # The conv windows' own allocations: with a draft chain SGLang keeps one shared row of
+    # draft tokens + kernel - 2 columns a channel and views it as overlapping windows (an
+    # as_strided alias); the allocation is what the pool holds.
+    phys = getattr(mamba_pool, "_intermediate_conv_window_phys", None)
+    for i, window in enumerate(phys or ()):
+        col.pool(f"mamba_intermediate_conv{i}", "device", int(window.shape[1]) - 1)
+        col.add(f"mamba_intermediate_conv{i}", f"intermediate_conv_window[{i}]", None, window)
 
 
 def _collect_dsv4(col: _Collector, pool: SGLangObject, notes: list[str]) -> None:
@@ -428,6 +450,7 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
     fields.setdefault("device", "cuda")
     fields.setdefault("load_format", "dummy")
     fields.setdefault("skip_tokenizer_init", True)
+    _draft_model_path(case, fields, model_dir)
     _cuda_only_registrations(patched)
     capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
     torch.cuda.get_device_capability = lambda device=None: capability
@@ -438,6 +461,20 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
     server_args.resolve_once()
     rc.publish(server_args, role="test")
     return server_args
+
+
+def _draft_model_path(case: dict[str, Any], fields: dict[str, Any], model_dir: Path) -> None:
+    """A case's draft model for EAGLE / EAGLE3: `"draft_config": {...}` (the draft's
+    config.json, written beside the target's) or `speculative_draft_model_path: "@model"` (the
+    target's own checkpoint, as Qwen3-Next's MTP head is served)."""
+    draft = case.get("draft_config")
+    if draft is not None:
+        draft_dir = model_dir.parent / "draft"
+        draft_dir.mkdir(exist_ok=True)
+        (draft_dir / "config.json").write_text(json.dumps(_load_config(draft)))
+        fields["speculative_draft_model_path"] = str(draft_dir)
+    elif fields.get("speculative_draft_model_path") == "@model":
+        fields["speculative_draft_model_path"] = str(model_dir)
 
 
 def _check_registry(model_config: SGLangObject, patched: list[str]) -> None:
@@ -544,6 +581,11 @@ def _configure(
         pre_gb = int(memory["pre_model_load_free_bytes"]) / gib
         post_gb = int(memory["post_weights_free_bytes"]) / gib
     kcc.get_available_gpu_memory = lambda *a, **k: post_gb
+    if rc.get_spec().speculative_algorithm is not None:
+        pool_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.memory_pool")
+        pool_mod.MHATokenToKVPool._init_kv_copy_and_warmup = lambda self: None
+        patched.append("MHATokenToKVPool._init_kv_copy_and_warmup -> no-op (speculative "
+                       "decoding's KV-move kernel tiling and its warmup launch: no buffer)")
     patched.append("kv_cache_configurator.get_available_gpu_memory -> case post-weights figure")
     real_module = _ORIGINALS.setdefault("get_device_module", torch.get_device_module)
     torch.get_device_module = lambda d=None: (
@@ -629,6 +671,7 @@ def _configure(
 
     col = _Collector()
     _collect(col, result.token_to_kv_pool, result.req_to_token_pool, notes)
+    draft = _draft_report(server_args, result, kvc, notes, patched)
     schedule = rc.get_schedule()
     if rc.get_memory().enable_hisparse:
         _hisparse_host(col, result.token_to_kv_pool, patched)
@@ -643,6 +686,7 @@ def _configure(
         "available_bytes": seen.get("available_bytes"),
         "req_to_token": {"shape": list(req.shape), "dtype": str(req.dtype).removeprefix("torch.")},
         "pools": col.report(),
+        **draft,
         "sglang": {
             "configurator": type(conf).__name__,
             "token_to_kv_pool": type(result.token_to_kv_pool).__name__,
@@ -687,6 +731,107 @@ def _spec_aux_config(
         server_args=server_args, model_config=model_config, spec_algorithm=algorithm,
         is_draft_worker=False,
     )
+
+
+def _draft_report(
+    server_args: SGLangObject, target: SGLangObject, target_kvc: SGLangObject,
+    notes: list[str], patched: list[str],
+) -> dict[str, Any]:
+    """With speculative decoding, the draft worker's pools as its ModelRunner builds them
+    (``EAGLEWorkerV2.alloc_memory_pool`` -> ``ModelRunner.alloc_memory_pool``): the draft
+    model's config read in draft mode (``ModelConfig.from_server_args(..., is_draft_model=True)``
+    on the resolved ``speculative_draft_model_path``: the target's own checkpoint for a
+    DeepSeek-style MTP head), its layer range (``resolve_layer_indices(is_draft_worker=True)``),
+    its kv dtype, and a ``KVCacheConfigurator(is_draft_worker=True)`` given the target's
+    ``memory_pool_config``, ``req_to_token_pool`` and allocator, configured on meta.  Without
+    speculative decoding: nothing (no keys)."""
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    spec = rc.get_spec()
+    spec_mod: SGLangObject = importlib.import_module("sglang.srt.speculative.spec_info")
+    algorithm = spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
+    if algorithm.is_none():
+        return {}
+    kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
+    layer_setup: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.layer_setup"
+    )
+    load_utils: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.load_model_utils"
+    )
+    aux_mod: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
+    )
+    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
+    draft_config = mc_mod.ModelConfig.from_server_args(
+        server_args, model_path=spec.speculative_draft_model_path,
+        model_revision=spec.speculative_draft_model_revision, is_draft_model=True,
+    )
+    model = types.SimpleNamespace()
+    layer_info = layer_setup.resolve_layer_indices(
+        model=model, model_config=draft_config, is_draft_worker=True
+    )
+    resolved_dtype, kv_dtype = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
+        model=None,
+        model_dtype=draft_config.dtype,
+        is_draft_worker=True,
+        is_dflash=False,
+        speculative_draft_attention_backend=spec.speculative_draft_attention_backend,
+        speculative_draft_kv_cache_dtype=spec.speculative_draft_kv_cache_dtype,
+    )
+    kvc = kcc.KVCacheConfigurator(
+        device="meta",
+        gpu_id=0,
+        attn_dp_size=rc.get_parallel().attn_dp_size,
+        pp_size=1,
+        pp_group=None,
+        model=model,
+        model_config=draft_config,
+        server_args=server_args,
+        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=resolved_dtype or rc.get_model().kv_cache_dtype,
+        model_dtype=draft_config.dtype,
+        page_size=rc.get_schedule().page_size,
+        sliding_window_size=load_utils.resolve_sliding_window_size(model, draft_config),
+        spec_algorithm=algorithm,
+        is_draft_worker=True,
+        post_capture_kv_active=False,
+        spec_aux_config=aux_mod.resolve_spec_aux_hidden_state_config(
+            server_args=server_args, model_config=draft_config, spec_algorithm=algorithm,
+            is_draft_worker=True,
+        ),
+        is_hybrid_swa=draft_config.is_hybrid_swa,
+        is_hybrid_swa_compress=draft_config.is_hybrid_swa_compress,
+        use_mla_backend=draft_config.attention_arch == mc_mod.AttentionArch.MLA,
+        layer_info=layer_info,
+        forward_stream=None,
+        req_to_token_pool=target.req_to_token_pool,
+        token_to_kv_pool_allocator=target.token_to_kv_pool_allocator,
+        memory_pool_config=target.memory_pool_config,
+    )
+    draft = kvc.configure(pre_model_load_memory=0)
+    col = _Collector()
+    _collect(col, draft.token_to_kv_pool, None, notes)
+    if draft.token_to_kv_pool_allocator is not target.token_to_kv_pool_allocator:
+        notes.append("draft: its allocator is not the target's")
+    if draft.req_to_token_pool is not target.req_to_token_pool:
+        notes.append("draft: its req_to_token_pool is not the target's")
+    patched.append("draft worker: bare model namespace, pools built on meta with the target's "
+                   "memory_pool_config, req_to_token_pool and allocator")
+    return {
+        "draft": {
+            "algorithm": spec.speculative_algorithm,
+            "num_steps": spec.speculative_num_steps,
+            "eagle_topk": spec.speculative_eagle_topk,
+            "num_draft_tokens": spec.speculative_num_draft_tokens,
+            "architecture": draft_config.hf_config.architectures[0],
+            "layers": int(layer_info.end_layer - layer_info.start_layer),
+            "eagle_draft_num_layers": target_kvc.spec_aux_config.eagle_draft_num_layers,
+            "token_to_kv_pool": type(draft.token_to_kv_pool).__name__,
+        },
+        "draft_pools": col.report(),
+    }
 
 
 def _graph_settings(server_args: SGLangObject) -> dict[str, Any]:

@@ -28,6 +28,7 @@ Outcomes:
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import random
@@ -291,6 +292,18 @@ def stage_misses_a_group(request: dict[str, Any], projected: object) -> bool:
     )
 
 
+@functools.cache
+def vllm_config_refuses_hisparse_without_hybrid_manager() -> bool:
+    """Whether the installed vLLM's VllmConfig refuses HiSparse with the hybrid KV cache
+    manager disabled (config/vllm.py, `__post_init__`), read from its own source."""
+    import inspect
+
+    from vllm.config.vllm import VllmConfig
+
+    return "HiSparse requires the hybrid KV cache manager" in inspect.getsource(
+        VllmConfig.__post_init__)
+
+
 def classify(
     request: dict[str, Any], theirs: tuple[str, Any], ours: tuple[str, Any], target: str = "0.34"
 ) -> str:
@@ -327,6 +340,12 @@ def classify(
             return "deliberate_7.12_mixed_sliding_window_mla"
         if "differ only in alignment" in message:
             return "deliberate_7.12_mixed_alignment"
+        if (request.get("hisparse") is not None
+                and request.get("scheduler", {}).get("disable_hybrid_kv_cache_manager")
+                and vllm_config_refuses_hisparse_without_hybrid_manager()):
+            # The harness sets the case's fields on a built VllmConfig, past the check its
+            # __post_init__ makes: stock vLLM refuses this request before planning.
+            return "agree_vllm_config_refuses"
         if "expected one block stride" in message:
             # Layer-outer layouts whose groups stride blocks differently (7.3.2 scaling): block b
             # of one group overlays other block ids of another; vLLM 0.33 places it anyway.

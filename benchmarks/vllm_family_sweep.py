@@ -3,6 +3,11 @@ against the families. Needs vLLM (run it in the vLLM venv, with this checkout's 
 
     PYTHONPATH=src /work/vllm-venv/bin/python benchmarks/vllm_family_sweep.py [--pin] [FAMILY ...]
 
+Gemma-3n's wrapper (Gemma3nForConditionalGeneration) builds timm's vision tower: timm must be
+importable (`pip install --target DIR timm --no-deps`, DIR on PYTHONPATH, keeps it out of the
+venv, where a timm without torchvision breaks transformers' Gemma-3n config); torchvision is
+stood in for like the other packages below.
+
 1. For each registered family (`hisparse_plan.presets.families.FAMILIES`), each fixture of
    tests/hf_configs whose `model_type` the family reads is built twice: with vLLM's model class
    on the meta device (the build of `plan --hf-config X --specs-from-vllm`,
@@ -10,8 +15,9 @@ against the families. Needs vLLM (run it in the vLLM venv, with this checkout's 
    packages the model modules import but no cache layer needs) and with the reader
    (`build_request` at tensor parallel size 1). The two are compared layer by layer: names, kinds,
    KV heads, head sizes, dtypes, windows, chunks, MLA rows, state shapes and dtypes
-   (`meta_model.MODEL_FACTS`). A family is equal when every fixture vLLM builds here is. The
-   count of equal families is printed last.
+   (`meta_model.MODEL_FACTS`), and which layers read which layer's cache (vLLM's
+   `kv_sharing_target_layer_name`, the reader's `kv_sharing_target`). A family is equal when
+   every fixture vLLM builds here is. The count of equal families is printed last.
 2. `--pin` writes what vLLM built for each fixture to tests/hf_configs/NAME/vllm-layers.json:
    tests/test_families.py checks the reader against those files in CI, without vLLM.
 3. vLLM's registry (text generation and multimodal architectures) is swept by its model
@@ -46,7 +52,7 @@ MARKERS = {
     "window": re.compile(r"\bper_layer_sliding_window\s*=\s*(?!None\b)"),
 }
 """What a model module's source says about its cache layers, by the kind it makes."""
-REFUSING = frozenset({"unplanned", "gemma3n", "minimax"})
+REFUSING = frozenset({"unplanned", "minimax"})
 """Families whose readers refuse by name (nothing planned, no layer to compare)."""
 
 
@@ -91,7 +97,7 @@ def compare_one(name: str) -> dict[str, Any]:
     except PlanError as error:
         return {**result, "status": "vllm_cannot_build", "why": str(error)[:200]}
     result.update(model_class=meta.model_class, vllm=meta.vllm_version,
-                  layers=facts(layer_dicts(meta.specs, 0)))
+                  layers=facts(layer_dicts(meta.specs, 0)), shared=meta.shared)
     try:
         request = build_request(load_config_file(path), Settings(max_model_len=4096))
     except PlanError as error:
@@ -125,6 +131,11 @@ def pin(result: dict[str, Any]) -> None:
         order.append([layer, key])
     head = {"vllm": result["vllm"], "model_class": result["model_class"], "tp": 1}
     lines = [f"{json.dumps(key)}: {json.dumps(value)}," for key, value in head.items()]
+    if result.get("shared"):
+        # Layers vLLM gives no spec: each reads its target's cache (kv_sharing_target).
+        lines += ['"shared": {', ",\n".join(f" {json.dumps(layer)}: {json.dumps(target)}"
+                                            for layer, target in result["shared"].items()),
+                  "},"]
     lines += ['"specs": {', ",\n".join(f" {json.dumps(key)}: {json.dumps(spec)}"
                                          for key, spec in specs.items()), "},",
               '"layers": [', ",\n".join(f" {json.dumps(layer)}" for layer in order), "]"]

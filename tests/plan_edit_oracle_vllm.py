@@ -12,7 +12,10 @@ exactly one tensor and every tensor layer belongs to a group; the HiSparse sourc
 hisparse_source, the only host-resident group) lives in host tensors of the host pool, every
 other layer in the device pool of the one stage that lists it (stages that list layers, one
 or more, list every device layer exactly once; one stage may list none); a tensor has its
-pool's size, no page ranges and no views (vLLM's views follow from the specs).
+pool's size, no page ranges and no views (vLLM's views follow from the specs). Cross-layer KV
+sharing: a layer of `kv_sharing` is in no group; its target is a group layer of a default
+(device) group whose spec is attention (not Mamba, resident or hot) and that itself reads no
+other; no group spec (or uniform member) names a `kv_sharing_target`.
 
 Bytes, per pool, enumerated. A layer's page of block b is the engine's view of it: attention
 layers [H heads, N = block_size // compress_ratio tokens, C content bytes] with the strides the
@@ -75,7 +78,7 @@ def vllm_faults(plan: KVCachePlan) -> Faults:
     specs = _layer_specs(plan, faults)
     if faults:
         return faults
-    for section in (_structure, _figures, vllm_byte_faults):
+    for section in (_structure, _sharing, _figures, vllm_byte_faults):
         section(plan, specs, faults)
         if faults:
             break
@@ -100,6 +103,21 @@ def _layer_specs(plan: KVCachePlan, faults: Faults) -> dict[str, tuple[int, Spec
 
 
 # --- structure ------------------------------------------------------------------------------
+
+
+def _sharing(plan: KVCachePlan, specs: dict[str, tuple[int, Spec]], faults: Faults) -> None:
+    for name, (_, spec) in specs.items():
+        if getattr(spec, "kv_sharing_target", None) is not None:
+            faults.add("kv sharing", f"group spec of {name!r} names a kv_sharing_target")
+    for name, target in plan.kv_sharing.items():
+        found = specs.get(target)
+        if name in specs:
+            faults.add("kv sharing", f"sharing layer {name!r} is in a group")
+        elif target in plan.kv_sharing or found is None:
+            faults.add("kv sharing", f"{name!r} reads {target!r}, not a placed own cache")
+        elif plan.groups[found[0]].role != "default" or not isinstance(
+                found[1], KVLayerSpec | MLASpec | SlidingWindowMLASpec):
+            faults.add("kv sharing", f"{name!r} reads {target!r}, not a default attention layer")
 
 
 def _structure(plan: KVCachePlan, specs: dict[str, tuple[int, Spec]], faults: Faults) -> None:

@@ -9,6 +9,7 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import hisparse_plan as hp
@@ -17,9 +18,11 @@ from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import Settings, build_request, load_preset
+from hisparse_plan.presets.config_file import load_config_file
 from hisparse_plan.targets import plan_for_engine
 
 MIB = 2**20
+GEMMA3N = Path(__file__).parent / "hf_configs" / "gemma-3n-e4b-it" / "config.json"
 DECODER_INDEX = re.compile(r"layers\.(\d+)\.")
 
 
@@ -130,6 +133,13 @@ def vllm_preset_seeds(rng: random.Random) -> list[Seed]:
         found = _smallest(data, _vllm_bytes, hp.plan, rng)
         if found is not None:
             seeds.append(Seed(f"vllm {model} {sorted(decoders)}", *found))
+    # Gemma-3n: layers 20 and 24 read layer 18's and 19's caches (cross-layer KV sharing).
+    arch = load_config_file(GEMMA3N, use_transformers=False)
+    data = _keep(build_request(arch, Settings(max_model_len=64, block_size=16, gpu_mem_bytes=MIB))
+                 .model_dump(mode="json"), {0, 4, 18, 19, 20, 24}, heads=2)
+    found = _smallest(data, _vllm_bytes, hp.plan, rng)
+    if found is not None:
+        seeds.append(Seed("vllm gemma-3n [0, 4, 18, 19, 20, 24] shared", *found))
     data = _keep(build_request(load_preset("llama-3-8b").architecture, Settings(
         max_model_len=64, block_size=16)).model_dump(mode="json"), {0, 1, 2, 3}, heads=2)
     data["device"]["available_bytes"] = 0

@@ -31,8 +31,6 @@ PINNED = sorted(path.parent.name for path in CONFIGS.glob(f"*/{PIN}"))
 NOT_BUILT_HERE = {
     "sparse_mla": "DSA layers are built on a GPU only (vLLM's sparse MLA backends)",
     "deepseek_v4": "no fixture: benchmarks/vllm_v4_flash.py checks the preset on vLLM",
-    "gemma3n": "refused (cross-layer KV sharing); vLLM's Gemma-3n reads tensor values while it "
-               "is built (Tensor.item), which a meta build cannot, and its wrapper needs timm",
     "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
     "unplanned": "refused by name, nothing to compare",
 }
@@ -58,15 +56,28 @@ def vllm_layers(pin: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {layer: pin["specs"][key] for layer, key in pin["layers"]}
 
 
-def reader_layers(name: str, *, use_transformers: bool) -> dict[str, dict[str, Any]]:
-    """The reader's layers of one fixture at tensor parallel size 1, each with the facts vLLM's
-    model code decides (`MODEL_FACTS`)."""
+def reader_request(name: str, *, use_transformers: bool) -> PlanRequest:
     arch = load_config_file(CONFIGS / name / "config.json", use_transformers=use_transformers)
-    request = build_request(arch, Settings(max_model_len=4096))
+    return build_request(arch, Settings(max_model_len=4096))
+
+
+def reader_layers(name: str, *, use_transformers: bool) -> dict[str, dict[str, Any]]:
+    """The reader's layers of one fixture at tensor parallel size 1 that keep a cache of their
+    own (vLLM gives the others no spec), each with the facts vLLM's model code decides
+    (`MODEL_FACTS`)."""
+    request = reader_request(name, use_transformers=use_transformers)
     return {layer: {key: value for key, value
                     in spec.model_dump(mode="json", exclude_none=True).items()
                     if key in MODEL_FACTS}
-            for layer, spec in request.layers.items()}
+            for layer, spec in request.layers.items()
+            if getattr(spec, "kv_sharing_target", None) is None}
+
+
+def reader_sharing(name: str, *, use_transformers: bool) -> dict[str, str]:
+    """Layer -> the layer whose cache it reads, as the reader declares it."""
+    request = reader_request(name, use_transformers=use_transformers)
+    return {layer: target for layer, spec in request.layers.items()
+            if (target := getattr(spec, "kv_sharing_target", None)) is not None}
 
 
 def first_difference(ours: Mapping[str, Mapping[str, Any]],
@@ -98,6 +109,7 @@ def test_the_reader_builds_the_layers_vllm_builds(name: str, use_transformers: b
     assert pin["vllm"].startswith("0.34"), pin["vllm"]
     assert first_difference(reader_layers(name, use_transformers=use_transformers),
                             vllm_layers(pin)) is None
+    assert reader_sharing(name, use_transformers=use_transformers) == pin.get("shared", {})
 
 
 def test_a_layer_that_differs_from_vllms_is_found() -> None:
@@ -157,21 +169,34 @@ def test_exaone4_without_a_window_is_all_full_and_without_the_field_is_refused()
         model_from_config(fields, origin="exaone", use_transformers=False)
 
 
-def test_gemma3n_is_refused_naming_the_layers_vllm_shares() -> None:
-    with pytest.raises(ConfigError, match=r"layers 20 to 34 no cache of their own .* 20 of the "
-                                          r"35 layers; cross-layer KV sharing is not planned"
-                       ) as caught:
-        model_from_config(config("gemma-3n-e4b-it"), origin="gemma-3n", use_transformers=False)
-    assert caught.value.field == "num_kv_shared_layers"
+def test_gemma3n_shares_the_last_layers_caches_as_vllm_names_them() -> None:
+    """Layers 20 to 34 (num_kv_shared_layers 15 of 35) keep no cache: a sliding one reads layer
+    20 - 2 = 18's, a full one layer 20 - 1 = 19's (vLLM's Gemma3nAttention); layer_types is
+    four sliding, one full, so layers 24, 29, 34 are the full ones."""
+    fields = config("gemma-3n-e4b-it")
+    request = layers("gemma-3n-e4b-it")
+    name = "language_model.model.layers.{}.self_attn.attn".format
+    targets = {layer: getattr(spec, "kv_sharing_target", None)
+               for layer, spec in request.layers.items()}
+    full = {24, 29, 34}
+    assert fields["text_config"]["num_kv_shared_layers"] == 15
+    assert targets == {name(i): None if i < 20 else name(19 if i in full else 18)
+                       for i in range(35)}
+    with pytest.raises(ConfigError, match=r"num_kv_shared_layers: expected at most 33 of the "
+                                          "35 layers"):
+        model_from_config({**fields, "text_config": {**fields["text_config"],
+                                                     "num_kv_shared_layers": 34}},
+                          origin="gemma-3n", use_transformers=False)
 
 
-def test_kv_sharing_is_refused_in_any_family_and_zero_shares_nothing() -> None:
+def test_kv_sharing_outside_gemma3n_is_refused_and_zero_shares_nothing() -> None:
     unshared = {**config("gemma-3n-e4b-it"),
                 "text_config": {**config("gemma-3n-e4b-it")["text_config"],
                                 "num_kv_shared_layers": 0}}
     arch = model_from_config(unshared, origin="gemma-3n", use_transformers=False)
     assert isinstance(arch, RegularArchitecture)
     assert len(arch.layer_kinds()) == 35
+    assert not arch.kv_sharing
     llama = config("llama-3.1-8b-instruct")
     model_from_config({**llama, "num_kv_shared_layers": 0}, origin="llama",
                       use_transformers=False)

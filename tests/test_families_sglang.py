@@ -94,3 +94,20 @@ def test_a_refusal_is_one_error_line_on_the_command_line(cli: Run) -> None:
     assert (code, out) == (2, "")
     assert err.startswith("error: ")
     assert "model_type: 'lfm2' is not planned for SGLang" in err
+
+
+def test_gemma3n_keeps_a_buffer_for_every_layer_as_sglang_does() -> None:
+    """SGLang's gemma3n_causal.py points layers 20 to 34 at layers 18 and 19's buffers, but
+    its KV pool holds all 35 layers: a token costs 35 x 2 (K, V) x 2 heads x 256 x 2 bytes =
+    71,680 bytes. SGLang 0.5.23's own sizing (benchmarks/sglang_reference.py, 8 GiB, tp 1,
+    context 4096) gives 118,374 tokens."""
+    args = {"tp_size": 1, "context_length": 4096}
+    request = request_from_server_args(path("gemma-3n-e4b-it"), args, MEMORY)
+    plan = plan_for_engine(request)
+    assert isinstance(plan, SGLangPlan)
+    assert [len(t.layers) for t in plan.tensors if t.pool == "kv"] == [35]
+    assert plan.budget.cell_size_bytes == 35 * 2 * 2 * 256 * 2 == 71_680
+    assert plan.max_total_num_tokens == 118_374
+    assert len(plan.warnings) == 1
+    assert "15 of 35 layers" in plan.warnings[0]
+    assert "never written" in plan.warnings[0]

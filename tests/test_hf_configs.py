@@ -66,7 +66,8 @@ KINDS: dict[str, Expected] = {
     # pins every layer).
     "command-a-03-2025": {"sliding": 48, "full": 16},
     "exaone-4.0-32b": {"sliding": 48, "full": 16},
-    "gemma-3n-e4b-it": "num_kv_shared_layers",
+    # Decoder layers' kinds: the last 15 read layers 18 and 19's caches (test_kv_sharing.py).
+    "gemma-3n-e4b-it": {"sliding": 28, "full": 7},
     "glm-4.7-flash": {"mla": 47},
     "granite-4.0-h-small": {"mamba": 36, "full": 4},
     "kimi-linear-48b-a3b-instruct": {"linear": 20, "mla": 7},

@@ -51,3 +51,29 @@ def test_a_config_transformers_refuses_is_refused() -> None:
     fields = {**config("llama-3.1-8b-instruct"), "num_hidden_layers": "many"}
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         model_from_config(fields, origin="llama")
+
+
+def test_a_config_class_transformers_cannot_import_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """transformers' Gemma-3n config module imports timm where timm is installed; a timm
+    without torchvision made that import fail, and the reading ended in an internal error."""
+    auto = pytest.importorskip("transformers.models.auto.configuration_auto")
+
+    class Broken(dict[str, object]):
+        def __contains__(self, key: object) -> bool:
+            return True
+
+        def __getitem__(self, key: str) -> object:
+            try:
+                import torchvision_absent_for_this_test  # type: ignore[import-not-found]  # noqa: F401
+            except ModuleNotFoundError as error:
+                raise ModuleNotFoundError(f"Could not import module {key!r}") from error
+            return None
+
+    monkeypatch.setattr(auto, "CONFIG_MAPPING", Broken())
+    with pytest.raises(ConfigError, match=r"gemma-3n: model_type: transformers cannot import "
+                                          r"its config class for 'gemma3n' .*"
+                                          "torchvision_absent_for_this_test") as caught:
+        model_from_config(config("gemma-3n-e4b-it"), origin="gemma-3n")
+    assert caught.value.field == "model_type"

@@ -40,8 +40,8 @@ def test_without_vllm_the_flag_says_what_it_needs(cli: Run) -> None:
     assert "needs vLLM installed" in err
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"}
+def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "hisparse_plan.cli", *argv], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
 
@@ -81,6 +81,35 @@ def test_issue_27_families_plan_as_vllm_builds_them(model: str, tp: str) -> None
     checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert json.loads(checked.stdout) == json.loads(plain.stdout)
+
+
+HAS_TIMM = importlib.util.find_spec("timm") is not None
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@needs_vllm
+@pytest.mark.skipif(not HAS_TIMM, reason="vLLM's Gemma3nForConditionalGeneration builds timm's "
+                    "vision tower, and timm is not importable here")
+def test_gemma3n_plans_as_vllm_allocates_it(tmp_path: Path) -> None:
+    """20 of 35 layers allocate (vLLM gives the 15 that read layers 18 and 19's caches no
+    spec); the meta build's sharing targets must be the reading's. timm imports torchvision,
+    which no cache layer needs: benchmarks/vllm_hf_layers.py's stand-in takes its place (a
+    CPU-only torch has no torchvision that loads beside it)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from vllm_hf_layers import STUBS
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    (tmp_path / "sitecustomize.py").write_text(STUBS)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    argv = ["plan", "--hf-config", str(CONFIGS / "gemma-3n-e4b-it" / "config.json"),
+            "--max-model-len", "4096", "--json"]
+    checked, plain = _cli(*argv, "--specs-from-vllm", env=env), _cli(*argv, env=env)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    plan = json.loads(checked.stdout)
+    assert plan == json.loads(plain.stdout)
+    assert sum(len(group["layer_names"]) for group in plan["groups"]) == 20
+    assert len(plan["kv_sharing"]) == 15
 
 
 @needs_vllm

@@ -65,7 +65,7 @@ CASES: dict[str, Case] = {
         Instance([deepseek_plan(hisparse=False)]), Instance([deepseek_plan(hisparse=True)]),
         150),
     "mla sglang tp 2 -> vllm hisparse tp 4": lambda: program_for(
-        Instance([deepseek_plan(engine="sglang")] * 2),
+        Instance([deepseek_plan(engine="sglang")] * 2, cache_dtype="fp8_e4m3"),
         Instance([deepseek_plan(hisparse=True)] * 4), 150, runs=False),
 }
 

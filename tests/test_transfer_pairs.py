@@ -97,14 +97,16 @@ def test_qwen3_next_576_token_blocks_to_544(tp: int) -> None:
 
 def test_deepseek_v32_vllm_to_sglang_and_back() -> None:
     vllm = Instance([deepseek_plan(hisparse=False, layers=3, layout="LBNHC")])
-    sglang = Instance([deepseek_plan(engine="sglang", layers=3)])
+    # SGLang's plan keeps the fp8 rows as uint8 without naming them: the instance says so.
+    sglang = Instance([deepseek_plan(engine="sglang", layers=3)], cache_dtype="fp8_e4m3")
     moved(vllm, sglang)
     moved(sglang, vllm, seed=5)
 
 
 def test_deepseek_v32_sglang_prefill_to_an_sglang_hisparse_decode() -> None:
-    prefill = Instance([deepseek_plan(engine="sglang", layers=2)])
-    decode = Instance([deepseek_plan(engine="sglang", hisparse=True, layers=2)])
+    prefill = Instance([deepseek_plan(engine="sglang", layers=2)], cache_dtype="fp8_e4m3")
+    decode = Instance([deepseek_plan(engine="sglang", hisparse=True, layers=2)],
+                      cache_dtype="fp8_e4m3")
     program = moved(prefill, decode)
     assert {row.dst_region for row in program.rows if "indexer" not in row.layer} == \
         {"hisparse_host"}
@@ -120,6 +122,33 @@ def test_deepseek_v32_rows_of_another_format_are_refused() -> None:
     assert error.value.layer == "model.layers.0.self_attn.attn"
     assert (error.value.source, error.value.destination) == ("fp8_ds_mla", None) or \
         error.value.what in ("latent.dtype", "latent.bytes")
+
+
+def test_fp8_rows_a_plan_does_not_name_need_each_side_to_say_which_fp8() -> None:
+    # Both engines store an e4m3 and an e5m2 cache as the same uint8 rows: moving one into
+    # the other passes every byte check, so it is refused unless both sides say, and agree.
+    vllm = Instance([deepseek_plan(hisparse=False, layers=1)])
+    unnamed = [deepseek_plan(engine="sglang", layers=1)]
+    request = TransferRequest(num_tokens=64, source_blocks=request_blocks(vllm, 64, 0),
+                              destination_blocks=request_blocks(Instance(unnamed), 64, 1))
+    with pytest.raises(TransferRefused) as error:
+        build_transfer(vllm, Instance(unnamed), request)
+    assert (error.value.what, error.value.destination) == ("cache_dtype", None)
+    assert "destination" in str(error.value)
+    assert "e5m2" in str(error.value)
+    with pytest.raises(TransferRefused) as error:
+        build_transfer(vllm, Instance(unnamed, cache_dtype="fp8_e5m2"), request)
+    assert (error.value.source, error.value.destination) == ("fp8_e4m3", "fp8_e5m2")
+    assert build_transfer(vllm, Instance(unnamed, cache_dtype="fp8"), request).rows
+    # A side whose plan names its format (fp8_ds_mla: e4m3) cannot be said to be e5m2.
+    contradicted = Instance(vllm.plans, cache_dtype="fp8_e5m2")
+    with pytest.raises(TransferRefused, match="agree"):
+        build_transfer(contradicted, Instance(unnamed, cache_dtype="fp8_e4m3"), request)
+
+
+def test_an_unknown_cache_dtype_name_is_refused() -> None:
+    with pytest.raises(hp.PlanError, match="cache_dtype"):
+        Instance([deepseek_plan(engine="sglang", layers=1)], cache_dtype="fp4")
 
 
 def test_a_chunked_local_layer_moves_only_the_current_chunk() -> None:

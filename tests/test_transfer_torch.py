@@ -28,7 +28,9 @@ def tensors(regions: Buffers) -> dict[tuple[int, str], torch.Tensor]:
 
 
 def pair(source: Any, destination: Any, tokens: int) -> tuple[Instance, Instance, Any]:
-    src, dst = Instance([source]), Instance([destination])
+    # Every plan here is DeepSeek-V3.2's e4m3 cache (SGLang's plan does not name its fp8).
+    src = Instance([source], cache_dtype="fp8_e4m3")
+    dst = Instance([destination], cache_dtype="fp8_e4m3")
     request = TransferRequest(num_tokens=tokens, source_blocks=request_blocks(src, tokens, 1),
                               destination_blocks=request_blocks(dst, tokens, 2))
     return src, dst, build_transfer(src, dst, request)

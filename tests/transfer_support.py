@@ -352,9 +352,10 @@ def sglang_plan(layers: dict[str, dict[str, Any]], *, page: int, tokens: int = 5
 
 
 def request_blocks(instance: Instance, num_tokens: int, seed: int, *, runs: bool = False,
-                   spare: int = 0) -> dict[str, list[int]]:
+                   spare: int = 0, packed: bool = False) -> dict[str, list[int]]:
     """Block ids for every table of the instance's rank-0 plan: distinct over tables that
-    share a pool; shuffled, or (`runs`) a few runs of consecutive ids."""
+    share a pool; shuffled, (`runs`) a few runs of consecutive ids, or (`packed`) the lowest
+    free ids in order, so that tables sharing a pool hold runs that touch."""
     from hisparse_plan.exchange.transfer import tables
 
     rng = np.random.default_rng(seed)
@@ -365,7 +366,9 @@ def request_blocks(instance: Instance, num_tokens: int, seed: int, *, runs: bool
         pool = table.num_blocks
         free = [b for b in range(table.padding_blocks, table.num_blocks)
                 if (pool, b) not in taken]
-        if runs:
+        if packed:
+            chosen = free[:count]
+        elif runs:
             start = int(rng.integers(0, max(1, len(free) - count)))
             chosen = free[start:start + count]
             if len(chosen) > 2:

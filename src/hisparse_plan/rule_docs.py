@@ -25,9 +25,11 @@ ANCHORS: Final[tuple[tuple[str, str], ...]] = (
     ("7.1", "pages"), ("7.2", "families"), ("7.4", "device-pool"), ("7.5", "placement"),
     ("7.6", "pipeline-stages"), ("7.7", "admission"), ("7.8", "auto-fit"),
     ("7.9", "capacity"), ("7.11", "deferred-modes"), ("7.12", "window-merges"),
-    ("7.13", "engine-modes"), ("4.1", "requests"), ("4", "requests"),
+    ("7.13", "engine-modes"), ("7.14", "cross-layer-kv-sharing"), ("4.1", "requests"),
+    ("4", "requests"),
     ("sglang.pools", "sglang-pools"), ("sglang.budget", "sglang-budget"),
     ("sglang.capacity", "sglang-capacity"),
+    ("sglang.speculative", "sglang-speculative-decoding"),
 )
 """Internal rule numbers (SGLang's by the section of its rules: "sglang.budget"), longest first
 where one is a prefix of another, to anchors."""

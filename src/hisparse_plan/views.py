@@ -7,7 +7,7 @@ what a backend needs to take a strided view, and what the checker needs to prove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import (
@@ -195,6 +195,22 @@ def plan_views(
         for index in range(len(plan.tensors))
         for view in tensor_views(plan, index, specs, stages)
     }
+
+
+def shared_views(plan: KVCachePlan, views: dict[str, LayerView]) -> dict[str, LayerView]:
+    """Each sharing layer's view (`plan.kv_sharing`): its target's view under its own name, the
+    very pages the target's view reaches and no others (`views` is `plan_views(plan)`)."""
+    shared = {}
+    for name, target in plan.kv_sharing.items():
+        view = views.get(target)
+        if view is None:
+            raise PlanInvariantError(
+                f"kv_sharing[{name!r}] names {target!r}, which no tensor places; expected a "
+                "placed layer whose pages it reads",
+                layer=name,
+            )
+        shared[name] = replace(view, name=name)
+    return shared
 
 
 def _layer_view(

@@ -22,6 +22,7 @@ from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
+from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_roles import (
     block_bytes,
     check_layer_sets,
@@ -59,6 +60,7 @@ def check_sglang_plan(
             )
     check_ranged_tensors(pools, plan.tensors)
     check_layer_sets(plan, pools)
+    check_draft(plan, pools)
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
@@ -106,10 +108,11 @@ def _check_request_table(plan: SGLangPlan) -> None:
             f"req_to_token has strides {table.strides} from {table.storage_offset}; expected a "
             f"contiguous table, strides [{table.shape[1]}, 1] from 0"
         )
-    if table.shape[1] <= REQUEST_TABLE_EXTRA:
+    extra = request_table_extra(plan)
+    if table.shape[1] <= extra:
         raise PlanInvariantError(
             f"req_to_token is {table.shape[1]} wide; expected a context of at least one token "
-            f"and SGLang's {REQUEST_TABLE_EXTRA} extra columns"
+            f"and SGLang's {extra} extra columns"
         )
     if table.end_byte > INT64_MAX:
         raise PlanInvariantError(
@@ -260,6 +263,8 @@ def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
     weights = {"kv": 1, "kv_v": 1, "index": ratio}
     blocks = block_bytes(plan)
     full = sum(blocks.get(name, 0) * weight for name, weight in weights.items())
+    if plan.speculative is not None:  # the draft's layers, priced at the target's geometry
+        full += plan.speculative.draft_cell_size_bytes * plan.page_size
     return full, blocks.get("swa", 0) + blocks.get("swa_v", 0)
 
 
@@ -348,7 +353,7 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     """Requests of the request table's context each counted pool holds at once: a request
     takes its context in whole pages of the full pool (and of HiSparse's logical tokens), one
     Mamba slot, one request slot."""
-    context = plan.req_to_token.shape[1] - REQUEST_TABLE_EXTRA
+    context = plan.req_to_token.shape[1] - request_table_extra(plan)
     need = -(-context // plan.page_size) * plan.page_size
     bounds = {"max_running_requests": float(plan.max_running_requests),
               "max_total_num_tokens": plan.max_total_num_tokens * plan.budget.dcp_size / need}

@@ -64,15 +64,22 @@ C128_STATE_RING: Final = 128
 """Rows of one c128 compressor-state ring."""
 
 _TOKEN_POOL = PoolRole("device", "per_layer", _page)
+DRAFT_POOLS: Final = frozenset({"draft_kv", "draft_kv_v", "draft_index"})
+"""The draft worker's pools (speculative decoding)."""
 SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "kv": _TOKEN_POOL,
     "kv_v": _TOKEN_POOL,
     "swa": _TOKEN_POOL,
     "swa_v": _TOKEN_POOL,
     "index": _TOKEN_POOL,
+    "draft_kv": _TOKEN_POOL,
+    "draft_kv_v": _TOKEN_POOL,
+    "draft_index": _TOKEN_POOL,
     "hisparse_host": PoolRole("host", "whole", _page),
     "mamba_conv0": PoolRole("device", "whole", _slot),
     "mamba_temporal": PoolRole("device", "whole", _slot),
+    "mamba_intermediate_ssm": PoolRole("device", "whole", _slot),
+    "mamba_intermediate_conv0": PoolRole("device", "whole", _slot),
     "v4_swa": PoolRole("device", "per_layer", _page, deepseek_v4=True),
     "v4_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
     "v4_index_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
@@ -86,18 +93,22 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
 
 _TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
     ("mamba_conv0", "mamba_temporal"),
+    ("mamba_intermediate_ssm", "mamba_intermediate_conv0"),
     ("v4_c4", "v4_index_c4", "v4_state_c4", "v4_index_state_c4"),
     ("v4_c128", "v4_state_c128"),
 )
 """Pools one model feature allocates together: all of a row, or none."""
 _NEEDS: Final[dict[str, str]] = {
     "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
+    "draft_kv": "kv", "draft_kv_v": "draft_kv", "draft_index": "draft_kv",
+    "mamba_intermediate_ssm": "mamba_conv0",
 }
 """A pool that only exists beside another: V beside K, index keys beside the latent pool,
 HiSparse's host pool beside a DSA model's index keys."""
 _SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
-    ("kv", "hisparse_host"),
+    ("kv", "hisparse_host"), ("draft_kv", "draft_kv_v"), ("draft_kv", "draft_index"),
+    ("mamba_conv0", "mamba_intermediate_ssm"), ("mamba_conv0", "mamba_intermediate_conv0"),
 )
 """Pools that keep parts of the same layers: a layer's K and V, a Mamba layer's two states, a
 latent layer's rows on the GPU and on the host."""
@@ -144,7 +155,9 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     pool exactly when HiSparse is on, and the DeepSeek-V4 pools exactly for its figures."""
     v4 = plan.deepseek_v4 is not None
     for pool in pools.values():
-        role = check_pool_role(pool, plan.page_size)
+        # A draft pool under decode context parallelism pages every rank's ids.
+        page = plan.page_size * (plan.budget.dcp_size if pool.name in DRAFT_POOLS else 1)
+        role = check_pool_role(pool, page)
         if role.deepseek_v4 != v4:
             raise PlanInvariantError(
                 f"pool {pool.name!r} is {'' if role.deepseek_v4 else 'not '}a DeepSeek-V4 pool "

@@ -22,7 +22,7 @@ from hisparse_plan.models import (
     KVCachePlan,
     dtype_size,
 )
-from hisparse_plan.models.base import ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import ByteCount, Model, PositiveInt, is_empty
 from hisparse_plan.views import LayerView, plan_views, pool_name
 
 MANIFEST_VERSION: Final = 1
@@ -101,6 +101,11 @@ class TransferManifest(Model):
     fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$")
     regions: Annotated[list[MemoryRegion], Field(min_length=1)]
     layers: Annotated[list[LayerEntry], Field(min_length=1)]
+    kv_sharing: dict[str, str] = Field(
+        default_factory=dict, exclude_if=is_empty,
+        description="Layer -> the layer whose pages it reads (cross-layer KV sharing): it has "
+        "no entry in `layers` and nothing of its own to move; left out when empty.",
+    )
 
 
 def _layer(plan: KVCachePlan, view: LayerView) -> LayerEntry:
@@ -134,7 +139,8 @@ def _alignment(layers: list[LayerEntry], region: str, shared: bool) -> int:
 
 
 def manifest(plan: KVCachePlan) -> TransferManifest:
-    """The plan's transfer manifest: its pools as regions, every placed layer's geometry."""
+    """The plan's transfer manifest: its pools as regions, every placed layer's geometry, and
+    the layers that read another's pages."""
     layers = [_layer(plan, view) for view in plan_views(plan).values()]
     regions: list[MemoryRegion] = []
     host = plan.host_pool
@@ -153,4 +159,5 @@ def manifest(plan: KVCachePlan) -> TransferManifest:
             bytes_per_block=device.bytes_per_block, block_stride=device.bytes_per_block,
             layout=device.layout, shared=False,
         ))
-    return TransferManifest(fingerprint=fingerprint(plan), regions=regions, layers=layers)
+    return TransferManifest(fingerprint=fingerprint(plan), regions=regions, layers=layers,
+                            kv_sharing=dict(plan.kv_sharing))

@@ -112,6 +112,18 @@ READ_ONLY = AfterValidator(_frozen_list)
 """Put in a list field's `Annotated[...]`: the validated list is handed out as a FrozenList."""
 
 
+def is_none(value: object) -> bool:
+    """`exclude_if` of an optional field a later version added: left out of the JSON when
+    null, so plans and requests that do not use it dump as before."""
+    return value is None
+
+
+def is_empty(value: object) -> bool:
+    """`exclude_if` of a collection field a later version added: left out of the JSON when
+    empty, for the same reason as `is_none`."""
+    return not value
+
+
 def empty_frozen_list() -> list[V]:
     """A default for a READ_ONLY list field: already what validating `[]` gives."""
     return _frozen_list([])

@@ -37,7 +37,16 @@ def _spec_document(spec: GroupSpec | LayerSpec) -> dict[str, Any]:
 
 
 def layout_document(plan: KVCachePlan) -> dict[str, Any]:
-    """The fingerprint's input as a JSON-ready dict (public plan fields only)."""
+    """The fingerprint's input as a JSON-ready dict (public plan fields only). Cross-layer KV
+    sharing (whose pages a layer reads) is hashed only when the plan has some, so that the
+    fingerprints of plans without it stay as they were."""
+    document = _layout_document(plan)
+    if plan.kv_sharing:
+        document["kv_sharing"] = dict(plan.kv_sharing)
+    return document
+
+
+def _layout_document(plan: KVCachePlan) -> dict[str, Any]:
     host = plan.host_pool
     return {
         "fingerprint_version": FINGERPRINT_VERSION,

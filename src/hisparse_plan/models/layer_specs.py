@@ -14,7 +14,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Tag
 
-from hisparse_plan.models.base import BY_KIND, READ_ONLY, ByteCount, Model, PositiveInt
+from hisparse_plan.models.base import (
+    BY_KIND,
+    READ_ONLY,
+    ByteCount,
+    LayerName,
+    Model,
+    PositiveInt,
+    is_none,
+)
 from hisparse_plan.models.derived import store_derived
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size
 
@@ -24,6 +32,11 @@ _ALIGN_DOC = "The stride between two blocks of this layer must be a multiple of 
 _DCP_DOC = (
     "Decode context parallelism shards this layer's token positions across the DCP ranks "
     "(vLLM's AttentionSpec.dcp_sharded); false for a replicated cache such as a draft model's."
+)
+_SHARING_DOC = (
+    "Cross-layer KV sharing: the layer whose cache this layer reads (vLLM's "
+    "kv_sharing_target_layer_name). It keeps no pages of its own (see "
+    "docs/plan-contract.md#cross-layer-kv-sharing); left out of the JSON when null."
 )
 _PADDED_DOC = (
     "The page is this many bytes (>= the natural page): set by the engine (Mamba) or by the "
@@ -99,6 +112,9 @@ class AttentionLayerSpec(LayerSpecBase):
     num_kv_heads: PositiveInt = Field(default=1, description="KV heads this rank keeps.")
     page_size_padded: PositiveInt | None = Field(default=None, description=_PADDED_DOC)
     dcp_sharded: bool = Field(default=True, description=_DCP_DOC)
+    kv_sharing_target: LayerName | None = Field(
+        default=None, exclude_if=is_none, description=_SHARING_DOC
+    )
 
     @property
     def dtype_size(self) -> int:

@@ -15,6 +15,8 @@ from hisparse_plan.models.base import (
     Model,
     PositiveInt,
     empty_frozen_list,
+    freeze,
+    is_empty,
 )
 from hisparse_plan.models.engines import VLLM
 from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
@@ -190,6 +192,15 @@ class KVCachePlan(Model):
         default_factory=empty_frozen_list,
         description="Conditions that plan but waste memory (also raised as PlanWarning).",
     )
+    kv_sharing: dict[LayerName, LayerName] = Field(
+        default_factory=dict, exclude_if=is_empty,
+        description="Cross-layer KV sharing: layer -> the layer whose pages it reads. A "
+        "sharing layer is in no group and no tensor; its view is its target's (see "
+        "docs/plan-contract.md#cross-layer-kv-sharing). Left out of the JSON when empty.",
+    )
+
+    def model_post_init(self, context: object, /) -> None:
+        freeze(self, "kv_sharing", self.kv_sharing)
 
     @model_validator(mode="before")
     @classmethod

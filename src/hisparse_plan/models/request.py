@@ -20,6 +20,7 @@ from hisparse_plan.models.base import (
 from hisparse_plan.models.distinct import validate_distinct
 from hisparse_plan.models.engines import SGLangSettings
 from hisparse_plan.models.json_input import validate_request_json
+from hisparse_plan.models.kv_sharing import check_sharing_targets
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
 
@@ -190,6 +191,7 @@ class PlanRequest(Model):
         joined = "\n".join(self.layers) + "\n"
         if RESIDENT_SUFFIX + "\n" in joined or HOT_SUFFIX + "\n" in joined:
             self._refuse_reserved_names()
+        check_sharing_targets(self.layers)
         freeze(self, "layers", self.layers)
 
     def _refuse_reserved_names(self) -> None:

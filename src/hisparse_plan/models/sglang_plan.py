@@ -97,6 +97,24 @@ class SGLangDeepSeekV4(Model):
     )
 
 
+class SGLangSpeculative(Model):
+    """Speculative decoding as SGLang resolved it: the draft worker's layers, its pools
+    (`draft_*`, sharing the target's allocator and token count) and what it adds a token."""
+
+    algorithm: Literal["EAGLE", "EAGLE3"] = Field(
+        description="The algorithm SGLang runs (NEXTN runs as EAGLE)."
+    )
+    num_steps: PositiveInt = Field(description="speculative_num_steps, resolved.")
+    eagle_topk: PositiveInt = Field(description="speculative_eagle_topk, resolved.")
+    num_draft_tokens: PositiveInt = Field(description="speculative_num_draft_tokens, resolved.")
+    draft_layers: Annotated[list[str], Field(min_length=1), READ_ONLY] = Field(
+        description="The draft model's KV layers, named by the draft's own layer ids (0, 1, ...)."
+    )
+    draft_cell_size_bytes: ByteCount = Field(
+        description="Bytes the draft's layers add to budget.cell_size_bytes (a full token's)."
+    )
+
+
 class SGLangPlan(Model):
     """SGLang 0.5.23's KV pools for one request: what its own classes would allocate."""
 
@@ -118,6 +136,10 @@ class SGLangPlan(Model):
     )
     deepseek_v4: SGLangDeepSeekV4 | None = Field(
         default=None, description="DeepSeek-V4's pool token counts; null for other models."
+    )
+    speculative: SGLangSpeculative | None = Field(
+        default=None,
+        description="Speculative decoding's draft worker; null without speculative decoding.",
     )
     capacity: Capacity = Field(description="How many context_length requests the pools hold.")
     warnings: Annotated[list[str], READ_ONLY] = Field(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 
 Fraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+
+SpecCount = Annotated[int, Field(ge=1, le=2**20)]
+SpeculativeAlgorithm = Literal["NEXTN", "EAGLE", "EAGLE3"]
+"""The speculative algorithms planned: SGLang 0.5.23's EAGLE family with a KV-holding draft."""
 
 SGLangKVDType = Literal["auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
 DSABackend = Literal["flashmla_kv", "trtllm", "tilelang", "flashmla_sparse", "fa3"]
@@ -128,8 +132,47 @@ class SGLangSettings(Model):
         description="`--mamba-ssm-dtype`: the recurrent (temporal) state's element type; null: "
         "float32, SGLang's default when the model config names none.",
     )
-    speculative_num_draft_tokens: Annotated[int, Field(ge=0, le=2**20)] = Field(
-        default=0, description="Draft tokens per step (0: no speculative decoding)."
+    speculative_algorithm: SpeculativeAlgorithm | None = Field(
+        default=None,
+        description="`--speculative-algorithm` (upper-cased as SGLang does): NEXTN (a "
+        "DeepSeek-style model's own MTP layers as the draft; SGLang runs it as EAGLE), EAGLE or "
+        "EAGLE3 (a draft model beside the target); null: no speculative decoding.",
+    )
+    speculative_num_steps: SpecCount | None = Field(
+        default=None, description="`--speculative-num-steps`; null: SGLang's choice for the "
+        "architecture (3; 5 for Llama and Grok), given only with the two below null.",
+    )
+    speculative_eagle_topk: SpecCount | None = Field(
+        default=None, description="`--speculative-eagle-topk`; null: SGLang's choice (1; 4 "
+        "for Llama and Grok).",
+    )
+    speculative_num_draft_tokens: SpecCount | None = Field(
+        default=None, description="`--speculative-num-draft-tokens`; null: SGLang's choice "
+        "(4; 8 for Llama and Grok); num_steps + 1 whenever eagle_topk is 1.",
+    )
+    speculative_draft_num_layers: SpecCount | None = Field(
+        default=None,
+        description="The draft model's KV layers, as SGLang counts them "
+        "(eagle_draft_num_layers): for NEXTN the model's num_nextn_predict_layers; for "
+        "EAGLE/EAGLE3 the draft config's num_nextn_predict_layers, else its num_hidden_layers. "
+        "Required with a speculative_algorithm (a request carries the draft's shape, which no "
+        "layer of the target describes).",
+    )
+    speculative_draft_window_layers: Annotated[int, Field(ge=0, le=2**20)] = Field(
+        default=0,
+        description="Of the draft's layers, those that are sliding-window layers of a "
+        "hybrid-window draft (eagle_draft_swa_num_layers); they join the window pool's cell.",
+    )
+    speculative_draft_kv_heads: PositiveInt | None = Field(
+        default=None,
+        description="An MHA draft's KV heads on one attention rank (SGLang's "
+        "get_num_kv_heads(attn_tp_size) of the draft config); null: the target's "
+        "full-attention heads. MLA drafts keep the target's latent row.",
+    )
+    speculative_draft_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="An MHA draft's head_dim (K and V); null: the target's full-attention "
+        "head size.",
     )
     enable_hisparse: bool = Field(default=False, description="`--enable-hisparse`.")
     hisparse_top_k: PositiveInt = Field(default=2048, description="HiSparse top_k.")
@@ -170,11 +213,26 @@ class SGLangSettings(Model):
         description="Whether SGLang counts the model as multimodal (a multimodal architecture, "
         "or a config with a text_config); null: judged by the architecture.",
     )
+    vision_encoder: Annotated[
+        tuple[PositiveInt, PositiveInt], Field(strict=False)
+    ] | None = Field(
+        default=None,
+        description="The config's vision_config as SGLang reads it for its default "
+        "mem_fraction_static: [num_hidden_layers, hidden_size] (24 and 1024 where the config "
+        "leaves one out); a multimodal model's default fraction shrinks with the encoder's "
+        "size. null: no vision_config, the fraction is left as is.",
+    )
     allow_overwrite_longer_context_len: bool = Field(
         default=False,
         description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "
         "context_length above the model's is served rather than refused.",
     )
+
+    @field_validator("speculative_algorithm", mode="before")
+    @classmethod
+    def _upper_algorithm(cls, value: object) -> object:
+        """SGLang upper-cases the algorithm's name before reading it."""
+        return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _dp_divides_tp(self) -> SGLangSettings:

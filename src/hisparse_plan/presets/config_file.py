@@ -143,6 +143,7 @@ def model_from_config(
         raise ConfigError(f"{origin}: {error}", field=error.field) from None
     merged.update(layout.fields)
     merged["kinds"], merged["states"] = layout.kinds, layout.states
+    merged["kv_sharing"] = dict(layout.reads_cache_of) or None
     # vLLM's multimodal models keep the language model under `language_model.`.
     prefix = WRAPPER_PREFIX if "vision_config" in config else ""
     names = {**LayerNames().model_dump(), **layout.names}

@@ -45,7 +45,17 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
     mapping = auto.CONFIG_MAPPING
     if name not in mapping or name in VLLM_OWN_CLASSES:
         return None
-    config_class = mapping[name]
+    try:
+        config_class = mapping[name]
+    except ImportError as error:
+        # transformers lists the type but cannot import its module: a package that module
+        # imports is missing or broken (Gemma-3n's imports timm, which imports torchvision).
+        raise ConfigError(
+            f"{origin}: model_type: transformers cannot import its config class for "
+            f"{model_type!r} ({type(error).__name__}: {_cause(error)}); expected it to "
+            "import: install the package named, or remove a broken one it skips when absent",
+            field="model_type",
+        ) from None
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()
     try:
@@ -75,3 +85,10 @@ def transformers_text_fields(config: Mapping[str, Any], origin: str) -> dict[str
         # a class another library re-registered under a second type, stays what it says).
         merged["model_type"] = raw_fields["model_type"]
     return merged
+
+
+def _cause(error: BaseException) -> str:
+    """The innermost reason of an import error (transformers wraps the real one)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return " ".join(str(error).split())[:200]

@@ -125,6 +125,9 @@ class RegularArchitecture(BaseModel):
     the kinds follow from the fields above."""
     states: StateGeometry | None = None
     """The state layers' geometry, when a config.json reader read it (see `mamba_states`)."""
+    kv_sharing: dict[int, int] | None = None
+    """Cross-layer KV sharing, when a config.json reader read it: decoder layer i reads layer
+    j's attention cache and keeps none (Gemma-3n, see `families.gemma`)."""
     layer_names: LayerNames = LayerNames()
 
     @property

@@ -92,8 +92,12 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
         caches: dict[str, Any] = {}
         if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla"):
             base = "full" if kind == "full_and_mamba" else kind
-            caches[names.name(names.attention, i, len(kinds))] = (
-                attention if mla else _attention(arch, base, attention))
+            spec = attention if mla else _attention(arch, base, attention)
+            target = (arch.kv_sharing or {}).get(i)
+            if target is not None:
+                spec = {**spec, "kv_sharing_target": names.name(names.attention, target,
+                                                                len(kinds))}
+            caches[names.name(names.attention, i, len(kinds))] = spec
         if kind in ("linear", "mamba", "full_and_mamba", "conv"):
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states

@@ -42,7 +42,8 @@ def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
             if key not in case:
                 raise HisparsePlanError(f"{key}: missing; expected in a case")
         request = request_from_server_args(case["config"], case["server_args"], case["memory"],
-                                           gpu=case.get("gpu"))
+                                           gpu=case.get("gpu"),
+                                           draft_config=case.get("draft_config"))
         return report(plan_sglang(request))
     except (HisparsePlanError, ValidationError, OSError, ValueError) as error:
         return {"error": f"{type(error).__name__}: {error}"}

@@ -15,6 +15,7 @@ from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES
+from hisparse_plan.targets.sglang.speculative import DRAFT_PREFIX
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")
@@ -125,8 +126,36 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     The plan is checked first (`check_plan`); the other engine's plan is a PlanError."""
     plan = expect_plan(SGLangPlan, plan, "report")
     check_plan(plan)
-    pools = {pool.name: pool for pool in plan.pools}
-    tensors = {tensor.pool: tensor for tensor in plan.tensors}
+    draft = {pool.name for pool in plan.pools if pool.name.startswith(DRAFT_PREFIX)}
+    entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
+    budget = plan.budget
+    found = {
+        "page_size": plan.page_size,
+        "max_total_num_tokens": plan.max_total_num_tokens,
+        "max_running_requests": plan.max_running_requests,
+        # DeepSeek-V4's configurator keeps no cell size (its budget split is in deepseek_v4).
+        "cell_size_bytes": None if plan.deepseek_v4 is not None else budget.cell_size_bytes,
+        "available_bytes": budget.available_bytes,
+        "req_to_token": {
+            "shape": list(plan.req_to_token.shape), "dtype": plan.req_to_token.dtype,
+        },
+        "pools": [entries[name] for name in sorted(entries)],
+    }
+    if plan.speculative is not None:
+        # The draft worker's pools, as its own pool objects name them.
+        drafted = _entries(plan, [
+            pool.model_copy(update={"name": pool.name.removeprefix(DRAFT_PREFIX)})
+            for pool in plan.pools if pool.name in draft
+        ], DRAFT_PREFIX)
+        found["draft_pools"] = [drafted[name] for name in sorted(drafted)]
+    return found
+
+
+def _entries(plan: SGLangPlan, shown_pools: list[Pool], prefix: str = "") -> dict[str, Any]:
+    """The report's entries of `shown_pools` (whose tensors name them `prefix` + name)."""
+    pools = {pool.name: pool for pool in shown_pools}
+    tensors = {tensor.pool.removeprefix(prefix): tensor for tensor in plan.tensors
+               if tensor.pool.startswith(prefix)}
     entries: dict[str, dict[str, Any]] = {}
     storages: dict[str, int] = {}
     # K pools before their separate V pools, so V storages count on from K's.
@@ -138,9 +167,12 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
         shown = name
         if name.endswith(SEPARATE_V_SUFFIX) and name.removesuffix(SEPARATE_V_SUFFIX) in pools:
             shown = name.removesuffix(SEPARATE_V_SUFFIX)
+        # A draft pool's pages but the padding one: the ids it is indexed by (with HiSparse
+        # the allocator's logical ids, under decode context parallelism every rank's).
+        tokens = ((pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
+                  if prefix else _pool_tokens(plan, pool, tensor))
         entry = entries.setdefault(shown, {
-            "name": shown, "location": pool.location,
-            "tokens": _pool_tokens(plan, pool, tensor), "buffers": [],
+            "name": shown, "location": pool.location, "tokens": tokens, "buffers": [],
         })
         if tensor is None:
             continue
@@ -156,20 +188,8 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
         for n, layer in enumerate(ids):
             key = f"{shown}/{first + n}"
             buffers.extend(_buffer(view, layer, pool, key) for view in tensor.views)
-    if plan.index_placeholder_layers and "index" in entries:
+    if plan.index_placeholder_layers and "index" in entries and not prefix:
         _add_placeholders(plan, entries["index"])
     for entry in entries.values():
         entry["buffers"].sort(key=_sort_key)
-    budget = plan.budget
-    return {
-        "page_size": plan.page_size,
-        "max_total_num_tokens": plan.max_total_num_tokens,
-        "max_running_requests": plan.max_running_requests,
-        # DeepSeek-V4's configurator keeps no cell size (its budget split is in deepseek_v4).
-        "cell_size_bytes": None if plan.deepseek_v4 is not None else budget.cell_size_bytes,
-        "available_bytes": budget.available_bytes,
-        "req_to_token": {
-            "shape": list(plan.req_to_token.shape), "dtype": plan.req_to_token.dtype,
-        },
-        "pools": [entries[name] for name in sorted(entries)],
-    }
+    return entries

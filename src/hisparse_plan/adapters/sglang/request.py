@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from hisparse_plan.adapters.sglang.draft import draft_settings
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.entry_input import refuse_preset
@@ -42,6 +43,9 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "mamba_full_memory_ratio": "mamba_full_memory_ratio",
     "max_mamba_cache_size": "max_mamba_cache_size",
     "mamba_ssm_dtype": "mamba_ssm_dtype",
+    "speculative_algorithm": "speculative_algorithm",
+    "speculative_num_steps": "speculative_num_steps",
+    "speculative_eagle_topk": "speculative_eagle_topk",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "tp_size": "tp_size",
     "enable_dp_attention": "enable_dp_attention",
@@ -57,9 +61,9 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "enable_multimodal": "enable_multimodal",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
-LAYER_ARGS: Final = frozenset({"hisparse_config"})
-"""Server arguments read here rather than copied: HiSparse's JSON. (`tp_size` is copied, and
-also splits the layers' heads.)"""
+LAYER_ARGS: Final = frozenset({"hisparse_config", "speculative_draft_model_path"})
+"""Server arguments read here rather than copied: HiSparse's JSON, the draft model's checkpoint
+(adapters/sglang/draft.py). (`tp_size` is copied, and also splits the layers' heads.)"""
 HISPARSE_CONFIG: Final[dict[str, str]] = {
     "top_k": "hisparse_top_k",
     "device_buffer_size": "hisparse_device_buffer_size",
@@ -238,7 +242,7 @@ def sglang_model_of_case(
 def config_settings(facts: SGLangConfigFacts) -> dict[str, Any]:
     """The SGLang settings a config's facts fill in."""
     return {"architecture": facts.architecture, "model_context_length": facts.context_length,
-            "model_is_multimodal": facts.multimodal}
+            "model_is_multimodal": facts.multimodal, "vision_encoder": facts.vision_encoder}
 
 
 def request_from_server_args(
@@ -247,11 +251,14 @@ def request_from_server_args(
     memory: Mapping[str, Any],
     *,
     gpu: Mapping[str, Any] | None = None,
+    draft_config: Mapping[str, Any] | str | Path | None = None,
 ) -> PlanRequest:
     """The request for a model (a config.json dict or path, or an architecture) served with
     SGLang's `server_args` (`tp_size` splits the heads, over `dp_size` groups with
     `enable_dp_attention`) on `memory`: either
-    `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`."""
+    `{"pre_model_load_free_bytes", "post_weights_free_bytes"}` or `{"available_bytes"}`.
+    With speculative decoding, the draft's layers from `draft_config` (an EAGLE draft's
+    config.json), else as SGLang finds its draft (adapters/sglang/draft.py)."""
     server_args = mapping_argument(server_args, "server_args")
     memory = mapping_argument(memory, "memory")
     facts: SGLangConfigFacts | None = None
@@ -267,6 +274,8 @@ def request_from_server_args(
     )
     if facts is not None:
         engine = engine.model_copy(update=config_settings(facts))
+        drafted = draft_settings(facts.config, server_args, draft_config, attn_tp_size(engine))
+        engine = SGLangSettings.model_validate({**engine.model_dump(), **drafted})
     tp = server_args.get("tp_size")
     tp = 1 if tp is None else tp
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:

@@ -10,6 +10,7 @@ import importlib
 import os
 from collections.abc import Mapping
 
+from hisparse_plan.adapters.vllm import kv_sharing
 from hisparse_plan.adapters.vllm.kv_cache_config import to_kv_cache_config, to_kv_cache_configs
 from hisparse_plan.adapters.vllm.off_cuda import hisparse_off_cuda
 from hisparse_plan.adapters.vllm.settings import (
@@ -47,6 +48,7 @@ def request_from_vllm(
     vllm_config: VllmObject,
     available_bytes: int,
     host_pool_bytes: int | None = None,
+    shared_kv_cache_layers: Mapping[str, str] | None = None,
 ) -> PlanRequest:
     """The plan request for vLLM's `dict[str, KVCacheSpec]` (one worker's, in model order) and
     its `VllmConfig`, with `available_bytes` of GPU memory for the KV cache.
@@ -55,6 +57,11 @@ def request_from_vllm(
     `vllm.v1.core.kv_cache_planning.get_hisparse_host_pool_bytes(vllm_config)`. A spec type or
     engine mode the contract cannot express raises `UnsupportedRequestError` (a `PlanError`)
     naming it; inputs that are not vLLM's objects are a PlanError too.
+
+    Layers that read another layer's cache (vLLM's `kv_sharing_target_layer_name`) have no spec
+    in `kv_cache_specs`: `shared_kv_cache_layers` (vLLM's `get_shared_kv_cache_layers`) names
+    them and their targets, read off `vllm_config`'s attention layers when not given; each
+    enters the request as its target's layer with `kv_sharing_target`.
     """
     if not isinstance(kv_cache_specs, Mapping):
         raise PlanError(
@@ -76,7 +83,9 @@ def request_from_vllm(
             f"{type(vllm_config).__name__}, which lacks what vLLM's has ({error})",
             field="vllm_config",
         ) from None
-    return request_from_settings(kv_cache_specs, settings, available_bytes)
+    shared = (kv_sharing.shared_kv_cache_layers(vllm_config) if shared_kv_cache_layers is None
+              else dict(shared_kv_cache_layers))
+    return request_from_settings(kv_cache_specs, settings, available_bytes, shared)
 
 
 def install_builder() -> None:

@@ -27,7 +27,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,12 @@ class MetaModel:
     """vLLM's `KVCacheSpec` per cache layer, in model order (one rank, tensor parallel size 1)."""
     model_class: str
     vllm_version: str
+    shared: dict[str, str] = field(default_factory=dict)
+    """Layers that read another layer's cache (`kv_sharing_target_layer_name`) -> that layer,
+    in model order: vLLM gives them no spec (they are not in `specs`)."""
+    shared_specs: dict[str, VllmObject] = field(default_factory=dict)
+    """What each sharing layer's own `get_kv_cache_spec` says (its heads, window), to compare
+    with the reading; vLLM never allocates it."""
 
 
 def kv_cache_specs(
@@ -75,8 +81,11 @@ def kv_cache_specs(
         model_class = _model_class(vllm_config)
         from vllm.config import set_current_vllm_config  # type: ignore[import-not-found, unused-ignore]
 
+        from hisparse_plan.torch.vllm.model_build import constants_on_cpu
+
         try:
-            with set_current_vllm_config(vllm_config), meta_device():
+            with set_current_vllm_config(vllm_config), meta_device(), constants_on_cpu(
+                    _scalar_layers()):
                 model_class(vllm_config=vllm_config, prefix="")
         except Exception as error:  # vLLM's model code raises anything; name it and stop
             raise UnsupportedRequestError(
@@ -84,14 +93,32 @@ def kv_cache_specs(
                 f"{_said(error)}", field="vllm",
             ) from error
         specs: dict[str, VllmObject] = {}
+        shared: dict[str, str] = {}
+        shared_specs: dict[str, VllmObject] = {}
         for name, layer in vllm_config.compilation_config.static_forward_context.items():
-            if getattr(layer, "kv_sharing_target_layer_name", None) is not None:
-                continue
             spec = layer.get_kv_cache_spec(vllm_config) if hasattr(
                 layer, "get_kv_cache_spec") else None
-            if spec is not None:
+            target = getattr(layer, "kv_sharing_target_layer_name", None)
+            if target is not None:
+                shared[name] = str(target)
+                if spec is not None:
+                    shared_specs[name] = spec
+            elif spec is not None:
                 specs[name] = spec
-    return MetaModel(specs, model_class.__name__, str(vllm.__version__))
+    return MetaModel(specs, model_class.__name__, str(vllm.__version__), shared, shared_specs)
+
+
+SCALAR_LAYERS: Final = (("vllm.model_executor.layers.activation", "GeluAndMulSparse"),)
+"""vLLM layers that take a Python number from a tensor while built (`constants_on_cpu`)."""
+
+
+def _scalar_layers() -> list[type]:
+    """The classes of `SCALAR_LAYERS` this vLLM has."""
+    found = []
+    for module, name in SCALAR_LAYERS:
+        with contextlib.suppress(ImportError, AttributeError):
+            found.append(getattr(importlib.import_module(module), name))
+    return found
 
 
 def _engine_config(folder: str, max_model_len: int, kv_cache_dtype: str) -> VllmObject:
@@ -197,8 +224,12 @@ def check_layers_agree(layers: Mapping[str, LayerSpec], meta: MetaModel) -> None
     """Refuse, naming the first layer and field, unless `layers` (one rank's, tensor parallel
     size 1) have exactly the cache layers of `meta`, in the same order, with the same model
     facts: then a plan of `layers` is a plan of the layers vLLM's model class builds."""
-    theirs = layer_dicts(meta.specs, 0)
     where = f"vLLM {meta.vllm_version}'s {meta.model_class}"
+    ours_shared = {name: target for name, spec in layers.items()
+                   if (target := getattr(spec, "kv_sharing_target", None)) is not None}
+    _check_sharing_agrees(ours_shared, meta, where)
+    layers = {name: spec for name, spec in layers.items() if name not in ours_shared}
+    theirs = layer_dicts(meta.specs, 0)
     if list(layers) != list(theirs):
         missing = [name for name in theirs if name not in layers]
         extra = [name for name in layers if name not in theirs]
@@ -218,3 +249,35 @@ def check_layers_agree(layers: Mapping[str, LayerSpec], meta: MetaModel) -> None
                     "hold the layers vLLM builds",
                     field=f"layers[{name!r}].{fact}",
                 )
+
+
+def _check_sharing_agrees(ours: Mapping[str, str], meta: MetaModel, where: str) -> None:
+    """The reading shares exactly the caches vLLM's model shares, each with the target vLLM
+    names, and each of vLLM's sharing layers has its target's model facts (the reading's are
+    its target's by the request's own rule)."""
+    for name in [*meta.shared, *ours]:
+        theirs, mine = meta.shared.get(name), ours.get(name)
+        if theirs != mine:
+            raise UnsupportedRequestError(
+                f"layers[{name!r}].kv_sharing_target: {where} reads the cache of {theirs!r}, "
+                f"the config reading {mine!r}; not planned, since a plan must allocate the "
+                "layers vLLM allocates",
+                field=f"layers[{name!r}].kv_sharing_target",
+            )
+    for name, facts in layer_dicts(meta.shared_specs, 0).items():
+        target = meta.shared[name]
+        if target not in meta.specs:
+            raise UnsupportedRequestError(
+                f"layers[{name!r}].kv_sharing_target: {where} reads the cache of {target!r}, "
+                "which has no KV cache spec; expected a layer that keeps its own",
+                field=f"layers[{name!r}].kv_sharing_target",
+            )
+        kept = layer_dicts({target: meta.specs[target]}, 0)[target]
+        odd = next((fact for fact in MODEL_FACTS if facts.get(fact) != kept.get(fact)), None)
+        if odd is not None:
+            raise UnsupportedRequestError(
+                f"layers[{name!r}].{odd}: {where} builds {facts.get(odd)!r} for this layer, "
+                f"which reads {target!r}'s cache of {kept.get(odd)!r}; a layer must read a "
+                "cache of its own geometry",
+                field=f"layers[{name!r}].{odd}",
+            )

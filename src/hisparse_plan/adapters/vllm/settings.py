@@ -15,8 +15,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
-from hisparse_plan.adapters.vllm.layers import layer_dicts
+from hisparse_plan.adapters.vllm.kv_sharing import with_shared_layers
+from hisparse_plan.adapters.vllm.layers import LayerDict, layer_dicts
 from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
@@ -174,6 +176,11 @@ def _refuse_unsupported(vllm_config: VllmObject) -> None:
 
 
 def request_from_settings(
-    specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int
+    specs: Mapping[str, VllmObject], settings: EngineSettings, available_bytes: int,
+    shared: Mapping[str, str] | None = None,
 ) -> PlanRequest:
-    return PlanRequest.model_validate(request_dict(specs, settings, available_bytes))
+    """The request; `shared` (sharing layer -> target) adds the layers vLLM gave no spec."""
+    data = request_dict(specs, settings, available_bytes)
+    if shared:
+        data["layers"] = with_shared_layers(cast("dict[str, LayerDict]", data["layers"]), shared)
+    return PlanRequest.model_validate(data)

@@ -10,11 +10,19 @@ from hisparse_plan.checking.geometry import check_alignment, check_page_inside, 
 from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.checking.trains import pool_trains
+from hisparse_plan.checking.vllm.kv_sharing import check_kv_sharing
 from hisparse_plan.checking.vllm.meaning import check_meaning
 from hisparse_plan.checking.vllm.sizing import check_sizing
 from hisparse_plan.checking.vllm.states import check_state_alignment
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of, stage_of, tensor_stage
+from hisparse_plan.views import (
+    LayerView,
+    plan_views,
+    pool_name,
+    spec_of,
+    stage_of,
+    tensor_stage,
+)
 
 
 def check_vllm_plan(
@@ -23,6 +31,7 @@ def check_vllm_plan(
     """Raise `PlanInvariantError` at the first broken invariant of a vLLM plan."""
     specs = spec_of(plan)
     check_structure(plan, specs)
+    check_kv_sharing(plan, specs, request)
     check_meaning(plan)
     check_sizing(plan)
     stages = stage_of(plan)

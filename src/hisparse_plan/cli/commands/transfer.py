@@ -22,6 +22,7 @@ from hisparse_plan.exchange.transfer import (
     check_transfer,
     tables,
 )
+from hisparse_plan.exchange.transfer.side import FP8_FORMATS
 from hisparse_plan.models.any_plan import Plan, load_plan
 
 
@@ -45,6 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="tensor-parallel ranks of the destination")
     parser.add_argument("--kv-heads", type=positive_int, metavar="N",
                         help="the model's KV heads, when fewer than the ranks")
+    for side in ("source", "destination"):
+        parser.add_argument(f"--{side}-cache-dtype", choices=sorted(FP8_FORMATS), metavar="DTYPE",
+                            help=f"the {side} engine's --kv-cache-dtype: its plan stores an fp8 "
+                            "cache as uint8 without saying whether it is e4m3 or e5m2")
     parser.add_argument("--json", action="store_true", help="print the program as JSON")
     parser.add_argument("--plain", action="store_true",
                         help="plain text, even when rich is installed")
@@ -98,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("SOURCE and DESTINATION cannot both be '-': standard input holds "
                            "one file")
     source, destination = _plan(args.source, "SOURCE"), _plan(args.destination, "DESTINATION")
-    src = Instance([source] * args.source_tp, total_kv_heads=args.kv_heads)
-    dst = Instance([destination] * args.destination_tp, total_kv_heads=args.kv_heads)
+    src = Instance([source] * args.source_tp, total_kv_heads=args.kv_heads,
+                   cache_dtype=args.source_cache_dtype)
+    dst = Instance([destination] * args.destination_tp, total_kv_heads=args.kv_heads,
+                   cache_dtype=args.destination_cache_dtype)
     request = _request(args, source, destination)
     started = time.perf_counter()
     program = build_transfer(src, dst, request)

@@ -36,7 +36,9 @@ def sglang_figures(args: argparse.Namespace) -> Figures:
     if engine is None:  # resolve_sglang_source always sets it
         raise CommandError("--engine sglang: the request carries no SGLang settings")
     kv = next((t for t in result.tensors if t.pool == "kv"), result.tensors[0])
-    applied = {d.subject: d for d in traced.trace.decisions if d.rule == "sglang.platform"}
+    # SGLang's platform defaults, and with speculative decoding the draft it resolved.
+    applied = {d.subject: d for d in traced.trace.decisions
+               if d.rule in ("sglang.platform", "sglang.speculative")}
     dtype: str = engine.kv_cache_dtype
     if "kv_cache_dtype" in applied:
         dtype = f"{dtype} -> {applied['kv_cache_dtype'].value}"

@@ -45,6 +45,8 @@ PRESET_ARCHITECTURES: Final[dict[str, str]] = {
 """The architecture a preset's model_type names in its published config.json (SGLang picks
 its model class, window pools and Blackwell backends by it); a preset's config keeps only the
 cache-shaping fields."""
+NEXTN_LAYERS: Final = "_num_nextn_predict_layers"
+"""A config's MTP layers, carried beside its facts to the speculative flags."""
 DSA_BACKENDS: Final[tuple[DSABackend, ...]] = (
     "flashmla_kv", "trtllm", "tilelang", "flashmla_sparse", "fa3",
 )
@@ -107,6 +109,22 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dcp-size", type=positive_int, metavar="N",
                        help="decode context parallelism of a DSA model over N ranks: latent "
                             "rows sharded, index keys whole (default 1)")
+    group.add_argument("--speculative-algorithm", type=str.upper,
+                       choices=("NEXTN", "EAGLE", "EAGLE3"), metavar="NAME",
+                       help="speculative decoding (NEXTN: the model's own MTP layers as the "
+                            "draft, DeepSeek's documented setup; EAGLE, EAGLE3: a draft model "
+                            "of --speculative-draft-num-layers layers): the draft's layers join "
+                            "the bytes a token, its pool shares the target's tokens, "
+                            "--max-running-requests defaults to 48")
+    group.add_argument("--speculative-num-steps", type=positive_int, metavar="N",
+                       help="draft steps (default: SGLang's choice, 3; 5 for Llama)")
+    group.add_argument("--speculative-eagle-topk", type=positive_int, metavar="K",
+                       help="draft branches a step (default: SGLang's choice, 1; 4 for Llama)")
+    group.add_argument("--speculative-num-draft-tokens", type=positive_int, metavar="N",
+                       help="draft tokens verified a step (default: steps + 1 with top-k 1)")
+    group.add_argument("--speculative-draft-num-layers", type=positive_int, metavar="N",
+                       help="the draft model's KV layers (default with NEXTN: the model's "
+                            "num_nextn_predict_layers)")
     group.add_argument("--moe-a2a-backend", choices=("none", "deepep"),
                        help="MoE all-to-all: deepep keeps 2 GiB (3 with prefill graphs) more "
                             "out of SGLang's default fraction (default none)")
@@ -128,6 +146,11 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("moe_a2a_backend", "--moe-a2a-backend"),
     ("disable_radix_cache", "--disable-radix-cache"),
     ("dcp_size", "--dcp-size"),
+    ("speculative_algorithm", "--speculative-algorithm"),
+    ("speculative_num_steps", "--speculative-num-steps"),
+    ("speculative_eagle_topk", "--speculative-eagle-topk"),
+    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
+    ("speculative_draft_num_layers", "--speculative-draft-num-layers"),
 )
 """(dest, flag) of every SGLang-only flag."""
 
@@ -157,7 +180,11 @@ def _model(
     config = read_config_file(args.hf_config, label=config_label(args.hf_config))
     arch, read = sglang_model_of_case(config)
     title = f"{args.hf_config}" + (f" ({arch.model_type})" if arch.model_type else "")
-    return arch, title, read.context_length, config_settings(read)
+    facts = config_settings(read)
+    nextn = read.config.get("num_nextn_predict_layers")
+    if isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0:
+        facts[NEXTN_LAYERS] = nextn
+    return arch, title, read.context_length, facts
 
 
 def _context_length(args: argparse.Namespace, arch: Architecture, default: int | None) -> int:
@@ -243,6 +270,7 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         **(facts or {}),
         **memory,
     }
+    fields.update(_speculative(args, arch, fields.pop(NEXTN_LAYERS, None)))
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
                  "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend",
                  "dcp_size"):
@@ -258,6 +286,35 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         raise CommandError(f"--dp-size: DP attention splits --tp into --dp-size groups; "
                            f"expected a divisor of {tp}, got {args.dp_size}")
     return SGLangSettings.model_validate(fields), budget, words
+
+
+def _speculative(
+    args: argparse.Namespace, arch: Architecture, config_nextn: int | None
+) -> dict[str, Any]:
+    """The speculative flags as settings; with NEXTN the draft's layers default to the
+    model's num_nextn_predict_layers (a preset's or its config.json's)."""
+    algorithm = args.speculative_algorithm
+    fields: dict[str, Any] = {
+        dest: getattr(args, dest) for dest in (
+            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+            "speculative_draft_num_layers") if getattr(args, dest) is not None}
+    if algorithm is None:
+        if fields:
+            raise CommandError(f"--{next(iter(fields)).replace('_', '-')} needs "
+                               "--speculative-algorithm")
+        return {}
+    fields["speculative_algorithm"] = algorithm
+    if "speculative_draft_num_layers" not in fields:
+        layers = config_nextn or getattr(arch, "num_nextn_predict_layers", 0)
+        if algorithm != "NEXTN" or not layers:
+            raise CommandError(f"--speculative-algorithm {algorithm}: expected "
+                               "--speculative-draft-num-layers N (the draft's layers; NEXTN "
+                               "reads the model's num_nextn_predict_layers, which it has none "
+                               "of)" if algorithm == "NEXTN" else
+                               f"--speculative-algorithm {algorithm}: expected "
+                               "--speculative-draft-num-layers N (the draft model's layers)")
+        fields["speculative_draft_num_layers"] = layers
+    return fields
 
 
 def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:

@@ -93,6 +93,11 @@ def render_regular_plan(
         pools,
         title="pools (no host pool: every group on the GPU)",
     )
+    if plan.kv_sharing:
+        targets = sorted(set(plan.kv_sharing.values()))
+        out.line(f"and {len(plan.kv_sharing)} layers that keep no pages: each reads the cache "
+                 f"of {' or '.join(targets)} (kv_sharing)")
+        out.line()
     need = sum(required_per_group(plan))
     out.table(
         [Column("pool"), Column("blocks", "right"), Column("bytes", "right")],

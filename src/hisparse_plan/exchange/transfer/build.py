@@ -52,7 +52,8 @@ def build_transfer(
         source=_regions(src),
         destination=_regions(dst),
         layers=[pair.name for pair in pairs],
-        rows=[_row(row) for row in coalesce(rows)],
+        rows=[_row(row) for row in coalesce(rows, {
+            pair.name: (pair.source.table, pair.destination.table) for pair in pairs})],
     )
 
 

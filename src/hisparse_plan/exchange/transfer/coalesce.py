@@ -17,7 +17,7 @@ per layer per run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hisparse_plan.exchange.transfer.lower import ZERO, Row, Vector, add, grown, tiles
 
@@ -96,14 +96,18 @@ def progressed(a: Row, b: Row) -> Row | None:
                       step=step)
 
 
-def _pass(rows: list[Row], key: Callable[[Row], tuple[int | str, ...]]) -> list[Row]:
+def _pass(rows: list[Row], key: Callable[[Row], tuple[int | str, ...]],
+          tables: Mapping[str, object]) -> list[Row]:
     out: list[Row] = []
     for row in sorted(rows, key=key):
         row = normalized(row)
         if out:
             last = out[-1]
+            # Two block tables may hold one pool's blocks (vLLM's groups): a row joined across
+            # them would read blocks of one table as the other's.
             same = (last.src_rank, last.src_region, last.dst_rank, last.dst_region) == \
-                (row.src_rank, row.src_region, row.dst_rank, row.dst_region)
+                (row.src_rank, row.src_region, row.dst_rank, row.dst_region) \
+                and tables.get(last.layer) == tables.get(row.layer)
             joined = (widened(last, row) or progressed(last, row)) if same else None
             if joined is not None:
                 out[-1] = normalized(joined)
@@ -120,14 +124,16 @@ def _by_destination(row: Row) -> tuple[int | str, ...]:
     return (row.src_rank, row.dst_rank, row.src_region, row.dst_region, row.dst_offset)
 
 
-def coalesce(rows: list[Row]) -> list[Row]:
+def coalesce(rows: list[Row], tables: Mapping[str, object] | None = None) -> list[Row]:
     """The same copy in as few rows as the rules find (sorted by destination bytes when that
-    order gives fewer)."""
+    order gives fewer). `tables` gives each layer's block tables (source and destination):
+    rows of layers in other tables never join; None: every layer in one table."""
+    tables = {} if tables is None else tables
     best: list[Row] | None = None
     for key in (_by_source, _by_destination):
         current = rows
         while True:
-            after = _pass(current, key)
+            after = _pass(current, key, tables)
             settled = len(after) == len(current)
             current = after
             if settled:

@@ -10,7 +10,8 @@ from itertools import pairwise
 from hisparse_plan.exchange.transfer.errors import TransferRefused, refuse_difference
 from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFacts
 from hisparse_plan.exchange.transfer.heads import global_heads
-from hisparse_plan.exchange.transfer.side import Instance
+from hisparse_plan.exchange.transfer.sharing import same_sharing
+from hisparse_plan.exchange.transfer.side import FP8_FORMATS, Instance
 from hisparse_plan.models.plan import KVCachePlan
 
 
@@ -33,6 +34,7 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     same_layers_on_every_rank(src_ranks, "source")
     same_layers_on_every_rank(dst_ranks, "destination")
     src, dst = src_ranks[0].layers, dst_ranks[0].layers
+    same_sharing(source, destination)
     present_on_both(src, dst)
     pairs = []
     for name, theirs in dst.items():
@@ -41,6 +43,7 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         same_kind(ours, theirs)
         same_page_tokens(ours, theirs)
         same_row(ours, theirs)
+        same_fp8_format(ours, theirs, source, destination)
         same_state_ranks(ours, theirs, source.ranks, destination.ranks)
         same_heads(ours, theirs, source, destination)
         pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))
@@ -125,6 +128,51 @@ def same_row(src: LayerFacts, dst: LayerFacts) -> None:
         if size != size2:
             raise refuse_difference(src.name, f"{field}.bytes", size, size2,
                                     "rows of another size are not the same bytes")
+
+
+FP8_STORED_FIELDS = frozenset({"k", "v", "latent"})
+"""Row fields an fp8 cache stores as uint8 (index keys and states are one format in both
+engines)."""
+NAMED_FORMATS = {"fp8_ds_mla": "fp8_e4m3"}
+"""A format a plan names -> the fp8 its rows hold (FlashMLA's packed rows are e4m3)."""
+
+
+def same_fp8_format(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
+                    ) -> None:
+    """Rows of an fp8 cache are uint8 in both engines' plans, e4m3 or e5m2 alike, unless the
+    plan names the format (fp8_ds_mla): moving them between unlike fp8s would pass every byte
+    check and corrupt every value, so a side whose plan does not name it must say which fp8
+    it runs (Instance.cache_dtype), and both sides the same one."""
+    if not any(field.dtype == "uint8" and field.name in FP8_STORED_FIELDS
+               for field in (*src.fields, *dst.fields)):
+        return
+    formats = []
+    for layer, side, what in ((src, source, "source"), (dst, destination, "destination")):
+        declared = None if side.cache_dtype is None else FP8_FORMATS[side.cache_dtype]
+        named = None if layer.fmt is None else NAMED_FORMATS.get(layer.fmt)
+        if named is not None and declared is not None and declared != named:
+            raise TransferRefused(
+                f"layer {layer.name!r}: the {what} plan's rows are {layer.fmt} ({named}), but "
+                f"its instance says cache_dtype {side.cache_dtype!r}; expected the two to "
+                "agree (see docs/transfer.md#what-is-refused)",
+                layer=layer.name, what="cache_dtype", field="cache_dtype",
+                source=source.cache_dtype, destination=destination.cache_dtype)
+        formats.append(named or declared)
+    unknown = [what for what, found in zip(("source", "destination"), formats, strict=True)
+               if found in (None, "auto")]
+    if unknown:
+        raise TransferRefused(
+            f"layer {src.name!r}: its rows are an fp8 cache stored as uint8, and the "
+            f"{' and '.join(unknown)} plan does not say whether they hold e4m3 or e5m2; "
+            f"expected cache_dtype fp8_e4m3 or fp8_e5m2 on the {' and '.join(unknown)} "
+            f"instance, got {source.cache_dtype!r} and {destination.cache_dtype!r} (see "
+            "docs/transfer.md#what-is-refused)",
+            layer=src.name, what="cache_dtype", source=source.cache_dtype,
+            destination=destination.cache_dtype, field="cache_dtype",
+        )
+    if formats[0] != formats[1]:
+        raise refuse_difference(src.name, "cache_dtype", formats[0], formats[1],
+                                "another fp8 is not the same bytes")
 
 
 def same_page_tokens(src: LayerFacts, dst: LayerFacts) -> None:

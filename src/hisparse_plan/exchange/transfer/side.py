@@ -12,6 +12,13 @@ from hisparse_plan.exchange.transfer.engines import reading
 from hisparse_plan.exchange.transfer.facts import RankFacts
 from hisparse_plan.models.any_plan import Plan
 
+FP8_FORMATS: Mapping[str, str] = MappingProxyType({
+    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+    "auto": "auto", "bfloat16": "auto", "float16": "auto",
+})
+"""A `--kv-cache-dtype` name -> the element format an fp8 cache's uint8 rows hold (`auto` and
+the float types store their own dtype, which the plan names)."""
+
 
 def rank_facts(plan: Plan) -> RankFacts:
     """What a transfer reads from one rank's plan, whichever engine's."""
@@ -25,16 +32,24 @@ class Instance:
     `total_kv_heads` is the model's KV heads of its attention layers (rank `r` holds heads
     `[r * h, (r + 1) * h)` of them, or one replicated head when there are fewer heads than
     ranks); None: each rank's heads times the ranks. `windows` gives the window of
-    sliding-window layers whose plan does not record it (SGLang's swa pool)."""
+    sliding-window layers whose plan does not record it (SGLang's swa pool). `cache_dtype` is
+    the engine's `--kv-cache-dtype` (`fp8_e4m3`, `fp8_e5m2`; vLLM's `fp8` is `fp8_e4m3`): both
+    engines store an fp8 cache as uint8, so a plan cannot say which fp8 its rows hold, and a
+    transfer of such rows needs each side to say it."""
 
     plans: Sequence[Plan]
     total_kv_heads: int | None = None
     windows: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    cache_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if not self.plans:
             raise PlanError("plans: expected one plan per tensor-parallel rank, got none",
                             field="plans")
+        if self.cache_dtype is not None and self.cache_dtype not in FP8_FORMATS:
+            raise PlanError(
+                f"cache_dtype: expected one of {sorted(FP8_FORMATS)} (the engine's "
+                f"--kv-cache-dtype) or null, got {self.cache_dtype!r}", field="cache_dtype")
         engines = {plan.engine for plan in self.plans}
         if len(engines) > 1:
             raise PlanError(f"plans: expected one engine's plans, got {sorted(engines)}",

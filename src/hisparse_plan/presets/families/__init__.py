@@ -7,8 +7,8 @@ A `model_type` no family claims is read by the generic (Llama-like) rule. A fiel
 layer kinds in some architecture (`MARKERS`) but is not read by the model's family is refused,
 naming it, and so is `attn_type_list` (MiniMax's lightning hybrids) outside MiniMax-M2: a plan
 must never be silently wrong about a layer's kind. A family that states cross-layer KV sharing
-(Gemma-3n) is refused by name until sharing is planned, and so are the model_types vLLM serves
-with layouts no family reads yet (`unplanned`).
+(Gemma-3n) gives the layers that read another's cache (`Layout.reads_cache_of`), and the
+model_types vLLM serves with layouts no family reads yet are refused by name (`unplanned`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from hisparse_plan.presets.families.base import (
     Fields,
     Layout,
     SGLangRule,
-    check_no_shared_caches,
     given,
 )
 from hisparse_plan.presets.families.dense import GENERIC, QWEN
@@ -96,7 +95,6 @@ def layer_layout(fields: Fields, layers: int) -> Layout:
             f"does not read it as planned here; refusing rather than guessing the layers' kinds",
             field=name,
         )
-    check_no_shared_caches(layout, model_type)
     return layout
 
 

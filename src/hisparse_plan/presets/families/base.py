@@ -39,8 +39,8 @@ class Layout:
     defaults."""
     reads_cache_of: Mapping[int, int] = field(default_factory=dict)
     """Cross-layer KV sharing: layer i keeps no cache and reads layer j's (Gemma-3n's
-    `num_kv_shared_layers`, vLLM's `kv_sharing_target_layer_name`). Not planned yet: a layout
-    that has any is refused (`check_no_shared_caches`)."""
+    `num_kv_shared_layers`, vLLM's `kv_sharing_target_layer_name`); the request's layer i
+    names layer j's in `kv_sharing_target`."""
 
 
 @dataclass(frozen=True)
@@ -116,18 +116,3 @@ def from_layer_types(fields: Fields, layers: int, kinds: Mapping[str, LayerKind]
 def every_nth(layers: int, every: int, at: LayerKind, rest: LayerKind) -> list[LayerKind]:
     """Layer i is `at` when i + 1 is a multiple of `every`, else `rest`."""
     return [at if (i + 1) % every == 0 else rest for i in range(layers)]
-
-
-def check_no_shared_caches(layout: Layout, model_type: str) -> None:
-    """Cross-layer KV sharing is not planned yet: planning a cache for every layer of a model
-    whose later layers read earlier layers' caches allocates layers vLLM never allocates."""
-    if layout.reads_cache_of:
-        shared = sorted(layout.reads_cache_of)
-        own = len(layout.kinds) - len(shared)
-        raise ConfigError(
-            f"num_kv_shared_layers: vLLM's code for model_type {model_type!r} gives layers "
-            f"{shared[0]} to {shared[-1]} no cache of their own (they read earlier layers', "
-            f"kv_sharing_target_layer_name), so vLLM allocates {own} of the {len(layout.kinds)} "
-            "layers; cross-layer KV sharing is not planned yet",
-            field="num_kv_shared_layers",
-        )

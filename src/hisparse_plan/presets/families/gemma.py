@@ -12,8 +12,9 @@
   the last `num_kv_shared_layers` layers keep no cache: each reads the cache of the last earlier
   layer of its kind (`kv_sharing_target_layer_name`), so vLLM allocates the first
   `num_hidden_layers - num_kv_shared_layers` layers only (20 of Gemma-3n-E4B's 35: 16 sliding,
-  4 full). SGLang's `gemma3n_causal.py` shares them the same way. Cross-layer sharing is not
-  planned yet: the family's layout states it and the registry refuses it by name.
+  4 full); the request names each one's target in `kv_sharing_target`. SGLang's
+  `gemma3n_causal.py` points them at the same targets (RadixAttention's layer_id) but its KV
+  pool still holds a buffer for every layer (targets/sglang/kv_sharing.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ KV_SCORE: Final = "kv_score"
 Buffers = tuple[str, ...]
 """A tensor's view names, one a page range, in range order."""
 
-SPLIT_V_POOLS: Final[Mapping[str, str]] = MappingProxyType({"kv": "kv_v", "swa": "swa_v"})
+SPLIT_V_POOLS: Final[Mapping[str, str]] = MappingProxyType({
+    "kv": "kv_v", "swa": "swa_v", "draft_kv": "draft_kv_v",
+})
 """An MHA pool and the pool its V half takes when K and V differ in head size."""
 
 BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
@@ -31,9 +33,16 @@ BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
     "kv_v": ((V_BUFFER,),),
     "swa_v": ((V_BUFFER,),),
     "index": ((INDEX_K,),),
+    # The draft worker's pools (speculative decoding): the target's pool classes.
+    "draft_kv": ((K_BUFFER, V_BUFFER), (KV_BUFFER,)),
+    "draft_kv_v": ((V_BUFFER,),),
+    "draft_index": ((INDEX_K,),),
     "hisparse_host": ((HOST_KV_BUFFER,),),
     "mamba_conv0": ((CONV_STATE,),),
     "mamba_temporal": ((TEMPORAL_STATE,),),
+    # Speculative decoding: one state and one conv window a draft token (MambaPool).
+    "mamba_intermediate_ssm": (("intermediate_ssm",),),
+    "mamba_intermediate_conv0": (("intermediate_conv_window[0]",),),
     "v4_swa": ((KV_BUFFER,),),
     "v4_c4": ((KV_BUFFER,),),
     "v4_c128": ((KV_BUFFER,),),

@@ -8,6 +8,7 @@ from typing import Final
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.parallel import requests_per_worker
 
 V4_PAGE_SIZE: Final = 256
@@ -48,14 +49,11 @@ def v4_requested_requests(settings: SGLangSettings) -> int:
 
 
 def v4_static_fraction(settings: SGLangSettings) -> float | None:
-    """The mem_fraction_static for DeepSeek-V4: only a given one. SGLang's default rule runs
-    with V4's own graph settings, which are not modelled here, so it is refused rather than
-    guessed."""
-    if settings.mem_fraction_static is None and settings.gpu_memory_bytes is not None:
-        raise UnsupportedRequestError(
-            "engine.mem_fraction_static: SGLang's default fraction for DeepSeek-V4 is not "
-            "planned (its graph settings differ); expected mem_fraction_static "
-            "(--mem-fraction-static), got none",
-            field="engine.mem_fraction_static",
-        )
-    return settings.mem_fraction_static
+    """The mem_fraction_static for DeepSeek-V4: the given one, else SGLang's default rule as
+    it runs for V4 (no prefill graphs; the decode graphs sized before V4's hook sets its 256
+    running requests), else unknown (null) without the GPU's total memory."""
+    if settings.mem_fraction_static is not None:
+        return settings.mem_fraction_static
+    if settings.gpu_memory_bytes is None:
+        return None
+    return default_mem_fraction_static(settings, mla=True, deepseek_v4=True)

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
-from hisparse_plan.targets.sglang.multimodal import MULTIMODAL_ARCHITECTURES
+from hisparse_plan.targets.sglang.multimodal import (
+    MULTIMODAL_ARCHITECTURES,
+    VIT_BASELINE_HIDDEN,
+    VIT_BASELINE_LAYERS,
+)
 from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
 
 CONTEXT_LENGTH_KEYS: Final = (
@@ -36,6 +40,9 @@ class SGLangConfigFacts:
     multimodal: bool = False
     """ModelConfig's is_multimodal before `--enable-multimodal`: a multimodal architecture or
     a config with a text_config, not language_model_only."""
+    vision_encoder: tuple[int, int] | None = None
+    """The vision_config's (num_hidden_layers, hidden_size) as SGLang's default-fraction rule
+    reads them (`vision_encoder_size`); None without a vision_config."""
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -100,4 +107,24 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
     multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
         config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
     return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch),
-                             multimodal)
+                             multimodal, vision_encoder_size(config))
+
+
+def vision_encoder_size(config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(num_hidden_layers, hidden_size) of the config's vision_config, with the 24 and 1024
+    SGLang's adjust_mem_fraction_for_vlm takes for a missing one (transformers' own class
+    defaults, which a vision config class may set, are not read); None without one, or where
+    a value is not a positive integer (SGLang's formula would not run on it)."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return None
+    layers = vision.get("num_hidden_layers", VIT_BASELINE_LAYERS)
+    hidden = vision.get("hidden_size", VIT_BASELINE_HIDDEN)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for v in (layers, hidden)):
+        raise UnsupportedRequestError(
+            "vision_config: SGLang's default mem_fraction_static reads its num_hidden_layers "
+            f"and hidden_size; expected positive integers, got {layers!r} and {hidden!r}",
+            field="vision_config",
+        )
+    return layers, hidden

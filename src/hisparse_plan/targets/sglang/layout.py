@@ -176,23 +176,30 @@ def mamba_pools(group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str) 
         ("mamba_conv0", CONV_STATE, group.conv_shape, conv_dtype),
         ("mamba_temporal", TEMPORAL_STATE, group.temporal_shape, ssm_dtype),
     ):
-        slot = element_size(dtype)
-        for extent in shape:
-            slot *= extent
-        layer_bytes = (slots + 1) * slot
-        pool = Pool(
-            name=name, location="device", allocation="whole",
-            size=layer_bytes * len(group.names), num_blocks=slots + 1, block_tokens=1,
-            padding_blocks=1,
-        )
-        tensor = KVCacheTensor(
-            size=pool.size, layers=list(group.names), layer_stride=layer_bytes,
-            block_stride=slot, offset=0, host_resident=False, pool=name,
-            ranges=[PageRange(offset=0, size=slot)],
-            views=[_view(view, dtype, [len(group.names), slots + 1, *shape])],
-        )
-        placed += Placed((pool,), (tensor,))
+        placed += mamba_state_pool(name, view, group.names, slots + 1, shape, dtype)
     return placed
+
+
+def mamba_state_pool(
+    name: str, view: str, layers: tuple[str, ...], blocks: int, shape: tuple[int, ...],
+    dtype: str,
+) -> Placed:
+    """One slot-indexed, layer-first state allocation [layers, blocks, *shape] (block 0
+    pads)."""
+    slot = element_size(dtype)
+    for extent in shape:
+        slot *= extent
+    layer_bytes = blocks * slot
+    pool = Pool(
+        name=name, location="device", allocation="whole", size=layer_bytes * len(layers),
+        num_blocks=blocks, block_tokens=1, padding_blocks=1,
+    )
+    tensor = KVCacheTensor(
+        size=pool.size, layers=list(layers), layer_stride=layer_bytes, block_stride=slot,
+        offset=0, host_resident=False, pool=name, ranges=[PageRange(offset=0, size=slot)],
+        views=[_view(view, dtype, [len(layers), blocks, *shape])],
+    )
+    return Placed((pool,), (tensor,))
 
 
 def req_to_token_view(rows: int, width: int) -> BufferView:

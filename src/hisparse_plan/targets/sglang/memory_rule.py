@@ -25,6 +25,7 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.multimodal import multimodal_fraction, prefill_graphs_allowed
 from hisparse_plan.targets.sglang.parallel import (
     deepep_a2a_mib,
     deepep_prefill_graph_mib,
@@ -147,11 +148,14 @@ def deepep_prefill_graph_sizes() -> int:
     return len({-(-n // 8) * 8 for n in prefill_graph_token_counts(DEEPEP_PREFILL_GRAPH_TOKENS)})
 
 
-def prefill_graphs_captured(settings: SGLangSettings) -> bool:
+def prefill_graphs_captured(settings: SGLangSettings, *, deepseek_v4: bool = False) -> bool:
     """SGLang captures prefill graphs (breakable, its CUDA default) unless they are disabled,
-    or decode context parallelism is on (its capture has no DCP metadata, so SGLang turns the
-    default off: cuda_graph_hook's breakable-graph blockers)."""
-    return not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
+    or one of cuda_graph_hook's breakable-graph blockers holds: decode context parallelism
+    (its capture has no DCP metadata), DeepSeek-V4 (its c4 indexer scratch would be pinned
+    in the capture pool; V4's prefill context parallelism, which lifts that, is not planned),
+    or a multimodal model SGLang has not validated prefill graphs for (multimodal.py)."""
+    return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
+            and not deepseek_v4 and prefill_graphs_allowed(settings))
 
 
 def graph_reserve_mib(
@@ -186,11 +190,14 @@ def fraction_left(gpu_mib: float, reserve_mib: float | int) -> float:
     return round((gpu_mib - reserve_mib) / gpu_mib, FRACTION_DECIMALS)
 
 
-def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size: int = 1) -> float:
+def default_mem_fraction_static(
+    settings: SGLangSettings, *, mla: bool, pp_size: int = 1, deepseek_v4: bool = False
+) -> float:
     """SGLang's mem_fraction_static for `settings` on a GPU of `settings.gpu_memory_bytes`:
     the given `--chunked-prefill-size`, `--tp-size`, `--max-running-requests`,
     `--max-total-tokens` and graph switches, SGLang's defaults for the rest. `mla`: the model's
-    attention is MLA (DeepSeek, DSA models). A GPU too small for SGLang's reserve is refused."""
+    attention is MLA (DeepSeek, DSA models); `deepseek_v4`: SGLang's DeepSeek-V4 path, which
+    captures no prefill graphs. A GPU too small for SGLang's reserve is refused."""
     total = settings.gpu_memory_bytes
     if total is None:
         raise PlanError(
@@ -205,7 +212,7 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
     decode_bs = decode_graph_max_bs(gpu_mib, settings.tp_size, settings.max_running_requests)
     sizes = (deepep_prefill_graph_sizes() if settings.moe_a2a_backend == "deepep" else
              prefill_graph_sizes(prefill_graph_max_tokens(chunked, mla, settings.max_total_tokens)))
-    prefill = prefill_graphs_captured(settings)
+    prefill = prefill_graphs_captured(settings, deepseek_v4=deepseek_v4)
     graphs = graph_reserve_mib(
         decode_bs, sizes, mla,
         decode_graphs=not settings.disable_decode_cuda_graph, prefill_graphs=prefill,
@@ -229,4 +236,4 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
             "(give mem_fraction_static)",
             field="engine.gpu_memory_bytes",
         )
-    return fraction
+    return multimodal_fraction(fraction, settings)

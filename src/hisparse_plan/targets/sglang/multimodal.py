@@ -102,6 +102,23 @@ MULTIMODAL_OFF_BY_DEFAULT: Final = frozenset({
 """ModelConfig's `mm_disabled_models`: without `--enable-multimodal` these serve text only."""
 VLM_CACHE_MB: Final = 100
 """SGLANG_VLM_CACHE_SIZE_MB's default."""
+BREAKABLE_GRAPH_ARCHITECTURES: Final = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration",
+})
+"""SGLang's `multimodal_breakable_cuda_graph_supported_model_archs`: the multimodal models
+that keep prefill graphs; every other multimodal model served multimodal captures none."""
+VIT_BASELINE_LAYERS: Final = 24
+VIT_BASELINE_HIDDEN: Final = 1024
+"""ViT-L/14, the encoder SGLang's multimodal fraction rule measures others against (and the
+values it takes for a vision_config that leaves them out)."""
+VLM_BASE_FACTOR: Final = 0.95
+VLM_FACTOR_PER_DOUBLING: Final = 0.1
+VLM_FACTOR_BOUNDS: Final = (0.8, 1.05)
 
 
 def is_multimodal(settings: SGLangSettings) -> bool:
@@ -123,3 +140,24 @@ def is_multimodal(settings: SGLangSettings) -> bool:
 def mm_reservation_gb(settings: SGLangSettings) -> float:
     """GB (2**30 bytes) the multimodal runtime keeps out of the KV budget: 100 MB / 1024."""
     return VLM_CACHE_MB / 1024 if is_multimodal(settings) else 0.0
+
+
+def prefill_graphs_allowed(settings: SGLangSettings) -> bool:
+    """Whether a model keeps SGLang's prefill graphs as far as multimodal serving goes: a
+    model served multimodal captures none unless its architecture is listed as safe
+    (BREAKABLE_GRAPH_ARCHITECTURES)."""
+    return not is_multimodal(settings) or settings.architecture in BREAKABLE_GRAPH_ARCHITECTURES
+
+
+def multimodal_fraction(fraction: float, settings: SGLangSettings) -> float:
+    """SGLang's default mem_fraction_static for a model served multimodal
+    (adjust_mem_fraction_for_vlm): 0.95 of it, times a factor that drops 0.1 for each
+    ViT-L/14's worth of encoder weights (layers x hidden^2) above one, within 0.8..1.05; not
+    rounded again. Unchanged for a text-only serving or without a vision_config."""
+    if not is_multimodal(settings) or settings.vision_encoder is None:
+        return fraction
+    layers, hidden = settings.vision_encoder
+    ratio = layers * hidden**2 / (VIT_BASELINE_LAYERS * VIT_BASELINE_HIDDEN**2)
+    low, high = VLM_FACTOR_BOUNDS
+    factor = max(low, min(high, 1.0 - VLM_FACTOR_PER_DOUBLING * (ratio - 1.0)))
+    return fraction * (VLM_BASE_FACTOR * factor)

@@ -20,6 +20,7 @@ from hisparse_plan.models.base import built_for
 from hisparse_plan.models.entry_input import request_argument
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang.kv_sharing import note_unwritten_buffers
 from hisparse_plan.targets.sglang.place import place
 from hisparse_plan.targets.sglang.read import read
 from hisparse_plan.targets.sglang.report import report
@@ -72,4 +73,5 @@ def _stages(request: PlanRequest, trace: Trace) -> TracedPlan:
     defaults = resolve(model, trace)
     sized = size(defaults, trace)
     placed = place(sized, trace)
-    return TracedPlan(report(sized, placed, trace), trace)
+    plan = note_unwritten_buffers(request, report(sized, placed, trace), trace)
+    return TracedPlan(plan, trace)

@@ -5,6 +5,7 @@ decided before this stage. Hands the next stage the `Placed` pools and tensors."
 from __future__ import annotations
 
 from hisparse_plan.models.base import built_for
+from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
 from hisparse_plan.targets.sglang.layout import (
     Placed,
@@ -20,6 +21,7 @@ from hisparse_plan.targets.sglang.layout import (
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
+from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "place"
@@ -61,7 +63,38 @@ def _place(sized: Sized) -> Placed:
     mamba = defaults.mamba_dtypes
     if model.mamba is not None and sized.mamba_slots is not None and mamba is not None:
         placed += mamba_pools(model.mamba, sized.mamba_slots, *mamba)
-    return placed
+        if defaults.speculative is not None:
+            placed += intermediate_pools(model.mamba, sized.max_running_requests,
+                                         defaults.speculative, *mamba)
+    return placed + _place_draft(sized)
+
+
+def _place_draft(sized: Sized) -> Placed:
+    """The draft worker's pools (speculative decoding): the pool classes of the target's
+    attention over the draft's own layers, as many tokens as the target's full pool (one
+    allocator hands out both): latent rows and every draft layer's index keys for an MLA/DSA
+    model, K and V rows of the draft's heads for an MHA one."""
+    defaults = sized.defaults
+    spec, model, page = defaults.speculative, defaults.read.model, defaults.page_size
+    if spec is None:
+        return Placed((), ())
+    names = spec.layer_names()
+    latent, row = model.latent, defaults.latent_row
+    hisparse = sized.hisparse
+    if latent is not None and row is not None:
+        # Under decode context parallelism the replicated draft pages every rank's ids.
+        dcp = defaults.read.settings.dcp_size
+        logical = None if hisparse is None else hisparse.logical_tokens
+        tokens = speculative.draft_tokens(sized.tokens * dcp, logical, page)
+        placed = latent_pool(names, tokens, page * dcp, row.elements, row.dtype.store)
+        if latent.is_dsa:
+            placed += index_pool(names, tokens, page * dcp)
+        return speculative.as_draft(placed)
+    group = speculative.draft_head_group(defaults.read.settings, model, spec)
+    if group is None or defaults.full_dtype is None:
+        return Placed((), ())
+    return speculative.as_draft(mha_pool("kv", group, sized.tokens, page,
+                                         defaults.full_dtype.store))
 
 
 def _place_v4(sized: SizedV4) -> Placed:

@@ -101,6 +101,12 @@ def platform_defaults(
     return out
 
 
+def blackwell_mla(settings: SGLangSettings, model: SGLangModel) -> bool:
+    """A DeepSeek-family MLA model (not DSA) on SM100: SGLang runs trtllm_mla."""
+    return (capability(settings)[0] == 10 and model.latent is not None and not is_dsa(model)
+            and settings.architecture in DEEPSEEK_FAMILY)
+
+
 def blackwell_page(settings: SGLangSettings, model: SGLangModel, page: int) -> int:
     """The page after SM100's default attention backend: a DeepSeek-family MLA model runs
     trtllm_mla (pages 32 or 64, else 64), an MHA model trtllm_mha (16, 32, 64 or 128, else

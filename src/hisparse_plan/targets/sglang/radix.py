@@ -51,16 +51,21 @@ def resolved_chunked_prefill_size(settings: SGLangSettings) -> int:
     return chunk // attn_dp_size(settings)
 
 
-def swa_request_cap(settings: SGLangSettings, window: int, page_size: int) -> int | None:
+def swa_request_cap(
+    settings: SGLangSettings, window: int, page_size: int,
+    draft_tokens: int = 1, decode_allocation: int | None = None,
+) -> int | None:
     """The window pool's tokens with the radix cache off and max_running_requests given:
-    each request of one DP group holds its window, an eviction interval's tokens and two pages
-    (one trailing, one for the next decode), plus the prefill chunks in flight and a page
-    (pool_configurator.compute_swa_request_cap, no speculative decoding). None: the
+    each request of one DP group holds its window, an eviction interval's tokens (an interval
+    a draft token with speculative decoding) and a trailing page, and the next decode's
+    allocation (a page; with speculative decoding `decode_allocation`), plus the prefill chunks
+    in flight and a page (pool_configurator.compute_swa_request_cap). None: the
     swa_full_tokens_ratio rule applies."""
     given = settings.max_running_requests
     if not settings.disable_radix_cache or given is None:
         return None
-    per_request = window + SWA_EVICTION_INTERVAL + page_size + page_size
+    decode = page_size if decode_allocation is None else decode_allocation
+    per_request = window + SWA_EVICTION_INTERVAL * draft_tokens + page_size + decode
     chunks = CHUNKS_IN_FLIGHT * resolved_chunked_prefill_size(settings)
     return per_request * requests_per_worker(settings, given) + chunks + page_size
 

@@ -21,6 +21,7 @@ from hisparse_plan.targets.sglang.settings import (
     refuse_vllm_sections,
     sglang_settings,
 )
+from hisparse_plan.targets.sglang.speculative import refuse_without_algorithm
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "read"
@@ -53,6 +54,7 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
     layer is read), then the layers: DeepSeek-V4's caches by its own reader, after the settings
     its path does not take are refused."""
     settings = sglang_settings(request)
+    refuse_without_algorithm(settings)
     refuse_vllm_sections(request)
     refuse_unserved_architecture(settings)
     refuse_longer_context(settings)

@@ -9,6 +9,7 @@ from hisparse_plan.models.sglang_plan import (
     SGLangDeepSeekV4,
     SGLangHisparse,
     SGLangPlan,
+    SGLangSpeculative,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
@@ -48,6 +49,18 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         ),
         hisparse=hisparse,
         index_placeholder_layers=_placeholders(sized),
+        speculative=_speculative(sized),
+    )
+
+
+def _speculative(sized: Sized) -> SGLangSpeculative | None:
+    spec = sized.defaults.speculative
+    if spec is None:
+        return None
+    return SGLangSpeculative(
+        algorithm=spec.algorithm, num_steps=spec.num_steps, eagle_topk=spec.eagle_topk,
+        num_draft_tokens=spec.num_draft_tokens, draft_layers=list(spec.layer_names()),
+        draft_cell_size_bytes=sized.draft_cell_bytes,
     )
 
 
@@ -92,6 +105,7 @@ def _plan(
     req_to_token: tuple[int, int], *, budget: SGLangBudget,
     hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
     index_placeholder_layers: tuple[str, ...] = (),
+    speculative: SGLangSpeculative | None = None,
 ) -> SGLangPlan:
     """The plan of the placed pools, with the capacity the pool tokens give."""
     capacity = sglang_capacity(tokens)
@@ -102,7 +116,7 @@ def _plan(
         max_total_num_tokens=max_total_num_tokens,
         max_running_requests=tokens.max_running_requests,
         req_to_token=req_to_token_view(*req_to_token), budget=budget, hisparse=hisparse,
-        deepseek_v4=deepseek_v4, capacity=capacity,
+        deepseek_v4=deepseek_v4, speculative=speculative, capacity=capacity,
         index_placeholder_layers=list(index_placeholder_layers),
     )
 

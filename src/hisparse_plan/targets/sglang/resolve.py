@@ -32,14 +32,23 @@ from hisparse_plan.targets.sglang.defaults_v4 import (
     v4_swa_ratio,
 )
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.platform import platform_defaults
+from hisparse_plan.targets.sglang.platform import blackwell_mla, platform_defaults
 from hisparse_plan.targets.sglang.read import Read, ReadV4
+from hisparse_plan.targets.sglang.speculative import (
+    SPECULATIVE_MAX_RUNNING_REQUESTS,
+    Speculative,
+    refuse_tree_on_paged_backend,
+    refuse_unplanned_speculative,
+    resolve_speculative,
+    tree_keeps_unpaged,
+)
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "resolve"
 PLATFORM = "sglang.platform"
 POOLS = "sglang.pools"
 BUDGET = "sglang.budget"
+SPECULATIVE = "sglang.speculative"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,8 @@ class Defaults:
     """HiSparse's device buffer rows a request (None: HiSparse off)."""
     hisparse_top_k: int = 0
     """The top-k HiSparse runs (hisparse_top_k); 0 with HiSparse off."""
+    speculative: Speculative | None = None
+    """Speculative decoding's resolved settings and draft layers (None: off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +96,14 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
     refuse_dcp(settings, model)
     top_k = hisparse_top_k(settings, read.index_topk)
     buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
-    page = default_page_size(settings, model)
+    page = (_unforced_page(settings, model) if tree_keeps_unpaged(settings, model)
+            else default_page_size(settings, model))
     if model.latent is not None and model.latent.is_dsa:
         refuse_dsa_page(page)
+    if settings.speculative_algorithm is not None:
+        refuse_unplanned_speculative(settings, model)
+    speculative = resolve_speculative(settings)
+    refuse_tree_on_paged_backend(speculative, page, model, blackwell_mla(settings, model))
     defaults = Defaults(
         read=read,
         page_size=page,
@@ -99,12 +115,14 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
         mamba_dtypes=None if model.mamba is None else (MAMBA_CONV_DTYPE, ssm_dtype(settings)),
         hisparse_buffer=buffer,
         hisparse_top_k=top_k if buffer is not None else 0,
+        speculative=speculative,
     )
     if trace.enabled:
         for subject, value, why in platform_defaults(settings, model, _unforced_page(settings,
                                                                                   model)):
             trace.add(STAGE, PLATFORM, subject, value, why)
         _trace_defaults(defaults, trace)
+        _trace_speculative(settings, defaults.speculative, trace)
     return defaults
 
 
@@ -199,3 +217,27 @@ def _trace_dtype(
               if settings.kv_cache_dtype == "auto" else f"kv_cache_dtype {settings.kv_cache_dtype}")
     stored = "" if dtype.store == dtype.cache else f", stored as {dtype.store}"
     trace.add(STAGE, POOLS, f"{pool} dtype", dtype.cache, f"{source}{stored}")
+
+
+def _trace_speculative(
+    settings: SGLangSettings, spec: Speculative | None, trace: Trace
+) -> None:
+    if spec is None:
+        return
+    named = settings.speculative_algorithm
+    trace.add(STAGE, SPECULATIVE, "speculative_algorithm", spec.algorithm,
+              "NEXTN runs as EAGLE (the model's own MTP layers as the draft)"
+              if named == "NEXTN" else f"{named} given")
+    trace.add(STAGE, SPECULATIVE, "steps, top-k, draft tokens",
+              f"{spec.num_steps}, {spec.eagle_topk}, {spec.num_draft_tokens}",
+              _given(settings, "speculative_num_steps") or (
+                  f"SGLang's choice for {settings.architecture or 'the architecture'}")
+              + ("; draft tokens num_steps + 1 with top-k 1" if spec.eagle_topk == 1 else ""))
+    trace.add(STAGE, SPECULATIVE, "draft layers", spec.draft_layers,
+              "the draft's KV layers (speculative_draft_num_layers), its own ids from 0, "
+              "sharing the target's allocator and token count")
+    trace.add(STAGE, SPECULATIVE, "max_running_requests default",
+              settings.max_running_requests or SPECULATIVE_MAX_RUNNING_REQUESTS,
+              _given(settings, "max_running_requests")
+              or f"{SPECULATIVE_MAX_RUNNING_REQUESTS}, SGLang's default with speculative "
+              "decoding")

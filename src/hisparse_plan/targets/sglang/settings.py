@@ -72,6 +72,13 @@ def refuse_v4_settings(settings: SGLangSettings) -> None:
             f"backend; expected null, got {settings.dsa_backend}",
             field="engine.dsa_backend",
         )
+    if settings.speculative_algorithm is not None:
+        raise UnsupportedRequestError(
+            "engine.speculative_algorithm: speculative decoding on DeepSeek-V4 (its draft "
+            "inflates every V4 pool's bytes a token) is not planned yet; expected null, got "
+            f"{settings.speculative_algorithm}",
+            field="engine.speculative_algorithm",
+        )
     if settings.enable_hisparse:
         raise UnsupportedRequestError(
             "engine.enable_hisparse: HiSparse on DeepSeek-V4 (SGLang's shrunk c4 device pool "

@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4, speculative
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
 from hisparse_plan.targets.sglang.sizing import CellSize
 from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
+from hisparse_plan.targets.sglang.speculative_mamba import speculative_mamba_budget
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "size"
@@ -49,6 +50,8 @@ class Sized:
     index_tokens: int
     """A DSA model's index-key rows beside HiSparse's: every rank's ids under decode context
     parallelism."""
+    draft_cell_bytes: int = 0
+    """Bytes the draft worker's layers add to a full token's cell (speculative decoding)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +87,28 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         settings, read.available_bytes, defaults.mem_fraction_static)
     rest_gb -= mm_reservation_gb(settings)
     slots = None
+    spec = defaults.speculative
+    serving = speculative.speculative_requests(settings, spec)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
-        budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
+        budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
+                  speculative_mamba_budget(serving, rest_gb, slot_bytes, spec))
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
     row = defaults.latent_row
-    cell = sizing.cell_size(
-        settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
-        (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
+    row_bytes = 0 if row is None else row.nbytes
+    dtypes = (_cache(defaults.full_dtype), _cache(defaults.swa_dtype))
+    cell = sizing.cell_size(settings, model, row_bytes, defaults.swa_full_tokens_ratio, dtypes)
+    cell, draft_bytes = speculative.with_draft(
+        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0])
+        * speculative.draft_token_scale(settings),
+        speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
-    requests = sizing.max_running_requests(settings, tokens, slots)
-    table = sizing.req_to_token_shape(settings, requests)
+    requests = sizing.max_running_requests(serving, tokens, slots)
+    table = sizing.req_to_token_shape(settings, requests, speculative.req_to_token_extra(
+        spec, defaults.page_size * settings.dcp_size))
     sized = Sized(
         defaults=defaults, mem_fraction_static=fraction, available_bytes=available, cell=cell,
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
@@ -106,6 +117,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         swa_sized_for_requests=for_requests,
         token_ids=dcp.token_ids(settings, tokens),
         index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
+        draft_cell_bytes=draft_bytes,
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
@@ -121,8 +133,10 @@ def _pool_tokens(
     last)."""
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
     window = None if model.swa is None else model.swa.window  # window groups have one
-    cap = (None if window is None or model.full is None
-           else radix.swa_request_cap(settings, window, page))
+    serving = speculative.speculative_requests(settings, defaults.speculative)
+    cap = (None if window is None or model.full is None else radix.swa_request_cap(
+        serving, window, page,
+        *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size)))
     if cap is not None:
         swa = radix.ceil_page(cap, page)
         tokens = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
@@ -227,7 +241,9 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     _trace_budget(sized.mem_fraction_static, rest_gb, sized.available_bytes, trace,
                   states=sized.mamba_slots is not None)
     cell = sized.cell
-    parts = f"full {cell.full}" + ("" if model.swa is None else (
+    draft = ("" if not sized.draft_cell_bytes else
+             f" (the draft's {sized.draft_cell_bytes} included)")
+    parts = f"full {cell.full}{draft}" + ("" if model.swa is None else (
         f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
     trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
               f"bytes one token takes in every counted pool, all layers: {parts}")
@@ -242,11 +258,14 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
         ) if sized.swa_sized_for_requests else (
             f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
             "floored to a page; more than window + page"))
-    given = defaults.read.settings.max_running_requests
+    settings = defaults.read.settings
+    given = speculative.speculative_requests(settings, defaults.speculative).max_running_requests
+    how = ("given" if settings.max_running_requests is not None
+           else "SGLang's default with speculative decoding")
     mamba = ("" if sized.mamba_slots is None
              else f"; at most the Mamba slots // {sized.mamba_slots_per_request}")
     _trace_requests(sized.max_running_requests, sized.req_to_token, (
-        f"{given} given" + _shared(defaults) if given is not None else
+        f"{given} {how}" + _shared(defaults) if given is not None else
         "SGLang's estimate int(tokens / context_length x 512), clamped to 2048..4096"
     ) + f", at most tokens // 2{mamba}", trace)
     hisparse = sized.hisparse
@@ -267,7 +286,9 @@ def _shared(defaults: Defaults) -> str:
 def _trace_requests(requests: int, table: tuple[int, int], why: str, trace: Trace) -> None:
     trace.add(STAGE, RULE, "max_running_requests", requests, why)
     trace.add(STAGE, RULE, "req_to_token", f"int32 [{table[0]}, {table[1]}]",
-              "[max_running_requests + 1 (row 0 pads), context_length + 4]")
+              "[max_running_requests + 1 (row 0 pads), context_length + 4, with speculative "
+              "decoding + the draft tokens (at least twice a decode step's allocation and a "
+              "page less one)]")
 
 
 def _trace_v4(sized: SizedV4, rest_gb: float, trace: Trace) -> None:

@@ -252,17 +252,12 @@ def max_running_requests(
     return requests
 
 
-def req_to_token_shape(settings: SGLangSettings, requests: int) -> tuple[int, int]:
-    """SGLang's request-to-token table: int32 [requests + 1 (row 0 pads), context_length + 4
-    + draft tokens]."""
-    if settings.speculative_num_draft_tokens:
-        raise UnsupportedRequestError(
-            "engine.speculative_num_draft_tokens: speculative decoding (draft layers, extra "
-            "request-table width) is not planned for SGLang yet; expected 0, got "
-            f"{settings.speculative_num_draft_tokens}",
-            field="engine.speculative_num_draft_tokens",
-        )
-    rows, width = requests + 1, settings.context_length + REQ_TO_TOKEN_EXTRA
+def req_to_token_shape(
+    settings: SGLangSettings, requests: int, extra: int = REQ_TO_TOKEN_EXTRA
+) -> tuple[int, int]:
+    """SGLang's request-to-token table: int32 [requests + 1 (row 0 pads), context_length +
+    `extra`] (4, more with speculative decoding: speculative.req_to_token_extra)."""
+    rows, width = requests + 1, settings.context_length + extra
     refuse_table_past_int64(rows, width)
     return rows, width
 

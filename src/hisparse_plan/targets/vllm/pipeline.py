@@ -40,6 +40,7 @@ from hisparse_plan.targets.vllm.admit import Admission, admit, group_required
 from hisparse_plan.targets.vllm.groups import Layer, PlannedGroup
 from hisparse_plan.targets.vllm.hisparse_groups import hisparse_groups
 from hisparse_plan.targets.vllm.host_pool import longest_request_for_host, plan_host_pool
+from hisparse_plan.targets.vllm.kv_sharing import allocating_request, with_sharing
 from hisparse_plan.targets.vllm.one_manager import one_manager_layers
 from hisparse_plan.targets.vllm.place import check_placeable, place_pool
 from hisparse_plan.targets.vllm.regular_groups import regular_groups
@@ -98,6 +99,7 @@ def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
             "docs/planning-rules.md#sglang)",
             field="engine",
         )
+    request, sharing = allocating_request(request, trace)
     layers = request_layers(request)
     if request.scheduler.disable_hybrid_kv_cache_manager:
         layers = one_manager_layers(layers, trace)
@@ -107,6 +109,7 @@ def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
         result = _plan_regular(request, layers, trace)
     else:
         result = _plan_hisparse(request, request.hisparse, layers, trace)
+    result = with_sharing(result, sharing)
     for note in result.warnings:
         warn(note, PlanWarning, stacklevel=4)
     if LOG.isEnabledFor(logging.INFO):

@@ -79,8 +79,13 @@ def bind_views(
 ) -> dict[str, torch.Tensor]:
     """Every layer's tensor, by name, in plan order: the layers of pipeline stage `stage`
     (`device` is that stage's pool; None for a one-stage plan) and the host layers."""
-    bound = {}
+    bound: dict[str, torch.Tensor] = {}
     for name, view in stage_views(plan, resolve_stage(plan, stage)).items():
+        target = plan.kv_sharing.get(name)
+        if target is not None:
+            # As vLLM's bind_kv_caches: the sharing layer gets its target's very tensor.
+            bound[name] = bound[target]
+            continue
         pool = host if view.host_resident else device
         if pool is None:
             raise BackendError(

@@ -4,7 +4,8 @@ torch must stand in for while vLLM's model code runs its constructors."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -24,6 +25,33 @@ def inert_cuda_streams() -> Iterator[None]:
         yield
     finally:
         torch.cuda.Stream, torch.cuda.Event = saved  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def constants_on_cpu(classes: Iterable[type]) -> Iterator[None]:
+    """The constructors of `classes` run with the CPU as torch's default device for the
+    duration: vLLM layers that work out a Python constant from a tensor while they are built
+    (Gemma-3n's `GeluAndMulSparse` takes `.item()` of a normal quantile), which a meta tensor
+    cannot give. Such a layer holds no weight, so nothing but that scalar is made on the CPU.
+    Put back after."""
+    # Each class's own constructor (the layers named define one), put back as it was.
+    saved: dict[type, Callable[..., None]] = {cls: vars(cls)["__init__"] for cls in classes}
+    for cls, init in saved.items():
+        cls.__init__ = _on_cpu(init)  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        for cls, init in saved.items():
+            cls.__init__ = init  # type: ignore[misc]
+
+
+def _on_cpu(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def built_on_cpu(self: object, *args: object, **kwargs: object) -> None:
+        with torch.device("cpu"):
+            init(self, *args, **kwargs)
+
+    return built_on_cpu
 
 
 class _Inert:

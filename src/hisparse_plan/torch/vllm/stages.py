@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.torch.errors import BackendError
-from hisparse_plan.views import LayerView, plan_views
+from hisparse_plan.views import LayerView, plan_views, shared_views
 
 
 def resolve_stage(plan: KVCachePlan, stage: int | None) -> int:
@@ -42,8 +42,12 @@ def in_stage(view: LayerView, stage: int) -> bool:
 
 
 def stage_views(plan: KVCachePlan, stage: int) -> dict[str, LayerView]:
-    """The views of every layer whose pages lie in the pools of `stage`, in plan order."""
-    return {name: view for name, view in plan_views(plan).items() if in_stage(view, stage)}
+    """The views of every layer whose pages lie in the pools of `stage`, in plan order, then
+    those of the layers that read another layer's pages (`plan.kv_sharing`): each its
+    target's view."""
+    views = plan_views(plan)
+    every = {**views, **shared_views(plan, views)} if plan.kv_sharing else views
+    return {name: view for name, view in every.items() if in_stage(view, stage)}
 
 
 def refuse_layer(plan: KVCachePlan, name: str, stage: int) -> BackendError:

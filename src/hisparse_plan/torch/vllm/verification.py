@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 import torch
@@ -52,7 +52,7 @@ from hisparse_plan.torch.verify_layers import (
     write_view,
 )
 from hisparse_plan.torch.verifying import VerifyReport, meta_pools_refused
-from hisparse_plan.torch.vllm.binding import bind_views, describe, pool_name
+from hisparse_plan.torch.vllm.binding import bind_views, check_bound, describe, pool_name
 from hisparse_plan.torch.vllm.pools import Pools
 from hisparse_plan.torch.vllm.stages import resolve_stage, stage_views
 from hisparse_plan.views import LayerView
@@ -98,7 +98,11 @@ def verify_vllm(
     # The pools of one pipeline stage hold only that stage's layers: those are the ones checked.
     stage = resolve_stage(plan, pools.stage)
     bound = bind_views(plan, host_pool, device_pool, stage)
-    views = stage_views(plan, stage)
+    # A sharing layer's view is its target's: its target's passes prove its bytes, and
+    # `_check_shared` that it is bound to exactly them.
+    views = {name: view for name, view in stage_views(plan, stage).items()
+             if name not in plan.kv_sharing}
+    _check_shared(plan, bound, views, host_pool, device_pool)
     layers: list[Layer] = []
     selections: dict[tuple[bool, int], tuple[torch.Tensor, bool]] = {}
     scratches: dict[torch.device, Scratch] = {}
@@ -227,6 +231,20 @@ def _address(view: LayerView, block: int, byte: int) -> tuple[str, int]:
         head, token, column = indices
         return f" (head {head}, token {token}, byte {column})", address
     return "", address
+
+
+def _check_shared(
+    plan: KVCachePlan, bound: dict[str, torch.Tensor], views: dict[str, LayerView],
+    host_pool: torch.Tensor | None, device_pool: torch.Tensor,
+) -> None:
+    """Each sharing layer of the stage is bound to its target's pages, shape, dtype and
+    strides, and to nothing else."""
+    for name, target in plan.kv_sharing.items():
+        if name not in bound:
+            continue  # another stage's layer
+        view = views[target]
+        pool = host_pool if view.host_resident and host_pool is not None else device_pool
+        check_bound(replace(view, name=name), bound[name], pool)
 
 
 def _refuse_shared_axes(view: LayerView) -> None:

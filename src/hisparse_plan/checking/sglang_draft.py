@@ -1,0 +1,161 @@
+"""`check_plan` for speculative decoding in an SGLang plan (docs/plan-contract.md#sglang-plans),
+from the plan alone: the draft worker's pools (`draft_*`) exist exactly with the plan's
+`speculative` figures, hold exactly its draft layers, as many tokens as the target's pools
+(one allocator hands out both), and the draft's bytes a token in the cell size are the
+target's per-layer bytes over its draft layers; the request table is as wide as the draft
+tokens make it."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models.pools import Pool
+from hisparse_plan.models.sglang_plan import SGLangPlan, SGLangSpeculative
+
+INTERMEDIATE_SSM: Final = "mamba_intermediate_ssm"
+INTERMEDIATE_CONV: Final = "mamba_intermediate_conv0"
+DRAFT_POOLS: Final = {"draft_kv": "kv", "draft_kv_v": "kv_v", "draft_index": "index"}
+"""Each draft pool and the target pool whose tokens it shares."""
+TABLE_EXTRA: Final = 4
+INDEX_KEY_BYTES: Final = 132
+"""A DSA index key: 128 fp8 values and one float32 scale."""
+
+
+def request_table_extra(plan: SGLangPlan) -> int:
+    """Columns of the request table past the context: 4, and with speculative decoding the
+    draft tokens, or with pages above a token twice a decode step's allocation
+    (steps x top-k or the draft tokens, the larger) plus a page less one, if that is more."""
+    spec = plan.speculative
+    if spec is None:
+        return TABLE_EXTRA
+    page = plan.page_size * plan.budget.dcp_size
+    widest = TABLE_EXTRA + spec.num_draft_tokens
+    if page == 1:
+        return widest
+    step = max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
+    if spec.eagle_topk > 1:
+        # Each branch of the tree straddles up to ceil((page - 1 + steps) / page) pages,
+        # written ceil of a sum as floor: -(-(a) // b).
+        straddled = -(-(page - 1 + spec.num_steps) // page)
+        step = max(straddled * page * spec.eagle_topk, spec.num_draft_tokens)
+    return max(widest, 2 * step + page - 1)
+
+
+def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """The draft pools beside the target's, their layers, tokens and cell bytes; a Mamba
+    hybrid's intermediate states."""
+    present = [name for name in DRAFT_POOLS if name in pools]
+    spec = plan.speculative
+    _check_intermediates(plan, pools)
+    if spec is None:
+        if present:
+            raise PlanInvariantError(
+                f"the plan has draft pools {present} and speculative null; expected draft "
+                "pools exactly with speculative figures")
+        return
+    if "draft_kv" not in pools:
+        raise PlanInvariantError(
+            "the plan has speculative figures and no pool 'draft_kv'; expected the draft "
+            "worker's pool")
+    if spec.eagle_topk == 1 and spec.num_draft_tokens != spec.num_steps + 1:
+        raise PlanInvariantError(
+            f"speculative.num_draft_tokens is {spec.num_draft_tokens} with eagle_topk 1; "
+            f"expected num_steps + 1 = {spec.num_steps + 1} (SGLang's rule)")
+    # The draft is indexed by the target allocator's ids: the full pool's tokens (under decode
+    # context parallelism every rank's, in pages as many times wider), or HiSparse's logical
+    # ids, a page-rounded span; and a padding page.
+    blocks = (plan.max_total_num_tokens // plan.page_size + 1 if plan.hisparse is None
+              else -(-plan.hisparse.logical_tokens // plan.page_size) + 1)
+    for draft in present:
+        if DRAFT_POOLS[draft] not in pools or pools[draft].num_blocks != blocks:
+            raise PlanInvariantError(
+                f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected {blocks} "
+                "(the draft shares the target's allocator and its token ids)")
+    _check_draft_layers(plan, spec)
+    _check_draft_cell(plan, spec)
+
+
+def _check_draft_layers(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
+    layers: dict[str, set[str]] = {}
+    for tensor in plan.tensors:
+        if tensor.pool in DRAFT_POOLS:
+            layers.setdefault(tensor.pool, set()).update(tensor.layers)
+    want = set(spec.draft_layers)
+    if len(want) != len(spec.draft_layers):
+        raise PlanInvariantError(
+            f"speculative.draft_layers {spec.draft_layers} names a layer twice; expected "
+            "distinct layers")
+    target = {layer for tensor in plan.tensors if tensor.pool not in DRAFT_POOLS
+              for layer in tensor.layers}
+    for name, held in layers.items():
+        if held != want:
+            raise PlanInvariantError(
+                f"pool {name!r} holds layers {sorted(held)}; expected the draft's "
+                f"{sorted(want)}")
+    if want & target:
+        raise PlanInvariantError(
+            f"draft layer {sorted(want & target)[0]!r} is also the target's; expected the "
+            "draft worker's own layers")
+
+
+def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
+    """The draft's bytes a token are the target's per-layer bytes (a full layer's K and V or
+    latent row, and a DSA index key) times the draft layers (with HiSparse, times the logical
+    ids a device token stands for): SGLang prices the draft at the target's geometry."""
+    rows: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for tensor in plan.tensors:
+        if tensor.pool in ("kv", "kv_v"):
+            page = sum(part.size for part in tensor.ranges or [])
+            rows[tensor.pool] = rows.get(tensor.pool, 0) + page * len(tensor.layers)
+            counts[tensor.pool] = counts.get(tensor.pool, 0) + len(tensor.layers)
+    page_bytes = sum(rows[name] // counts[name] for name in rows)
+    if any(tensor.pool == "index" for tensor in plan.tensors):
+        page_bytes += INDEX_KEY_BYTES * plan.page_size
+    scale = plan.budget.dcp_size if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+    want = page_bytes * len(spec.draft_layers) * scale
+    if spec.draft_cell_size_bytes * plan.page_size != want:
+        raise PlanInvariantError(
+            f"speculative.draft_cell_size_bytes is {spec.draft_cell_size_bytes}; expected "
+            f"{want // plan.page_size}: the target's {page_bytes // plan.page_size} bytes a "
+            f"layer and token over {len(spec.draft_layers)} draft layers")
+
+
+def _check_intermediates(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """A Mamba hybrid verifying draft tokens keeps, for each running request and a padding
+    slot, one recurrent state a draft token (`mamba_intermediate_ssm`: D x a temporal state a
+    slot) and the conv windows (`mamba_intermediate_conv0`: D windows a slot for a tree, one
+    row of D + kernel - 2 columns a channel for a chain); exactly with speculative figures and
+    Mamba states."""
+    ssm, conv = pools.get(INTERMEDIATE_SSM), pools.get(INTERMEDIATE_CONV)
+    spec = plan.speculative
+    wanted = spec is not None and "mamba_conv0" in pools
+    if (ssm is not None) != wanted:
+        raise PlanInvariantError(
+            f"the plan {'has' if ssm is not None else 'has no'} pool {INTERMEDIATE_SSM!r}; "
+            "expected it exactly with speculative figures and Mamba state pools")
+    if spec is None or ssm is None or conv is None:
+        return
+    for pool in (ssm, conv):
+        if pool.num_blocks != plan.max_running_requests + 1:
+            raise PlanInvariantError(
+                f"pool {pool.name!r} has {pool.num_blocks} slots; expected max_running_requests "
+                f"{plan.max_running_requests} and a padding slot")
+    strides = {tensor.pool: tensor for tensor in plan.tensors}
+    draft = spec.num_draft_tokens
+    temporal, state = strides["mamba_temporal"], strides["mamba_conv0"]
+    if strides[INTERMEDIATE_SSM].block_stride != draft * temporal.block_stride:
+        raise PlanInvariantError(
+            f"pool {INTERMEDIATE_SSM!r} takes {strides[INTERMEDIATE_SSM].block_stride} bytes a "
+            f"slot; expected {draft} temporal states of {temporal.block_stride}")
+    view = (state.views or [])[0]
+    channels, window = view.shape[-2], view.shape[-1]
+    item = state.block_stride // (channels * window)
+    shared_row = channels * (draft + window - 1) * item
+    allowed = {draft * state.block_stride} if spec.eagle_topk > 1 else {shared_row}
+    got = strides[INTERMEDIATE_CONV].block_stride
+    if got not in allowed:
+        raise PlanInvariantError(
+            f"pool {INTERMEDIATE_CONV!r} takes {got} bytes a slot; expected {min(allowed)} "
+            f"({draft} draft tokens' conv windows of {channels} x {window})")
