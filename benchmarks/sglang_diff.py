@@ -52,6 +52,7 @@ COMPARED = (
     "req_to_token",
     "pools",
     "draft_pools",
+    "hisparse_metadata",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -334,9 +335,43 @@ def case_minimax(rng: random.Random) -> Case:
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 30)}
 
 
+def case_llama4(rng: random.Random) -> Case:
+    """Llama-4-like: SGLang's window hybrid (Llama4ForConditionalGeneration: every 4th layer
+    full, the rest in the window pool over attention_chunk_size or a sliding_window key), now
+    and then the text-only Llama4ForCausalLM (one full pool) or a no_rope_layers list SGLang
+    does not read. At least 4 layers: SGLang's all-window layout (1-3 layers) is refused.
+    (A Llama4ForCausalLM config with a vision_config would be multimodal to SGLang, whose
+    default fraction then shrinks for the vision tower: adjust_mem_fraction_for_vlm, a
+    multimodal rule the planner does not apply.)"""
+    cfg = _fixture(rng.choice(["llama-4-scout-17b-16e-instruct",
+                               "llama-4-maverick-17b-128e-instruct"]))
+    text = cfg["text_config"]
+    layers = rng.randrange(4, 49)
+    kv_heads = rng.choice([1, 2, 4, 8])
+    text.update(
+        num_hidden_layers=layers, num_key_value_heads=kv_heads,
+        num_attention_heads=kv_heads * rng.choice([1, 5]), head_dim=rng.choice([64, 128]),
+        attention_chunk_size=rng.choice([128, 1024, 8192]),
+    )
+    draw = rng.random()
+    if draw < 0.15:
+        text["no_rope_layers"] = [rng.choice([0, 1]) for _ in range(layers)]
+    elif draw < 0.25:
+        text["sliding_window"] = rng.choice([256, 512])
+    elif draw < 0.35:  # the text-only checkpoint: its text_config, as its own config.json
+        cfg = {**text, "architectures": ["Llama4ForCausalLM"]}
+    args = _common_args(rng, [1, 2, 4, 8])
+    args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
+    if rng.random() < 0.5:
+        args["swa_full_tokens_ratio"] = rng.choice([0.1, 0.25, 0.5, 0.8, 1.0])
+    if rng.random() < 0.4:
+        args["page_size"] = rng.choice([1, 16, 64])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 30)}
+
+
 def case_blackwell(rng: random.Random) -> Case:
     """Another kind's case on a GPU of compute capability 10.0 (B200) or 9.0 (H200)."""
-    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba"])
+    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4"])
     case = KINDS[kind](rng)
     if kind in ("dsa", "hisparse") and rng.random() < 0.6:
         case["server_args"].pop("dsa_backend", None)
@@ -398,6 +433,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "shared_index": case_shared_index,
     "long_context": case_long_context,
     "unloadable": case_unloadable,
+    "llama4": case_llama4,
 }
 
 
@@ -485,9 +521,30 @@ def first_difference(
     return None
 
 
+UNUSABLE = "refused, unusable in SGLang"
+"""Our refusal of a plan SGLang builds but its own code cannot run (the reference's
+`unusable`: its decode swap-in asserts), naming the same setting."""
+
+
+UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build": "layer 0",
+                  "model decode": "layer 0"}
+"""The reference's probe (the start of its `unusable`) and what our refusal names for it."""
+
+
+def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
+    if "refused" not in ours or "refused" in ref or "unusable" not in ref:
+        return False
+    named = [name for probe, name in UNUSABLE_NAMES.items() if ref["unusable"].startswith(probe)]
+    return bool(named) and named[0] in str(ours["refused"])
+
+
 def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
     if "refused" in ref and "refused" in ours:
         return "both refuse"
+    if _refused_as_unusable(ours, ref):
+        return UNUSABLE
+    if "unusable" in ref and "refused" not in ours:
+        return f"mismatch: ours plans what SGLang cannot run ({ref['unusable'][:200]})"
     if "refused" in ref:
         return f"mismatch: SGLang refuses ({ref['refused'][:200]}), ours does not"
     if "refused" in ours:
@@ -572,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                          indent=1))
         if ours is None:
             return 0
-    totals: dict[str, int] = {"agree": 0, "both refuse": 0, "mismatch": 0}
+    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
         side = ours
@@ -582,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         key = verdict if verdict in totals else "mismatch"
         totals[key] += 1
         for mode in modes_of(case):
-            counts = by_mode.setdefault(mode, {"agree": 0, "both refuse": 0, "mismatch": 0})
+            counts = by_mode.setdefault(mode, dict.fromkeys(totals, 0))
             counts[key] += 1
         print(f"{case['name']} [{'+'.join(modes_of(case))}]: {verdict}")
     for mode, counts in sorted(by_mode.items()):

@@ -339,6 +339,164 @@ def _hisparse_host(col: _Collector, kv: SGLangObject, patched: list[str]) -> Non
     col.add("hisparse_host", "host_kv_buffer", None, host.kv_buffer)
 
 
+def _hisparse_coordinator_module(patched: list[str]) -> SGLangObject:
+    """managers/hisparse_coordinator, imported with a stand-in for schedule_batch (whose import
+    chain needs the OpenAI client; the coordinator only names its Req type) and inert CUDA
+    streams and events."""
+    name = "sglang.srt.managers.schedule_batch"
+    real = sys.modules.get(name)
+    if real is None:
+        stub = types.ModuleType(name)
+        stub.Req = object  # type: ignore[attr-defined]
+        stub.ScheduleBatch = object  # type: ignore[attr-defined]
+        sys.modules[name] = stub
+    try:
+        module: SGLangObject = importlib.import_module("sglang.srt.managers.hisparse_coordinator")
+    finally:
+        if real is None:
+            sys.modules.pop(name, None)
+
+    class _Inert:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    module.device_module = types.SimpleNamespace(Stream=_Inert, Event=_Inert,
+                                                 current_stream=lambda: None)
+    patched.append("hisparse_coordinator: schedule_batch stand-in (Req), inert streams/events")
+    return module
+
+
+def _hisparse_metadata(
+    result: SGLangObject, model_config: SGLangObject, patched: list[str]
+) -> list[dict[str, Any]] | None:
+    """Every tensor HiSparse allocates beside the KV budget, from SGLang's own objects: the
+    HiSparseCoordinator built as ModelRunner.maybe_init_hisparse_coordinator builds it (on
+    meta; its host pool's pinned buffer on meta too), its host pool's slot tables, and the
+    HiSparse allocator's tables. A DSA pool only (DeepSeek-V4's coordinator is another path)."""
+    import torch
+
+    allocator = result.token_to_kv_pool_allocator
+    if type(result.token_to_kv_pool).__name__ != "HiSparseDSATokenToKVPool":
+        return None
+    module = _hisparse_coordinator_module(patched)
+    factory: SGLangObject = importlib.import_module("sglang.srt.mem_cache.sparsity")
+    common_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.pool_host.common")
+    real_allocate = _ORIGINALS.setdefault("host_allocate", common_mod.HostTensorAllocator.allocate)
+    real_register = _ORIGINALS.setdefault("host_register", common_mod._cuda_host_register)
+
+    def allocate(self: SGLangObject, dims: tuple[int, ...], dtype: SGLangObject,
+                 device: str) -> SGLangObject:
+        self.dtype, self.dims = dtype, dims
+        return torch.empty(dims, dtype=dtype, device="meta")
+
+    cfg = factory.parse_hisparse_config()
+    text = model_config.hf_text_config
+    common_mod.HostTensorAllocator.allocate = allocate
+    common_mod._cuda_host_register = lambda *a, **k: None
+    real_world = torch.distributed.get_world_size
+    torch.distributed.get_world_size = lambda group=None: 1
+    try:
+        coordinator = module.HiSparseCoordinator(
+            req_to_token_pool=result.req_to_token_pool, token_to_kv_pool_allocator=allocator,
+            top_k=getattr(text, "index_topk", cfg.top_k),
+            device_buffer_size=cfg.device_buffer_size, device="meta", tp_group=None,
+            host_to_device_ratio=cfg.host_to_device_ratio,
+            swap_in_block_size=cfg.swap_in_block_size,
+            shared_index_layers=module.resolve_shared_index_layers(hf_text_config=text),
+            num_draft_tokens=0,
+        )
+    finally:
+        common_mod.HostTensorAllocator.allocate = real_allocate
+        common_mod._cuda_host_register = real_register
+        torch.distributed.get_world_size = real_world
+    patched.append("HiSparseCoordinator on meta (its host pool's buffer on meta, no pinning, "
+                   "world size 1) for its metadata tensors")
+    host = coordinator.mem_pool_host
+    owners = (
+        ("coordinator", coordinator, None),
+        ("host_pool", host, ("mem_state", "free_slots", "slot_used", "data_ptrs")),
+        ("allocator", allocator, ("full_to_hisparse_device_index_mapping",)),
+        ("allocator.logical", allocator.logical_attn_allocator, ("free_pages",)),
+        ("allocator.hisparse", allocator.hisparse_attn_allocator, ("free_pages",)),
+    )
+    found = []
+    for owner, obj, names in owners:
+        for attr, tensor in sorted(vars(obj).items()):
+            if not isinstance(tensor, torch.Tensor) or (names is not None and attr not in names):
+                continue
+            found.append({
+                "owner": owner, "name": attr,
+                "location": "host" if tensor.device.type == "cpu" else "device",
+                "dtype": str(tensor.dtype).removeprefix("torch."),
+                "shape": list(tensor.shape),
+                "nbytes": int(tensor.numel() * tensor.element_size()),
+            })
+    return sorted(found, key=lambda b: (b["owner"], b["name"]))
+
+
+def _hisparse_decode_probe(model_config: SGLangObject, patched: list[str]) -> str | None:
+    """What SGLang's decode swap-in says of the top-k and hot buffer the coordinator runs
+    (model_runner: index_topk, else the config's top_k; the config's device_buffer_size):
+    its kernel wrapper asserts hot_buffer_size >= num_top_k before building the kernel. The
+    wrapper runs up to that build (stopped there); an AssertionError means the server's
+    first decode step fails."""
+    kernels: SGLangObject = importlib.import_module("sglang.kernels.ops.kvcache.hisparse")
+    factory: SGLangObject = importlib.import_module("sglang.srt.mem_cache.sparsity")
+    cfg = factory.parse_hisparse_config()
+    top_k = getattr(model_config.hf_text_config, "index_topk", cfg.top_k)
+
+    class _Built(Exception):
+        pass
+
+    def build(*args: object, **kwargs: object) -> None:
+        raise _Built
+
+    real_build = _ORIGINALS.setdefault("jit_sparse", kernels._jit_sparse_module)
+    kernels._jit_sparse_module = build
+    try:
+        kernels._load_cache_to_device_buffer_mla(
+            is_dsv4_layout=False, top_k_tokens=None, device_buffer_tokens=None,
+            host_cache_locs=None, device_buffer_locs=None, host_cache=None,
+            device_buffer=None, top_k_device_locs=None, req_pool_indices=None, seq_lens=None,
+            lru_slots=None, item_size_bytes=0, num_top_k=top_k,
+            hot_buffer_size=cfg.device_buffer_size, page_size=1,
+            block_size=cfg.swap_in_block_size, num_real_reqs=None, miss_src=None,
+            miss_dst=None, miss_count=None, skip_io=False,
+        )
+    except AssertionError as error:
+        return f"decode swap-in: AssertionError: {error}"
+    except _Built:
+        return None
+    finally:
+        kernels._jit_sparse_module = real_build
+        patched.append("hisparse decode probe: the swap-in wrapper run up to its kernel build")
+    return None
+
+
+def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
+    """What SGLang's DSA model class says of the config's index sharing: each
+    DeepseekV2AttentionMLA asks dsa_layer_skips_topk of its layer and the next
+    (models/deepseek_v2.py), which asserts on a pattern whose layer 0 would share (an
+    index_skip_topk_offset of 0): the model cannot be built, though the pools can; where it
+    builds with layer 0 sharing (GLM's indexer_types), its first decode has no top-k."""
+    mc: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
+    config = model_config.hf_config
+    if not mc.is_deepseek_dsa(config):
+        return None
+    try:
+        for layer in range(int(model_config.hf_text_config.num_hidden_layers) + 1):
+            mc.dsa_layer_skips_topk(config, layer)
+    except AssertionError as error:
+        return f"model build: dsa_layer_skips_topk: AssertionError: {error}"
+    if mc.dsa_layer_skips_topk(config, 0):
+        # Layer 0 shares (a GLM config's indexer_types from an offset of 0): it runs no
+        # indexer (should_run_indexer), no earlier layer hands it a top-k, so its sparse
+        # decode gets topk_indices None (transform_index_page_table_decode reads its shape).
+        return ("model decode: dsa_layer_skips_topk(config, 0) is True: layer 0 reuses a "
+                "top-k no earlier layer computed")
+    return None
+
+
 def _cuda_only_registrations(patched: list[str]) -> None:
     """Registrations SGLang makes only when it sees a CUDA platform."""
     quant: SGLangObject = importlib.import_module("sglang.srt.layers.quantization")
@@ -673,8 +831,14 @@ def _configure(
     _collect(col, result.token_to_kv_pool, result.req_to_token_pool, notes)
     draft = _draft_report(server_args, result, kvc, notes, patched)
     schedule = rc.get_schedule()
+    metadata: list[dict[str, Any]] | None = None
+    # SGLang builds the model before its pools, and the HiSparse coordinator after them.
+    unusable = _dsa_model_build_probe(model_config)
     if rc.get_memory().enable_hisparse:
         _hisparse_host(col, result.token_to_kv_pool, patched)
+        if unusable is None:
+            metadata = _hisparse_metadata(result, model_config, patched)
+            unusable = _hisparse_decode_probe(model_config, patched)
     conf = seen.get("configurator")
     cell = getattr(conf, "_cell_size", None)
     req = result.req_to_token_pool.req_to_token
@@ -709,6 +873,10 @@ def _configure(
         "notes": notes,
         "patched": patched,
     }
+    if metadata is not None:
+        report["hisparse_metadata"] = metadata
+    if unusable is not None:
+        report["unusable"] = unusable
     return report
 
 

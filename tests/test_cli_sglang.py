@@ -191,15 +191,27 @@ def test_flag_errors(cli: Run, argv: list[str], words: str) -> None:
     assert "Traceback" not in err
 
 
-def test_capacity_counts_the_request_table_beside_the_budget(cli: Run) -> None:
+def test_capacity_counts_the_request_table_and_hisparse_beside_the_budget(cli: Run) -> None:
     code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
                          "-tp", "8", "--kv-cache-dtype", "fp8", "--context-length", "8192",
                          "--json")
     assert code == 0, err
     vllm, sglang = json.loads(out)
     assert vllm["beside_pools_bytes"] is None
-    # int32 [max_running_requests + 1, 8192 + 4]
-    assert sglang["beside_pools_bytes"] == (sglang["request_slots"] + 1) * (8192 + 4) * 4
+    # int32 [max_running_requests + 1, 8192 + 4], and HiSparse's device tables (61 layers, a
+    # 4096-row buffer, pages of 64, top-k 2048, host_to_device_ratio 2)
+    rows, width = sglang["request_slots"] + 1, 8192 + 4
+    layers, hot, page, top_k = 61, 4096, 64, 2048
+    tokens = sglang["device_tokens"]
+    coordinator = (rows * (hot + page) * 8 + rows * (width + page) * 8
+                   + 2 * layers * rows * (hot + page) * 4 + layers * rows * hot * 2
+                   + hot * 2 + hot * 4 + 2 * rows * top_k * 4 + 4)
+    allocator = (2 * tokens + page + 1) * 8 + tokens // page * 8 + 2 * tokens // page * 8
+    assert sglang["beside_pools_bytes"] == (rows * width * 4 + coordinator + layers * 8
+                                            + allocator)
+    # the host pool's slot tables (int64 + uint8 + bool a host token), two int64 per slot
+    host_tokens = (2 * tokens // page + 1) * page
+    assert sglang["beside_pools_host_bytes"] == host_tokens * 10 + rows * 16
     code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", "h200",
                          "-tp", "8", "--kv-cache-dtype", "fp8", "--plain")
     assert code == 0, err

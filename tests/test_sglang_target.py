@@ -346,6 +346,11 @@ def test_refuses_hisparse_without_dsa() -> None:
         plan_sglang(request({"a": mha()}, enable_hisparse=True))
 
 
+CHUNKED = {"kind": "chunked_local_attention", "block_size": 16, "num_kv_heads": 8,
+           "head_size": 128, "attention_chunk_size": 8192}
+"""A Llama-4 chunked-local layer: SGLang's window pool takes it (tests/test_sglang_llama4.py)."""
+
+
 @pytest.mark.parametrize(
     ("layers", "match"),
     [
@@ -355,8 +360,8 @@ def test_refuses_hisparse_without_dsa() -> None:
         ({"w": swa(128)}, "sliding-window layers only"),
         ({"a": mha(), "b": mha(heads=4)}, "one head shape"),
         ({"w": swa(128), "v": swa(256), "a": mha()}, "one window"),
-        ({"c": {"kind": "chunked_local_attention", "block_size": 16, "num_kv_heads": 8,
-                "head_size": 128, "attention_chunk_size": 8192}}, "chunked_local_attention"),
+        ({"c": CHUNKED}, "no full-attention layer"),
+        ({"c": CHUNKED, "a": latent()}, "full or chunked-local attention"),
         ({"v4": {"kind": "sliding_window_mla", "block_size": 64, "head_size": 512,
                  "dtype": "uint8", "sliding_window": 128, "model_version": "deepseek_v4",
                  "state_content_bytes": 584}, "a": mha()}, "DeepSeek-V4"),

@@ -28,10 +28,9 @@ MIB = 2**20
 PRESETS = preset_names()
 VLLM_GPU_MIB = (64, 128, 256)
 """GPU memory tried in turn for a vLLM plan: the first that holds one 128-token request."""
-SGLANG_REFUSES = {
-    "llama-4-scout": "chunked_local_attention",
-}
-"""Presets SGLang's pools cannot hold, and what the refusal names."""
+SGLANG_REFUSES: dict[str, str] = {}
+"""Presets SGLang's pools cannot hold, and what the refusal names (none: llama-4-scout's
+chunked layers take SGLang's window pool, tests/test_sglang_llama4.py)."""
 
 
 def _sparse(name: str) -> bool:
@@ -61,15 +60,18 @@ def vllm_request(name: str) -> PlanRequest:
 
 def sglang_request_of(name: str) -> PlanRequest:
     """The preset on one of eight ranks with 256 MiB of pools: 1024-token requests, four at
-    once, at most 2048 tokens (512 with HiSparse, whose host pool keeps twice as many), the
-    window pool as large as the full one, ten Mamba slots. DeepSeek-V4 (fp8 rows only): one
-    request, 1024 tokens, half of them in its window pool."""
+    once, at most 2048 tokens (512 with HiSparse, whose host pool keeps twice as many; 8256 for
+    Llama-4, whose window pool must hold its 8192-token chunk and a page), the window pool as
+    large as the full one, ten Mamba slots. DeepSeek-V4 (fp8 rows only): one request, 1024
+    tokens, half of them in its window pool."""
     engine: dict[str, Any] = {
         "name": "sglang", "context_length": 1024, "max_running_requests": 4,
         "max_total_tokens": 2048, "swa_full_tokens_ratio": 1.0, "max_mamba_cache_size": 10,
     }
     if _sparse(name):
         engine.update(enable_hisparse=True, max_total_tokens=512)
+    if name == "llama-4-scout":  # SGLang admits a request only with window + a page free
+        engine.update(max_total_tokens=8256)
     if name == "deepseek-v4-flash":
         engine = {"name": "sglang", "context_length": 1024, "kv_cache_dtype": "fp8_e4m3",
                   "max_running_requests": 1, "max_total_tokens": 1024,

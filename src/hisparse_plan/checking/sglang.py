@@ -23,6 +23,7 @@ from typing import Final
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
 from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
+from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
 from hisparse_plan.checking.sglang_roles import (
     block_bytes,
     check_layer_sets,
@@ -64,6 +65,7 @@ def check_sglang_plan(
     _check_padding(plan, pools)
     _check_request_table(plan)
     _check_hisparse(plan, pools)
+    check_hisparse_metadata(plan)
     _check_token_pools(plan, pools)
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)

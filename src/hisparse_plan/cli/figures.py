@@ -39,7 +39,11 @@ class Figures:
     """Every host pool's budget (HiSparse)."""
     beside_pools_bytes: int | None = None
     """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
-    the request-to-token table); None: not planned."""
+    the request-to-token table, and HiSparse's coordinator and allocator tables); None: not
+    planned."""
+    beside_pools_host_bytes: int | None = None
+    """Host bytes beside the host pool (SGLang HiSparse's slot and per-request tables, in
+    pageable memory); None: none planned."""
     defaults: str = ""
     """The engine's defaults for this GPU and model, in words ("" where none is said)."""
 
@@ -59,6 +63,15 @@ def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
         ["node: device pools (every GPU)", *(cell(f.node_device_bytes, True) for f in figures)],
         ["node: host pools", *(cell(f.node_host_bytes, True) for f in figures)],
     ]
+
+
+def _beside_host_row(figures: Sequence[Figures]) -> list[list[str]]:
+    """Host memory beside the host pool, where an engine plans some (SGLang's HiSparse)."""
+    if all(f.beside_pools_host_bytes is None for f in figures):
+        return []
+    return [["beside the host pool", *("-" if f.beside_pools_host_bytes is None
+                                       else format_size(f.beside_pools_host_bytes)
+                                       for f in figures)]]
 
 
 def render_engines(out: Renderer, heading: str, figures: Sequence[Figures],
@@ -88,6 +101,7 @@ def render_engines(out: Renderer, heading: str, figures: Sequence[Figures],
         row("request slots", [slots(f) for f in figures]),
         row("host pool", ["-" if f.host_bytes is None else format_size(f.host_bytes)
                           for f in figures]),
+        *_beside_host_row(figures),
     ]
     dp = max(f.dp for f in figures)
     if dp > 1:

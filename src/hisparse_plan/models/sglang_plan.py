@@ -51,6 +51,26 @@ class SGLangBudget(Model):
     )
 
 
+class SGLangHisparseBuffer(Model):
+    """One tensor HiSparse allocates beside the KV budget (its coordinator's per-request tables
+    and top-k buffers, its host pool's slot tables, its allocator's id tables)."""
+
+    owner: Literal[
+        "coordinator", "host_pool", "allocator", "allocator.logical", "allocator.hisparse"
+    ] = Field(description="The SGLang object that allocates it.")
+    name: str = Field(description="Its attribute name on that object.")
+    location: Literal["device", "host"] = Field(
+        description="device: GPU memory outside the KV budget; host: pageable CPU memory."
+    )
+    dtype: Literal["bool", "uint8", "int16", "int32", "int64", "uint64"] = Field(
+        description="Element type."
+    )
+    shape: Annotated[list[Annotated[int, Field(ge=0)]], READ_ONLY] = Field(
+        description="Its shape."
+    )
+    nbytes: ByteCount = Field(description="Bytes: the product of the shape times the element.")
+
+
 class SGLangHisparse(Model):
     """HiSparse on SGLang: the host pool holds every token, the GPU a hot buffer per request."""
 
@@ -62,6 +82,11 @@ class SGLangHisparse(Model):
     host_to_device_ratio: PositiveInt = Field(description="Host tokens per device token.")
     host_tokens: PositiveInt = Field(description="Tokens of the pinned host pool (with padding).")
     logical_tokens: PositiveInt = Field(description="Token ids the allocator hands out.")
+    metadata: Annotated[list[SGLangHisparseBuffer], READ_ONLY] = Field(
+        default_factory=empty_frozen_list,
+        description="HiSparse's tensors beside the KV budget (HiSparseCoordinator, its host "
+        "pool's slot tables, the HiSparse allocator's tables), on the GPU or the host.",
+    )
 
 
 class SGLangDeepSeekV4(Model):

@@ -117,6 +117,15 @@ def _add_placeholders(plan: SGLangPlan, entry: dict[str, Any]) -> None:
         buffer["storage"] = f"index/{n}"
 
 
+def _hisparse_metadata(plan: SGLangPlan) -> dict[str, Any]:
+    """HiSparse's tensors beside the budget as the reference lists them (a DSA plan with
+    HiSparse only: DeepSeek-V4's coordinator is not listed)."""
+    if plan.hisparse is None or not plan.hisparse.metadata:
+        return {}
+    return {"hisparse_metadata": [buffer.model_dump(mode="json")
+                                  for buffer in plan.hisparse.metadata]}
+
+
 def report(plan: SGLangPlan) -> dict[str, Any]:
     """The plan as the reference report of one case: the budget figures, the request table,
     and every pool with its buffers. A per-layer pool gives each of its layers its own
@@ -130,6 +139,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
     budget = plan.budget
     found = {
+        **_hisparse_metadata(plan),
         "page_size": plan.page_size,
         "max_total_num_tokens": plan.max_total_num_tokens,
         "max_running_requests": plan.max_running_requests,

@@ -8,6 +8,7 @@ from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.figures import Figures
 from hisparse_plan.cli.sglang.source import resolve_sglang_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
 from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
 
 
@@ -51,6 +52,8 @@ def sglang_figures(args: argparse.Namespace) -> Figures:
         max_concurrency=result.capacity.max_concurrency,
         steady_state_concurrency=result.capacity.steady_state_concurrency,
         request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
-        beside_pools_bytes=sglang_request_table_bytes(result),
+        beside_pools_bytes=sglang_request_table_bytes(result)
+        + metadata_bytes(result.hisparse, "device"),
+        beside_pools_host_bytes=metadata_bytes(result.hisparse, "host") or None,
         defaults="; ".join(f"{d.subject} {d.value} ({d.why})" for d in applied.values()),
     )

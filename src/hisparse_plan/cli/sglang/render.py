@@ -12,6 +12,7 @@ from hisparse_plan.cli.sglang.figures import (
 )
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
 
 
 def _shape(values: Sequence[int]) -> str:
@@ -69,6 +70,7 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
                                    f"(host_to_device_ratio {hisparse.host_to_device_ratio})"),
             ("HiSparse hot rows", f"{hisparse.hot_rows_per_request} a request "
                                   f"(device_buffer_size {hisparse.device_buffer_size})"),
+            *_hisparse_metadata_rows(plan),
         ]
     out.pairs(rows, title="budget")
     capacity = plan.capacity
@@ -78,3 +80,13 @@ def render_sglang_plan(out: Renderer, title: str, plan: SGLangPlan) -> None:
     ], title="capacity (concurrent context-length requests)")
     for warning in plan.warnings:
         out.line(f"note: {warning}")
+
+
+def _hisparse_metadata_rows(plan: SGLangPlan) -> list[tuple[str, str]]:
+    """HiSparse's coordinator, host-pool and allocator tables, beside the budget."""
+    if plan.hisparse is None or not plan.hisparse.metadata:
+        return []
+    device, host = (metadata_bytes(plan.hisparse, where) for where in ("device", "host"))
+    return [("HiSparse metadata", f"{format_size(device)} on the GPU ({device} B), "
+                                  f"{format_size(host)} on the host ({host} B), beside the "
+                                  f"budget ({len(plan.hisparse.metadata)} tensors)")]

@@ -5,8 +5,8 @@ layer, `model.layers.{i}.self_attn.attn` (under `language_model.` in the multimo
 `num_key_value_heads` KV heads of `head_dim`: a NoPE layer (`no_rope_layers[i] == 0`; without
 the list every `no_rope_layer_interval`-th, default 4th) is full attention, every other layer
 chunked local attention over `attention_chunk_size` tokens when the model sets one. SGLang
-0.5.23's `srt/models/mllama4.py` keeps the chunked layers in its window pool; the SGLang target
-does not plan chunked layers (its read stage refuses them, naming the layer).
+0.5.23 keeps Llama4ForConditionalGeneration's window layers (every layer but each 4th) in its
+window pool: the SGLang target's rule, targets/sglang/llama4.py.
 """
 
 from __future__ import annotations

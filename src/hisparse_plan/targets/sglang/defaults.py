@@ -108,15 +108,20 @@ def refuse_dsa_page(page_size: int) -> None:
 def hisparse_device_buffer(settings: SGLangSettings, top_k: int | None = None) -> int:
     """Hot rows per request: the given size, else 2 * hisparse_config's top_k; fewer than the
     top-k the coordinator runs (`top_k`, the model's index_topk; else the config's) is
-    refused: the selected rows would not fit in the buffer (SGLang does not check this)."""
+    refused. SGLang builds that plan (its config check compares the buffer with the config's
+    top_k only), but cannot run it: every decode step's swap-in asserts hot_buffer_size >=
+    num_top_k (kernels/ops/kvcache/hisparse.py:301, called by HiSparseCoordinator.
+    _run_swap_in_kernel with the index_topk), and past the assert the kernel would index its
+    LRU slots below zero (hisparse.cuh:651). docs/planning-rules.md#sglang-model-and-gpu."""
     size = settings.hisparse_device_buffer_size
     size = 2 * settings.hisparse_top_k if size is None else size
     runs = settings.hisparse_top_k if top_k is None else top_k
     if size < runs:
         raise PlanError(
             f"engine.hisparse_device_buffer_size: the hot buffer must hold the {runs} rows "
-            f"the indexer selects (the model's index_topk, else hisparse top_k); expected at "
-            f"least {runs}, got {size}",
+            f"the indexer selects (the model's index_topk, else hisparse top_k): SGLang's "
+            f"decode swap-in asserts hot_buffer_size >= num_top_k; expected at least {runs}, "
+            f"got {size} (see docs/planning-rules.md#sglang-model-and-gpu)",
             field="engine.hisparse_device_buffer_size",
         )
     return size

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.targets.sglang.llama4 import served_llama4_config
 from hisparse_plan.targets.sglang.multimodal import (
     MULTIMODAL_ARCHITECTURES,
     VIT_BASELINE_HIDDEN,
@@ -106,8 +107,9 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
         )
     multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
         config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
-    return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch),
-                             multimodal, vision_encoder_size(config))
+    served = served_llama4_config(served_config(config, arch), arch)
+    return SGLangConfigFacts(arch, derived_context_length(config), served, multimodal,
+                             vision_encoder_size(config))
 
 
 def vision_encoder_size(config: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -124,7 +124,7 @@ def refuse_deepseek_v4(request: PlanRequest) -> None:
             )
 
 
-def _one_shape(
+def one_shape(
     names: list[str], specs: list[KVLayerSpec], window: int | None, what: str
 ) -> HeadGroup:
     """One MHA pool serves layers of one head shape: refuse a second shape, naming its layer."""
@@ -156,7 +156,7 @@ def _window_group(names: list[str], specs: list[SlidingWindowSpec]) -> HeadGroup
                 f"{window} as {_field(names[0])}, got {spec.sliding_window}",
                 field=f"{_field(name)}.sliding_window",
             )
-    return _one_shape(names, list(specs), window, "sliding-window")
+    return one_shape(names, list(specs), window, "sliding-window")
 
 
 def _latent_group(
@@ -273,10 +273,10 @@ def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
 
 def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLangModel:
     """Sort the request's layers (model order kept) into SGLang's pools, refusing what SGLang
-    cannot hold: chunked-local layers, layers promoted to full blocks, MLA beside window or
-    Mamba layers, Mamba beside window layers, and a model of window layers only. With
-    `windows_as_full` (a model SGLang does not serve as a window hybrid) window layers join
-    the full pool."""
+    cannot hold: chunked-local layers (a Llama-4 window hybrid is read by llama4.py), layers
+    promoted to full blocks, MLA beside window or Mamba layers, Mamba beside window layers, and
+    a model of window layers only. With `windows_as_full` (a model SGLang does not serve as a
+    window hybrid) window and chunked-local layers join the full pool."""
     refuse_deepseek_v4(request)
     full: tuple[list[str], list[KVLayerSpec]] = ([], [])
     swa: tuple[list[str], list[SlidingWindowSpec]] = ([], [])
@@ -284,7 +284,7 @@ def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLang
     index: list[tuple[str, MLASpec]] = []
     mamba: tuple[list[str], list[MambaSpec]] = ([], [])
     for name, spec in request.layers.items():
-        if windows_as_full and isinstance(spec, SlidingWindowSpec):
+        if windows_as_full and isinstance(spec, SlidingWindowSpec | ChunkedLocalAttentionSpec):
             full[0].append(name)
             full[1].append(spec)
             continue
@@ -297,7 +297,7 @@ def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLang
     }
     _refuse_mixes(kinds)
     return SGLangModel(
-        full=_one_shape(full[0], full[1], None, "full-attention") if full[0] else None,
+        full=one_shape(full[0], full[1], None, "full-attention") if full[0] else None,
         swa=_window_group(*swa) if swa[0] else None,
         latent=latent,
         mamba=_mamba_group(*mamba) if mamba[0] else None,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
 from hisparse_plan.targets.sglang.served import (
@@ -65,11 +66,20 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
         if trace.enabled:
             _trace_v4(v4, trace)
         return ReadV4(settings, v4, available)
-    model = read_model(request, windows_as_full=windows_in_full_pool(settings))
+    model = (read_llama4_model(request, settings) if is_llama4_hybrid(request, settings)
+             else read_model(request, windows_as_full=windows_in_full_pool(settings)))
     if trace.enabled:
         _trace_model(model, trace)
+        if is_llama4_hybrid(request, settings) and model.swa is not None:
+            trace.add(STAGE, RULE, "swa: Llama-4 window layers", len(model.swa.names),
+                      "SGLang's get_hybrid_layer_ids for Llama4ForConditionalGeneration: "
+                      "every layer but each 4th (by position, not no_rope_layers), window "
+                      f"{model.swa.window} (sliding_window, else attention_chunk_size)"
+                      if settings.architecture is not None else
+                      "chunked-local layers of a model of unknown architecture")
         if windows_in_full_pool(settings) and any(
-                spec.kind == "sliding_window" for spec in request.layers.values()):
+                spec.kind in ("sliding_window", "chunked_local_attention")
+                for spec in request.layers.values()):
             trace.add(STAGE, RULE, "kv: sliding-window layers served as full attention",
                       settings.architecture,
                       "not one of SGLang's hybrid-window architectures (is_hybrid_swa_model): "

@@ -12,6 +12,11 @@ from hisparse_plan.models.sglang_plan import (
     SGLangSpeculative,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
+from hisparse_plan.targets.sglang.hisparse_meta import (
+    HisparseShape,
+    hisparse_metadata,
+    metadata_bytes,
+)
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
@@ -25,7 +30,13 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         return _report_v4(sized, placed, trace)
     defaults = sized.defaults
     settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
-    hisparse = sized.hisparse
+    hisparse = _with_metadata(sized)
+    if trace.enabled and hisparse is not None and hisparse.metadata:
+        device, host = (metadata_bytes(hisparse, where) for where in ("device", "host"))
+        trace.add(STAGE, "sglang.budget", "hisparse.metadata", device,
+                  f"HiSparseCoordinator, its host pool and allocator allocate "
+                  f"{len(hisparse.metadata)} tensors after the pools, outside the budget: "
+                  f"{device} B on the GPU, {host} B on the host")
     tokens = PoolTokens(
         page_size=page,
         context_length=settings.context_length,
@@ -62,6 +73,19 @@ def _speculative(sized: Sized) -> SGLangSpeculative | None:
         num_draft_tokens=spec.num_draft_tokens, draft_layers=list(spec.layer_names()),
         draft_cell_size_bytes=sized.draft_cell_bytes,
     )
+
+
+def _with_metadata(sized: Sized) -> SGLangHisparse | None:
+    """HiSparse's figures with its tensors beside the budget (hisparse_meta.py)."""
+    hisparse, latent = sized.hisparse, sized.defaults.read.model.latent
+    if hisparse is None or latent is None:
+        return hisparse
+    rows, width = sized.req_to_token
+    return hisparse_metadata(hisparse, HisparseShape(
+        slots=rows, context=width, layers=len(latent.names),
+        page_size=sized.defaults.page_size, device_tokens=sized.tokens,
+        shared_index=bool(latent.shared_index_names),
+    ))
 
 
 def _placeholders(sized: Sized) -> tuple[str, ...]:

@@ -144,14 +144,16 @@ def _pool_tokens(
         sizing.refuse_empty_pool(capped, page)
         if capped != tokens and settings.max_total_tokens is not None:
             swa = min(swa, settings.max_total_tokens)
+            radix.refuse_unaligned_capped_window(swa, page)
         return capped, swa, True
     tokens = sizing.max_total_num_tokens(available, cell, page)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
-    if window is None:
+    if model.swa is None:
         return tokens, None, False
     swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
-    sizing.validate_swa_pool(swa, window, page)
+    if window is not None:  # a Llama-4 without a chunk size has no admission floor
+        sizing.validate_swa_pool(swa, window, page)
     return tokens, swa, False
 
 
