@@ -298,7 +298,7 @@ def vllm_config_refuses_hisparse_without_hybrid_manager() -> bool:
     manager disabled (config/vllm.py, `__post_init__`), read from its own source."""
     import inspect
 
-    from vllm.config.vllm import VllmConfig
+    from vllm.config.vllm import VllmConfig  # type: ignore[import-not-found]
 
     return "HiSparse requires the hybrid KV cache manager" in inspect.getsource(
         VllmConfig.__post_init__)
