@@ -201,7 +201,7 @@ def test_ctrl_c_exits_130_in_one_line(
     def interrupt(*args: object, **kwargs: object) -> Any:
         raise KeyboardInterrupt
 
-    target = "build_parser" if where == "parsing" else "commands.plan.make_plan"
+    target = "build_parser" if where == "parsing" else "vllm.plan_command.make_plan"
     monkeypatch.setattr(f"hisparse_plan.cli.main.{target}" if where == "parsing"
                         else f"hisparse_plan.cli.{target}", interrupt)
     assert one_error(*cli("plan", "glm-5"), expected_code=130) == "error: interrupted"
@@ -220,7 +220,7 @@ def test_internal_errors_are_one_line_too(
     def broken(request: object) -> object:
         raise error
 
-    monkeypatch.setattr("hisparse_plan.cli.commands.plan.make_plan", broken)
+    monkeypatch.setattr("hisparse_plan.cli.vllm.plan_command.make_plan", broken)
     code, out, err = cli("plan", "glm-5")
     assert (code, out) == (2, "")
     name = type(error).__name__

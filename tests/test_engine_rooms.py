@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src" / "hisparse_plan"
 
 ENGINES = frozenset({"vllm", "sglang"})
@@ -22,49 +20,13 @@ ROOMS = ("hisparse_plan.targets", "hisparse_plan.adapters")
 REGISTRIES = frozenset({
     "hisparse_plan.checking.engines",
     "hisparse_plan.cli.engines",
+    "hisparse_plan.exchange.transfer.engines",
+    "hisparse_plan.models.engines",
+    "hisparse_plan.operator.engines",
     "hisparse_plan.torch.engines",
 })
 """Each layer's one table of engines (targets/registry.py is inside targets/)."""
 
-KNOWN: dict[str, str] = {
-    "hisparse_plan": "the package's public names: vLLM's `plan` (the default engine's entry point) "
-                     "and both plan types, kept where callers import them (issue 25, item 6)",
-    "hisparse_plan.checking.geometry": "checks vLLM state alignment with vLLM's own rule "
-                                       "(targets/vllm/rules/states.py)",
-    "hisparse_plan.checking.pools": "names vLLM's pools (models/pools.vllm_pool_name)",
-    "hisparse_plan.cli.commands.capacity": "picks each engine's source, renderer and --compare "
-                                           "itself; to route through cli/engines.py",
-    "hisparse_plan.cli.commands.explain": "picks each engine's source itself; to route through "
-                                          "cli/engines.py",
-    "hisparse_plan.cli.commands.plan": "picks each engine's source and renderer itself; to route "
-                                       "through cli/engines.py",
-    "hisparse_plan.cli.commands.manifest": "a vLLM-only command (vLLM's flags and planner)",
-    "hisparse_plan.cli.commands.models": "a vLLM-only command (vLLM's flags)",
-    "hisparse_plan.cli.commands.tune": "a vLLM-only command (vLLM's flags)",
-    "hisparse_plan.cli.commands.verify": "a vLLM-only command (vLLM's flags and planner)",
-    "hisparse_plan.cli.deployment_args": "reads the --vllm version a GPU's memory sizing assumes",
-    "hisparse_plan.exchange.transfer.check_places": "reads each side of a transfer by its engine",
-    "hisparse_plan.exchange.transfer.side": "reads a rank's plan by its engine (rank_facts)",
-    "hisparse_plan.models.any_plan": "load_plan reads the plan format's own discriminator, the "
-                                     "`engine` key, and knows each engine's plan type",
-    "hisparse_plan.models.plan": "the vLLM plan's `engine` field defaults to its own name: the "
-                                 "plan format's discriminator",
-    "hisparse_plan.models.request": "a request carries SGLang's settings beside vLLM's",
-    "hisparse_plan.models.version_1": "a version-1 plan is a vLLM plan; it names vLLM's pools",
-    "hisparse_plan.operator.baseline": "operator/ answers deployment questions with vLLM's planner",
-    "hisparse_plan.operator.bounds": "operator/ answers deployment questions with vLLM's rules",
-    "hisparse_plan.operator.compare": "operator/ answers deployment questions with vLLM's planner",
-    "hisparse_plan.operator.deployments": "operator/ answers deployment questions with vLLM's "
-                                          "planner and versions",
-    "hisparse_plan.operator.refit": "operator/ answers deployment questions with vLLM's pipeline",
-    "hisparse_plan.operator.schema": "the JSON Schema of each plan type, one per engine",
-    "hisparse_plan.operator.tune": "operator/ answers deployment questions with vLLM's planner",
-    "hisparse_plan.rule_docs": "anchors of docs/planning-rules.md (its `sglang` section), not a "
-                               "branch",
-    "hisparse_plan.torch": "hisparse_plan.torch's public names re-export each engine's binding "
-                           "(issue 25, item 6)",
-}
-"""Modules outside the rooms that still name an engine -> why. Fix one, and its line goes."""
 
 
 def engine_specific(module: str) -> bool:
@@ -158,7 +120,7 @@ def _modules() -> dict[str, tuple[str, bool]]:
 def test_no_module_outside_the_rooms_names_an_engine() -> None:
     unexpected = {}
     for module, (source, package) in _modules().items():
-        if in_room(module) or module in KNOWN:
+        if in_room(module):
             continue
         found = findings(module, source, package=package)
         if found:
@@ -181,13 +143,6 @@ def test_a_crossing_is_found() -> None:
         "hisparse_plan.cli.vllm.source.resolve_source"]
 
 
-@pytest.mark.parametrize("module", sorted(KNOWN))
-def test_a_known_exception_still_names_an_engine(module: str) -> None:
-    source, package = _modules()[module]
-    assert not in_room(module)
-    assert findings(module, source, package=package)
-
-
 def test_the_scanner_sees_branches_and_imports_not_prose() -> None:
     source = '''"""Plans for vllm."""
 from typing import Literal
@@ -208,6 +163,13 @@ def pick(engine: str) -> int:
     ]
     assert findings("hisparse_plan.old", 'from x import moved\nimport hisparse_plan.torch.vllm\n'
                     'moved(__name__, "hisparse_plan.torch.vllm")\n') == []
+
+
+def test_each_registry_is_a_module_that_names_an_engine() -> None:
+    modules = _modules()
+    for registry in sorted(REGISTRIES):
+        source, package = modules[registry]
+        assert findings(registry, source, package=package), f"{registry} names no engine"
 
 
 def test_the_rooms() -> None:

@@ -26,53 +26,49 @@ _HOMES: dict[str, str] = {
     "check_plan": "hisparse_plan.checking",
     "Plan": "hisparse_plan.models.any_plan",
     "load_plan": "hisparse_plan.models.any_plan",
-    "SGLangPlan": "hisparse_plan.models.sglang_plan",
-    "SGLangSettings": "hisparse_plan.models.sglang_settings",
+    **dict.fromkeys(("SGLangPlan", "SGLangSettings"), "hisparse_plan.models.engines"),
     "refit_after_warmup": "hisparse_plan.operator.refit",
-    "plan": "hisparse_plan.targets.vllm",
-    "plan_for_engine": "hisparse_plan.targets",
+    **dict.fromkeys(("plan", "plan_for_engine"), "hisparse_plan.targets"),
 }
 """Each public name's module."""
 
 if TYPE_CHECKING:
+    # `X as X`: each name is this package's to export (`__all__` is built from _HOMES)
     from hisparse_plan import planning as planning  # the old name, read lazily below
-    from hisparse_plan.checking import check_plan
-    from hisparse_plan.errors import (
-        CapacityError,
-        HisparsePlanError,
-        LayoutError,
-        PlanError,
-        PlanInvariantError,
-        PlanWarning,
-        UnsupportedRequestError,
-    )
-    from hisparse_plan.models import (
-        Capacity,
-        ChunkedLocalAttentionSpec,
-        DevicePool,
-        FullAttentionSpec,
-        HisparseHotSpec,
-        HisparseResidentSpec,
-        HostPool,
-        KVCacheGroup,
-        KVCacheLayout,
-        KVCachePlan,
-        KVCacheTensor,
-        MambaSpec,
-        MLASpec,
-        PipelineStage,
-        PlanRequest,
-        SlidingWindowMLASpec,
-        SlidingWindowSpec,
-        UniformTypeSpec,
-        Workload,
-    )
-    from hisparse_plan.models.any_plan import Plan, load_plan
-    from hisparse_plan.models.sglang_plan import SGLangPlan
-    from hisparse_plan.models.sglang_settings import SGLangSettings
-    from hisparse_plan.operator.refit import refit_after_warmup
-    from hisparse_plan.targets import plan_for_engine
-    from hisparse_plan.targets.vllm import plan
+    from hisparse_plan.checking import check_plan as check_plan
+    from hisparse_plan.errors import CapacityError as CapacityError
+    from hisparse_plan.errors import HisparsePlanError as HisparsePlanError
+    from hisparse_plan.errors import LayoutError as LayoutError
+    from hisparse_plan.errors import PlanError as PlanError
+    from hisparse_plan.errors import PlanInvariantError as PlanInvariantError
+    from hisparse_plan.errors import PlanWarning as PlanWarning
+    from hisparse_plan.errors import UnsupportedRequestError as UnsupportedRequestError
+    from hisparse_plan.models import Capacity as Capacity
+    from hisparse_plan.models import ChunkedLocalAttentionSpec as ChunkedLocalAttentionSpec
+    from hisparse_plan.models import DevicePool as DevicePool
+    from hisparse_plan.models import FullAttentionSpec as FullAttentionSpec
+    from hisparse_plan.models import HisparseHotSpec as HisparseHotSpec
+    from hisparse_plan.models import HisparseResidentSpec as HisparseResidentSpec
+    from hisparse_plan.models import HostPool as HostPool
+    from hisparse_plan.models import KVCacheGroup as KVCacheGroup
+    from hisparse_plan.models import KVCacheLayout as KVCacheLayout
+    from hisparse_plan.models import KVCachePlan as KVCachePlan
+    from hisparse_plan.models import KVCacheTensor as KVCacheTensor
+    from hisparse_plan.models import MambaSpec as MambaSpec
+    from hisparse_plan.models import MLASpec as MLASpec
+    from hisparse_plan.models import PipelineStage as PipelineStage
+    from hisparse_plan.models import PlanRequest as PlanRequest
+    from hisparse_plan.models import SlidingWindowMLASpec as SlidingWindowMLASpec
+    from hisparse_plan.models import SlidingWindowSpec as SlidingWindowSpec
+    from hisparse_plan.models import UniformTypeSpec as UniformTypeSpec
+    from hisparse_plan.models import Workload as Workload
+    from hisparse_plan.models.any_plan import Plan as Plan
+    from hisparse_plan.models.any_plan import load_plan as load_plan
+    from hisparse_plan.models.engines import SGLangPlan as SGLangPlan
+    from hisparse_plan.models.engines import SGLangSettings as SGLangSettings
+    from hisparse_plan.operator.refit import refit_after_warmup as refit_after_warmup
+    from hisparse_plan.targets import plan as plan
+    from hisparse_plan.targets import plan_for_engine as plan_for_engine
 else:
 
     def __getattr__(name: str) -> object:
@@ -100,40 +96,5 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOMES})
 
 
-__all__ = [
-    "Capacity",
-    "CapacityError",
-    "ChunkedLocalAttentionSpec",
-    "DevicePool",
-    "FullAttentionSpec",
-    "HisparseHotSpec",
-    "HisparsePlanError",
-    "HisparseResidentSpec",
-    "HostPool",
-    "KVCacheGroup",
-    "KVCacheLayout",
-    "KVCachePlan",
-    "KVCacheTensor",
-    "LayoutError",
-    "MLASpec",
-    "MambaSpec",
-    "PipelineStage",
-    "Plan",
-    "PlanError",
-    "PlanInvariantError",
-    "PlanRequest",
-    "PlanWarning",
-    "SGLangPlan",
-    "SGLangSettings",
-    "SlidingWindowMLASpec",
-    "SlidingWindowSpec",
-    "UniformTypeSpec",
-    "UnsupportedRequestError",
-    "Workload",
-    "__version__",
-    "check_plan",
-    "load_plan",
-    "plan",
-    "plan_for_engine",
-    "refit_after_warmup",
-]
+__all__ = sorted(["__version__", *_HOMES])
+"""Every public name: `_HOMES`'s, each read from its home on first use."""

@@ -29,10 +29,15 @@ ANCHORS: Final[tuple[tuple[str, str], ...]] = (
     ("4", "requests"),
     ("sglang.pools", "sglang-pools"), ("sglang.budget", "sglang-budget"),
     ("sglang.capacity", "sglang-capacity"),
-    ("sglang.speculative", "sglang-speculative-decoding"), ("sglang", "sglang"),
+    ("sglang.speculative", "sglang-speculative-decoding"),
 )
 """Internal rule numbers (SGLang's by the section of its rules: "sglang.budget"), longest first
 where one is a prefix of another, to anchors."""
+
+SECTIONS: Final = frozenset(prefix.split(".")[0] for prefix, _ in ANCHORS
+                            if not prefix[0].isdigit())
+"""The named sections of rules (an engine's, "sglang.pools"): a rule of one whose own part has
+no anchor above is read at the section's heading, whose anchor is the section's name."""
 
 
 def rule_doc(rule: str) -> str:
@@ -44,6 +49,9 @@ def rule_doc(rule: str) -> str:
     for prefix, anchor in ANCHORS:
         if number == prefix or number.startswith(prefix + "."):
             return f"{RULES_DOC}#{anchor}"
+    section = number.split(".")[0]
+    if section in SECTIONS:
+        return f"{RULES_DOC}#{section}"
     return RULES_DOC
 
 

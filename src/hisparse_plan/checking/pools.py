@@ -19,7 +19,7 @@ from hisparse_plan.checking.geometry import prove_disjoint
 from hisparse_plan.checking.views import check_views
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.plan import DevicePool, HostPool, KVCacheTensor
-from hisparse_plan.models.pools import Pool, vllm_pool_name
+from hisparse_plan.models.pools import Pool, stage_pool_name
 from hisparse_plan.views import Train
 
 ONE_GROUP = 0
@@ -122,10 +122,10 @@ def check_vllm_pools(
     views (vLLM's views follow from the group specs)."""
     expected: dict[str, tuple[object, ...]] = {}
     if host is not None:
-        expected[vllm_pool_name("host", 0, 1)] = (
+        expected[stage_pool_name("host", 0, 1)] = (
             "host", 0, "whole", host.size, host.num_blocks, None, 1, host.shared)
     for stage, pool in enumerate(device):
-        expected[vllm_pool_name("device", stage, len(device))] = (
+        expected[stage_pool_name("device", stage, len(device))] = (
             "device", stage, "whole", pool.size, num_blocks, None, 1, False)
     fields = ("location", "stage", "allocation", "size", "num_blocks", "block_tokens",
               "padding_blocks", "shared")
@@ -144,7 +144,7 @@ def check_vllm_pools(
                 )
     for index, (tensor, stage) in enumerate(zip(tensors, stages, strict=True)):
         location: Literal["device", "host"] = "host" if tensor.host_resident else "device"
-        want_name = vllm_pool_name(location, stage, len(device))
+        want_name = stage_pool_name(location, stage, len(device))
         if tensor.pool != want_name:
             raise PlanInvariantError(
                 f"tensors[{index}] names pool {tensor.pool!r}; expected {want_name!r}, the "

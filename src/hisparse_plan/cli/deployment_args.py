@@ -164,7 +164,7 @@ def _extensible(args: argparse.Namespace) -> bool | None:
 def sizing_from(args: argparse.Namespace) -> MemorySizing:
     """How the chosen vLLM sizes the cache on a GPU, and the share it takes, from the flags."""
     return memory_sizing(
-        getattr(args, "vllm", None) or DEFAULT_VLLM,
+        getattr(args, "vllm_version", None) or DEFAULT_VLLM,
         gpu_memory_utilization=args.gpu_memory_utilization,
         extensible=_extensible(args),
         kv_cache_memory_given=args.kv_cache_memory is not None or args.gpu_mem is not None,

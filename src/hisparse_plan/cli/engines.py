@@ -1,7 +1,11 @@
-"""The engines a plan is for: vLLM (the default) and SGLang. Each is a target with its own
-flags and its own figures; `--engine` picks one (`plan`) or several side by side
-(`capacity`). A flag that only one engine reads, given without that engine, is refused by
-name."""
+"""The engines a plan is for: vLLM (the default) and SGLang, the one module of cli/ outside
+`vllm/` and `sglang/` that names them. Each is a target with its own flags, its own view of
+`plan` and `explain`, and its own figures; `--engine` picks one (`plan`, `explain`) or several
+side by side (`capacity`). A flag that only one engine reads, given without that engine, is
+refused by name.
+
+The commands that plan for the default engine alone (`tune`, `verify`, `manifest`, `capacity`
+without --engine) take its request, its flags and its planner from here too."""
 
 from __future__ import annotations
 
@@ -11,13 +15,33 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.sglang.source import SGLANG_ONLY, resolve_sglang_source
-from hisparse_plan.cli.vllm.source import resolve_source
-from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.operator.node import Ranks, node_figures
-from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
-from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
-from hisparse_plan.targets.vllm import plan as plan_vllm
+from hisparse_plan.cli.figures import Figures
+from hisparse_plan.cli.sglang import plan_command as sglang_command
+from hisparse_plan.cli.sglang.figures import sglang_figures
+from hisparse_plan.cli.sglang.source import SGLANG_ONLY, add_sglang_arguments
+from hisparse_plan.cli.vllm import plan_command as vllm_command
+from hisparse_plan.cli.vllm.capacity import add_capacity_arguments, gpu_sizing, run_capacity
+from hisparse_plan.cli.vllm.figures import vllm_figures
+from hisparse_plan.cli.vllm.source import (
+    Source,
+    add_plan_arguments,
+    add_settings_arguments,
+    add_source_arguments,
+    resolve_source,
+)
+from hisparse_plan.models.engines import DEFAULT_ENGINE
+from hisparse_plan.operator import Explanation
+from hisparse_plan.targets.vllm import plan as make_plan
+
+__all__ = [
+    "ENGINES", "SGLANG", "VLLM", "Engine", "Figures", "Source", "add_capacity_arguments",
+    "add_engine_choice",
+    "add_engines_arguments", "add_plan_arguments", "add_settings_arguments",
+    "add_source_arguments", "chosen_engines", "engine_list", "make_plan", "resolve_source",
+    "run_capacity",
+]
+"""The engine table, and the default engine's request (`Source`, `resolve_source` and its
+flags), planner (`make_plan`) and capacity comparison (`run_capacity`)."""
 
 VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("request", "--request"),
@@ -40,7 +64,7 @@ VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("activation_reserve", "--activation-reserve"),
     ("extensible_kv_cache", "--enable-extensible-kv-cache"),
     ("speculative", "--speculative"),
-    ("vllm", "--vllm"),
+    ("vllm_version", "--vllm"),
     ("prefix_caching", "--enable-prefix-caching"),
     ("hybrid_manager", "--enable-hybrid-kv-cache-manager"),
     ("dcp", "--decode-context-parallel-size"),
@@ -55,134 +79,57 @@ VLLM_ONLY: Final[tuple[tuple[str, str], ...]] = (
 
 
 @dataclass(frozen=True, slots=True)
-class Figures:
-    """One engine's pools for a model on one rank, in the units both engines share."""
-
-    engine: str
-    kv_dtype: str
-    page_tokens: int
-    device_tokens: int
-    """Tokens the device pools hold (vLLM: blocks x block size; SGLang: max_total_num_tokens)."""
-    bytes_per_token: float
-    device_bytes: int
-    budget_bytes: int
-    context_length: int
-    max_concurrency: float
-    steady_state_concurrency: float | None
-    request_slots: int | None
-    """Requests the engine runs at once (None: not capped by the plan)."""
-    host_bytes: int | None
-    dp: int = 1
-    """Data-parallel ranks, each an engine with its own pools and requests."""
-    node_concurrency: float | None = None
-    """Concurrent requests all the DP ranks serve (None: the engine's plan does not count
-    them)."""
-    node_device_bytes: int | None = None
-    """Every GPU's device pools (tp x pp x dp ranks)."""
-    node_host_bytes: int | None = None
-    """Every host pool's budget (HiSparse)."""
-    beside_pools_bytes: int | None = None
-    """Device bytes the engine allocates beside its KV pools and outside the budget (SGLang:
-    the request-to-token table, and HiSparse's coordinator and allocator tables); None: not
-    planned."""
-    beside_pools_host_bytes: int | None = None
-    """Host bytes beside the host pool (SGLang HiSparse's slot and per-request tables, in
-    pageable memory); None: none planned."""
-    defaults: str = ""
-    """The engine's defaults for this GPU and model, in words ("" where none is said)."""
-
-
-@dataclass(frozen=True, slots=True)
 class Engine:
     name: str
     title: str
+    column: str
+    """Its column's heading in `capacity --engine` figures."""
     only: tuple[tuple[str, str], ...]
+    own_arguments: Callable[[argparse.ArgumentParser], None]
+    """Adds the flags only it reads, after --engine (the default engine's are the hardware
+    and serving flags themselves)."""
+    plan: Callable[[argparse.Namespace], int]
+    """Runs `plan` for it."""
+    explain: Callable[[argparse.Namespace], tuple[str, Explanation]]
+    """The title and every number of its plan, for `explain`."""
     figures: Callable[[argparse.Namespace], Figures]
+    gpu_note: Callable[[argparse.Namespace], str | None]
+    """With --gpu, what its KV memory on that GPU assumed (None: nothing to say)."""
 
 
 def _given(value: object) -> bool:
     return value is not None and value is not False
 
 
-def _vllm_dtype(kv_dtype: str | None, spec: object) -> str:
-    if kv_dtype is not None:
-        return kv_dtype
-    return str(getattr(spec, "dtype", "-"))
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """The default engine's flags are the hardware and serving ones, added before --engine."""
 
 
-def _vllm_figures(args: argparse.Namespace) -> Figures:
-    source = resolve_source(args)
-    result = plan_vllm(source.request)
-    spec = result.groups[0].spec
-    device = result.device_pool
-    host = result.host_pool
-    block = spec.block_size
-    ranks = Ranks(tp=args.tp or 1, pp=len(result.device_pools), dp=args.dp or 1)
-    node = node_figures(result, ranks, args.max_num_seqs)
-    return Figures(
-        engine="vllm", kv_dtype=_vllm_dtype(source.kv_dtype, spec), page_tokens=block,
-        device_tokens=result.num_blocks * block,
-        bytes_per_token=device.bytes_per_block / block,
-        device_bytes=device.size, budget_bytes=device.available_bytes,
-        context_length=result.workload.max_model_len,
-        max_concurrency=result.capacity.max_concurrency,
-        steady_state_concurrency=result.capacity.steady_state_concurrency,
-        request_slots=args.max_num_seqs, host_bytes=None if host is None else host.size,
-        dp=ranks.dp, node_concurrency=node.max_concurrency,
-        node_device_bytes=node.kv_cache_bytes, node_host_bytes=node.host_pool_bytes,
-    )
+def _nothing_to_note(args: argparse.Namespace) -> None:
+    return None
 
 
-def sglang_device_bytes(plan: SGLangPlan) -> int:
-    """Bytes of every device pool (a per-layer pool once per layer)."""
-    return sum(pool.size * len(plan.allocation_layers(pool)) for pool in plan.pools
-               if pool.location == "device")
-
-
-def sglang_request_table_bytes(plan: SGLangPlan) -> int:
-    """Bytes of SGLang's request-to-token table (int32), allocated beside the KV budget."""
-    table = plan.req_to_token
-    return table.shape[0] * table.shape[1] * 4
-
-
-def sglang_host_bytes(plan: SGLangPlan) -> int | None:
-    host = [pool.size for pool in plan.pools if pool.location == "host"]
-    return sum(host) if host else None
-
-
-def _sglang_figures(args: argparse.Namespace) -> Figures:
-    source = resolve_sglang_source(args)
-    traced = plan_sglang_traced(source.request)
-    result = traced.plan
-    engine = source.request.engine
-    if engine is None:  # resolve_sglang_source always sets it
-        raise CommandError("--engine sglang: the request carries no SGLang settings")
-    kv = next((t for t in result.tensors if t.pool == "kv"), result.tensors[0])
-    # SGLang's platform defaults, and with speculative decoding the draft it resolved.
-    applied = {d.subject: d for d in traced.trace.decisions
-               if d.rule in ("sglang.platform", "sglang.speculative")}
-    dtype: str = engine.kv_cache_dtype
-    if "kv_cache_dtype" in applied:
-        dtype = f"{dtype} -> {applied['kv_cache_dtype'].value}"
-    return Figures(
-        engine="sglang", kv_dtype=f"{dtype} ({kv.views[0].dtype} rows)",
-        page_tokens=result.page_size, device_tokens=result.max_total_num_tokens,
-        bytes_per_token=float(result.budget.cell_size_bytes),
-        device_bytes=sglang_device_bytes(result), budget_bytes=result.budget.available_bytes,
-        context_length=engine.context_length,
-        max_concurrency=result.capacity.max_concurrency,
-        steady_state_concurrency=result.capacity.steady_state_concurrency,
-        request_slots=result.max_running_requests, host_bytes=sglang_host_bytes(result),
-        beside_pools_bytes=sglang_request_table_bytes(result)
-        + metadata_bytes(result.hisparse, "device"),
-        beside_pools_host_bytes=metadata_bytes(result.hisparse, "host") or None,
-        defaults="; ".join(f"{d.subject} {d.value} ({d.why})" for d in applied.values()),
-    )
-
-
-VLLM: Final = Engine("vllm", "vLLM", VLLM_ONLY, _vllm_figures)
-SGLANG: Final = Engine("sglang", "SGLang 0.5.23", SGLANG_ONLY, _sglang_figures)
+VLLM: Final = Engine("vllm", "vLLM", "vLLM", VLLM_ONLY, _no_arguments, vllm_command.run_plan,
+                     vllm_command.explain_plan, vllm_figures, gpu_sizing)
+SGLANG: Final = Engine("sglang", "SGLang 0.5.23", "SGLang", SGLANG_ONLY, add_sglang_arguments,
+                       sglang_command.run_plan, sglang_command.explain_plan, sglang_figures,
+                       _nothing_to_note)
 ENGINES: Final[dict[str, Engine]] = {engine.name: engine for engine in (VLLM, SGLANG)}
+
+
+def add_engines_arguments(
+    parser: argparse.ArgumentParser, *, several: bool,
+    between: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """What to plan and the hardware and serving flags (the default engine's, which the others
+    read too), the command's own (`between`), --engine, and each engine's own flags."""
+    add_source_arguments(parser)
+    add_settings_arguments(parser)
+    if between is not None:
+        between(parser)
+    add_engine_choice(parser, several=several)
+    for engine in ENGINES.values():
+        engine.own_arguments(parser)
 
 
 def engine_list(text: str) -> tuple[str, ...]:
@@ -209,7 +156,7 @@ def add_engine_choice(parser: argparse.ArgumentParser, *, several: bool) -> None
 def chosen_engines(args: argparse.Namespace, *, several: bool) -> list[Engine]:
     """The engines `--engine` names (vLLM without it); a flag another engine only reads is
     refused, naming it and its engine."""
-    names: Sequence[str] = args.engine or ("vllm",)
+    names: Sequence[str] = args.engine or (DEFAULT_ENGINE,)
     if not several and len(names) > 1:
         raise CommandError(f"--engine: plan prints one engine's plan; expected vllm or sglang, "
                            f"got {','.join(names)} (compare engines with `capacity`)")

@@ -3,6 +3,7 @@ text otherwise or with --plain. Machine output is `--json`, never this."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import io
 import sys
@@ -125,3 +126,10 @@ def _rich_print(renderable: object) -> None:
     Console(file=buffer, highlight=False, color_system=None, width=100).print(renderable)
     for line in buffer.getvalue().splitlines():
         print(line.rstrip())
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--json and --plain: every command that prints a result takes them."""
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain text tables, even when rich is installed")

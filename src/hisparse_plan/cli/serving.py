@@ -49,3 +49,12 @@ def render_serving(out: Renderer, serving: Serving, pools_hold: float) -> None:
         pairs.append(("node", f"{concurrency(serving.node(pools_hold))} = {serving.dp} DP ranks "
                               f"x {concurrency(serving.per_rank(pools_hold))}"))
     out.pairs(pairs, title="served (concurrent max_model_len requests)")
+
+
+def show_serving(out: Renderer, args: argparse.Namespace, pools_hold: float) -> None:
+    """Below a summary, after a blank line: what the flags' DP ranks and --max-num-seqs cap
+    serve of `pools_hold`; nothing when they change nothing."""
+    serving = serving_from(args)
+    if serving.shown:
+        out.line()
+        render_serving(out, serving, pools_hold)

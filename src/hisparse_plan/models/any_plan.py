@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models.engines import SGLANG, SGLangPlan
 from hisparse_plan.models.entry_input import refuse_path
 from hisparse_plan.models.json_input import MAX_DEPTH, load_json_object
 from hisparse_plan.models.plan import KVCachePlan
-from hisparse_plan.models.sglang_plan import SGLangPlan
 
 Plan = KVCachePlan | SGLangPlan
 """A plan of either engine: vLLM's (`KVCachePlan`) or SGLang's (`SGLangPlan`)."""
@@ -31,7 +31,7 @@ def load_plan(data: Plan | Mapping[str, object] | str | bytes) -> Plan:
                             ) from None
     if not isinstance(data, Mapping):
         raise PlanError(f"expected a plan (a JSON object), got {type(data).__name__}")
-    if data.get("engine") == "sglang":
+    if data.get("engine") == SGLANG:
         return SGLangPlan.model_validate(dict(data))
     return KVCachePlan.model_validate(dict(data))
 

@@ -17,16 +17,7 @@ from hisparse_plan.models.base import (
     freeze,
 )
 from hisparse_plan.models.derived import store_derived
-from hisparse_plan.models.layer_specs import (
-    LAYER_SPEC_CLASSES,
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    LayerSpec,
-    MambaSpec,
-    MLASpec,
-    SlidingWindowMLASpec,
-    SlidingWindowSpec,
-)
+from hisparse_plan.models.layer_specs import LAYER_SPEC_CLASSES, LayerSpec, TaggedLayerSpec
 
 _BLOCK_SIZE = attrgetter("block_size")
 _PAGE_SIZE = attrgetter("page_size_bytes")
@@ -101,12 +92,7 @@ class HisparseHotSpec(Model):
 
 
 GroupSpec = Annotated[
-    Annotated[MLASpec, Tag("mla")]
-    | Annotated[FullAttentionSpec, Tag("full_attention")]
-    | Annotated[SlidingWindowSpec, Tag("sliding_window")]
-    | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
-    | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
-    | Annotated[MambaSpec, Tag("mamba")]
+    TaggedLayerSpec
     | Annotated[UniformTypeSpec, Tag("uniform_type")]
     | Annotated[HisparseResidentSpec, Tag("hisparse_resident")]
     | Annotated[HisparseHotSpec, Tag("hisparse_hot")],

@@ -321,15 +321,17 @@ class MambaSpec(LayerSpecBase):
         super()._derive()
 
 
-LayerSpec = Annotated[
+TaggedLayerSpec = (
     Annotated[MLASpec, Tag("mla")]
     | Annotated[FullAttentionSpec, Tag("full_attention")]
     | Annotated[SlidingWindowSpec, Tag("sliding_window")]
     | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
     | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
-    | Annotated[MambaSpec, Tag("mamba")],
-    BY_KIND,
-]
+    | Annotated[MambaSpec, Tag("mamba")]
+)
+"""Each layer kind tagged by its `kind`: the members of `LayerSpec`, and of the unions that add
+kinds of their own (a group's `GroupSpec`)."""
+LayerSpec = Annotated[TaggedLayerSpec, BY_KIND]
 WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec
 
 LAYER_SPEC_CLASSES: frozenset[type] = frozenset({

@@ -18,15 +18,30 @@ from hisparse_plan.models.base import (
     freeze,
     is_empty,
 )
+from hisparse_plan.models.engines import VLLM
 from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
-from hisparse_plan.models.pools import BufferView, PageRange, Pool, PoolName
+from hisparse_plan.models.pools import Pool
+from hisparse_plan.models.tensors import Capacity, Concurrency, KVCacheTensor, LayerNames
 from hisparse_plan.models.version_1 import upgrade_version_1
 
+__all__ = [
+    "Capacity",
+    "Concurrency",
+    "DevicePool",
+    "GroupRole",
+    "HostPool",
+    "KVCacheGroup",
+    "KVCachePlan",
+    "KVCacheTensor",
+    "LayerNames",
+    "Workload",
+]
+"""KVCacheTensor, Capacity and their types live in tensors.py (SGLang's plan is made of them
+too) and are still read from here."""
+
 GroupRole = Literal["default", "hisparse_source", "hisparse_indexer"]
-LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
-Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class KVCacheGroup(Model):
@@ -48,33 +63,6 @@ class KVCacheGroup(Model):
     enable_kv_transfer: bool = Field(
         description="Whether a KV connector may move the group's blocks (false for resident "
         "and hot groups, which hold copies)."
-    )
-
-
-class KVCacheTensor(Model):
-    """Same-spec layers in one pool: layer `layers[l]`'s page of block `b` starts at
-    `offset + l * layer_stride + b * block_stride` bytes into the pool."""
-
-    size: ByteCount = Field(description="Bytes of the pool the tensor is a view of.")
-    layers: LayerNames = Field(description="Same-spec layers, in order: layers[l] is index l.")
-    layer_stride: ByteCount = Field(
-        description="Bytes from one layer's page to the next layer's, same block."
-    )
-    block_stride: ByteCount = Field(
-        description="Bytes from one block's page to the next block's, same layer."
-    )
-    offset: ByteCount = Field(description="Where layer 0's page of block 0 starts in the pool.")
-    host_resident: bool = Field(description="True for a tensor of the host pool.")
-    pool: PoolName = Field(description="The pool (in the plan's `pools`) the tensor lives in.")
-    ranges: Annotated[list[PageRange], Field(min_length=1), READ_ONLY] | None = Field(
-        default=None,
-        description="The parts of one layer's page, from the page's start (SGLang's K and V "
-        "halves); null: one range, the group spec's page.",
-    )
-    views: Annotated[list[BufferView], READ_ONLY] = Field(
-        default_factory=empty_frozen_list,
-        description="The engine's own tensors over the pool (SGLang); empty for vLLM, whose "
-        "views follow from the group specs.",
     )
 
 
@@ -159,19 +147,6 @@ class Workload(Model):
         return max(0, self.num_prefill_lookahead_tokens - 1)
 
 
-class Capacity(Model):
-    """How many max_model_len requests the pools hold (see docs/planning-rules.md#capacity)."""
-
-    max_concurrency: Concurrency = Field(
-        description="Concurrent max_model_len requests the pools hold, each with its whole "
-        "window."
-    )
-    steady_state_concurrency: Concurrency | None = Field(
-        description="HiSparse: the same once requests read from host and keep only their last "
-        "resident pages; null for regular plans."
-    )
-
-
 class KVCachePlan(Model):
     """Where every byte of the KV cache lives: the groups that share block tables, the tensors
     that place each layer's pages in a pool, the pools, and what they hold. Every field is
@@ -183,7 +158,7 @@ class KVCachePlan(Model):
         description="2 (pools and page ranges); a version 1 plan is read as version 2.",
     )
     engine: Literal["vllm"] = Field(
-        default="vllm", description="The engine whose pools the plan lays out."
+        default=VLLM, description="The engine whose pools the plan lays out."
     )
     pools: Annotated[list[Pool], Field(min_length=1), READ_ONLY] = Field(
         description="Every pool: the host pool first (HiSparse), then each stage's device pool."

@@ -93,8 +93,13 @@ class BufferView(Model):
         return (last + 1) * BUFFER_DTYPE_SIZE[self.dtype]
 
 
-def vllm_pool_name(location: Literal["device", "host"], stage: int, stages: int) -> str:
-    """The name a vLLM plan gives a pool: `host`, `device`, or `device.K` per pipeline stage."""
+def stage_pool_name(location: Literal["device", "host"], stage: int, stages: int) -> str:
+    """The name a `KVCachePlan` (vLLM's) gives a pool: `host`, `device`, or `device.K` per
+    pipeline stage."""
     if location == "host":
         return "host"
     return "device" if stages == 1 else f"device.{stage}"
+
+
+vllm_pool_name = stage_pool_name
+"""The name stage_pool_name had before models/ kept engine names to models/engines.py."""

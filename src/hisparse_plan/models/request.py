@@ -18,11 +18,11 @@ from hisparse_plan.models.base import (
     freeze,
 )
 from hisparse_plan.models.distinct import validate_distinct
+from hisparse_plan.models.engines import SGLangSettings
 from hisparse_plan.models.json_input import validate_request_json
 from hisparse_plan.models.kv_sharing import check_sharing_targets
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
-from hisparse_plan.models.sglang_settings import SGLangSettings
 
 RESIDENT_SUFFIX = ".hisparse_resident"
 HOT_SUFFIX = ".hisparse_hot"

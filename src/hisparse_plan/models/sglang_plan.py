@@ -14,8 +14,8 @@ from hisparse_plan.models.base import (
     PositiveInt,
     empty_frozen_list,
 )
-from hisparse_plan.models.plan import Capacity, KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
+from hisparse_plan.models.tensors import Capacity, KVCacheTensor
 
 
 class SGLangBudget(Model):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hisparse_plan.models.pools import vllm_pool_name
+from hisparse_plan.models.pools import stage_pool_name
 from hisparse_plan.models.request import HOT_SUFFIX, RESIDENT_SUFFIX
 
 HISPARSE_SUFFIXES = (RESIDENT_SUFFIX, HOT_SUFFIX)
@@ -24,13 +24,13 @@ def upgrade_version_1(data: object) -> object:
     host = data.get("host_pool")
     if isinstance(host, dict):
         pools.append({
-            "name": vllm_pool_name("host", 0, 1), "location": "host", "allocation": "whole",
+            "name": stage_pool_name("host", 0, 1), "location": "host", "allocation": "whole",
             "size": host.get("size"), "num_blocks": host.get("num_blocks"),
             "block_tokens": None, "padding_blocks": 1, "shared": host.get("shared", False),
         })
     for stage, pool in enumerate(device_pools):
         pools.append({
-            "name": vllm_pool_name("device", stage, len(device_pools)), "location": "device",
+            "name": stage_pool_name("device", stage, len(device_pools)), "location": "device",
             "stage": stage, "allocation": "whole",
             "size": pool.get("size") if isinstance(pool, dict) else None,
             "num_blocks": data.get("num_blocks"), "block_tokens": None, "padding_blocks": 1,
@@ -44,8 +44,8 @@ def _named(tensor: object, device_pools: list[Any]) -> object:
     if not isinstance(tensor, dict) or "pool" in tensor:
         return tensor
     if tensor.get("host_resident") is True:
-        return dict(tensor, pool=vllm_pool_name("host", 0, 1))
-    return dict(tensor, pool=vllm_pool_name("device", _stage(tensor, device_pools),
+        return dict(tensor, pool=stage_pool_name("host", 0, 1))
+    return dict(tensor, pool=stage_pool_name("device", _stage(tensor, device_pools),
                                             len(device_pools)))
 
 

@@ -16,8 +16,7 @@ from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
-from hisparse_plan.targets.vllm import plan as make_plan
-from hisparse_plan.targets.vllm.rules.required import required_blocks
+from hisparse_plan.operator.engines import make_plan, required_blocks
 
 
 class BaselineCapacity(Model):

@@ -14,7 +14,7 @@ from typing import Literal
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.targets.vllm.rules.required import required_blocks, steady_blocks
+from hisparse_plan.operator.engines import required_blocks, steady_blocks
 
 Binding = Literal["host", "device", "both"]
 """Which pool caps concurrency: "both" when their bounds are exactly equal."""

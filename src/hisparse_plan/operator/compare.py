@@ -7,7 +7,7 @@ from hisparse_plan.models import Capacity, KVCachePlan, PlanRequest
 from hisparse_plan.models.base import Model, PositiveInt
 from hisparse_plan.operator.baseline import BaselineCapacity, baseline_capacity
 from hisparse_plan.operator.bounds import Binding, pool_bounds
-from hisparse_plan.targets.vllm import plan as make_plan
+from hisparse_plan.operator.engines import make_plan
 
 
 class CapacityComparison(Model):

@@ -24,6 +24,7 @@ from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
 from hisparse_plan.operator.bounds import Binding, pool_bounds
+from hisparse_plan.operator.engines import engine_version, make_plan
 from hisparse_plan.operator.node import Ranks, node_figures
 from hisparse_plan.presets import Architecture, ModelArchitecture, Settings, build_request
 from hisparse_plan.presets.catalog import Weights
@@ -35,8 +36,7 @@ from hisparse_plan.presets.hardware import (
     memory_sizing,
 )
 from hisparse_plan.presets.kv_dtypes import VLLMKVCacheDtype, resolve_kv_cache_dtype
-from hisparse_plan.presets.settings import DEFAULTS, vllm_version
-from hisparse_plan.targets.vllm import plan as make_plan
+from hisparse_plan.presets.settings import DEFAULTS
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_KV_CACHE_DTYPES: tuple[VLLMKVCacheDtype, ...] = ("auto", "fp8")
@@ -170,7 +170,7 @@ def compare_deployments(
     --enable-expert-parallel), else over tp. `auto_max_model_len` fits max_model_len to each
     deployment's memory, as vLLM's auto.
     """
-    sizing = memory_sizing(vllm_version(settings), gpu_memory_utilization=gpu_memory_utilization)
+    sizing = memory_sizing(engine_version(settings), gpu_memory_utilization=gpu_memory_utilization)
     results = [
         _planned(arch, deployment, settings, weights, sizing,
                  activation_reserve, expert_parallel, max_num_seqs, auto_max_model_len)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import CapacityError, PlanError
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.targets.vllm.pipeline import plan as plan_request
+from hisparse_plan.operator.engines import make_plan
 
 
 def refit_after_warmup(
@@ -60,4 +60,4 @@ def refit_after_warmup(
         )
     device = request.device.model_copy(update={"num_blocks_override": num_blocks})
     refitted = request.model_copy(update={"device": device})
-    return plan_request(PlanRequest.model_validate(refitted.model_dump()))
+    return make_plan(PlanRequest.model_validate(refitted.model_dump()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hisparse_plan.models import KVCachePlan, PlanRequest
-from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.models.engines import SGLangPlan
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

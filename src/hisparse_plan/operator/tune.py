@@ -20,8 +20,8 @@ from hisparse_plan.errors import CapacityError, PlanError, UnsupportedRequestErr
 from hisparse_plan.models import Capacity, KVCachePlan, PlanRequest
 from hisparse_plan.models.base import GIB, INT64_MAX, ByteCount, Model, PositiveInt
 from hisparse_plan.operator.bounds import Binding, Metric, metric_value, pool_bounds
+from hisparse_plan.operator.engines import make_plan
 from hisparse_plan.presets import Settings, host_pool_gib, override_request
-from hisparse_plan.targets.vllm import plan as make_plan
 
 PROBE_HOST_BYTES: Final = 2**50
 """A host pool (1 PiB) large enough that only the GPU can bind: it shows the GPU's bound."""

@@ -1,7 +1,8 @@
 """Engine targets: each turns a PlanRequest into that engine's own plan, one package each
 (`vllm/`, `sglang/`). `plan_for_engine` picks the target by the request's `engine`, from the one
-table in `registry.py`."""
+table in `registry.py`; `plan` asks the default engine's (vLLM's) target, typed for its plan
+(`hisparse_plan.plan`)."""
 
-from hisparse_plan.targets.registry import plan_for_engine
+from hisparse_plan.targets.registry import plan, plan_for_engine
 
-__all__ = ["plan_for_engine"]
+__all__ = ["plan", "plan_for_engine"]

@@ -10,8 +10,9 @@ from types import MappingProxyType
 from typing import Final, Protocol, cast
 
 from hisparse_plan.errors import UnsupportedRequestError
-from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.any_plan import Plan
+from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.models.any_plan import Plan, expect_plan
+from hisparse_plan.models.engines import DEFAULT_ENGINE
 from hisparse_plan.models.entry_input import request_argument
 from hisparse_plan.targets.trace import Trace
 
@@ -47,8 +48,6 @@ TARGETS: Final[Mapping[str, str]] = MappingProxyType({
 })
 """Engine name -> the package that plans for it, imported when first picked."""
 
-DEFAULT_ENGINE: Final = "vllm"
-"""The engine of a request that names none (a request's `engine` is null for vLLM)."""
 
 
 def engine_name(request: PlanRequest) -> str:
@@ -72,3 +71,11 @@ def plan_for_engine(request: PlanRequest | Mapping[str, object] | str | bytes) -
     first."""
     validated = request_argument(request, "plan_for_engine")
     return target(engine_name(validated)).plan(validated)
+
+
+def plan(request: PlanRequest | Mapping[str, object] | str | bytes) -> KVCachePlan:
+    """The default engine's plan, vLLM's `KVCachePlan` (`hisparse_plan.plan`). A mapping or JSON
+    text is validated first; a request that names another engine is refused, naming
+    plan_for_engine."""
+    validated = request_argument(request, "plan")
+    return expect_plan(KVCachePlan, target(DEFAULT_ENGINE).plan(validated), "plan")

@@ -16,7 +16,22 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     ) from error
 
 from hisparse_plan.torch.devices import default_device
-from hisparse_plan.torch.engines import allocate, meta_check, transfer_regions, verify
+from hisparse_plan.torch.engines import (
+    TORCH_DTYPES,
+    MetaReport,
+    Pools,
+    SGLangMetaReport,
+    SGLangPools,
+    allocate,
+    bind_view,
+    bind_views,
+    check_bound,
+    host_pool_bytes,
+    host_trains,
+    meta_check,
+    transfer_regions,
+    verify,
+)
 from hisparse_plan.torch.errors import (
     BackendError,
     HostMemoryError,
@@ -30,13 +45,7 @@ from hisparse_plan.torch.hostmem.ram import HostMemory, available_host_memory
 from hisparse_plan.torch.hostmem.registration import CudaRegistrar, Registrar, Registration
 from hisparse_plan.torch.hostmem.shm import SharedPool
 from hisparse_plan.torch.hostmem.tasks import Progress
-from hisparse_plan.torch.sglang.meta import SGLangMetaReport
-from hisparse_plan.torch.sglang.pools import SGLangPools
 from hisparse_plan.torch.verifying import VerifyReport
-from hisparse_plan.torch.vllm.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
-from hisparse_plan.torch.vllm.host import host_pool_bytes, host_trains
-from hisparse_plan.torch.vllm.meta import MetaReport
-from hisparse_plan.torch.vllm.pools import Pools
 
 __all__ = [
     "CHUNK_BYTES",

@@ -1,7 +1,8 @@
 """The backend's entry points for either engine's plan: `allocate`, `verify` and `meta_check` hand
 a plan to its engine's part of the backend, `vllm/` for a `KVCachePlan` and `sglang/` for an
 `SGLangPlan`. This is the one module of the backend outside those parts that names both: an
-engine's part is added here, one line in each entry point.
+engine's part is added here, one line in each entry point, and its public names are offered to
+the package's `__init__` from here.
 """
 
 from __future__ import annotations
@@ -22,9 +23,31 @@ from hisparse_plan.torch.sglang.meta import SGLangMetaReport, meta_check_sglang
 from hisparse_plan.torch.sglang.pools import SGLangPools, allocate_sglang
 from hisparse_plan.torch.sglang.verify import verify_sglang
 from hisparse_plan.torch.verifying import VerifyReport
+from hisparse_plan.torch.vllm.binding import TORCH_DTYPES, bind_view, bind_views, check_bound
+from hisparse_plan.torch.vllm.host import host_pool_bytes, host_trains
 from hisparse_plan.torch.vllm.meta import MetaReport, meta_check_vllm
 from hisparse_plan.torch.vllm.pools import Pools, allocate_vllm
 from hisparse_plan.torch.vllm.verification import verify_vllm
+
+__all__ = [
+    "TORCH_DTYPES",
+    "MetaReport",
+    "Pools",
+    "SGLangMetaReport",
+    "SGLangPools",
+    "allocate",
+    "bind_view",
+    "bind_views",
+    "check_bound",
+    "host_pool_bytes",
+    "host_trains",
+    "meta_check",
+    "transfer_regions",
+    "verify",
+]
+"""The entry points, each engine's pools and reports, and a vLLM plan's own binding (its views
+bound by hand, its host trains), which the backend's public names (`hisparse_plan.torch`) have
+offered since before the backend had one part per engine."""
 
 
 @overload

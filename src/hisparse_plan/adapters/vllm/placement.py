@@ -26,7 +26,7 @@ from hisparse_plan.models import (
     UniformTypeSpec,
 )
 from hisparse_plan.models.base import GIB
-from hisparse_plan.models.pools import vllm_pool_name
+from hisparse_plan.models.pools import stage_pool_name
 from hisparse_plan.targets.trace import Trace
 from hisparse_plan.targets.vllm.host_pool import plan_host_pool
 from hisparse_plan.targets.vllm.place import place_pool
@@ -103,11 +103,11 @@ def place_groups(
         )
         host_tensors = place_pool([source], KVCacheLayout.LBNHC, host_pool.num_blocks,
                                   host_pool.bytes_per_block, host_resident=True,
-                                  pool=vllm_pool_name("host", 0, 1))
+                                  pool=stage_pool_name("host", 0, 1))
     check_layout(device, layout, "the device groups")
     per_block = bytes_per_block(device, layout)
     return Placement(
         host_tensors + place_pool(device, layout, num_blocks, per_block,
-                                  pool=vllm_pool_name("device", 0, 1)),
+                                  pool=stage_pool_name("device", 0, 1)),
         host_pool,
     )

@@ -6,18 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hisparse_plan.checking.agreement import check_answers
-from hisparse_plan.checking.geometry import (
-    check_alignment,
-    check_page_inside,
-    check_state_alignment,
-    prove_disjoint,
-)
+from hisparse_plan.checking.geometry import check_alignment, check_page_inside, prove_disjoint
 from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.checking.trains import pool_trains
 from hisparse_plan.checking.vllm.kv_sharing import check_kv_sharing
 from hisparse_plan.checking.vllm.meaning import check_meaning
 from hisparse_plan.checking.vllm.sizing import check_sizing
+from hisparse_plan.checking.vllm.states import check_state_alignment
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.views import (
     LayerView,

@@ -5,25 +5,15 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.engines import SGLANG, add_engine_choice, chosen_engines
+from hisparse_plan.cli.engines import add_engines_arguments, chosen_engines
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.render import Column, Renderer
-from hisparse_plan.cli.sglang.source import add_sglang_arguments, resolve_sglang_source
-from hisparse_plan.cli.vllm.source import (
-    add_output_arguments,
-    add_settings_arguments,
-    add_source_arguments,
-    resolve_source,
-)
+from hisparse_plan.cli.render import Column, Renderer, add_output_arguments
 from hisparse_plan.models.json_input import excerpt
-from hisparse_plan.operator import Explanation, Step, explain
+from hisparse_plan.operator import Explanation, Step
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_source_arguments(parser)
-    add_settings_arguments(parser)
-    add_engine_choice(parser, several=False)
-    add_sglang_arguments(parser)
+    add_engines_arguments(parser, several=False)
     parser.add_argument("--section", metavar="WORD",
                         help="only the sections whose title contains WORD: model config, pages, "
                              "groups, pools (or host, device), admission, tensors, capacity; "
@@ -33,14 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if chosen_engines(args, several=False) == [SGLANG]:
-        sglang = resolve_sglang_source(args)
-        title, result = sglang.title, explain(sglang.request)
-    else:
-        source = resolve_source(args)
-        title = source.title
-        result = explain(source.request, architecture=source.config or source.architecture,
-                         kv_dtype=source.kv_dtype)
+    (engine,) = chosen_engines(args, several=False)
+    title, result = engine.explain(args)
     if args.section is not None:
         result = _sections(result, args.section)
     if args.json:

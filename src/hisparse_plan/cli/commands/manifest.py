@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.engines import add_plan_arguments, make_plan, resolve_source
 from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.vllm.source import add_plan_arguments, resolve_source
 from hisparse_plan.exchange import LayerEntry, TransferManifest, manifest
-from hisparse_plan.targets.vllm import plan as make_plan
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,7 @@ import json
 from collections import Counter
 
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.render import Column, Renderer
-from hisparse_plan.cli.vllm.source import add_output_arguments
+from hisparse_plan.cli.render import Column, Renderer, add_output_arguments
 from hisparse_plan.presets import ModelArchitecture, RegularArchitecture, presets
 
 

@@ -7,15 +7,10 @@ import math
 
 from hisparse_plan.cli.arg_types import positive_size
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.engines import add_settings_arguments, add_source_arguments, resolve_source
 from hisparse_plan.cli.errors import CommandError
-from hisparse_plan.cli.render import Renderer, concurrency
+from hisparse_plan.cli.render import Renderer, add_output_arguments, concurrency
 from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.vllm.source import (
-    add_output_arguments,
-    add_settings_arguments,
-    add_source_arguments,
-    resolve_source,
-)
 from hisparse_plan.models import INT64_MAX
 from hisparse_plan.operator import BestTune, HostPoolTune, best_concurrency, smallest_host_pool
 

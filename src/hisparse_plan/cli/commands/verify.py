@@ -18,18 +18,17 @@ from typing import Any
 
 from hisparse_plan.cli.arg_types import non_negative_int, positive_int
 from hisparse_plan.cli.command import Command
-from hisparse_plan.cli.errors import CheckFailed, CommandError
-from hisparse_plan.cli.progress import Progress, accepts_progress, progress_reporter
-from hisparse_plan.cli.render import Renderer
-from hisparse_plan.cli.sizes import format_size
-from hisparse_plan.cli.vllm.source import (
-    add_output_arguments,
+from hisparse_plan.cli.engines import (
     add_settings_arguments,
     add_source_arguments,
+    make_plan,
     resolve_source,
 )
+from hisparse_plan.cli.errors import CheckFailed, CommandError
+from hisparse_plan.cli.progress import Progress, accepts_progress, progress_reporter
+from hisparse_plan.cli.render import Renderer, add_output_arguments
+from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models import KVCachePlan
-from hisparse_plan.targets.vllm import plan as make_plan
 
 BACKEND = "hisparse_plan.torch"
 

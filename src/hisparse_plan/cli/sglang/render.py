@@ -1,16 +1,15 @@
-"""The human view of an SGLang plan, and the engines' figures side by side."""
+"""The human view of an SGLang plan."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hisparse_plan.cli.engines import (
-    Figures,
+from hisparse_plan.cli.render import Column, Renderer, concurrency
+from hisparse_plan.cli.sglang.figures import (
     sglang_device_bytes,
     sglang_host_bytes,
     sglang_request_table_bytes,
 )
-from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
@@ -91,63 +90,3 @@ def _hisparse_metadata_rows(plan: SGLangPlan) -> list[tuple[str, str]]:
     return [("HiSparse metadata", f"{format_size(device)} on the GPU ({device} B), "
                                   f"{format_size(host)} on the host ({host} B), beside the "
                                   f"budget ({len(plan.hisparse.metadata)} tensors)")]
-
-
-def node_rows(dp: int, figures: Sequence[Figures]) -> list[list[str]]:
-    """The deployment's totals over its `dp` DP ranks (every GPU and host pool counted), for
-    the engines whose figures count them; "-" for the others."""
-
-    def cell(value: int | float | None, size: bool) -> str:
-        if value is None:
-            return "-"
-        return format_size(int(value)) if size else concurrency(float(value))
-
-    return [
-        [f"node: max concurrent ({dp} DP ranks)",
-         *(cell(f.node_concurrency, False) for f in figures)],
-        ["node: device pools (every GPU)", *(cell(f.node_device_bytes, True) for f in figures)],
-        ["node: host pools", *(cell(f.node_host_bytes, True) for f in figures)],
-    ]
-
-
-def _beside_host_row(figures: Sequence[Figures]) -> list[list[str]]:
-    """Host memory beside the host pool, where an engine plans some (SGLang's HiSparse)."""
-    if all(f.beside_pools_host_bytes is None for f in figures):
-        return []
-    return [["beside the host pool", *("-" if f.beside_pools_host_bytes is None
-                                       else format_size(f.beside_pools_host_bytes)
-                                       for f in figures)]]
-
-
-def render_engines(out: Renderer, heading: str, figures: Sequence[Figures]) -> None:
-    """One column per engine, one row per figure."""
-    out.heading(heading)
-    def row(label: str, cells: Sequence[str]) -> list[str]:
-        return [label, *cells]
-
-    def slots(f: Figures) -> str:
-        return "not capped" if f.request_slots is None else str(f.request_slots)
-
-    rows = [
-        row("kv cache dtype", [f.kv_dtype for f in figures]),
-        row("page / block tokens", [str(f.page_tokens) for f in figures]),
-        row("tokens in the device pools", [str(f.device_tokens) for f in figures]),
-        row("bytes per token", [f"{f.bytes_per_token:g}" for f in figures]),
-        row("device pools", [format_size(f.device_bytes) for f in figures]),
-        row("KV budget", [format_size(f.budget_bytes) for f in figures]),
-        row("beside the budget", ["-" if f.beside_pools_bytes is None
-                                  else format_size(f.beside_pools_bytes) for f in figures]),
-        row("context length", [str(f.context_length) for f in figures]),
-        row("max concurrent requests", [concurrency(f.max_concurrency) for f in figures]),
-        row("steady state (HiSparse)",
-            [concurrency(f.steady_state_concurrency) for f in figures]),
-        row("request slots", [slots(f) for f in figures]),
-        row("host pool", ["-" if f.host_bytes is None else format_size(f.host_bytes)
-                          for f in figures]),
-        *_beside_host_row(figures),
-    ]
-    dp = max(f.dp for f in figures)
-    if dp > 1:
-        rows += node_rows(dp, figures)
-    names = {"vllm": "vLLM", "sglang": "SGLang"}
-    out.table([Column(""), *(Column(names[f.engine], "right") for f in figures)], rows)

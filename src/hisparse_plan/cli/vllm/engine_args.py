@@ -19,7 +19,7 @@ HYBRID_KINDS = frozenset({
 
 def add_engine_arguments(group: argparse._ArgumentGroup) -> None:
     versions = ", ".join(VLLM_VERSIONS)
-    group.add_argument("--vllm", choices=VLLM_VERSIONS, metavar="VERSION",
+    group.add_argument("--vllm", dest="vllm_version", choices=VLLM_VERSIONS, metavar="VERSION",
                        help=f"plan as this vLLM release runs by default ({versions}; default "
                             f"{DEFAULT_VLLM}): its default block size (16 on 0.33, 64 on 0.34)")
     caching = group.add_mutually_exclusive_group()
@@ -49,7 +49,7 @@ def engine_settings(args: argparse.Namespace, settings: Settings) -> Settings:
     """`settings` with what the engine flags say."""
     return replace(
         settings,
-        vllm=args.vllm,
+        vllm=args.vllm_version,
         prefix_caching=args.prefix_caching,
         hybrid_kv_cache_manager=args.hybrid_manager,
         dcp=args.dcp,

@@ -18,6 +18,7 @@ from hisparse_plan.cli.arg_types import (
 from hisparse_plan.cli.deployment_args import add_deployment_arguments, deployment_settings
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label, read_input
+from hisparse_plan.cli.render import add_output_arguments
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.cli.vllm.engine_args import add_engine_arguments, engine_settings, titled
 from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
@@ -132,12 +133,6 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                             "tests and reproducing a run); default: what the memory holds")
     add_deployment_arguments(group)
     add_engine_arguments(parser.add_argument_group("how vLLM runs it (defaults: vLLM's)"))
-
-
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    parser.add_argument("--plain", action="store_true",
-                        help="plain text tables, even when rich is installed")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,6 @@ from hisparse_plan.exchange.transfer.check_boxes import (
     logical_box,
     union_of_steps,
 )
-from hisparse_plan.exchange.transfer.check_places import Pattern
 from hisparse_plan.exchange.transfer.check_walk import (
     Level,
     Positions,
@@ -21,6 +20,7 @@ from hisparse_plan.exchange.transfer.check_walk import (
     levels_of,
     walk,
 )
+from hisparse_plan.exchange.transfer.pattern import Pattern
 
 STEP_BOXES_LIMIT = 4096
 """A row whose chunks do not tile one box is proved chunk by chunk, up to this many boxes."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hisparse_plan.exchange.transfer.check_places import Pattern
+from hisparse_plan.exchange.transfer.pattern import Pattern
 
 
 @dataclass(frozen=True, slots=True)

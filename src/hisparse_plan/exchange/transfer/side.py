@@ -8,11 +8,9 @@ from functools import cached_property
 from types import MappingProxyType
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.exchange.transfer.engines import reading
 from hisparse_plan.exchange.transfer.facts import RankFacts
-from hisparse_plan.exchange.transfer.sglang_facts import sglang_facts
-from hisparse_plan.exchange.transfer.vllm_facts import vllm_facts
 from hisparse_plan.models.any_plan import Plan
-from hisparse_plan.models.plan import KVCachePlan
 
 FP8_FORMATS: Mapping[str, str] = MappingProxyType({
     "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
@@ -24,7 +22,7 @@ the float types store their own dtype, which the plan names)."""
 
 def rank_facts(plan: Plan) -> RankFacts:
     """What a transfer reads from one rank's plan, whichever engine's."""
-    return vllm_facts(plan) if isinstance(plan, KVCachePlan) else sglang_facts(plan)
+    return reading(plan).facts(plan)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from hisparse_plan.models import (
 )
 from hisparse_plan.models.base import built_for
 from hisparse_plan.models.entry_input import request_argument
-from hisparse_plan.models.pools import Pool, vllm_pool_name
+from hisparse_plan.models.pools import Pool, stage_pool_name
 from hisparse_plan.rules.arith import require_int64
 from hisparse_plan.targets.trace import Trace
 from hisparse_plan.targets.vllm.admit import Admission, admit, group_required
@@ -235,7 +235,7 @@ def _plan_hisparse(
     check_layout(stages[0].groups, layout, "the device groups")
     host_tensors = place_pool(
         [source.buckets], KVCacheLayout.LBNHC, host.num_blocks, host.bytes_per_block,
-        host_resident=True, pool=vllm_pool_name("host", 0, 1),
+        host_resident=True, pool=stage_pool_name("host", 0, 1),
     )
     for index, tensor in enumerate(host_tensors):
         _trace_tensor(index, tensor, 0, trace)
@@ -279,11 +279,11 @@ def _assemble(
     tensors = list(host_tensors or [])
     pools = []
     described = [] if host is None else [Pool(
-        name=vllm_pool_name("host", 0, 1), location="host", allocation="whole", size=host.size,
+        name=stage_pool_name("host", 0, 1), location="host", allocation="whole", size=host.size,
         num_blocks=host.num_blocks, block_tokens=None, padding_blocks=1, shared=host.shared,
     )]
     for stage in stages:
-        name = vllm_pool_name("device", stage.index, len(stages))
+        name = stage_pool_name("device", stage.index, len(stages))
         size = require_int64(
             stage.bytes_per_block * num_blocks, f"the device pool of stage {stage.index}",
             field="device.num_blocks_override",
