@@ -21,14 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    LAYER_TYPE_KINDS,
-    Family,
-    Fields,
-    Layout,
-    from_layer_types,
-    given,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.regular import LayerKind
 
 QWEN_TYPES: Final = (
@@ -37,22 +30,23 @@ QWEN_TYPES: Final = (
 )
 
 
-def read_generic(fields: Fields, layers: int) -> Layout:
+def read_generic(fields: base.Fields, layers: int) -> base.Layout:
     reads = ("layer_types", "sliding_window")
-    if given(fields, "layer_types"):
-        return Layout(from_layer_types(fields, layers, LAYER_TYPE_KINDS, "this model's"), reads)
-    kind: LayerKind = "sliding" if given(fields, "sliding_window") else "full"
-    return Layout([kind] * layers, reads)
+    if base.given(fields, "layer_types"):
+        kinds = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "this model's")
+        return base.Layout(kinds, reads)
+    kind: LayerKind = "sliding" if base.given(fields, "sliding_window") else "full"
+    return base.Layout([kind] * layers, reads)
 
 
-def read_qwen(fields: Fields, layers: int) -> Layout:
+def read_qwen(fields: base.Fields, layers: int) -> base.Layout:
     reads = ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
-    if given(fields, "layer_types"):
+    if base.given(fields, "layer_types"):
         sliding = [k == "sliding" for k in
-                   from_layer_types(fields, layers, LAYER_TYPE_KINDS, "Qwen")]
+                   base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "Qwen")]
     else:
         first = fields.get("max_window_layers", layers)
-        on = given(fields, "use_sliding_window") and given(fields, "sliding_window")
+        on = base.given(fields, "use_sliding_window") and base.given(fields, "sliding_window")
         sliding = [bool(on) and i >= first for i in range(layers)]
     if any(sliding) and not all(sliding):
         raise ConfigError(
@@ -60,10 +54,10 @@ def read_qwen(fields: Fields, layers: int) -> Layout:
             "vLLM's Qwen code gives every layer the model's one window and refuses this",
             field="max_window_layers",
         )
-    return Layout(["sliding" if all(sliding) else "full"] * layers, reads)
+    return base.Layout(["sliding" if all(sliding) else "full"] * layers, reads)
 
 
-GENERIC = Family(
+GENERIC = base.Family(
     name="generic",
     model_types=("llama", "mistral", "mixtral", "phi3", "cohere"),
     architectures=("LlamaForCausalLM", "LLaMAForCausalLM", "InternLM3ForCausalLM",
@@ -73,7 +67,7 @@ GENERIC = Family(
     vllm="models/llama.py, models/mistral.py, models/mixtral.py, models/phi3.py, "
          "models/commandr.py",
 )
-QWEN = Family(
+QWEN = base.Family(
     name="qwen",
     model_types=QWEN_TYPES,
     architectures=("Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",

@@ -22,40 +22,32 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    LAYER_TYPE_KINDS,
-    Family,
-    Fields,
-    Layout,
-    every_nth,
-    from_layer_types,
-    given,
-    integer,
-)
+from hisparse_plan.presets.families import base
 
 GEMMA3_PATTERN: Final = 6
 """transformers' default `sliding_window_pattern` for Gemma-3."""
 
 
-def read_gemma(fields: Fields, layers: int) -> Layout:
+def read_gemma(fields: base.Fields, layers: int) -> base.Layout:
     reads = ("layer_types", "sliding_window", "sliding_window_pattern")
-    if given(fields, "layer_types"):
-        return Layout(from_layer_types(fields, layers, LAYER_TYPE_KINDS, "Gemma"), reads)
+    if base.given(fields, "layer_types"):
+        kinds = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "Gemma")
+        return base.Layout(kinds, reads)
     if fields.get("model_type") == "gemma2":
-        return Layout(["sliding" if i % 2 == 0 else "full" for i in range(layers)], reads)
+        return base.Layout(["sliding" if i % 2 == 0 else "full" for i in range(layers)], reads)
     every = fields.get("sliding_window_pattern", GEMMA3_PATTERN)
     if not isinstance(every, int) or every < 1:
         raise ConfigError(f"sliding_window_pattern: expected a positive integer, got {every!r}",
                           field="sliding_window_pattern")
-    return Layout(every_nth(layers, every, "full", "sliding"), reads)
+    return base.Layout(base.every_nth(layers, every, "full", "sliding"), reads)
 
 
-def read_gemma3n(fields: Fields, layers: int) -> Layout:
+def read_gemma3n(fields: base.Fields, layers: int) -> base.Layout:
     """`layer_types` and the layers whose caches are shared: from layer `first` (=
     num_hidden_layers - num_kv_shared_layers) on, a sliding layer reads layer `first - 2`'s
     cache and a full one layer `first - 1`'s, as vLLM's Gemma3nAttention names its target."""
-    kinds = from_layer_types(fields, layers, LAYER_TYPE_KINDS, "Gemma-3n")
-    shared = integer(fields, "num_kv_shared_layers", "Gemma-3n's layers that share caches")
+    kinds = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "Gemma-3n")
+    shared = base.integer(fields, "num_kv_shared_layers", "Gemma-3n's layers that share caches")
     first = layers - shared
     if shared and first < 2:
         raise ConfigError(
@@ -66,18 +58,18 @@ def read_gemma3n(fields: Fields, layers: int) -> Layout:
     reads_cache_of = {
         i: first - (2 if kinds[i] == "sliding" else 1) for i in range(first, layers)
     }
-    return Layout(kinds, ("layer_types", "sliding_window", "num_kv_shared_layers"),
+    return base.Layout(kinds, ("layer_types", "sliding_window", "num_kv_shared_layers"),
                   reads_cache_of=reads_cache_of)
 
 
-GEMMA = Family(
+GEMMA = base.Family(
     name="gemma",
     model_types=("gemma2", "gemma3", "gemma3_text"),
     architectures=("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
     read=read_gemma,
     vllm="models/gemma2.py, models/gemma3.py, models/gemma3_mm.py",
 )
-GEMMA3N = Family(
+GEMMA3N = base.Family(
     name="gemma3n",
     model_types=("gemma3n", "gemma3n_text"),
     architectures=("Gemma3nForCausalLM", "Gemma3nForConditionalGeneration"),

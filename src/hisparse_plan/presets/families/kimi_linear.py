@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import Family, Fields, Layout, SGLangRule, positive
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.mamba_states import KdaGeometry
 from hisparse_plan.presets.regular import LayerKind
 
@@ -36,7 +36,7 @@ VLLM_MAX_POSITIONS: Final = 4096
 NAMES: Final = {"attention": "model.layers.{i}.self_attn", "linear": "model.layers.{i}.self_attn"}
 
 
-def _config(fields: Fields) -> Mapping[str, Any]:
+def _config(fields: base.Fields) -> Mapping[str, Any]:
     value = fields.get(CONFIG)
     if not isinstance(value, Mapping):
         raise ConfigError(
@@ -74,7 +74,7 @@ def _kda_layers(config: Mapping[str, Any], layers: int) -> set[int]:
     return {n - 1 for n in listed}
 
 
-def read_kimi_linear(fields: Fields, layers: int) -> Layout:
+def read_kimi_linear(fields: base.Fields, layers: int) -> base.Layout:
     config = _config(fields)
     # The config's entries under their dotted names, so that a refusal names the entry.
     scoped = {f"{CONFIG}.{key}": value for key, value in config.items()}
@@ -89,23 +89,23 @@ def read_kimi_linear(fields: Fields, layers: int) -> Layout:
     kda = _kda_layers(config, layers)
     kinds: list[LayerKind] = ["linear" if i in kda else "mla" for i in range(layers)]
     geometry = KdaGeometry(
-        num_heads=positive(scoped, f"{CONFIG}.num_heads", "KDA heads"),
-        head_dim=positive(scoped, f"{CONFIG}.head_dim", "KDA head size"),
-        conv_kernel=positive(scoped, f"{CONFIG}.short_conv_kernel_size", "KDA conv kernel"),
+        num_heads=base.positive(scoped, f"{CONFIG}.num_heads", "KDA heads"),
+        head_dim=base.positive(scoped, f"{CONFIG}.head_dim", "KDA head size"),
+        conv_kernel=base.positive(scoped, f"{CONFIG}.short_conv_kernel_size", "KDA conv kernel"),
         source=f"{CONFIG}: num_heads, head_dim, short_conv_kernel_size",
     )
     overrides = ({} if fields.get("max_position_embeddings") is not None
                  else {"max_position_embeddings": VLLM_MAX_POSITIONS})
-    return Layout(kinds, ("kv_lora_rank", CONFIG), geometry, NAMES, overrides)
+    return base.Layout(kinds, ("kv_lora_rank", CONFIG), geometry, NAMES, overrides)
 
 
-KIMI_LINEAR = Family(
+KIMI_LINEAR = base.Family(
     name="kimi_linear",
     model_types=("kimi_linear",),
     architectures=("KimiLinearForCausalLM",),
     read=read_kimi_linear,
     vllm="models/kimi_k3/nvidia/model.py, layers/mamba/gdn/kimi_gdn_linear_attn.py",
-    sglang=SGLangRule(refusal=(
+    sglang=base.SGLangRule(refusal=(
         "SGLang 0.5.23 serves Kimi-Linear (srt/models/kimi_linear.py) with KDA states of three "
         "conv states (q, k, v) and a recurrent one beside an MLA pool, which the SGLang target "
         "does not plan (it plans MLA and Mamba-style states apart)")),

@@ -18,26 +18,18 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    Family,
-    Fields,
-    Layout,
-    SGLangRule,
-    from_layer_types,
-    given,
-    positive,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.mamba_states import ShortConvGeometry
 from hisparse_plan.presets.regular import LayerKind
 
 LFM2_TYPES: Final[dict[str, LayerKind]] = {"full_attention": "full", "conv": "conv"}
 
 
-def _kinds(fields: Fields, layers: int) -> list[LayerKind]:
+def _kinds(fields: base.Fields, layers: int) -> list[LayerKind]:
     """`layer_types`, else transformers' reading of `full_attn_idxs`."""
-    if given(fields, "layer_types"):
-        return from_layer_types(fields, layers, LFM2_TYPES, "LFM2")
-    if not given(fields, "full_attn_idxs"):
+    if base.given(fields, "layer_types"):
+        return base.from_layer_types(fields, layers, LFM2_TYPES, "LFM2")
+    if not base.given(fields, "full_attn_idxs"):
         raise ConfigError(
             "layer_types: missing, and no full_attn_idxs to derive it from; transformers' "
             "Lfm2Config would make every layer attention; add layer_types (or full_attn_idxs)",
@@ -56,27 +48,27 @@ def _kinds(fields: Fields, layers: int) -> list[LayerKind]:
     return ["full" if i in attention else "conv" for i in range(layers)]
 
 
-def read_lfm2(fields: Fields, layers: int) -> Layout:
+def read_lfm2(fields: base.Fields, layers: int) -> base.Layout:
     kinds = _kinds(fields, layers)
     geometry = None
     if "conv" in kinds:
         width = "hidden_size" if fields.get("model_type") == "lfm2_moe" else "conv_dim"
         geometry = ShortConvGeometry(
-            conv_dim=positive(fields, width, "LFM2's short-convolution width"),
-            conv_kernel=positive(fields, "conv_L_cache", "LFM2's short-convolution kernel"),
+            conv_dim=base.positive(fields, width, "LFM2's short-convolution width"),
+            conv_kernel=base.positive(fields, "conv_L_cache", "LFM2's short-convolution kernel"),
             source=f"{width}, conv_L_cache",
         )
-    return Layout(kinds, ("layer_types", "full_attn_idxs"), geometry,
+    return base.Layout(kinds, ("layer_types", "full_attn_idxs"), geometry,
                   fields={"head_dim": None})
 
 
-LFM2 = Family(
+LFM2 = base.Family(
     name="lfm2",
     model_types=("lfm2", "lfm2_moe"),
     architectures=("Lfm2ForCausalLM", "Lfm2MoeForCausalLM"),
     read=read_lfm2,
     vllm="models/lfm2.py, models/lfm2_moe.py, layers/mamba/short_conv.py",
-    sglang=SGLangRule(refusal=(
+    sglang=base.SGLangRule(refusal=(
         "SGLang 0.5.23 serves LFM2 (srt/models/lfm2.py, lfm2_moe.py) keeping one conv state per "
         "short-convolution layer in its Mamba pool (no temporal state), which the SGLang target "
         "does not plan (it plans a conv and a temporal state per layer)")),

@@ -14,33 +14,26 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    Family,
-    Fields,
-    Layout,
-    from_layer_types,
-    given,
-    layer_list,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.regular import LayerKind
 
 NOPE_INTERVAL: Final = 4
 """transformers' default `no_rope_layer_interval` for Llama-4."""
 
 
-def read_llama4(fields: Fields, layers: int) -> Layout:
+def read_llama4(fields: base.Fields, layers: int) -> base.Layout:
     reads = ("attention_chunk_size", "no_rope_layers", "layer_types", "sliding_window")
     interval = fields.get("no_rope_layer_interval", NOPE_INTERVAL)
     nope = (
-        layer_list(fields, "no_rope_layers", layers) if given(fields, "no_rope_layers")
+        base.layer_list(fields, "no_rope_layers", layers) if base.given(fields, "no_rope_layers")
         else [int((i + 1) % interval != 0) for i in range(layers)]
     )
-    chunked = given(fields, "attention_chunk_size")
+    chunked = base.given(fields, "attention_chunk_size")
     kinds: list[LayerKind] = [
         "chunked" if chunked and nope[i] != 0 else "full" for i in range(layers)
     ]
-    if given(fields, "layer_types"):
-        stated = from_layer_types(
+    if base.given(fields, "layer_types"):
+        stated = base.from_layer_types(
             fields, layers, {"full_attention": "full", "chunked_attention": "chunked"}, "Llama-4"
         )
         if stated != kinds:
@@ -49,10 +42,10 @@ def read_llama4(fields: Fields, layers: int) -> Layout:
                 "attention_chunk_size is set; this config's layer_types differs",
                 field="layer_types",
             )
-    return Layout(kinds, reads)
+    return base.Layout(kinds, reads)
 
 
-LLAMA4 = Family(
+LLAMA4 = base.Family(
     name="llama4",
     model_types=("llama4", "llama4_text"),
     architectures=("Llama4ForCausalLM", "Llama4ForConditionalGeneration"),

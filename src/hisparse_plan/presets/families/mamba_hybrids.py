@@ -28,16 +28,7 @@ from typing import Final
 
 from hisparse_plan.models.dtypes import DTYPE_SIZE
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    Family,
-    Fields,
-    Layout,
-    SGLangRule,
-    from_layer_types,
-    given,
-    integer,
-    layer_list,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.mamba_states import MambaGeometry
 from hisparse_plan.presets.regular import LayerKind
 
@@ -55,31 +46,32 @@ GRANITE_TYPES: Final[dict[str, LayerKind]] = {
 }
 
 
-def read_jamba(fields: Fields, layers: int) -> Layout:
-    period = integer(fields, "attn_layer_period", "Jamba's attention layer period")
-    offset = integer(fields, "attn_layer_offset", "Jamba's attention layer offset")
+def read_jamba(fields: base.Fields, layers: int) -> base.Layout:
+    period = base.integer(fields, "attn_layer_period", "Jamba's attention layer period")
+    offset = base.integer(fields, "attn_layer_offset", "Jamba's attention layer offset")
     if period == 0 or offset >= period:
         raise ConfigError(
             f"attn_layer_offset: expected below attn_layer_period ({period}), got {offset}",
             field="attn_layer_offset",
         )
     kinds: list[LayerKind] = ["full" if i % period == offset else "mamba" for i in range(layers)]
-    hidden = integer(fields, "hidden_size", "Jamba's Mamba width is mamba_expand x hidden_size")
+    hidden = base.integer(fields, "hidden_size",
+                          "Jamba's Mamba width is mamba_expand x hidden_size")
     geometry = MambaGeometry(
         version=1,
-        intermediate_size=integer(fields, "mamba_expand", "Jamba's Mamba expansion") * hidden,
-        state_size=integer(fields, "mamba_d_state", "Jamba's Mamba state size"),
-        conv_kernel=integer(fields, "mamba_d_conv", "Jamba's Mamba conv kernel"),
+        intermediate_size=base.integer(fields, "mamba_expand", "Jamba's Mamba expansion") * hidden,
+        state_size=base.integer(fields, "mamba_d_state", "Jamba's Mamba state size"),
+        conv_kernel=base.integer(fields, "mamba_d_conv", "Jamba's Mamba conv kernel"),
         source="mamba_expand, mamba_d_state, mamba_d_conv",
     )
-    return Layout(kinds, ("attn_layer_period", "attn_layer_offset", "layers_block_type",
+    return base.Layout(kinds, ("attn_layer_period", "attn_layer_offset", "layers_block_type",
                           "layer_types", "sliding_window"), geometry,
                   {"attention": "model.layers.{i}.attn"})
 
 
-def read_nemotron_h(fields: Fields, layers: int) -> Layout:
-    if given(fields, "hybrid_override_pattern"):
-        pattern = layer_list(fields, "hybrid_override_pattern", layers)
+def read_nemotron_h(fields: base.Fields, layers: int) -> base.Layout:
+    if base.given(fields, "hybrid_override_pattern"):
+        pattern = base.layer_list(fields, "hybrid_override_pattern", layers)
         odd = sorted(set(pattern) - set(NEMOTRON_H_KINDS))
         if odd:
             raise ConfigError(
@@ -89,9 +81,9 @@ def read_nemotron_h(fields: Fields, layers: int) -> Layout:
             )
         kinds = [NEMOTRON_H_KINDS[c] for c in pattern]
     else:
-        kinds = from_layer_types(fields, layers, NEMOTRON_H_TYPES, "Nemotron-H")
-    heads = integer(fields, "mamba_num_heads", "Nemotron-H's Mamba heads")
-    head_dim = integer(fields, "mamba_head_dim", "Nemotron-H's Mamba head size")
+        kinds = base.from_layer_types(fields, layers, NEMOTRON_H_TYPES, "Nemotron-H")
+    heads = base.integer(fields, "mamba_num_heads", "Nemotron-H's Mamba heads")
+    head_dim = base.integer(fields, "mamba_head_dim", "Nemotron-H's Mamba head size")
     ssm_dtype = fields.get("mamba_ssm_cache_dtype") or NEMOTRON_H_SSM_DTYPE
     if ssm_dtype not in DTYPE_SIZE:
         raise ConfigError(
@@ -101,90 +93,91 @@ def read_nemotron_h(fields: Fields, layers: int) -> Layout:
     geometry = MambaGeometry.model_validate({
         "version": 2,
         "intermediate_size": heads * head_dim,
-        "n_groups": integer(fields, "n_groups", "Nemotron-H's Mamba groups"),
+        "n_groups": base.integer(fields, "n_groups", "Nemotron-H's Mamba groups"),
         "num_heads": heads,
         "head_dim": head_dim,
-        "state_size": integer(fields, "ssm_state_size", "Nemotron-H's Mamba state size"),
-        "conv_kernel": integer(fields, "conv_kernel", "Nemotron-H's Mamba conv kernel"),
+        "state_size": base.integer(fields, "ssm_state_size", "Nemotron-H's Mamba state size"),
+        "conv_kernel": base.integer(fields, "conv_kernel", "Nemotron-H's Mamba conv kernel"),
         "ssm_dtype": ssm_dtype,
         "source": "mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel",
     })
-    return Layout(kinds, ("hybrid_override_pattern", "layer_types", "layers_block_type",
+    return base.Layout(kinds, ("hybrid_override_pattern", "layer_types", "layers_block_type",
                           "sliding_window"), geometry,
                   {"attention": "model.layers.{i}.mixer.attn"})
 
 
-def read_falcon_h1(fields: Fields, layers: int) -> Layout:
+def read_falcon_h1(fields: base.Fields, layers: int) -> base.Layout:
     d_ssm = fields.get("mamba_d_ssm")
     intermediate = (
         d_ssm if isinstance(d_ssm, int) and d_ssm > 0
-        else integer(fields, "mamba_expand", "Falcon-H1's Mamba width without mamba_d_ssm")
-        * integer(fields, "hidden_size", "Falcon-H1's Mamba width")
+        else base.integer(fields, "mamba_expand", "Falcon-H1's Mamba width without mamba_d_ssm")
+        * base.integer(fields, "hidden_size", "Falcon-H1's Mamba width")
     )
     geometry = MambaGeometry(
         version=2,
         intermediate_size=intermediate,
-        n_groups=integer(fields, "mamba_n_groups", "Falcon-H1's Mamba groups"),
-        num_heads=integer(fields, "mamba_n_heads", "Falcon-H1's Mamba heads"),
-        head_dim=integer(fields, "mamba_d_head", "Falcon-H1's Mamba head size"),
-        state_size=integer(fields, "mamba_d_state", "Falcon-H1's Mamba state size"),
-        conv_kernel=integer(fields, "mamba_d_conv", "Falcon-H1's Mamba conv kernel"),
+        n_groups=base.integer(fields, "mamba_n_groups", "Falcon-H1's Mamba groups"),
+        num_heads=base.integer(fields, "mamba_n_heads", "Falcon-H1's Mamba heads"),
+        head_dim=base.integer(fields, "mamba_d_head", "Falcon-H1's Mamba head size"),
+        state_size=base.integer(fields, "mamba_d_state", "Falcon-H1's Mamba state size"),
+        conv_kernel=base.integer(fields, "mamba_d_conv", "Falcon-H1's Mamba conv kernel"),
         source="mamba_d_ssm, mamba_n_groups, mamba_n_heads, mamba_d_head, mamba_d_state",
     )
     # vLLM names the Mamba mixer of layer i `model.{num_hidden_layers + i}.mixer`.
-    return Layout(["full_and_mamba"] * layers, ("layers_block_type", "layer_types",
+    return base.Layout(["full_and_mamba"] * layers, ("layers_block_type", "layer_types",
                                                "sliding_window"), geometry,
                   {"attention": "model.layers.{i}.attn", "mamba": "model.{ni}.mixer"})
 
 
-def read_granite_hybrid(fields: Fields, layers: int) -> Layout:
-    if not given(fields, "layer_types") and given(fields, "layers_block_type"):
+def read_granite_hybrid(fields: base.Fields, layers: int) -> base.Layout:
+    if not base.given(fields, "layer_types") and base.given(fields, "layers_block_type"):
         fields = {**fields, "layer_types": fields["layers_block_type"]}
-    kinds = from_layer_types(fields, layers, GRANITE_TYPES, "Granite-4.0-H")
-    hidden = integer(fields, "hidden_size", "Granite's Mamba width is mamba_expand x hidden_size")
-    intermediate = integer(fields, "mamba_expand", "Granite's Mamba expansion") * hidden
-    heads = integer(fields, "mamba_n_heads", "Granite's Mamba heads")
+    kinds = base.from_layer_types(fields, layers, GRANITE_TYPES, "Granite-4.0-H")
+    hidden = base.integer(fields, "hidden_size",
+                          "Granite's Mamba width is mamba_expand x hidden_size")
+    intermediate = base.integer(fields, "mamba_expand", "Granite's Mamba expansion") * hidden
+    heads = base.integer(fields, "mamba_n_heads", "Granite's Mamba heads")
     head_dim = fields.get("mamba_d_head", "auto")
     geometry = MambaGeometry(
         version=2,
         intermediate_size=intermediate,
-        n_groups=integer(fields, "mamba_n_groups", "Granite's Mamba groups"),
+        n_groups=base.integer(fields, "mamba_n_groups", "Granite's Mamba groups"),
         num_heads=heads,
         # transformers' "auto" (its default): the width over the heads.
-        head_dim=intermediate // max(heads, 1) if head_dim == "auto" else integer(
+        head_dim=intermediate // max(heads, 1) if head_dim == "auto" else base.integer(
             fields, "mamba_d_head", "Granite's Mamba head size"),
-        state_size=integer(fields, "mamba_d_state", "Granite's Mamba state size"),
-        conv_kernel=integer(fields, "mamba_d_conv", "Granite's Mamba conv kernel"),
+        state_size=base.integer(fields, "mamba_d_state", "Granite's Mamba state size"),
+        conv_kernel=base.integer(fields, "mamba_d_conv", "Granite's Mamba conv kernel"),
         source="mamba_expand, mamba_n_heads, mamba_d_head, mamba_n_groups, mamba_d_state",
     )
-    return Layout(kinds, ("layer_types", "layers_block_type", "sliding_window"), geometry,
+    return base.Layout(kinds, ("layer_types", "layers_block_type", "sliding_window"), geometry,
                   fields={"head_dim": None})
 
 
-JAMBA = Family(
+JAMBA = base.Family(
     name="jamba",
     model_types=("jamba",),
     architectures=("JambaForCausalLM",),
     read=read_jamba,
     vllm="models/jamba.py",
-    sglang=SGLangRule(refusal="SGLang 0.5.23 has no model class for Jamba "
+    sglang=base.SGLangRule(refusal="SGLang 0.5.23 has no model class for Jamba "
                               "(JambaForCausalLM is not in its registry)"),
 )
-NEMOTRON_H = Family(
+NEMOTRON_H = base.Family(
     name="nemotron_h",
     model_types=("nemotron_h",),
     architectures=("NemotronHForCausalLM",),
     read=read_nemotron_h,
     vllm="models/nemotron_h.py",
 )
-FALCON_H1 = Family(
+FALCON_H1 = base.Family(
     name="falcon_h1",
     model_types=("falcon_h1",),
     architectures=("FalconH1ForCausalLM",),
     read=read_falcon_h1,
     vllm="models/falcon_h1.py",
 )
-GRANITE_HYBRID = Family(
+GRANITE_HYBRID = base.Family(
     name="granite_hybrid",
     model_types=("granitemoehybrid",),
     architectures=("GraniteMoeHybridForCausalLM",),

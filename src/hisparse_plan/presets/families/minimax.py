@@ -14,15 +14,15 @@
 from __future__ import annotations
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import Family, Fields, Layout, given, layer_list
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.families.dense import read_generic
 
 SOFTMAX = 1
 """`attn_type_list`'s value for a softmax (full) attention layer."""
 
 
-def refuse_lightning(fields: Fields, layers: int) -> Layout:
-    field = "attn_type_list" if given(fields, "attn_type_list") else "layer_types"
+def refuse_lightning(fields: base.Fields, layers: int) -> base.Layout:
+    field = "attn_type_list" if base.given(fields, "attn_type_list") else "layer_types"
     raise ConfigError(
         f"{field}: MiniMax lightning-attention hybrids (MiniMax-M1, MiniMax-Text-01) are not "
         "served by vLLM 0.34 (removed in 0.23), so there is no layer layout to plan",
@@ -30,9 +30,9 @@ def refuse_lightning(fields: Fields, layers: int) -> Layout:
     )
 
 
-def read_minimax_m2(fields: Fields, layers: int) -> Layout:
-    if given(fields, "attn_type_list"):
-        types = layer_list(fields, "attn_type_list", layers)
+def read_minimax_m2(fields: base.Fields, layers: int) -> base.Layout:
+    if base.given(fields, "attn_type_list"):
+        types = base.layer_list(fields, "attn_type_list", layers)
         odd = [i for i, kind in enumerate(types) if kind != SOFTMAX]
         if odd:
             raise ConfigError(
@@ -41,17 +41,17 @@ def read_minimax_m2(fields: Fields, layers: int) -> Layout:
                 field="attn_type_list",
             )
     layout = read_generic(fields, layers)
-    return Layout(layout.kinds, ("attn_type_list", *layout.reads))
+    return base.Layout(layout.kinds, ("attn_type_list", *layout.reads))
 
 
-MINIMAX = Family(
+MINIMAX = base.Family(
     name="minimax",
     model_types=("minimax", "minimax_m1", "minimax_text_01"),
     architectures=("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM"),
     read=refuse_lightning,
     vllm="none (MiniMax-Text-01's code was removed in vLLM 0.23)",
 )
-MINIMAX_M2 = Family(
+MINIMAX_M2 = base.Family(
     name="minimax_m2",
     model_types=("minimax_m2",),
     architectures=("MiniMaxM2ForCausalLM",),

@@ -16,28 +16,28 @@
 
 from __future__ import annotations
 
-from hisparse_plan.presets.families.base import Family, Fields, Layout
+from hisparse_plan.presets.families import base
 
 
-def read_mla(fields: Fields, layers: int) -> Layout:
-    return Layout(["mla"] * layers, ("kv_lora_rank",))
+def read_mla(fields: base.Fields, layers: int) -> base.Layout:
+    return base.Layout(["mla"] * layers, ("kv_lora_rank",))
 
 
-MLA = Family(
+MLA = base.Family(
     name="mla",
     model_types=("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite"),
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM"),
     read=read_mla,
     vllm="models/deepseek_v2.py, models/glm4_moe_lite.py",
 )
-SPARSE_MLA = Family(
+SPARSE_MLA = base.Family(
     name="sparse_mla",
     model_types=("deepseek_v32", "glm_moe_dsa"),
     architectures=("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"),
     read=None,
     vllm="models/deepseek_v32/",
 )
-DEEPSEEK_V4 = Family(
+DEEPSEEK_V4 = base.Family(
     name="deepseek_v4",
     model_types=("deepseek_v4",),
     architectures=("DeepseekV4ForCausalLM",),

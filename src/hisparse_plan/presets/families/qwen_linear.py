@@ -19,16 +19,7 @@ from typing import Final
 
 from hisparse_plan.models.dtypes import DTYPE_SIZE
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    Family,
-    Fields,
-    Layout,
-    every_nth,
-    from_layer_types,
-    given,
-    integer,
-    positive,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.mamba_states import GatedDeltaNetGeometry
 
 QWEN3_5_TYPES: Final = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
@@ -37,27 +28,27 @@ AUTO: Final = "auto"
 WHY: Final = "Qwen3.5's Gated DeltaNet geometry"
 
 
-def _kinds(fields: Fields, layers: int, model: str) -> Layout:
+def _kinds(fields: base.Fields, layers: int, model: str) -> base.Layout:
     reads = ("layer_types", "full_attention_interval", "sliding_window")
-    if given(fields, "layer_types"):
-        kinds = from_layer_types(
+    if base.given(fields, "layer_types"):
+        kinds = base.from_layer_types(
             fields, layers, {"full_attention": "full", "linear_attention": "linear"}, model
         )
-        return Layout(kinds, reads)
-    every = integer(fields, "full_attention_interval", f"{model}'s full-attention interval")
+        return base.Layout(kinds, reads)
+    every = base.integer(fields, "full_attention_interval", f"{model}'s full-attention interval")
     if every == 0:
         raise ConfigError("full_attention_interval: expected at least 1, got 0",
                           field="full_attention_interval")
-    return Layout(every_nth(layers, every, "full", "linear"), reads)
+    return base.Layout(base.every_nth(layers, every, "full", "linear"), reads)
 
 
-def read_qwen3_next(fields: Fields, layers: int) -> Layout:
+def read_qwen3_next(fields: base.Fields, layers: int) -> base.Layout:
     """The kinds alone: the Gated DeltaNet follows the `linear_*` fields, which
     `RegularArchitecture` checks and reads (as for the Qwen3-Next preset)."""
     return _kinds(fields, layers, "Qwen3-Next")
 
 
-def read_qwen3_5(fields: Fields, layers: int) -> Layout:
+def read_qwen3_5(fields: base.Fields, layers: int) -> base.Layout:
     layout = _kinds(fields, layers, "Qwen3.5")
     ssm = fields.get("mamba_ssm_dtype") or AUTO
     if ssm != AUTO and ssm not in DTYPE_SIZE:
@@ -68,25 +59,25 @@ def read_qwen3_5(fields: Fields, layers: int) -> Layout:
     if "linear" not in layout.kinds:
         return layout
     geometry = GatedDeltaNetGeometry.model_validate({
-        "num_key_heads": positive(fields, "linear_num_key_heads", WHY),
-        "num_value_heads": positive(fields, "linear_num_value_heads", WHY),
-        "key_head_dim": positive(fields, "linear_key_head_dim", WHY),
-        "value_head_dim": positive(fields, "linear_value_head_dim", WHY),
-        "conv_kernel": positive(fields, "linear_conv_kernel_dim", WHY),
+        "num_key_heads": base.positive(fields, "linear_num_key_heads", WHY),
+        "num_value_heads": base.positive(fields, "linear_num_value_heads", WHY),
+        "key_head_dim": base.positive(fields, "linear_key_head_dim", WHY),
+        "value_head_dim": base.positive(fields, "linear_value_head_dim", WHY),
+        "conv_kernel": base.positive(fields, "linear_conv_kernel_dim", WHY),
         "ssm_dtype": None if ssm == AUTO else ssm,
         "source": "linear_*",
     })
-    return Layout(layout.kinds, layout.reads, geometry)
+    return base.Layout(layout.kinds, layout.reads, geometry)
 
 
-QWEN3_NEXT = Family(
+QWEN3_NEXT = base.Family(
     name="qwen3_next",
     model_types=("qwen3_next",),
     architectures=("Qwen3NextForCausalLM",),
     read=read_qwen3_next,
     vllm="models/qwen3_next.py",
 )
-QWEN3_5 = Family(
+QWEN3_5 = base.Family(
     name="qwen3_5",
     model_types=QWEN3_5_TYPES,
     architectures=("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import Family, Fields, Layout
+from hisparse_plan.presets.families import base
 
 BUILDS: Final[dict[str, str]] = {
     "mamba": "Mamba-1 state layers only, no attention (mamba.py)",
@@ -37,7 +37,7 @@ BUILDS: Final[dict[str, str]] = {
 """What vLLM's code builds, by model_type."""
 
 
-def refuse_unplanned(fields: Fields, layers: int) -> Layout:
+def refuse_unplanned(fields: base.Fields, layers: int) -> base.Layout:
     model_type = str(fields.get("model_type"))
     raise ConfigError(
         f"model_type: vLLM 0.34's code for {model_type!r} builds {BUILDS[model_type]}, a "
@@ -47,7 +47,7 @@ def refuse_unplanned(fields: Fields, layers: int) -> Layout:
     )
 
 
-UNPLANNED = Family(
+UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(

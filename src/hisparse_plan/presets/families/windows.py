@@ -23,16 +23,7 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families.base import (
-    LAYER_TYPE_KINDS,
-    Family,
-    Fields,
-    Layout,
-    every_nth,
-    from_layer_types,
-    given,
-    positive,
-)
+from hisparse_plan.presets.families import base
 from hisparse_plan.presets.regular import LayerKind
 
 PATTERN: Final = 4
@@ -43,24 +34,24 @@ TRANSFORMERS_DEFAULTS: Final = (
 )
 
 
-def read_gpt_oss(fields: Fields, layers: int) -> Layout:
+def read_gpt_oss(fields: base.Fields, layers: int) -> base.Layout:
     kinds: list[LayerKind] = ["sliding" if i % 2 == 0 else "full" for i in range(layers)]
-    if given(fields, "layer_types"):
-        stated = from_layer_types(fields, layers, LAYER_TYPE_KINDS, "gpt-oss")
+    if base.given(fields, "layer_types"):
+        stated = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "gpt-oss")
         if stated != kinds:
             raise ConfigError(
                 "layer_types: vLLM's gpt-oss code slides on even layers and not on odd ones, "
                 "whatever layer_types says; this config's layer_types differs",
                 field="layer_types",
             )
-    return Layout(kinds, ("layer_types", "sliding_window"),
+    return base.Layout(kinds, ("layer_types", "sliding_window"),
                   names={"attention": "model.layers.{i}.attn.attn"})
 
 
-def _pattern_kinds(fields: Fields, layers: int, model: str) -> list[LayerKind]:
+def _pattern_kinds(fields: base.Fields, layers: int, model: str) -> list[LayerKind]:
     """`layer_types`, else transformers' reading of an integer `sliding_window_pattern`."""
-    if given(fields, "layer_types"):
-        return from_layer_types(fields, layers, LAYER_TYPE_KINDS, model)
+    if base.given(fields, "layer_types"):
+        return base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, model)
     if "sliding_window" not in fields:
         raise ConfigError(f"sliding_window: {TRANSFORMERS_DEFAULTS}", field="sliding_window")
     if fields.get("sliding_window") is None:
@@ -72,40 +63,40 @@ def _pattern_kinds(fields: Fields, layers: int, model: str) -> list[LayerKind]:
             f"class, which takes a positive integer (every n-th layer full); got {every!r}",
             field="sliding_window_pattern",
         )
-    return every_nth(layers, every, "full", "sliding")
+    return base.every_nth(layers, every, "full", "sliding")
 
 
-def read_cohere2(fields: Fields, layers: int) -> Layout:
+def read_cohere2(fields: base.Fields, layers: int) -> base.Layout:
     kinds = _pattern_kinds(fields, layers, "Cohere2")
     overrides: dict[str, object] = {"head_dim": None}
     if "sliding" in kinds:
-        overrides["sliding_window"] = positive(
+        overrides["sliding_window"] = base.positive(
             fields, "sliding_window", "Cohere2's sliding layers keep sliding_window + 1 tokens"
         ) + 1
-    return Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+    return base.Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
                   fields=overrides)
 
 
-def read_exaone4(fields: Fields, layers: int) -> Layout:
-    return Layout(_pattern_kinds(fields, layers, "EXAONE-4"),
+def read_exaone4(fields: base.Fields, layers: int) -> base.Layout:
+    return base.Layout(_pattern_kinds(fields, layers, "EXAONE-4"),
                   ("layer_types", "sliding_window", "sliding_window_pattern"))
 
 
-GPT_OSS = Family(
+GPT_OSS = base.Family(
     name="gpt_oss",
     model_types=("gpt_oss",),
     architectures=("GptOssForCausalLM",),
     read=read_gpt_oss,
     vllm="models/gpt_oss.py",
 )
-COHERE2 = Family(
+COHERE2 = base.Family(
     name="cohere2",
     model_types=("cohere2",),
     architectures=("Cohere2ForCausalLM",),
     read=read_cohere2,
     vllm="models/commandr.py",
 )
-EXAONE4 = Family(
+EXAONE4 = base.Family(
     name="exaone4",
     model_types=("exaone4",),
     architectures=("Exaone4ForCausalLM",),
