@@ -48,6 +48,7 @@ COMPARED = (
     "available_bytes",
     "req_to_token",
     "pools",
+    "stages",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -103,6 +104,23 @@ def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
             args["max_running_requests"] = rng.choice([1, 8, 64, 256])
 
 
+PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "hybrid"})
+"""Kinds whose SGLang model classes split their layers over pipeline ranks (make_pp_layers or
+get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5."""
+
+
+def _draw_pipeline(rng: random.Random, kind: str, case: Case) -> None:
+    """Pipeline stages (pp_size 2 to 4, at most the model's layers), drawn on their own for
+    the kinds whose model classes split their layers; most often for the hybrid kind."""
+    if kind not in PIPELINE_KINDS or rng.random() >= (0.7 if kind == "hybrid" else 0.3):
+        return
+    cfg = case["config"]
+    layers = cfg.get("text_config", cfg)["num_hidden_layers"]
+    choices = [pp for pp in (2, 3, 4) if pp <= layers]
+    if choices:
+        case["server_args"]["pp_size"] = rng.choice(choices)
+
+
 def _default_fraction(rng: random.Random, case: Case) -> Case:
     """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
     attention and DeepEP move), with pre/post-weights figures of that GPU."""
@@ -132,6 +150,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("radix_off")
     if args.get("dcp_size", 1) > 1:
         modes.append("dcp")
+    if args.get("pp_size", 1) > 1:
+        modes.append("pipeline")
     if "gpu" in case:
         modes.append("default_fraction")
     return modes or ["plain"]
@@ -176,6 +196,21 @@ def case_mamba(rng: random.Random) -> Case:
         args["max_mamba_cache_size"] = rng.randrange(8, 400)
     if rng.random() < 0.4:
         args["mamba_full_memory_ratio"] = rng.choice([0.5, 0.9, 2.0])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+def case_hybrid(rng: random.Random) -> Case:
+    """Qwen3.5 (linear attention, one full-attention layer in four): a Mamba hybrid whose
+    SGLang class takes pipeline stages."""
+    cfg = _fixture("qwen3.5-35b-a3b")
+    text = cfg["text_config"]
+    layers = 4 * rng.randrange(1, 11)
+    text.update(num_hidden_layers=layers,
+                layer_types=[("linear_attention", "full_attention")[i % 4 == 3]
+                             for i in range(layers)])
+    args = _common_args(rng, [1, 2, 4])
+    if rng.random() < 0.3:
+        args["max_mamba_cache_size"] = rng.randrange(8, 400)
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
 
 
@@ -314,6 +349,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "mha": case_mha,
     "swa": case_swa,
     "mamba": case_mamba,
+    "hybrid": case_hybrid,
     "mla": case_mla,
     "dsa": case_dsa,
     "hisparse": case_hisparse,
@@ -333,6 +369,7 @@ def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
     for i in range(count):
         kind = kinds[i % len(kinds)]
         case = KINDS[kind](rng)
+        _draw_pipeline(rng, kind, case)
         if kind != "v4":  # DeepSeek-V4's default fraction is refused (not planned)
             case = _default_fraction(rng, case)
         case["name"] = f"{kind}-{seed}-{i}"

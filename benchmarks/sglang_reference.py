@@ -472,7 +472,58 @@ def memory_defaults(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    """Reference report of one case (raises what SGLang raises)."""
+    """Reference report of one case (raises what SGLang raises); a case with ``pp_size`` > 1
+    is every pipeline rank's (``_pipeline_reports``)."""
+    pp = int(case.get("server_args", {}).get("pp_size") or 1)
+    if pp > 1:
+        return _pipeline_reports(case, pp)
+    return _run_rank(case, None)
+
+
+class _Stage:
+    """One pipeline rank as SGLang's runtime sees it: its rank, the pp group (a stub: no
+    process group exists here), and the token counts the other ranks hand the MIN all-reduce
+    of ``KVCacheConfigurator._apply_token_constraints`` (None: record this rank's own)."""
+
+    def __init__(self, rank: int, size: int, peers: list[list[int]] | None) -> None:
+        self.rank, self.size, self.peers = rank, size, peers
+        self.sent: list[int] = []
+        self.group = types.SimpleNamespace(
+            rank_in_group=rank, world_size=size, is_first_rank=rank == 0,
+            is_last_rank=rank == size - 1, cpu_group=None,
+        )
+
+    def all_reduce(self, tensor: SGLangObject, *_: Any, **__: Any) -> None:
+        """MIN over the ranks: the value this rank sends is recorded; with the peers' values
+        of the same call known, the tensor becomes their minimum."""
+        call = len(self.sent)
+        self.sent.append(int(tensor.item()))
+        if self.peers is not None:
+            tensor.fill_(min(peer[call] for peer in self.peers))
+
+
+def _pipeline_reports(case: dict[str, Any], pp: int) -> dict[str, Any]:
+    """Every pipeline rank's report, SGLang's own code sizing each (its layers
+    [start_layer, end_layer) from ``get_pp_indices``, set on the model as its class does).
+    The ranks meet once, in the MIN all-reduce of their token capacities: a first pass
+    records what each rank sends, a second replays each rank with the others' values (the
+    process-group stub, ``_Stage``). The top level is rank 0's report, ``stages`` all."""
+    first = [_Stage(rank, pp, None) for rank in range(pp)]
+    for stage in first:
+        _run_rank(case, stage)
+    sent = [stage.sent for stage in first]
+    reports = [_run_rank(case, _Stage(rank, pp, sent)) for rank in range(pp)]
+    top = {k: v for k, v in reports[0].items() if k not in ("pools", "notes", "patched")}
+    return {**top, "stages": [{k: v for k, v in report.items() if k in _STAGE_KEYS}
+                              for report in reports],
+            "notes": reports[0]["notes"], "patched": reports[0]["patched"]}
+
+
+_STAGE_KEYS = ("max_total_num_tokens", "max_running_requests", "cell_size_bytes",
+               "available_bytes", "req_to_token", "pools", "layers")
+
+
+def _run_rank(case: dict[str, Any], stage: _Stage | None) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     import torch
@@ -496,17 +547,25 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             attn_tp_rank=0,
             world_group=types.SimpleNamespace(cpu_group=None),
             launch_world_size=int(server_args.tp_size),
-            pp_size=1,
+            pp_size=1 if stage is None else stage.size,
+            pp_rank=0 if stage is None else stage.rank,
+            pp_group=None if stage is None else stage.group,
         )
         patched.append(f"runtime parallel context: rank 0, attn_dcp_size {dcp} (the case's "
-                       "dcp_size), pp 1, dummy world group")
+                       f"dcp_size), pp rank {0 if stage is None else stage.rank} of "
+                       f"{1 if stage is None else stage.size}, dummy world group")
+        if stage is not None:
+            torch.distributed.all_reduce = stage.all_reduce
+            patched.append("torch.distributed.all_reduce -> the pp MIN over the ranks' values "
+                           "(process-group stub)")
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         _check_registry(model_config, patched)
         given = set(raw_args)
         if "total_memory_bytes" in case.get("gpu", {}):
             given.add("gpu")
-        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
+        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given,
+                          stage=stage)
 
 
 def _configure(
@@ -518,6 +577,8 @@ def _configure(
     patched: list[str],
     torch: SGLangObject,
     _given: set[str],
+    *,
+    stage: _Stage | None = None,
 ) -> dict[str, Any]:
     rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
     kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
@@ -569,7 +630,7 @@ def _configure(
 
     pc.create_memory_pool_configurator = create
 
-    model = types.SimpleNamespace()
+    model = _stage_model(model_config, stage, patched)
     layer_info = layer_setup.resolve_layer_indices(
         model=model, model_config=model_config, is_draft_worker=False
     )
@@ -587,8 +648,8 @@ def _configure(
         device="meta",
         gpu_id=0,
         attn_dp_size=rc.get_parallel().attn_dp_size,
-        pp_size=1,
-        pp_group=None,
+        pp_size=1 if stage is None else stage.size,
+        pp_group=None if stage is None else stage.group,
         model=model,
         model_config=model_config,
         server_args=server_args,
@@ -665,7 +726,23 @@ def _configure(
         "notes": notes,
         "patched": patched,
     }
+    if stage is not None:
+        report["layers"] = [int(model.start_layer), int(model.end_layer)]
     return report
+
+
+def _stage_model(
+    model_config: SGLangObject, stage: _Stage | None, patched: list[str]
+) -> SGLangObject:
+    """The bare model namespace; on a pipeline rank with the [start_layer, end_layer) its
+    class sets (``make_pp_layers``: ``get_pp_indices`` of the config's num_hidden_layers)."""
+    if stage is None:
+        return types.SimpleNamespace()
+    utils: SGLangObject = importlib.import_module("sglang.srt.distributed.utils")
+    start, end = utils.get_pp_indices(model_config.num_hidden_layers, stage.rank, stage.size)
+    patched.append(f"model: start_layer {start}, end_layer {end} (get_pp_indices, rank "
+                   f"{stage.rank} of {stage.size})")
+    return types.SimpleNamespace(start_layer=start, end_layer=end)
 
 
 def _spec_aux_config(

@@ -22,6 +22,7 @@ from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
+from hisparse_plan.checking.sglang_pipeline import check_pipeline
 from hisparse_plan.checking.sglang_roles import (
     block_bytes,
     check_layer_sets,
@@ -66,6 +67,7 @@ def check_sglang_plan(
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)
     check_deepseek_v4(plan, pools)
+    check_pipeline(plan)
     _check_figures(plan, pools)
     if request is not None:
         check_answers(plan, request)

@@ -12,10 +12,12 @@ DP attention keeps 3 MiB (4.5 above a batch of 300) per decode batch slot and at
 more, and DeepEP's all-to-all 2 GiB more (on top of the 10 GiB floor) with 1 GiB more with
 prefill graphs (parallel.py). The chunk is the one before DP attention divides it.
 
-Modelled: CUDA GPUs, one pipeline stage, no disaggregated prefill/decode roles, text-only
-models, SGLang's environment defaults (no post-capture KV sizing, no KV-cache sharding), and
-chunked prefill on. Every figure is
-computed with the same float operations in the same order as SGLang, so the fraction is
+Pipeline stages keep tp x pp / 8 GiB for the parallel groups and capture no prefill graphs by
+default (pipeline_stages.py).
+
+Modelled: CUDA GPUs, no disaggregated prefill/decode roles, text-only models, SGLang's
+environment defaults (no post-capture KV sizing, no KV-cache sharding), and chunked prefill on.
+Every figure is computed with the same float operations in the same order as SGLang, so the fraction is
 SGLang's to the bit."""
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from hisparse_plan.targets.sglang.parallel import (
     deepep_prefill_graph_mib,
     dp_attention_graph_mib,
 )
+from hisparse_plan.targets.sglang.pipeline_stages import prefill_graphs_by_default
 
 MIB: Final = 1 << 20
 
@@ -151,7 +154,8 @@ def prefill_graphs_captured(settings: SGLangSettings) -> bool:
     """SGLang captures prefill graphs (breakable, its CUDA default) unless they are disabled,
     or decode context parallelism is on (its capture has no DCP metadata, so SGLang turns the
     default off: cuda_graph_hook's breakable-graph blockers)."""
-    return not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
+    return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
+            and prefill_graphs_by_default(settings))
 
 
 def graph_reserve_mib(
@@ -186,7 +190,9 @@ def fraction_left(gpu_mib: float, reserve_mib: float | int) -> float:
     return round((gpu_mib - reserve_mib) / gpu_mib, FRACTION_DECIMALS)
 
 
-def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size: int = 1) -> float:
+def default_mem_fraction_static(
+    settings: SGLangSettings, *, mla: bool, pp_size: int | None = None
+) -> float:
     """SGLang's mem_fraction_static for `settings` on a GPU of `settings.gpu_memory_bytes`:
     the given `--chunked-prefill-size`, `--tp-size`, `--max-running-requests`,
     `--max-total-tokens` and graph switches, SGLang's defaults for the rest. `mla`: the model's
@@ -212,7 +218,8 @@ def default_mem_fraction_static(settings: SGLangSettings, *, mla: bool, pp_size:
     )
     graphs += dp_attention_graph_mib(settings, decode_bs)
     graphs += deepep_prefill_graph_mib(settings, prefill_graphs=prefill)
-    reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, pp_size, graphs)
+    stages = settings.pp_size if pp_size is None else pp_size
+    reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, stages, graphs)
     reserve += deepep_a2a_mib(settings)
     if gpu_mib <= reserve:
         raise PlanError(

@@ -8,10 +8,12 @@ from hisparse_plan.models.sglang_plan import (
     SGLangBudget,
     SGLangDeepSeekV4,
     SGLangHisparse,
+    SGLangPipeline,
     SGLangPlan,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
+from hisparse_plan.targets.sglang.pipeline_stages import pp_indices
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
 
@@ -48,6 +50,23 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         ),
         hisparse=hisparse,
         index_placeholder_layers=_placeholders(sized),
+        pipeline=_pipeline(sized),
+    )
+
+
+def _pipeline(sized: Sized) -> SGLangPipeline | None:
+    """The rank's stage and every rank's tokens, with pipeline stages."""
+    stage = sized.defaults.read.stage
+    if stage is None:
+        return None
+    return SGLangPipeline(
+        pp_size=stage.size, pp_rank=stage.rank,
+        stage_layers=[end - start for start, end in
+                      (pp_indices(stage.num_layers, rank, stage.size)
+                       for rank in range(stage.size))],
+        start_layer=stage.start,
+        stage_tokens=list(stage.peer_tokens or (sized.own_tokens,)),
+        mamba_stage_layers=stage.mamba_stage_layers or None,
     )
 
 
@@ -92,6 +111,7 @@ def _plan(
     req_to_token: tuple[int, int], *, budget: SGLangBudget,
     hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
     index_placeholder_layers: tuple[str, ...] = (),
+    pipeline: SGLangPipeline | None = None,
 ) -> SGLangPlan:
     """The plan of the placed pools, with the capacity the pool tokens give."""
     capacity = sglang_capacity(tokens)
@@ -103,7 +123,7 @@ def _plan(
         max_running_requests=tokens.max_running_requests,
         req_to_token=req_to_token_view(*req_to_token), budget=budget, hisparse=hisparse,
         deepseek_v4=deepseek_v4, capacity=capacity,
-        index_placeholder_layers=list(index_placeholder_layers),
+        index_placeholder_layers=list(index_placeholder_layers), pipeline=pipeline,
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4
+from hisparse_plan.targets.sglang import bounds, dcp, pipeline_stages, radix, sizing, sizing_v4
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
@@ -35,7 +35,7 @@ class Sized:
     """max_total_num_tokens: the full (or latent) pool's tokens."""
     swa_tokens: int | None
     mamba_slots: int | None
-    mamba_slots_per_request: Literal[1, 5] | None
+    mamba_slots_per_request: Literal[1, 4, 5] | None
     """State slots a running request may hold (None without Mamba layers)."""
     max_running_requests: int
     req_to_token: tuple[int, int]
@@ -49,6 +49,9 @@ class Sized:
     index_tokens: int
     """A DSA model's index-key rows beside HiSparse's: every rank's ids under decode context
     parallelism."""
+    own_tokens: int = 0
+    """The full pool's tokens from this rank's own budget, before --max-total-tokens and the
+    pipeline ranks' minimum (what a pipeline rank offers the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,9 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     rest_gb -= mm_reservation_gb(settings)
     slots = None
     if model.mamba is not None and defaults.mamba_dtypes is not None:
-        slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
+        slot_bytes = pipeline_stages.stage_slot_bytes(
+            sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
+            len(model.mamba.names))
         budget = sizing.mamba_budget(settings, rest_gb, slot_bytes)
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
@@ -94,7 +99,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     cell = sizing.cell_size(
         settings, model, 0 if row is None else row.nbytes, defaults.swa_full_tokens_ratio,
         (_cache(defaults.full_dtype), _cache(defaults.swa_dtype)))
-    tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
+    own, tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
     requests = sizing.max_running_requests(settings, tokens, slots)
     table = sizing.req_to_token_shape(settings, requests)
@@ -106,6 +111,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         swa_sized_for_requests=for_requests,
         token_ids=dcp.token_ids(settings, tokens),
         index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
+        own_tokens=own,
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
@@ -114,31 +120,36 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
 
 def _pool_tokens(
     defaults: Defaults, available: int, cell: CellSize
-) -> tuple[int, int | None, bool]:
-    """The full pool's tokens and the window pool's: the budget over the cell size, the window
-    pool swa_full_tokens_ratio of the full one; with the radix cache off and the running
-    requests given, the window pool sized for them first and the full pool the rest (true
-    last)."""
-    settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
+) -> tuple[int, int, int | None, bool]:
+    """The rank's own tokens, then the full pool's tokens and the window pool's: the budget
+    over the cell size (capped, and the fewest of the pipeline ranks'), the window pool
+    swa_full_tokens_ratio of the full one; with the radix cache off and the running requests
+    given, the window pool sized for them first and the full pool the rest (true last)."""
+    read, page = defaults.read, defaults.page_size
+    settings, model = read.settings, read.model
     window = None if model.swa is None else model.swa.window  # window groups have one
     cap = (None if window is None or model.full is None
            else radix.swa_request_cap(settings, window, page))
     if cap is not None:
         swa = radix.ceil_page(cap, page)
-        tokens = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
+        own = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
+        tokens = pipeline_stages.agreed_tokens(own, read.stage)
         capped = sizing.cap_max_total_tokens(settings, tokens, page)
         sizing.refuse_empty_pool(capped, page)
-        if capped != tokens and settings.max_total_tokens is not None:
-            swa = min(swa, settings.max_total_tokens)
-        return capped, swa, True
-    tokens = sizing.max_total_num_tokens(available, cell, page)
+        if capped != own:
+            # SGLang's constrained pool keeps the window at its cap, at most the full tokens.
+            limit = settings.max_total_tokens
+            swa = min(swa, tokens if limit is None else min(tokens, limit))
+        return own, capped, swa, True
+    own = sizing.max_total_num_tokens(available, cell, page)
+    tokens = pipeline_stages.agreed_tokens(own, read.stage)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
     if window is None:
-        return tokens, None, False
+        return own, tokens, None, False
     swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
     sizing.validate_swa_pool(swa, window, page)
-    return tokens, swa, False
+    return own, tokens, swa, False
 
 
 def _cache(dtype: CacheDtype | None) -> str | None:
