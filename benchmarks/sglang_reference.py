@@ -493,7 +493,7 @@ class _Stage:
             is_last_rank=rank == size - 1, cpu_group=None,
         )
 
-    def all_reduce(self, tensor: SGLangObject, *_: Any, **__: Any) -> None:
+    def all_reduce(self, tensor: SGLangObject, *_: SGLangObject, **__: SGLangObject) -> None:
         """MIN over the ranks: the value this rank sends is recorded; with the peers' values
         of the same call known, the tensor becomes their minimum."""
         call = len(self.sent)

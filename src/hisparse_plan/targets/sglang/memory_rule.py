@@ -17,8 +17,8 @@ default (pipeline_stages.py).
 
 Modelled: CUDA GPUs, no disaggregated prefill/decode roles, text-only models, SGLang's
 environment defaults (no post-capture KV sizing, no KV-cache sharding), and chunked prefill on.
-Every figure is computed with the same float operations in the same order as SGLang, so the fraction is
-SGLang's to the bit."""
+Every figure is computed with the same float operations in the same order as SGLang, so the
+fraction is SGLang's to the bit."""
 
 from __future__ import annotations
 
