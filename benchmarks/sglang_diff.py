@@ -152,6 +152,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dcp")
     if args.get("pp_size", 1) > 1:
         modes.append("pipeline")
+    if args.get("enable_hisparse"):
+        modes.append("hisparse")
     if "gpu" in case:
         modes.append("default_fraction")
     return modes or ["plain"]
@@ -261,7 +263,21 @@ def case_v4(rng: random.Random) -> Case:
     args = _common_args(rng, [1, 8])
     if rng.random() < 0.4:
         args["swa_full_tokens_ratio"] = rng.choice([0.05, 0.1, 0.2])
+    if rng.random() < 0.4:
+        _draw_v4_hisparse(rng, args)
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+def _draw_v4_hisparse(rng: random.Random, args: dict[str, Any]) -> None:
+    """HiSparse on DeepSeek-V4: its c4 pool shrunk by host_to_device_ratio, a paged host pool
+    (the device buffer at least the model's index_topk, 512, which the coordinator runs)."""
+    top_k = rng.choice([512, 1024, 2048])
+    args["enable_hisparse"] = True
+    args["hisparse_config"] = {
+        "top_k": top_k,
+        "device_buffer_size": top_k * rng.choice([1, 2]),
+        "host_to_device_ratio": rng.choice([1, 2, 4, 8]),
+    }
 
 
 def case_gemma(rng: random.Random) -> Case:

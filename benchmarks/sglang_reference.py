@@ -317,6 +317,38 @@ def _hisparse_host(col: _Collector, kv: SGLangObject, patched: list[str]) -> Non
     col.add("hisparse_host", "host_kv_buffer", None, host.kv_buffer)
 
 
+def _v4_hisparse_host(col: _Collector, allocator: SGLangObject, patched: list[str]) -> None:
+    """The c4 host pool HiSparseCoordinator builds for DeepSeek-V4 (``is_dsv4_hisparse``),
+    with the coordinator's own arguments, on meta: a DeepSeekV4PagedHostPool mirroring the
+    HiSparse c4 device pool, one page-row buffer a c4 layer."""
+    import torch
+
+    host_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.memory_pool_host")
+    host_mod.host_memory_budget_bytes = lambda requested=0, **_: 1 << 62
+    host_mod.ALLOC_MEMORY_FUNCS["meta"] = lambda dims, dtype, device, **_: torch.empty(
+        dims, dtype=dtype, device="meta")
+    patched.append("memory_pool_host: host_memory_budget_bytes (no RAM check) and the "
+                   "meta device's allocator (meta tensors of the same dims/dtype)")
+    device = allocator.hisparse_kvcache
+    page = device.page_size
+    num_host_pages = (allocator.size_full // allocator.compress_ratio + page - 1) // page
+    host = host_mod.DeepSeekV4PagedHostPool(
+        pool_name="dsv4_hisparse_c4",
+        device_buffers=device.kv_buffer,
+        item_bytes=device.bytes_per_page_padded,
+        num_host_pages=num_host_pages,
+        slot_page_size=page,
+        layout="layer_first",
+        device="meta",
+        pin_memory=False,
+    )
+    kv = allocator._kvcache
+    c4_layers = [layer for layer, item in enumerate(kv.layer_mapping)
+                 if item is not None and item.compress_ratio == 4]
+    col.pool("v4_hisparse_host", "host", host.size)
+    col.per_layer("v4_hisparse_host", "kv_buffer", host.kv_buffer, c4_layers)
+
+
 def _cuda_only_registrations(patched: list[str]) -> None:
     """Registrations SGLang makes only when it sees a CUDA platform."""
     quant: SGLangObject = importlib.import_module("sglang.srt.layers.quantization")
@@ -691,7 +723,10 @@ def _configure(
     col = _Collector()
     _collect(col, result.token_to_kv_pool, result.req_to_token_pool, notes)
     schedule = rc.get_schedule()
-    if rc.get_memory().enable_hisparse:
+    if rc.get_memory().enable_hisparse and type(result.token_to_kv_pool).__name__.startswith(
+            "DeepSeekV4"):
+        _v4_hisparse_host(col, result.token_to_kv_pool_allocator, patched)
+    elif rc.get_memory().enable_hisparse:
         _hisparse_host(col, result.token_to_kv_pool, patched)
     conf = seen.get("configurator")
     cell = getattr(conf, "_cell_size", None)

@@ -36,6 +36,7 @@ BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
     "mamba_temporal": ((TEMPORAL_STATE,),),
     "v4_swa": ((KV_BUFFER,),),
     "v4_c4": ((KV_BUFFER,),),
+    "v4_hisparse_host": ((KV_BUFFER,),),
     "v4_c128": ((KV_BUFFER,),),
     "v4_index_c4": ((INDEX_K,),),
     "v4_state_c4": ((KV_SCORE,),),

@@ -54,6 +54,8 @@ class ReadV4:
     settings: SGLangSettings
     model: V4Model
     available_bytes: int
+    index_topk: int | None = None
+    """The model's index_topk, the top-k SGLang's HiSparse runs."""
 
 
 def read(
@@ -74,7 +76,7 @@ def read(
         v4 = read_v4_model(request)
         if trace.enabled:
             _trace_v4(v4, trace)
-        return ReadV4(settings, v4, available)
+        return ReadV4(settings, v4, available, request.model.index_topk)
     stage = stage_of(request, settings)
     if stage is not None and peer_tokens is not None:
         stage = replace(stage, peer_tokens=peer_tokens)

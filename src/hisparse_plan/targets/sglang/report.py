@@ -12,6 +12,7 @@ from hisparse_plan.models.sglang_plan import (
     SGLangPlan,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
+from hisparse_plan.targets.sglang.hisparse_v4 import v4_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.pipeline_stages import pp_indices
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
@@ -85,6 +86,10 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         max_running_requests=sized.max_running_requests, full=sizes.full, swa=sizes.swa,
         window=model.window,
     )
+    capacity = sglang_capacity(tokens)
+    if sized.hisparse is not None:
+        capacity = v4_capacity(capacity, sized.hisparse, sizes.c4, tokens.context_length, page,
+                               sized.max_running_requests)
     return _plan(
         placed, tokens, trace, sizes.full, sized.req_to_token,
         budget=SGLangBudget(
@@ -103,6 +108,7 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             bytes_per_full_token=sized.coefficient,
             fixed_bytes=sized.fixed_bytes,
         ),
+        hisparse=sized.hisparse, capacity=capacity,
     )
 
 
@@ -111,10 +117,10 @@ def _plan(
     req_to_token: tuple[int, int], *, budget: SGLangBudget,
     hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
     index_placeholder_layers: tuple[str, ...] = (),
-    pipeline: SGLangPipeline | None = None,
+    pipeline: SGLangPipeline | None = None, capacity: Capacity | None = None,
 ) -> SGLangPlan:
-    """The plan of the placed pools, with the capacity the pool tokens give."""
-    capacity = sglang_capacity(tokens)
+    """The plan of the placed pools, with the capacity the pool tokens give (unless given)."""
+    capacity = sglang_capacity(tokens) if capacity is None else capacity
     if trace.enabled:
         _trace_capacity(tokens, capacity, trace)
     return SGLangPlan(

@@ -57,9 +57,9 @@ def refuse_vllm_sections(request: PlanRequest) -> None:
 def refuse_v4_settings(settings: SGLangSettings) -> None:
     """Settings SGLang's DeepSeek-V4 path does not take or this planner does not plan:
     a kv dtype other than fp8 (SGLang's paged V4 pools store uint8 rows only), a DSA backend
-    (V4 has its own attention backend), HiSparse (its c4 device pool and paged host pool are
-    not planned). Refused before the caches are read, so a V4 request with such a setting is
-    refused for the setting whatever its caches."""
+    (V4 has its own attention backend). Refused before the caches are read, so a V4 request
+    with such a setting is refused for the setting whatever its caches. (HiSparse is planned:
+    hisparse_v4.py.)"""
     if settings.kv_cache_dtype not in ("auto", "fp8_e4m3"):
         raise UnsupportedRequestError(
             "engine.kv_cache_dtype: SGLang's paged DeepSeek-V4 pools store fp8 rows; expected "
@@ -71,10 +71,4 @@ def refuse_v4_settings(settings: SGLangSettings) -> None:
             "engine.dsa_backend: DeepSeek-V4 runs SGLang's dsv4 attention backend, not a DSA "
             f"backend; expected null, got {settings.dsa_backend}",
             field="engine.dsa_backend",
-        )
-    if settings.enable_hisparse:
-        raise UnsupportedRequestError(
-            "engine.enable_hisparse: HiSparse on DeepSeek-V4 (SGLang's shrunk c4 device pool "
-            "and paged host pool) is not planned yet; expected false, got true",
-            field="engine.enable_hisparse",
         )

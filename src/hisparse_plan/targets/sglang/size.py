@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import bounds, dcp, pipeline_stages, radix, sizing, sizing_v4
+from hisparse_plan.targets.sglang import (
+    bounds,
+    dcp,
+    hisparse_v4,
+    pipeline_stages,
+    radix,
+    sizing,
+    sizing_v4,
+)
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
@@ -73,6 +81,8 @@ class SizedV4:
     c4_state_rings: int
     c128_state_rows: int
     c128_state_rings: int
+    hisparse: SGLangHisparse | None = None
+    """HiSparse's c4 host pool and hot buffers; None without it."""
 
 
 def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
@@ -190,12 +200,13 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
     ratio = defaults.swa_full_tokens_ratio
-    coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
+    shrink = hisparse_v4.c4_shrink(settings)
+    coefficient = sizing_v4.bytes_per_full_token(model, page, ratio, shrink)
     fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
     full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
     full = sizing.cap_max_total_tokens(settings, full, page)
     bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
-    sizes = sizing_v4.v4_sizes(model, full, ratio, page)
+    sizes = sizing_v4.v4_sizes(model, full, ratio, page, shrink)
     requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
     table = sizing.req_to_token_shape(settings, requests)
     c4, c128 = model.num_layers(4), model.num_layers(128)
@@ -209,6 +220,8 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
         c128_state_rows=(
             sizing_v4.state_rows(sizing_v4.c128_state_size(requests), 128) if c128 else 0),
         c128_state_rings=sizing_v4.c128_state_rings(requests),
+        hisparse=None if defaults.hisparse_buffer is None else hisparse_v4.v4_hisparse(
+            settings, defaults.hisparse_top_k, defaults.hisparse_buffer, sizes.full, page),
     )
     if trace.enabled:
         _trace_v4(sized, rest_gb, trace)
