@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hisparse_plan.models.base import built_for
 from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
+from hisparse_plan.targets.sglang.hisparse_v4 import v4_host_pool
 from hisparse_plan.targets.sglang.layout import (
     Placed,
     hisparse_host_pool,
@@ -17,7 +18,6 @@ from hisparse_plan.targets.sglang.layout import (
     v4_kv_pool,
     v4_state_pool,
 )
-from hisparse_plan.targets.sglang.hisparse_v4 import v4_host_pool
 from hisparse_plan.targets.sglang.model import index_row_bytes
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
