@@ -10,9 +10,9 @@ from hisparse_plan.models.sglang_settings import SGLangSettings
 
 
 def sglang_settings(request: PlanRequest) -> SGLangSettings:
-    """The request's SGLang settings; a request without them is a vLLM request. Pipeline
-    stages are refused (one stage is planned), and vLLM's decode context parallelism field
-    (SGLang's is engine.dcp_size)."""
+    """The request's SGLang settings; a request without them is a vLLM request. vLLM's
+    pipeline stages are refused (SGLang's are engine.pp_size, one plan a rank), and vLLM's
+    decode context parallelism field (SGLang's is engine.dcp_size)."""
     if request.engine is None:
         raise PlanError(
             "engine: expected SGLang settings ({'name': 'sglang', ...}) to plan for SGLang, "
@@ -21,8 +21,9 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
         )
     if request.device.pipeline_stages is not None:
         raise UnsupportedRequestError(
-            "device.pipeline_stages: pipeline parallelism is not planned for SGLang yet; "
-            "expected null",
+            "device.pipeline_stages: vLLM's stages (layers and memory each) do not apply to "
+            "SGLang; expected null, and engine.pp_size with engine.pp_rank for SGLang's "
+            "pipeline (each rank's layers as SGLang splits them)",
             field="device.pipeline_stages",
         )
     dcp = request.scheduler.decode_context_parallel_size
