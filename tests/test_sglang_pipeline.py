@@ -118,7 +118,8 @@ def test_every_rank_matches_sglangs_own(name: str) -> None:
         assert plan.budget.available_bytes == want["available"]
         assert plan.budget.mem_fraction_static == want["fraction"]
         assert plan.budget.cell_size_bytes == cell
-        assert plan.pipeline is not None and plan.pipeline.pp_rank == rank
+        assert plan.pipeline is not None
+        assert plan.pipeline.pp_rank == rank
         assert plan.pipeline.start_layer == start
         assert start + plan.pipeline.stage_layers[rank] == end
         assert view_shape(plan, "kv") == kv_shape
@@ -199,7 +200,7 @@ def test_check_plan_refuses_a_rank_figure_its_budget_does_not_give() -> None:
 def test_check_plan_refuses_a_layer_outside_the_rank() -> None:
     """Rank 1's layers (16 to 31) in a plan that claims to be rank 0's."""
     plan = rank_plans(case_request("llama8b_pp2"))[1]
-    with pytest.raises(PlanInvariantError, match="layers.16.* rank 0's decoder layers"):
+    with pytest.raises(PlanInvariantError, match=r"layers\.16\..* rank 0's decoder layers"):
         check_plan(_edited(plan, start_layer=0, stage_layers=[16, 16], pp_rank=0))
 
 
@@ -224,7 +225,7 @@ def test_refuses_what_sglang_does_not_split(
 
 
 def test_pp_rank_beyond_the_stages_is_refused() -> None:
-    with pytest.raises(ValidationError, match="engine.pp_rank"):
+    with pytest.raises(ValidationError, match=r"engine\.pp_rank"):
         SGLangSettings.model_validate(
             {"name": "sglang", "context_length": 4096, "pp_size": 2, "pp_rank": 2})
 
@@ -232,6 +233,6 @@ def test_pp_rank_beyond_the_stages_is_refused() -> None:
 def test_vllms_pipeline_stages_stay_refused() -> None:
     data = case_request("llama8b_pp2", pp_size=1).model_dump(mode="json")
     data["device"]["pipeline_stages"] = [{"layers": list(data["layers"]), "available_bytes": 1}]
-    with pytest.raises(UnsupportedRequestError, match="engine.pp_size") as info:
+    with pytest.raises(UnsupportedRequestError, match=r"engine\.pp_size") as info:
         plan_sglang(data)
     assert info.value.field == "device.pipeline_stages"

@@ -71,7 +71,8 @@ def test_hisparse_shrinks_only_the_c4_rows() -> None:
     sixteenth of more full tokens (the freed c4 bytes buy tokens for every pool)."""
     plain = v4_plan(enable_hisparse=False, hisparse_config=None)
     shrunk = v4_plan()
-    assert plain.deepseek_v4 is not None and shrunk.deepseek_v4 is not None
+    assert plain.deepseek_v4 is not None
+    assert shrunk.deepseek_v4 is not None
     assert plain.deepseek_v4.c4_tokens == plain.max_total_num_tokens // 4
     assert shrunk.deepseek_v4.c4_tokens == shrunk.max_total_num_tokens // 16
     assert shrunk.max_total_num_tokens > plain.max_total_num_tokens
