@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from cli_support import Run
 from hisparse_plan.adapters.sglang import rank_plans, request_from_server_args
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import PlanError, PlanInvariantError, UnsupportedRequestError
@@ -236,3 +237,21 @@ def test_vllms_pipeline_stages_stay_refused() -> None:
     with pytest.raises(UnsupportedRequestError, match=r"engine\.pp_size") as info:
         plan_sglang(data)
     assert info.value.field == "device.pipeline_stages"
+
+
+def test_cli_plans_one_rank(cli: Run) -> None:
+    """`--pp-size 2 --pp-rank 1`: the second rank's layers, every rank's tokens agreed, half
+    the weights a rank, and SGLang's default fraction for two stages (0.906 on an H200)."""
+    code, out, err = cli("plan", "--hf-config", LLAMA, "--engine", "sglang", "--gpu", "h200",
+                         "--pp-size", "2", "--pp-rank", "1", "--context-length", "8192",
+                         "--json")
+    assert (code, err) == (0, ""), err
+    plan = SGLangPlan.model_validate_json(out)
+    assert plan.pipeline is not None
+    assert (plan.pipeline.pp_rank, plan.pipeline.start_layer) == (1, 16)
+    assert plan.budget.mem_fraction_static == 0.906
+    assert plan.max_total_num_tokens == min(plan.pipeline.stage_tokens)
+    code, _, err = cli("plan", "--hf-config", LLAMA, "--engine", "sglang", "--gpu", "h200",
+                       "--pp-size", "2", "--pp-rank", "2")
+    assert code != 0
+    assert "--pp-rank" in err
