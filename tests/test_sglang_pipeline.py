@@ -19,13 +19,13 @@ import pytest
 from pydantic import ValidationError
 
 from cli_support import Run
-from hisparse_plan.adapters.sglang import rank_plans, request_from_server_args
+from hisparse_plan.adapters.sglang import pool_kwargs, rank_plans, request_from_server_args
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import PlanError, PlanInvariantError, UnsupportedRequestError
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang import plan_sglang
+from hisparse_plan.targets.sglang import plan_sglang, plan_traced
 
 H200_FREE = 149_250_113_536
 LLAMA = "tests/hf_configs/llama-3.1-8b-instruct/config.json"
@@ -255,3 +255,17 @@ def test_cli_plans_one_rank(cli: Run) -> None:
                        "--pp-size", "2", "--pp-rank", "2")
     assert code != 0
     assert "--pp-rank" in err
+
+
+def test_pool_kwargs_and_explain_name_the_rank() -> None:
+    """SGLang's pool class takes the rank's layer range; `explain` says the ranks agreed."""
+    request = case_request("llama8b_pp2")
+    assert request.engine is not None
+    ranked = request.model_copy(
+        update={"engine": request.engine.model_copy(update={"pp_rank": 1})})
+    kwargs = pool_kwargs(rank_plans(request)[1])["kv"]
+    assert (kwargs["class"], kwargs["layer_num"]) == ("MHATokenToKVPool", 16)
+    assert (kwargs["start_layer"], kwargs["end_layer"]) == (16, 32)
+    words = " ".join(str(entry) for entry in plan_traced(ranked).trace.decisions)
+    assert "pipeline rank 1 of 2" in words
+    assert "MIN all-reduce" in words

@@ -239,6 +239,15 @@ def _trace_budget(
               f"int({rest_gb!r} GB x 2**30): {source}{less}, in SGLang's float GB")
 
 
+def _agreed(sized: Sized) -> str:
+    """The words for the pipeline ranks' minimum, when there are ranks."""
+    stage = sized.defaults.read.stage
+    if stage is None or stage.peer_tokens is None:
+        return ""
+    return (f"; this rank's own {sized.own_tokens}, the fewest of the {stage.size} pipeline "
+            f"ranks' {list(stage.peer_tokens)} taken (SGLang's MIN all-reduce)")
+
+
 def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     defaults = sized.defaults
     page, model = defaults.page_size, defaults.read.model
@@ -258,7 +267,7 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
               f"available_bytes {sized.available_bytes} // cell {cell.total}, floored to a page "
               f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
-                              else ", capped by max_total_tokens"))
+                              else ", capped by max_total_tokens") + _agreed(sized))
     if sized.swa_tokens is not None:
         trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
