@@ -50,10 +50,18 @@ What is patched (the report's ``patched`` list says which ones were used):
   figure is the budget, so ``_profile_available_bytes`` returns it unchanged.
 * ``torch.get_device_module("meta")`` returns ``torch.cpu`` (pools ask for a
   stream module; nothing is launched).
-* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), one
-  pipeline stage, a dummy world group (no process group exists on this machine).  DP
-  attention needs no patch: ``KVCacheConfigurator`` takes ``attn_dp_size`` from the
-  resolved context, and each case's attention TP follows from it.
+* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), the
+  pipeline rank being sized (one stage unless ``pp_size`` is given), a dummy world group (no
+  process group exists on this machine).  DP attention needs no patch:
+  ``KVCacheConfigurator`` takes ``attn_dp_size`` from the resolved context, and each case's
+  attention TP follows from it.
+* with ``pp_size`` > 1, every rank is configured (``_pipeline_reports``): the model namespace
+  carries the rank's ``start_layer``/``end_layer`` (``get_pp_indices``, as the model classes'
+  ``make_pp_layers`` sets them), and ``torch.distributed.all_reduce`` is a stub process group
+  (``_Stage``) answering the ranks' MIN all-reduce of their token capacities with the values
+  a first pass recorded.  The report is rank 0's, with every rank's under ``stages``.
+* DeepSeek-V4 with HiSparse: the c4 host pool is SGLang's ``DeepSeekV4PagedHostPool`` built
+  with the arguments ``HiSparseCoordinator`` passes, on meta (``_v4_hisparse_host``).
 * the host-RAM check of SGLang's host pools (``host_memory_budget_bytes``): the
   host pool lives on meta, so this machine's RAM is irrelevant.
 * ``model``: a bare namespace -- no weights are loaded, so model-class hooks
