@@ -123,3 +123,46 @@ def is_multimodal(settings: SGLangSettings) -> bool:
 def mm_reservation_gb(settings: SGLangSettings) -> float:
     """GB (2**30 bytes) the multimodal runtime keeps out of the KV budget: 100 MB / 1024."""
     return VLM_CACHE_MB / 1024 if is_multimodal(settings) else 0.0
+
+
+VIT_BASELINE: Final = (24, 1024)
+"""(layers, hidden size) of the ViT-L/14 SGLang measures a vision encoder against, and what it
+takes for a vision_config that names neither."""
+VLM_FRACTION_FACTOR: Final = 0.95
+VLM_SENSITIVITY: Final = 0.1
+VLM_FACTOR_BOUNDS: Final = (0.8, 1.05)
+
+
+def vlm_fraction(settings: SGLangSettings, fraction: float) -> float:
+    """SGLang's default mem_fraction_static of a multimodal model served multimodally
+    (memory_hook.adjust_mem_fraction_for_vlm): the rule's fraction times 0.95 times 1 - 0.1 per
+    100% the vision encoder's layers x hidden_size**2 exceed ViT-L/14's (the factor kept in
+    0.8..1.05), unrounded; unchanged without a vision_config (model_vision_size null)."""
+    size = settings.model_vision_size
+    if size is None or not is_multimodal(settings):
+        return fraction
+    layers, hidden = size
+    base_layers, base_hidden = VIT_BASELINE
+    ratio = layers * hidden**2 / (base_layers * base_hidden**2)
+    low, high = VLM_FACTOR_BOUNDS
+    factor = max(low, min(high, 1.0 - VLM_SENSITIVITY * (ratio - 1.0)))
+    return fraction * (VLM_FRACTION_FACTOR * factor)
+
+
+BREAKABLE_GRAPH_ARCHITECTURES: Final = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration",
+    "MiniMaxM3SparseForCausalLM",
+})
+"""SGLang's multimodal_breakable_cuda_graph_supported_model_archs (configs/model_config.py)."""
+
+
+def multimodal_prefill_graphs(settings: SGLangSettings) -> bool:
+    """SGLang turns its default (breakable) prefill graphs off for a model served multimodally
+    unless its architecture is allowlisted (cuda_graph_hook: "multimodal prefill replay faults
+    under BCG"), so its default fraction keeps nothing back for them."""
+    return not is_multimodal(settings) or settings.architecture in BREAKABLE_GRAPH_ARCHITECTURES
