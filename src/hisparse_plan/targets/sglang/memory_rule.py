@@ -15,10 +15,7 @@ prefill graphs (parallel.py). The chunk is the one before DP attention divides i
 Pipeline stages keep tp x pp / 8 GiB for the parallel groups and capture no prefill graphs by
 default (pipeline_stages.py).
 
-A model served multimodally takes no prefill graphs outside SGLang's allowlist, and its vision
-encoder's factor (multimodal.py).
-
-Modelled: CUDA GPUs, no disaggregated prefill/decode roles, SGLang's
+Modelled: CUDA GPUs, no disaggregated prefill/decode roles, text-only models, SGLang's
 environment defaults (no post-capture KV sizing, no KV-cache sharding), and chunked prefill on.
 Every figure is computed with the same float operations in the same order as SGLang, so the
 fraction is SGLang's to the bit."""
