@@ -181,14 +181,6 @@ class SGLangSettings(Model):
         description="Whether SGLang counts the model as multimodal (a multimodal architecture, "
         "or a config with a text_config); null: judged by the architecture.",
     )
-    model_vision_size: Annotated[
-        tuple[PositiveInt, PositiveInt], Field(strict=False)
-    ] | None = Field(
-        default=None,
-        description="The config's vision_config as SGLang's default fraction for a multimodal "
-        "model reads it: [num_hidden_layers, hidden_size] (24 and 1024 where it names "
-        "neither); null: no vision_config (no adjustment).",
-    )
     allow_overwrite_longer_context_len: bool = Field(
         default=False,
         description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang's environment: a "

@@ -239,7 +239,7 @@ def sglang_model_of_case(
 def config_settings(facts: SGLangConfigFacts) -> dict[str, Any]:
     """The SGLang settings a config's facts fill in."""
     return {"architecture": facts.architecture, "model_context_length": facts.context_length,
-            "model_is_multimodal": facts.multimodal, "model_vision_size": facts.vision}
+            "model_is_multimodal": facts.multimodal}
 
 
 def request_from_server_args(

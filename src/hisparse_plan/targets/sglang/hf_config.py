@@ -36,26 +36,6 @@ class SGLangConfigFacts:
     multimodal: bool = False
     """ModelConfig's is_multimodal before `--enable-multimodal`: a multimodal architecture or
     a config with a text_config, not language_model_only."""
-    vision: tuple[int, int] | None = None
-    """The vision_config's (num_hidden_layers, hidden_size), 24 and 1024 where unnamed; None
-    without a vision_config."""
-
-
-def vision_size(config: Mapping[str, Any]) -> tuple[int, int] | None:
-    """What SGLang's multimodal fraction rule reads of the vision encoder (its defaults where
-    the vision_config names neither); None without one. A value that is not a positive
-    integer is refused, naming it."""
-    vision = config.get("vision_config")
-    if not isinstance(vision, Mapping):
-        return None
-    found = []
-    for key, default in (("num_hidden_layers", 24), ("hidden_size", 1024)):
-        value = vision.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PlanError(f"vision_config.{key}: expected a positive integer, got {value!r}",
-                            field=f"vision_config.{key}")
-        found.append(value)
-    return found[0], found[1]
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,4 +100,4 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
     multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
         config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
     return SGLangConfigFacts(arch, derived_context_length(config), served_config(config, arch),
-                             multimodal, vision_size(config))
+                             multimodal)

@@ -27,7 +27,6 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.multimodal import multimodal_prefill_graphs, vlm_fraction
 from hisparse_plan.targets.sglang.parallel import (
     deepep_a2a_mib,
     deepep_prefill_graph_mib,
@@ -156,7 +155,7 @@ def prefill_graphs_captured(settings: SGLangSettings) -> bool:
     or decode context parallelism is on (its capture has no DCP metadata, so SGLang turns the
     default off: cuda_graph_hook's breakable-graph blockers)."""
     return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
-            and prefill_graphs_by_default(settings) and multimodal_prefill_graphs(settings))
+            and prefill_graphs_by_default(settings))
 
 
 def graph_reserve_mib(
@@ -237,4 +236,4 @@ def default_mem_fraction_static(
             "(give mem_fraction_static)",
             field="engine.gpu_memory_bytes",
         )
-    return vlm_fraction(settings, fraction)
+    return fraction
