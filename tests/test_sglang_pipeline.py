@@ -12,7 +12,9 @@ with CASES.json the `CASES` below as `{"name", "config", "server_args", "memory"
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -269,3 +271,17 @@ def test_pool_kwargs_and_explain_name_the_rank() -> None:
     words = " ".join(str(entry) for entry in plan_traced(ranked).trace.decisions)
     assert "pipeline rank 1 of 2" in words
     assert "MIN all-reduce" in words
+
+
+def test_a_rank_of_mamba_layers_only_is_refused() -> None:
+    """Qwen3.5 cut to 4 layers in 3 stages: rank 0 keeps linear-attention layer 0 only, where
+    SGLang's token count overflows (RuntimeError: Storage size calculation overflowed); every
+    rank's plan is refused naming rank 0, as every rank needs the others' tokens."""
+    config = json.loads(Path(QWEN35).read_text())
+    config["text_config"]["num_hidden_layers"] = 4
+    config["text_config"]["layer_types"] = ["linear_attention"] * 3 + ["full_attention"]
+    request = request_from_server_args(config, {"pp_size": 3, "context_length": 2048},
+                                       {"available_bytes": 8 << 30})
+    with pytest.raises(PlanError, match="pipeline rank 0 keeps decoder layers \\[0, 1\\)") as info:
+        plan_sglang(request)
+    assert info.value.field == "engine.pp_size"

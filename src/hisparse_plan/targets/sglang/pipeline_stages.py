@@ -141,6 +141,21 @@ def stage_request(request: PlanRequest, stage: Stage | None) -> PlanRequest:
     return request.model_copy(update={"layers": layers})
 
 
+def refuse_stage_without_attention(request: PlanRequest, stage: Stage | None) -> None:
+    """A rank whose layers are all Mamba layers has no KV cell to size its pool by: SGLang's
+    token count for it overflows (a zero-byte cell) and the rank fails, so such a split is
+    refused naming the rank."""
+    if stage is None or not all(isinstance(spec, MambaSpec) for spec in request.layers.values()):
+        return
+    raise PlanError(
+        f"engine.pp_size: pipeline rank {stage.rank} keeps decoder layers [{stage.start}, "
+        f"{stage.end}), Mamba layers only, and SGLang cannot size a KV pool without attention "
+        f"layers (its token count overflows); expected every rank to keep an attention layer "
+        f"(fewer than {stage.size} stages)",
+        field="engine.pp_size",
+    )
+
+
 def stage_slot_bytes(slot_bytes: int, stage: Stage | None, stage_mamba_layers: int) -> int:
     """A Mamba state slot's bytes as every rank charges them: the whole model's slot
     (SGLang's mamba_cache_per_req) times the largest stage's share of its Mamba layers,

@@ -13,6 +13,7 @@ from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
 from hisparse_plan.targets.sglang.pipeline_stages import (
     Stage,
+    refuse_stage_without_attention,
     refuse_v4_pipeline,
     stage_of,
     stage_request,
@@ -80,8 +81,9 @@ def read(
     stage = stage_of(request, settings)
     if stage is not None and peer_tokens is not None:
         stage = replace(stage, peer_tokens=peer_tokens)
-    model = read_model(stage_request(request, stage),
-                       windows_as_full=windows_in_full_pool(settings))
+    staged = stage_request(request, stage)
+    refuse_stage_without_attention(staged, stage)
+    model = read_model(staged, windows_as_full=windows_in_full_pool(settings))
     if trace.enabled:
         if stage is not None:
             _trace_stage(stage, trace)
