@@ -53,6 +53,7 @@ COMPARED = (
     "pools",
     "draft_pools",
     "hisparse_metadata",
+    "stages",
 )
 GIB = 1 << 30
 H200_FREE = 139 * GIB
@@ -160,6 +161,23 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     return case
 
 
+PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "hybrid"})
+"""Kinds whose SGLang model classes split their layers over pipeline ranks (make_pp_layers or
+get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5."""
+
+
+def _draw_pipeline(rng: random.Random, kind: str, case: Case) -> None:
+    """Pipeline stages (pp_size 2 to 4, at most the model's layers), drawn on their own for
+    the kinds whose model classes split their layers; most often for the hybrid kind."""
+    if kind not in PIPELINE_KINDS or rng.random() >= (0.7 if kind == "hybrid" else 0.3):
+        return
+    cfg = case["config"]
+    layers = cfg.get("text_config", cfg)["num_hidden_layers"]
+    choices = [pp for pp in (2, 3, 4) if pp <= layers]
+    if choices:
+        case["server_args"]["pp_size"] = rng.choice(choices)
+
+
 def _default_fraction(rng: random.Random, case: Case) -> Case:
     """Sometimes SGLang's default mem_fraction_static on an H200 or B200 (the rule DP
     attention and DeepEP move), with pre/post-weights figures of that GPU."""
@@ -185,6 +203,10 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dcp")
     if args.get("speculative_algorithm"):
         modes.append("speculative")
+    if args.get("pp_size", 1) > 1:
+        modes.append("pipeline")
+    if args.get("enable_hisparse"):
+        modes.append("hisparse")
     if "gpu" in case:
         modes.append("default_fraction")
     if str(case.get("name", "")).startswith("preset:"):
@@ -231,6 +253,21 @@ def case_mamba(rng: random.Random) -> Case:
         args["max_mamba_cache_size"] = rng.randrange(8, 400)
     if rng.random() < 0.4:
         args["mamba_full_memory_ratio"] = rng.choice([0.5, 0.9, 2.0])
+    return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+def case_hybrid(rng: random.Random) -> Case:
+    """Qwen3.5 (linear attention, one full-attention layer in four): a Mamba hybrid whose
+    SGLang class takes pipeline stages."""
+    cfg = _fixture("qwen3.5-35b-a3b")
+    text = cfg["text_config"]
+    layers = 4 * rng.randrange(1, 11)
+    text.update(num_hidden_layers=layers,
+                layer_types=[("linear_attention", "full_attention")[i % 4 == 3]
+                             for i in range(layers)])
+    args = _common_args(rng, [1, 2, 4])
+    if rng.random() < 0.3:
+        args["max_mamba_cache_size"] = rng.randrange(8, 400)
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
 
 
@@ -281,7 +318,21 @@ def case_v4(rng: random.Random) -> Case:
     args = _common_args(rng, [1, 8])
     if rng.random() < 0.4:
         args["swa_full_tokens_ratio"] = rng.choice([0.05, 0.1, 0.2])
+    if rng.random() < 0.4:
+        _draw_v4_hisparse(rng, args)
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 20)}
+
+
+def _draw_v4_hisparse(rng: random.Random, args: dict[str, Any]) -> None:
+    """HiSparse on DeepSeek-V4: its c4 pool shrunk by host_to_device_ratio, a paged host pool
+    (the device buffer at least the model's index_topk, 512, which the coordinator runs)."""
+    top_k = rng.choice([512, 1024, 2048])
+    args["enable_hisparse"] = True
+    args["hisparse_config"] = {
+        "top_k": top_k,
+        "device_buffer_size": top_k * rng.choice([1, 2]),
+        "host_to_device_ratio": rng.choice([1, 2, 4, 8]),
+    }
 
 
 def case_gemma(rng: random.Random) -> Case:
@@ -422,6 +473,7 @@ KINDS: dict[str, Callable[[random.Random], Case]] = {
     "mha": case_mha,
     "swa": case_swa,
     "mamba": case_mamba,
+    "hybrid": case_hybrid,
     "mla": case_mla,
     "dsa": case_dsa,
     "hisparse": case_hisparse,
@@ -443,8 +495,8 @@ def make_cases(seed: int, count: int, kinds: list[str]) -> list[Case]:
     for i in range(count):
         kind = kinds[i % len(kinds)]
         case = KINDS[kind](rng)
-        if kind != "v4":  # DeepSeek-V4's default fraction is refused (not planned)
-            case = _default_fraction(rng, case)
+        _draw_pipeline(rng, kind, case)
+        case = _default_fraction(rng, case)
         case = _speculative(rng, case, kind)
         case["name"] = f"{kind}-{seed}-{i}"
         cases.append(case)

@@ -59,10 +59,18 @@ What is patched (the report's ``patched`` list says which ones were used):
   figure is the budget, so ``_profile_available_bytes`` returns it unchanged.
 * ``torch.get_device_module("meta")`` returns ``torch.cpu`` (pools ask for a
   stream module; nothing is launched).
-* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), one
-  pipeline stage, a dummy world group (no process group exists on this machine).  DP
-  attention needs no patch: ``KVCacheConfigurator`` takes ``attn_dp_size`` from the
-  resolved context, and each case's attention TP follows from it.
+* the runtime parallel context: tp rank 0, the case's ``dcp_size`` (1 unless given), the
+  pipeline rank being sized (one stage unless ``pp_size`` is given), a dummy world group (no
+  process group exists on this machine).  DP attention needs no patch:
+  ``KVCacheConfigurator`` takes ``attn_dp_size`` from the resolved context, and each case's
+  attention TP follows from it.
+* with ``pp_size`` > 1, every rank is configured (``_pipeline_reports``): the model namespace
+  carries the rank's ``start_layer``/``end_layer`` (``get_pp_indices``, as the model classes'
+  ``make_pp_layers`` sets them), and ``torch.distributed.all_reduce`` is a stub process group
+  (``_Stage``) answering the ranks' MIN all-reduce of their token capacities with the values
+  a first pass recorded.  The report is rank 0's, with every rank's under ``stages``.
+* DeepSeek-V4 with HiSparse: the c4 host pool is SGLang's ``DeepSeekV4PagedHostPool`` built
+  with the arguments ``HiSparseCoordinator`` passes, on meta (``_v4_hisparse_host``).
 * the host-RAM check of SGLang's host pools (``host_memory_budget_bytes``): the
   host pool lives on meta, so this machine's RAM is irrelevant.
 * ``model``: a bare namespace -- no weights are loaded, so model-class hooks
@@ -497,6 +505,38 @@ def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
     return None
 
 
+def _v4_hisparse_host(col: _Collector, allocator: SGLangObject, patched: list[str]) -> None:
+    """The c4 host pool HiSparseCoordinator builds for DeepSeek-V4 (``is_dsv4_hisparse``),
+    with the coordinator's own arguments, on meta: a DeepSeekV4PagedHostPool mirroring the
+    HiSparse c4 device pool, one page-row buffer a c4 layer."""
+    import torch
+
+    host_mod: SGLangObject = importlib.import_module("sglang.srt.mem_cache.memory_pool_host")
+    host_mod.host_memory_budget_bytes = lambda requested=0, **_: 1 << 62
+    host_mod.ALLOC_MEMORY_FUNCS["meta"] = lambda dims, dtype, device, **_: torch.empty(
+        dims, dtype=dtype, device="meta")
+    patched.append("memory_pool_host: host_memory_budget_bytes (no RAM check) and the "
+                   "meta device's allocator (meta tensors of the same dims/dtype)")
+    device = allocator.hisparse_kvcache
+    page = device.page_size
+    num_host_pages = (allocator.size_full // allocator.compress_ratio + page - 1) // page
+    host = host_mod.DeepSeekV4PagedHostPool(
+        pool_name="dsv4_hisparse_c4",
+        device_buffers=device.kv_buffer,
+        item_bytes=device.bytes_per_page_padded,
+        num_host_pages=num_host_pages,
+        slot_page_size=page,
+        layout="layer_first",
+        device="meta",
+        pin_memory=False,
+    )
+    kv = allocator._kvcache
+    c4_layers = [layer for layer, item in enumerate(kv.layer_mapping)
+                 if item is not None and item.compress_ratio == 4]
+    col.pool("v4_hisparse_host", "host", host.size)
+    col.per_layer("v4_hisparse_host", "kv_buffer", host.kv_buffer, c4_layers)
+
+
 def _cuda_only_registrations(patched: list[str]) -> None:
     """Registrations SGLang makes only when it sees a CUDA platform."""
     quant: SGLangObject = importlib.import_module("sglang.srt.layers.quantization")
@@ -667,7 +707,58 @@ def memory_defaults(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    """Reference report of one case (raises what SGLang raises)."""
+    """Reference report of one case (raises what SGLang raises); a case with ``pp_size`` > 1
+    is every pipeline rank's (``_pipeline_reports``)."""
+    pp = int(case.get("server_args", {}).get("pp_size") or 1)
+    if pp > 1:
+        return _pipeline_reports(case, pp)
+    return _run_rank(case, None)
+
+
+class _Stage:
+    """One pipeline rank as SGLang's runtime sees it: its rank, the pp group (a stub: no
+    process group exists here), and the token counts the other ranks hand the MIN all-reduce
+    of ``KVCacheConfigurator._apply_token_constraints`` (None: record this rank's own)."""
+
+    def __init__(self, rank: int, size: int, peers: list[list[int]] | None) -> None:
+        self.rank, self.size, self.peers = rank, size, peers
+        self.sent: list[int] = []
+        self.group = types.SimpleNamespace(
+            rank_in_group=rank, world_size=size, is_first_rank=rank == 0,
+            is_last_rank=rank == size - 1, cpu_group=None,
+        )
+
+    def all_reduce(self, tensor: SGLangObject, *_: SGLangObject, **__: SGLangObject) -> None:
+        """MIN over the ranks: the value this rank sends is recorded; with the peers' values
+        of the same call known, the tensor becomes their minimum."""
+        call = len(self.sent)
+        self.sent.append(int(tensor.item()))
+        if self.peers is not None:
+            tensor.fill_(min(peer[call] for peer in self.peers))
+
+
+def _pipeline_reports(case: dict[str, Any], pp: int) -> dict[str, Any]:
+    """Every pipeline rank's report, SGLang's own code sizing each (its layers
+    [start_layer, end_layer) from ``get_pp_indices``, set on the model as its class does).
+    The ranks meet once, in the MIN all-reduce of their token capacities: a first pass
+    records what each rank sends, a second replays each rank with the others' values (the
+    process-group stub, ``_Stage``). The top level is rank 0's report, ``stages`` all."""
+    first = [_Stage(rank, pp, None) for rank in range(pp)]
+    for stage in first:
+        _run_rank(case, stage)
+    sent = [stage.sent for stage in first]
+    reports = [_run_rank(case, _Stage(rank, pp, sent)) for rank in range(pp)]
+    top = {k: v for k, v in reports[0].items() if k not in ("pools", "notes", "patched")}
+    return {**top, "stages": [{k: v for k, v in report.items() if k in _STAGE_KEYS}
+                              for report in reports],
+            "notes": reports[0]["notes"], "patched": reports[0]["patched"]}
+
+
+_STAGE_KEYS = ("max_total_num_tokens", "max_running_requests", "cell_size_bytes",
+               "available_bytes", "req_to_token", "pools", "layers")
+
+
+def _run_rank(case: dict[str, Any], stage: _Stage | None) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     import torch
@@ -691,17 +782,25 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             attn_tp_rank=0,
             world_group=types.SimpleNamespace(cpu_group=None),
             launch_world_size=int(server_args.tp_size),
-            pp_size=1,
+            pp_size=1 if stage is None else stage.size,
+            pp_rank=0 if stage is None else stage.rank,
+            pp_group=None if stage is None else stage.group,
         )
         patched.append(f"runtime parallel context: rank 0, attn_dcp_size {dcp} (the case's "
-                       "dcp_size), pp 1, dummy world group")
+                       f"dcp_size), pp rank {0 if stage is None else stage.rank} of "
+                       f"{1 if stage is None else stage.size}, dummy world group")
+        if stage is not None:
+            torch.distributed.all_reduce = stage.all_reduce
+            patched.append("torch.distributed.all_reduce -> the pp MIN over the ranks' values "
+                           "(process-group stub)")
         mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
         model_config = mc_mod.ModelConfig.from_server_args(server_args)
         _check_registry(model_config, patched)
         given = set(raw_args)
         if "total_memory_bytes" in case.get("gpu", {}):
             given.add("gpu")
-        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given)
+        return _configure(model_config, server_args, memory, tp, notes, patched, torch, given,
+                          stage=stage)
 
 
 def _configure(
@@ -713,6 +812,8 @@ def _configure(
     patched: list[str],
     torch: SGLangObject,
     _given: set[str],
+    *,
+    stage: _Stage | None = None,
 ) -> dict[str, Any]:
     rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
     kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
@@ -769,7 +870,7 @@ def _configure(
 
     pc.create_memory_pool_configurator = create
 
-    model = types.SimpleNamespace()
+    model = _stage_model(model_config, stage, patched)
     layer_info = layer_setup.resolve_layer_indices(
         model=model, model_config=model_config, is_draft_worker=False
     )
@@ -787,8 +888,8 @@ def _configure(
         device="meta",
         gpu_id=0,
         attn_dp_size=rc.get_parallel().attn_dp_size,
-        pp_size=1,
-        pp_group=None,
+        pp_size=1 if stage is None else stage.size,
+        pp_group=None if stage is None else stage.group,
         model=model,
         model_config=model_config,
         server_args=server_args,
@@ -834,7 +935,10 @@ def _configure(
     metadata: list[dict[str, Any]] | None = None
     # SGLang builds the model before its pools, and the HiSparse coordinator after them.
     unusable = _dsa_model_build_probe(model_config)
-    if rc.get_memory().enable_hisparse:
+    if rc.get_memory().enable_hisparse and type(result.token_to_kv_pool).__name__.startswith(
+            "DeepSeekV4"):
+        _v4_hisparse_host(col, result.token_to_kv_pool_allocator, patched)
+    elif rc.get_memory().enable_hisparse:
         _hisparse_host(col, result.token_to_kv_pool, patched)
         if unusable is None:
             metadata = _hisparse_metadata(result, model_config, patched)
@@ -877,7 +981,23 @@ def _configure(
         report["hisparse_metadata"] = metadata
     if unusable is not None:
         report["unusable"] = unusable
+    if stage is not None:
+        report["layers"] = [int(model.start_layer), int(model.end_layer)]
     return report
+
+
+def _stage_model(
+    model_config: SGLangObject, stage: _Stage | None, patched: list[str]
+) -> SGLangObject:
+    """The bare model namespace; on a pipeline rank with the [start_layer, end_layer) its
+    class sets (``make_pp_layers``: ``get_pp_indices`` of the config's num_hidden_layers)."""
+    if stage is None:
+        return types.SimpleNamespace()
+    utils: SGLangObject = importlib.import_module("sglang.srt.distributed.utils")
+    start, end = utils.get_pp_indices(model_config.num_hidden_layers, stage.rank, stage.size)
+    patched.append(f"model: start_layer {start}, end_layer {end} (get_pp_indices, rank "
+                   f"{stage.rank} of {stage.size})")
+    return types.SimpleNamespace(start_layer=start, end_layer=end)
 
 
 def _spec_aux_config(

@@ -55,9 +55,15 @@ TINY: dict[str, Callable[[], PlanRequest]] = {
                               "m2": tiny_mamba()}, max_mamba_cache_size=6,
                              max_total_tokens=32, context_length=8),
     "deepseek_v4": v4_request,
+    "deepseek_v4_hisparse": lambda: v4_request(enable_hisparse=True,
+                                               hisparse_host_to_device_ratio=2),
+    "pipeline_rank": lambda: request(
+        {f"model.layers.{i}.self_attn.attn": mha(heads=2, head=8) for i in range(3)},
+        page_size=4, max_total_tokens=32, context_length=16, pp_size=2, pp_rank=1),
 }
 """Every kind of SGLang pool: MHA (K and V fused, or apart), window, MLA, DSA, DSA with
-HiSparse's host pool, a Mamba hybrid, and DeepSeek-V4's seven pools."""
+HiSparse's host pool, a Mamba hybrid, DeepSeek-V4's seven pools (and HiSparse's paged c4 host
+pool beside them), and one pipeline rank's."""
 
 _PLANS: dict[str, SGLangPlan] = {}
 

@@ -21,7 +21,7 @@ from test_torch_sglang import hand_plan, run
 SGLANG_POOLS = {
     "kv", "kv_v", "swa", "index", "hisparse_host", "mamba_conv0", "mamba_temporal",
     "v4_swa", "v4_c4", "v4_index_c4", "v4_c128", "v4_state_c4", "v4_index_state_c4",
-    "v4_state_c128",
+    "v4_state_c128", "v4_hisparse_host",
 }
 """The pools SGLang allocates for the models planned (swa_v: a window pool with K and V of
 different sizes, which no model planned has)."""

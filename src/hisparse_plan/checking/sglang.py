@@ -24,7 +24,9 @@ from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
 from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
+from hisparse_plan.checking.sglang_pipeline import check_pipeline
 from hisparse_plan.checking.sglang_roles import (
+    SGLANG_POOL_ROLES,
     block_bytes,
     check_layer_sets,
     check_pool_roles,
@@ -70,6 +72,7 @@ def check_sglang_plan(
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)
     check_deepseek_v4(plan, pools)
+    check_pipeline(plan)
     _check_figures(plan, pools)
     if request is not None:
         check_answers(plan, request)
@@ -79,10 +82,11 @@ def _check_padding(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """Every pool keeps one padding block (SGLang's page 0 or slot 0), and the full pool's
     other pages hold exactly max_total_num_tokens."""
     for pool in plan.pools:
-        if pool.padding_blocks != 1:
+        want = SGLANG_POOL_ROLES[pool.name].padding_blocks  # a known pool (check_pool_roles)
+        if pool.padding_blocks != want:
             raise PlanInvariantError(
-                f"pool {pool.name!r} has {pool.padding_blocks} padding blocks; expected 1 "
-                "(SGLang's padding page or slot 0)"
+                f"pool {pool.name!r} has {pool.padding_blocks} padding blocks; expected {want} "
+                "(SGLang's padding page or slot 0, none in a DeepSeek-V4 host pool)"
             )
     if plan.deepseek_v4 is not None:
         return  # its full tokens are a figure of their own (sglang_v4)
@@ -131,7 +135,7 @@ def _check_request_table(plan: SGLangPlan) -> None:
 def token_ids(plan: SGLangPlan) -> int:
     """Token ids the request-to-token table may hold: the full pool's with its padding page, or
     HiSparse's host tokens (its logical ids with a padding page)."""
-    if plan.hisparse is not None:
+    if plan.hisparse is not None and plan.deepseek_v4 is None:
         return plan.hisparse.host_tokens
     return (plan.max_total_num_tokens + plan.page_size) * plan.budget.dcp_size
 
@@ -140,7 +144,7 @@ def _check_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """The host pool holds every logical token and a padding page; the hot rows are the device
     buffer and a page."""
     hisparse = plan.hisparse
-    if hisparse is None:
+    if hisparse is None or plan.deepseek_v4 is not None:  # DeepSeek-V4's: sglang_v4
         return
     page = plan.page_size
     logical = plan.max_total_num_tokens * hisparse.host_to_device_ratio
@@ -344,8 +348,10 @@ def _check_figures(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         )
     if steady is not None and plan.hisparse is not None:
         bounds = concurrency_bounds(plan, pools)
+        v4 = plan.deepseek_v4
         hot = {"the full pool's hot buffers":
-               plan.max_total_num_tokens / plan.hisparse.hot_rows_per_request}
+               plan.max_total_num_tokens / plan.hisparse.hot_rows_per_request} if v4 is None \
+            else {"the c4 pool's hot buffers": v4.c4_tokens / plan.hisparse.hot_rows_per_request}
         _check_capacity("steady_state_concurrency", steady, {
             what: bounds[what] for what in ("max_running_requests", "hisparse.logical_tokens")
         } | hot, exact=True)
@@ -362,7 +368,9 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     if "mamba_conv0" in pools:
         bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
     if plan.hisparse is not None:
-        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
+        # DeepSeek-V4's logical ids are compressed: a quarter of a request's tokens.
+        per_request = need if plan.deepseek_v4 is None else need / 4
+        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / per_request
     return bounds
 
 

@@ -34,6 +34,8 @@ class PoolRole:
     allocation: Literal["whole", "per_layer"]
     block_tokens: Callable[[int], int]
     deepseek_v4: bool = False
+    padding_blocks: int = 1
+    """SGLang's padding page or slot 0; a host pool of DeepSeek-V4's hands out every page."""
 
 
 def _page(page_size: int) -> int:
@@ -84,6 +86,8 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "v4_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
     "v4_index_c4": PoolRole("device", "per_layer", _compressed(4), deepseek_v4=True),
     "v4_c128": PoolRole("device", "per_layer", _compressed(128), deepseek_v4=True),
+    "v4_hisparse_host": PoolRole("host", "per_layer", _compressed(4), deepseek_v4=True,
+                                 padding_blocks=0),
     "v4_state_c4": PoolRole("device", "per_layer", _ring(C4_STATE_RING), deepseek_v4=True),
     "v4_index_state_c4": PoolRole(
         "device", "per_layer", _ring(C4_STATE_RING), deepseek_v4=True),
@@ -102,6 +106,7 @@ _NEEDS: Final[dict[str, str]] = {
     "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
     "draft_kv": "kv", "draft_kv_v": "draft_kv", "draft_index": "draft_kv",
     "mamba_intermediate_ssm": "mamba_conv0",
+    "v4_hisparse_host": "v4_c4",
 }
 """A pool that only exists beside another: V beside K, index keys beside the latent pool,
 HiSparse's host pool beside a DSA model's index keys."""
@@ -109,6 +114,7 @@ _SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
     ("kv", "hisparse_host"), ("draft_kv", "draft_kv_v"), ("draft_kv", "draft_index"),
     ("mamba_conv0", "mamba_intermediate_ssm"), ("mamba_conv0", "mamba_intermediate_conv0"),
+    ("v4_c4", "v4_hisparse_host"),
 )
 """Pools that keep parts of the same layers: a layer's K and V, a Mamba layer's two states, a
 latent layer's rows on the GPU and on the host."""
@@ -182,7 +188,7 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             raise PlanInvariantError(
                 f"the plan has pool {name!r} without {beside!r}; expected it only beside it"
             )
-    hosted = "hisparse_host" in pools
+    hosted = "hisparse_host" in pools or "v4_hisparse_host" in pools
     if hosted != (plan.hisparse is not None):
         raise PlanInvariantError(
             f"the plan {'has' if hosted else 'has no'} hisparse_host pool and hisparse "

@@ -61,8 +61,11 @@ def check_deepseek_v4(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             "int(full_tokens * swa_full_tokens_ratio) floored to a page")
     c4, c128 = "v4_c4" in pools, "v4_c128" in pools
     requests = plan.max_running_requests
+    shrink = _c4_shrink(plan)
     derived = {
-        "c4_tokens": (full // 4 if c4 else 0, "full_tokens // 4 with c4 layers"),
+        "c4_tokens": (full // (4 * shrink) if c4 else 0,
+                      "full_tokens // 4 with c4 layers, // host_to_device_ratio more with "
+                      "HiSparse"),
         "c128_tokens": (full // 128 if c128 else 0, "full_tokens // 128 with c128 layers"),
         "c4_index_tokens": (full // 128 * C4_INDEX_SLOTS_PER_C128_SLOT if c4 else 0,
                             "32 per c128 slot (full_tokens // 128) with c4 layers"),
@@ -78,6 +81,46 @@ def check_deepseek_v4(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         _expect(f"deepseek_v4.{field}", getattr(v4, field), want, why)
     _check_v4_pools(plan, v4, pools)
     _check_v4_budget(plan, v4, pools)
+    _check_v4_hisparse(plan, pools)
+
+
+def _c4_shrink(plan: SGLangPlan) -> int:
+    """How much smaller HiSparse makes the c4 device pool: its host_to_device_ratio, else 1."""
+    return 1 if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+
+
+def _check_v4_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """HiSparse on DeepSeek-V4: the host pool mirrors every compressed token (full // 4) in
+    whole c4 pages of the device pool's page bytes, handing out every page; the hot buffer is
+    the device buffer and one c4 page; it holds at least the top-k."""
+    hisparse = plan.hisparse
+    if hisparse is None:
+        return
+    if "v4_c4" not in pools or "v4_hisparse_host" not in pools:
+        raise PlanInvariantError(
+            "hisparse on DeepSeek-V4 without the v4_c4 and v4_hisparse_host pools; expected "
+            "both (HiSparse moves the c4 rows)")
+    slots = plan.page_size // 4
+    logical = plan.max_total_num_tokens // 4
+    host_tokens = -(-logical // slots) * slots
+    _expect("hisparse.logical_tokens", hisparse.logical_tokens, logical,
+            "the compressed token ids, max_total_num_tokens // 4")
+    _expect("hisparse.host_tokens", hisparse.host_tokens, host_tokens,
+            f"the compressed tokens in whole {slots}-slot c4 pages")
+    _expect("pool 'v4_hisparse_host' slots", pools["v4_hisparse_host"].num_blocks * slots,
+            host_tokens, "hisparse.host_tokens")
+    _expect("hisparse.hot_rows_per_request", hisparse.hot_rows_per_request,
+            hisparse.device_buffer_size + slots, "device_buffer_size and one c4 page")
+    blocks = block_bytes(plan)
+    layers = {name: sum(len(t.layers) for t in plan.tensors if t.pool == name)
+              for name in ("v4_c4", "v4_hisparse_host")}
+    _expect("pool 'v4_hisparse_host' page bytes a layer",
+            blocks["v4_hisparse_host"] // max(layers["v4_hisparse_host"], 1),
+            blocks["v4_c4"] // max(layers["v4_c4"], 1), "the c4 device pool's page")
+    if hisparse.device_buffer_size < hisparse.top_k:
+        raise PlanInvariantError(
+            f"hisparse.device_buffer_size {hisparse.device_buffer_size} is below top_k "
+            f"{hisparse.top_k}")
 
 
 def _check_v4_pools(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Pool]) -> None:
@@ -130,7 +173,9 @@ def _check_coefficient(plan: SGLangPlan, v4: SGLangDeepSeekV4) -> None:
     which a full token takes swa_full_tokens_ratio of. SGLang sums it in floats: equal to
     rounding."""
     blocks = block_bytes(plan)
-    full = sum(blocks.get(name, 0) for name in _FULL_TOKEN_POOLS)
+    # HiSparse's c4 device page serves host_to_device_ratio pages of full tokens.
+    full = sum(blocks.get(name, 0) / (_c4_shrink(plan) if name == "v4_c4" else 1)
+               for name in _FULL_TOKEN_POOLS)
     window = sum(blocks.get(name, 0) for name in _WINDOW_TOKEN_POOLS)
     want = (full + v4.swa_full_tokens_ratio * window) / plan.page_size
     if not math.isclose(v4.bytes_per_full_token, want, rel_tol=COEFFICIENT_ROUNDING):

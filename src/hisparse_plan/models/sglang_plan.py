@@ -43,10 +43,11 @@ class SGLangBudget(Model):
         "dcp_size token ids, and the index keys cover them all (charged dcp_size times a "
         "token).",
     )
-    mamba_slots_per_request: Literal[1, 5] | None = Field(
+    mamba_slots_per_request: Literal[1, 4, 5] | None = Field(
         default=None,
         description="Mamba hybrids: the state slots one running request may hold, 5 with the "
-        "radix cache on (SGLang's default), 1 with it off; null without Mamba layers (and in "
+        "radix cache on (SGLang's default; 4 without its overlap scheduler, as with pipeline "
+        "stages), 1 with it off; null without Mamba layers (and in "
         "plans written before it was recorded, which mean 5).",
     )
 
@@ -140,6 +141,31 @@ class SGLangSpeculative(Model):
     )
 
 
+class SGLangPipeline(Model):
+    """Pipeline parallelism on SGLang: the plan is one rank's; the ranks agree on the tokens
+    (see docs/planning-rules.md#sglang-pipeline)."""
+
+    pp_size: Annotated[int, Field(ge=2)] = Field(description="Pipeline stages (ranks).")
+    pp_rank: Annotated[int, Field(ge=0)] = Field(description="The rank this plan is for.")
+    stage_layers: Annotated[list[PositiveInt], Field(min_length=2), READ_ONLY] = Field(
+        description="Decoder layers of each rank, in rank order (SGLang's get_pp_indices: "
+        "num_layers // pp_size each, the last num_layers % pp_size ranks one more)."
+    )
+    start_layer: Annotated[int, Field(ge=0)] = Field(
+        description="This rank's first decoder layer (the layers of the ranks before it)."
+    )
+    stage_tokens: Annotated[list[PositiveInt], Field(min_length=2), READ_ONLY] = Field(
+        description="Each rank's token capacity from its own budget and layers, before "
+        "--max-total-tokens: max_total_num_tokens is at most the fewest (SGLang's MIN "
+        "all-reduce over the ranks)."
+    )
+    mamba_stage_layers: PositiveInt | None = Field(
+        default=None,
+        description="Mamba hybrids: the most Mamba layers any rank keeps; every rank charges "
+        "its state slots at that many layers, so all ranks get the same slots.",
+    )
+
+
 class SGLangPlan(Model):
     """SGLang 0.5.23's KV pools for one request: what its own classes would allocate."""
 
@@ -165,6 +191,11 @@ class SGLangPlan(Model):
     speculative: SGLangSpeculative | None = Field(
         default=None,
         description="Speculative decoding's draft worker; null without speculative decoding.",
+    )
+    pipeline: SGLangPipeline | None = Field(
+        default=None,
+        description="Pipeline parallelism: which rank's layers and how the ranks' tokens "
+        "agree; null with one stage.",
     )
     capacity: Capacity = Field(description="How many context_length requests the pools hold.")
     warnings: Annotated[list[str], READ_ONLY] = Field(

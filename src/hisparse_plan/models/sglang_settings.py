@@ -76,6 +76,17 @@ class SGLangSettings(Model):
         "groups (tp_size must be a multiple); without it, replicas that each size their own "
         "pools as one.",
     )
+    pp_size: PositiveInt = Field(
+        default=1,
+        description="`--pp-size`: pipeline stages; each rank keeps the decoder layers SGLang's "
+        "get_pp_indices gives it (the last num_layers % pp_size ranks one more), and every "
+        "rank's pools take the fewest tokens any rank's budget holds.",
+    )
+    pp_rank: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="The pipeline rank this plan is for (SGLang's get_parallel().pp_rank: each "
+        "rank is its own process and allocates its own pools); below pp_size.",
+    )
     moe_a2a_backend: Literal["none", "deepep"] = Field(
         default="none",
         description="`--moe-a2a-backend`: deepep keeps 2 GiB (and 1 GiB more with prefill "
@@ -240,6 +251,15 @@ class SGLangSettings(Model):
             raise ValueError(
                 f"engine.dp_size: DP attention splits tp_size into dp_size groups; expected a "
                 f"divisor of tp_size {self.tp_size}, got {self.dp_size}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _pp_rank_in_range(self) -> SGLangSettings:
+        if self.pp_rank >= self.pp_size:
+            raise ValueError(
+                f"engine.pp_rank: a rank of the {self.pp_size} pipeline stages; expected 0 to "
+                f"{self.pp_size - 1}, got {self.pp_rank}"
             )
         return self
 

@@ -26,6 +26,7 @@ from hisparse_plan.adapters.sglang.server_args import (
     server_args_mapping,
     settings_from_sglang,
 )
+from hisparse_plan.adapters.sglang.stages import rank_plans, stages_report
 from hisparse_plan.errors import HisparsePlanError
 
 
@@ -44,6 +45,8 @@ def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
         request = request_from_server_args(case["config"], case["server_args"], case["memory"],
                                            gpu=case.get("gpu"),
                                            draft_config=case.get("draft_config"))
+        if request.engine is not None and request.engine.pp_size > 1:
+            return stages_report(request)
         return report(plan_sglang(request))
     except (HisparsePlanError, ValidationError, OSError, ValueError) as error:
         return {"error": f"{type(error).__name__}: {error}"}
@@ -52,6 +55,7 @@ def report_for_case(case: Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "layer_id",
     "pool_kwargs",
+    "rank_plans",
     "report",
     "report_for_case",
     "request_from_server_args",
@@ -60,4 +64,5 @@ __all__ = [
     "settings_from_server_args",
     "settings_from_sglang",
     "sglang_request",
+    "stages_report",
 ]

@@ -145,6 +145,12 @@ def pool_kwargs(plan: SGLangPlan, *, fp8: str = "float8_e4m3fn") -> dict[str, di
         out["kv"] = {"class": cls, **kwargs}
     elif "swa" in names:
         out["kv"] = {"class": "MHATokenToKVPool", **_mha(plan, "swa", _swa_size(plan), fp8)}
+    pipeline = plan.pipeline
+    if pipeline is not None and "kv" in out and out["kv"]["class"] != "SWAKVPool":
+        # A pipeline rank's pool holds its own layers, numbered from its first.
+        start = pipeline.start_layer
+        out["kv"].update(start_layer=start,
+                         end_layer=start + pipeline.stage_layers[pipeline.pp_rank])
     conv = _tensor(plan, "mamba_conv0")
     if conv is not None:
         view = _view(conv, "conv[0]", STATE_AXES)

@@ -53,6 +53,7 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "moe_a2a_backend": "moe_a2a_backend",
     "disable_radix_cache": "disable_radix_cache",
     "dcp_size": "dcp_size",
+    "pp_size": "pp_size",
     "chunked_prefill_size": "chunked_prefill_size",
     "disable_decode_cuda_graph": "disable_decode_cuda_graph",
     "disable_prefill_cuda_graph": "disable_prefill_cuda_graph",

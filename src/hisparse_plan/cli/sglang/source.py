@@ -14,7 +14,7 @@ from hisparse_plan.adapters.sglang.request import (
     hisparse_settings,
     sglang_model_of_case,
 )
-from hisparse_plan.cli.arg_types import AUTO, positive_int, positive_tokens
+from hisparse_plan.cli.arg_types import AUTO, non_negative_int, positive_int, positive_tokens
 from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label
@@ -125,6 +125,11 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--speculative-draft-num-layers", type=positive_int, metavar="N",
                        help="the draft model's KV layers (default with NEXTN: the model's "
                             "num_nextn_predict_layers)")
+    group.add_argument("--pp-size", type=positive_int, metavar="N",
+                       help="pipeline stages: each rank keeps the decoder layers SGLang gives "
+                            "it and all take the fewest tokens any rank holds (default 1)")
+    group.add_argument("--pp-rank", type=non_negative_int, metavar="R",
+                       help="the pipeline rank to plan, 0 to --pp-size - 1 (default 0)")
     group.add_argument("--moe-a2a-backend", choices=("none", "deepep"),
                        help="MoE all-to-all: deepep keeps 2 GiB (3 with prefill graphs) more "
                             "out of SGLang's default fraction (default none)")
@@ -151,6 +156,8 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("speculative_eagle_topk", "--speculative-eagle-topk"),
     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
     ("speculative_draft_num_layers", "--speculative-draft-num-layers"),
+    ("pp_size", "--pp-size"),
+    ("pp_rank", "--pp-rank"),
 )
 """(dest, flag) of every SGLang-only flag."""
 
@@ -257,7 +264,8 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
                     default_length: int | None, facts: dict[str, Any] | None = None,
                     ) -> tuple[SGLangSettings, int | None, str]:
     """SGLangSettings from the flags, the budget given outright, and the memory's words."""
-    memory, budget, words = _memory(args, arch, tp)
+    # A pipeline rank holds its share of the layers' weights too.
+    memory, budget, words = _memory(args, arch, tp * (args.pp_size or 1))
     fields: dict[str, Any] = {
         "name": "sglang",
         "context_length": _context_length(args, arch, default_length),
@@ -273,7 +281,7 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
     fields.update(_speculative(args, arch, fields.pop(NEXTN_LAYERS, None)))
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
                  "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend",
-                 "dcp_size"):
+                 "dcp_size", "pp_size", "pp_rank"):
         value = getattr(args, dest)
         if value is not None:
             fields[dest] = value
@@ -282,6 +290,9 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
             raise CommandError("--hisparse-config needs --enable-hisparse")
         fields.update(hisparse_settings(args.hisparse_config))
     fields["enable_hisparse"] = bool(args.enable_hisparse)
+    if (args.pp_rank or 0) >= (args.pp_size or 1):
+        raise CommandError(f"--pp-rank: expected a rank below --pp-size {args.pp_size or 1}, "
+                           f"got {args.pp_rank}")
     if args.enable_dp_attention and tp % (args.dp_size or 1):
         raise CommandError(f"--dp-size: DP attention splits --tp into --dp-size groups; "
                            f"expected a divisor of {tp}, got {args.dp_size}")
@@ -327,5 +338,7 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
     engine, budget, words = sglang_settings(args, arch, tp, default_length, facts)
     request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
     dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
+    if engine.pp_size > 1:
+        dp += f", pipeline rank {engine.pp_rank} of {engine.pp_size}"
     title = f"{title} on SGLang 0.5.23 (tp {tp}{dp}; {words})"
     return SGLangSource(request, title, words)

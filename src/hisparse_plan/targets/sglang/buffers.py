@@ -45,6 +45,7 @@ BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
     "mamba_intermediate_conv0": (("intermediate_conv_window[0]",),),
     "v4_swa": ((KV_BUFFER,),),
     "v4_c4": ((KV_BUFFER,),),
+    "v4_hisparse_host": ((KV_BUFFER,),),
     "v4_c128": ((KV_BUFFER,),),
     "v4_index_c4": ((INDEX_K,),),
     "v4_state_c4": ((KV_SCORE,),),

@@ -213,20 +213,32 @@ def _per_layer_pool(
     block: tuple[int, int, int],
     view: BufferView,
     size: int,
+    *,
+    host: bool = False,
 ) -> Placed:
     """A per-layer pool whose blocks are `block` = (count, tokens, bytes) apart from byte 0,
-    block 0 padding, viewed by `view`."""
+    viewed by `view`: on the GPU block 0 pads; a host pool hands out every block."""
     count, tokens, nbytes = block
     pool = Pool(
-        name=name, location="device", allocation="per_layer", size=size, num_blocks=count,
-        block_tokens=tokens, padding_blocks=1,
+        name=name, location="host" if host else "device", allocation="per_layer", size=size,
+        num_blocks=count, block_tokens=tokens, padding_blocks=0 if host else 1,
     )
     tensor = KVCacheTensor(
         size=size, layers=list(layers), layer_stride=0, block_stride=nbytes, offset=0,
-        host_resident=False, pool=name, ranges=[PageRange(offset=0, size=nbytes)],
+        host_resident=host, pool=name, ranges=[PageRange(offset=0, size=nbytes)],
         views=[view],
     )
     return Placed((pool,), (tensor,))
+
+
+def host_page_pool(
+    name: str, layers: tuple[str, ...], pages: int, slots_per_page: int, page_bytes: int
+) -> Placed:
+    """A paged host pool (SGLang's DeepSeekV4PagedHostPool, layer first): every layer one
+    uint8 buffer [pages, page bytes], no padding page."""
+    view = _view(KV_BUFFER, "uint8", [pages, page_bytes])
+    return _per_layer_pool(name, layers, (pages, slots_per_page, page_bytes), view,
+                           pages * page_bytes, host=True)
 
 
 def v4_kv_pool(

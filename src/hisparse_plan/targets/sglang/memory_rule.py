@@ -12,11 +12,13 @@ DP attention keeps 3 MiB (4.5 above a batch of 300) per decode batch slot and at
 more, and DeepEP's all-to-all 2 GiB more (on top of the 10 GiB floor) with 1 GiB more with
 prefill graphs (parallel.py). The chunk is the one before DP attention divides it.
 
-Modelled: CUDA GPUs, one pipeline stage, no disaggregated prefill/decode roles, text-only
-models, SGLang's environment defaults (no post-capture KV sizing, no KV-cache sharding), and
-chunked prefill on. Every figure is
-computed with the same float operations in the same order as SGLang, so the fraction is
-SGLang's to the bit."""
+Pipeline stages keep tp x pp / 8 GiB for the parallel groups and capture no prefill graphs by
+default (pipeline_stages.py).
+
+Modelled: CUDA GPUs, no disaggregated prefill/decode roles, text-only models, SGLang's
+environment defaults (no post-capture KV sizing, no KV-cache sharding), and chunked prefill on.
+Every figure is computed with the same float operations in the same order as SGLang, so the
+fraction is SGLang's to the bit."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from hisparse_plan.targets.sglang.parallel import (
     deepep_prefill_graph_mib,
     dp_attention_graph_mib,
 )
+from hisparse_plan.targets.sglang.pipeline_stages import prefill_graphs_by_default
 
 MIB: Final = 1 << 20
 
@@ -153,9 +156,11 @@ def prefill_graphs_captured(settings: SGLangSettings, *, deepseek_v4: bool = Fal
     or one of cuda_graph_hook's breakable-graph blockers holds: decode context parallelism
     (its capture has no DCP metadata), DeepSeek-V4 (its c4 indexer scratch would be pinned
     in the capture pool; V4's prefill context parallelism, which lifts that, is not planned),
-    or a multimodal model SGLang has not validated prefill graphs for (multimodal.py)."""
+    a multimodal model SGLang has not validated prefill graphs for (multimodal.py), or
+    pipeline stages (pipeline_stages.py)."""
     return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
-            and not deepseek_v4 and prefill_graphs_allowed(settings))
+            and not deepseek_v4 and prefill_graphs_allowed(settings)
+            and prefill_graphs_by_default(settings))
 
 
 def graph_reserve_mib(
@@ -191,7 +196,8 @@ def fraction_left(gpu_mib: float, reserve_mib: float | int) -> float:
 
 
 def default_mem_fraction_static(
-    settings: SGLangSettings, *, mla: bool, pp_size: int = 1, deepseek_v4: bool = False
+    settings: SGLangSettings, *, mla: bool, pp_size: int | None = None,
+    deepseek_v4: bool = False
 ) -> float:
     """SGLang's mem_fraction_static for `settings` on a GPU of `settings.gpu_memory_bytes`:
     the given `--chunked-prefill-size`, `--tp-size`, `--max-running-requests`,
@@ -219,7 +225,8 @@ def default_mem_fraction_static(
     )
     graphs += dp_attention_graph_mib(settings, decode_bs)
     graphs += deepep_prefill_graph_mib(settings, prefill_graphs=prefill)
-    reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, pp_size, graphs)
+    stages = settings.pp_size if pp_size is None else pp_size
+    reserve = reserved_mib(gpu_mib, chunked, settings.tp_size, stages, graphs)
     reserve += deepep_a2a_mib(settings)
     if gpu_mib <= reserve:
         raise PlanError(

@@ -25,7 +25,7 @@ from hisparse_plan.targets.sglang.place import place
 from hisparse_plan.targets.sglang.read import read
 from hisparse_plan.targets.sglang.report import report
 from hisparse_plan.targets.sglang.resolve import resolve
-from hisparse_plan.targets.sglang.size import size
+from hisparse_plan.targets.sglang.size import Sized, size
 from hisparse_plan.targets.trace import Trace
 
 STAGE_TITLES: Final[Mapping[str, str]] = MappingProxyType({
@@ -69,9 +69,24 @@ def _run(request: PlanRequest | Mapping[str, object], trace: Trace) -> TracedPla
 
 
 def _stages(request: PlanRequest, trace: Trace) -> TracedPlan:
-    model = read(request, trace)
+    model = read(request, trace, _peer_tokens(request))
     defaults = resolve(model, trace)
     sized = size(defaults, trace)
     placed = place(sized, trace)
     plan = note_unwritten_buffers(request, report(sized, placed, trace), trace)
     return TracedPlan(plan, trace)
+
+
+def _peer_tokens(request: PlanRequest) -> tuple[int, ...] | None:
+    """With pipeline stages, every rank's own token capacity, each rank read, resolved and
+    sized on its own (what it brings to SGLang's MIN all-reduce); else None."""
+    engine = request.engine
+    if engine is None or engine.pp_size == 1:
+        return None
+    tokens = []
+    for rank in range(engine.pp_size):
+        ranked = request.model_copy(
+            update={"engine": engine.model_copy(update={"pp_rank": rank})})
+        sized = size(resolve(read(ranked, Trace()), Trace()), Trace())
+        tokens.append(sized.own_tokens if isinstance(sized, Sized) else sized.sizes.full)
+    return tuple(tokens)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hisparse_plan.models.base import built_for
 from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
+from hisparse_plan.targets.sglang.hisparse_v4 import v4_host_pool
 from hisparse_plan.targets.sglang.layout import (
     Placed,
     hisparse_host_pool,
@@ -105,6 +106,8 @@ def _place_v4(sized: SizedV4) -> Placed:
     if c4:
         slots = page // 4
         placed += v4_kv_pool("v4_c4", c4, sizes.c4, slots, page)
+        if sized.hisparse is not None:
+            placed += v4_host_pool(c4, sized.hisparse.host_tokens, page)
         key_bytes = index_row_bytes(model.index_head_dim)
         placed += v4_index_pool(model.index_keys, sized.c4_index_tokens, slots, page, key_bytes)
         for name, layers in (("v4_state_c4", model.states[4]),

@@ -12,12 +12,15 @@ from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_chunked_prefill_size, gpu_memory_mib
 from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.pipeline_stages import overlap_schedule
 
 MAMBA_SLOTS_RADIX_ON: Final[Literal[5]] = 5
 """State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
 the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
 the overlap scheduler on)."""
 MAMBA_SLOTS_RADIX_OFF: Final[Literal[1]] = 1
+MAMBA_SLOTS_NO_OVERLAP: Final[Literal[4]] = 4
+"""... and 4 with the overlap scheduler off (pipeline stages): one tracking slot, not two."""
 SWA_EVICTION_INTERVAL: Final = 128
 """SGLANG_SWA_EVICTION_INTERVAL's default: decode steps between window evictions."""
 CHUNKS_IN_FLIGHT: Final = 2
@@ -26,9 +29,12 @@ UNKNOWN_GPU_CHUNK: Final = 4096
 """SGLang's chunked_prefill_size when it cannot read the GPU's memory."""
 
 
-def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 5]:
-    """State slots one running request may hold: 5 with the radix cache, 1 without."""
-    return MAMBA_SLOTS_RADIX_OFF if settings.disable_radix_cache else MAMBA_SLOTS_RADIX_ON
+def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 4, 5]:
+    """State slots one running request may hold: 5 with the radix cache (4 without the
+    overlap scheduler), 1 without the cache."""
+    if settings.disable_radix_cache:
+        return MAMBA_SLOTS_RADIX_OFF
+    return MAMBA_SLOTS_RADIX_ON if overlap_schedule(settings) else MAMBA_SLOTS_NO_OVERLAP
 
 
 def radix_off_mamba_slots(settings: SGLangSettings) -> int | None:
@@ -67,7 +73,8 @@ def swa_request_cap(
         return None
     decode = page_size if decode_allocation is None else decode_allocation
     per_request = window + SWA_EVICTION_INTERVAL * draft_tokens + page_size + decode
-    chunks = CHUNKS_IN_FLIGHT * resolved_chunked_prefill_size(settings)
+    chunks = (CHUNKS_IN_FLIGHT if overlap_schedule(settings) else 1) * (
+        resolved_chunked_prefill_size(settings))
     return per_request * requests_per_worker(settings, given) + chunks + page_size
 
 

@@ -5,13 +5,21 @@ after this one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
+from hisparse_plan.targets.sglang.pipeline_stages import (
+    Stage,
+    refuse_position_rule_pipeline,
+    refuse_stage_without_attention,
+    refuse_v4_pipeline,
+    stage_of,
+    stage_request,
+)
 from hisparse_plan.targets.sglang.served import (
     refuse_longer_context,
     refuse_unserved_architecture,
@@ -39,6 +47,8 @@ class Read:
     """device.available_bytes: the KV budget when the free-memory figures are not given."""
     index_topk: int | None = None
     """The model's index_topk (model.index_topk), the top-k SGLang's HiSparse runs."""
+    stage: Stage | None = None
+    """The pipeline rank's stage (`model` holds its layers only); None with one stage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +58,17 @@ class ReadV4:
     settings: SGLangSettings
     model: V4Model
     available_bytes: int
+    index_topk: int | None = None
+    """The model's index_topk, the top-k SGLang's HiSparse runs."""
 
 
-def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
+def read(
+    request: PlanRequest, trace: Trace, peer_tokens: tuple[int, ...] | None = None
+) -> Read | ReadV4:
     """The settings first (a vLLM request, and vLLM-only sections, are refused before any
     layer is read), then the layers: DeepSeek-V4's caches by its own reader, after the settings
-    its path does not take are refused."""
+    its path does not take are refused; with pipeline stages, the rank's layers only
+    (`peer_tokens`: every rank's own tokens, once known)."""
     settings = sglang_settings(request)
     refuse_without_algorithm(settings)
     refuse_vllm_sections(request)
@@ -62,13 +77,24 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
     available = request.device.available_bytes
     if is_deepseek_v4(request):
         refuse_v4_settings(settings)
+        refuse_v4_pipeline(settings)
         v4 = read_v4_model(request)
         if trace.enabled:
             _trace_v4(v4, trace)
-        return ReadV4(settings, v4, available)
-    model = (read_llama4_model(request, settings) if is_llama4_hybrid(request, settings)
-             else read_model(request, windows_as_full=windows_in_full_pool(settings)))
+        return ReadV4(settings, v4, available, request.model.index_topk)
+    stage = stage_of(request, settings)
+    if stage is not None and peer_tokens is not None:
+        stage = replace(stage, peer_tokens=peer_tokens)
+    staged = stage_request(request, stage)
+    refuse_stage_without_attention(staged, stage)
+    if is_llama4_hybrid(request, settings):
+        refuse_position_rule_pipeline(settings)
+        model = read_llama4_model(staged, settings)
+    else:
+        model = read_model(staged, windows_as_full=windows_in_full_pool(settings))
     if trace.enabled:
+        if stage is not None:
+            _trace_stage(stage, trace)
         _trace_model(model, trace)
         if is_llama4_hybrid(request, settings) and model.swa is not None:
             trace.add(STAGE, RULE, "swa: Llama-4 window layers", len(model.swa.names),
@@ -84,7 +110,15 @@ def read(request: PlanRequest, trace: Trace) -> Read | ReadV4:
                       settings.architecture,
                       "not one of SGLang's hybrid-window architectures (is_hybrid_swa_model): "
                       "one full pool holds every token of every layer")
-    return Read(settings, model, available, request.model.index_topk)
+    return Read(settings, model, available, request.model.index_topk, stage)
+
+
+def _trace_stage(stage: Stage, trace: Trace) -> None:
+    trace.add(STAGE, "sglang.pipeline", f"pipeline rank {stage.rank} of {stage.size}",
+              f"layers [{stage.start}, {stage.end})",
+              f"get_pp_indices: {stage.num_layers} decoder layers, "
+              f"{stage.num_layers // stage.size} a rank, the last "
+              f"{stage.num_layers % stage.size} ranks one more")
 
 
 def _trace_model(model: SGLangModel, trace: Trace) -> None:

@@ -8,6 +8,7 @@ from hisparse_plan.models.sglang_plan import (
     SGLangBudget,
     SGLangDeepSeekV4,
     SGLangHisparse,
+    SGLangPipeline,
     SGLangPlan,
     SGLangSpeculative,
 )
@@ -17,7 +18,9 @@ from hisparse_plan.targets.sglang.hisparse_meta import (
     hisparse_metadata,
     metadata_bytes,
 )
+from hisparse_plan.targets.sglang.hisparse_v4 import v4_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
+from hisparse_plan.targets.sglang.pipeline_stages import pp_indices
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
 
@@ -61,6 +64,23 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         hisparse=hisparse,
         index_placeholder_layers=_placeholders(sized),
         speculative=_speculative(sized),
+        pipeline=_pipeline(sized),
+    )
+
+
+def _pipeline(sized: Sized) -> SGLangPipeline | None:
+    """The rank's stage and every rank's tokens, with pipeline stages."""
+    stage = sized.defaults.read.stage
+    if stage is None:
+        return None
+    return SGLangPipeline(
+        pp_size=stage.size, pp_rank=stage.rank,
+        stage_layers=[end - start for start, end in
+                      (pp_indices(stage.num_layers, rank, stage.size)
+                       for rank in range(stage.size))],
+        start_layer=stage.start,
+        stage_tokens=list(stage.peer_tokens or (sized.own_tokens,)),
+        mamba_stage_layers=stage.mamba_stage_layers or None,
     )
 
 
@@ -103,6 +123,10 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         max_running_requests=sized.max_running_requests, full=sizes.full, swa=sizes.swa,
         window=model.window,
     )
+    capacity = sglang_capacity(tokens)
+    if sized.hisparse is not None:
+        capacity = v4_capacity(capacity, sized.hisparse, sizes.c4, tokens.context_length, page,
+                               sized.max_running_requests)
     return _plan(
         placed, tokens, trace, sizes.full, sized.req_to_token,
         budget=SGLangBudget(
@@ -121,6 +145,7 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             bytes_per_full_token=sized.coefficient,
             fixed_bytes=sized.fixed_bytes,
         ),
+        hisparse=sized.hisparse, capacity=capacity,
     )
 
 
@@ -130,9 +155,10 @@ def _plan(
     hisparse: SGLangHisparse | None = None, deepseek_v4: SGLangDeepSeekV4 | None = None,
     index_placeholder_layers: tuple[str, ...] = (),
     speculative: SGLangSpeculative | None = None,
+    pipeline: SGLangPipeline | None = None, capacity: Capacity | None = None,
 ) -> SGLangPlan:
-    """The plan of the placed pools, with the capacity the pool tokens give."""
-    capacity = sglang_capacity(tokens)
+    """The plan of the placed pools, with the capacity the pool tokens give (unless given)."""
+    capacity = sglang_capacity(tokens) if capacity is None else capacity
     if trace.enabled:
         _trace_capacity(tokens, capacity, trace)
     return SGLangPlan(
@@ -141,7 +167,7 @@ def _plan(
         max_running_requests=tokens.max_running_requests,
         req_to_token=req_to_token_view(*req_to_token), budget=budget, hisparse=hisparse,
         deepseek_v4=deepseek_v4, speculative=speculative, capacity=capacity,
-        index_placeholder_layers=list(index_placeholder_layers),
+        index_placeholder_layers=list(index_placeholder_layers), pipeline=pipeline,
     )
 
 

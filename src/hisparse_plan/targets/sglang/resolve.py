@@ -84,6 +84,9 @@ class DefaultsV4:
     swa_full_tokens_ratio: float
     requested_requests: int
     """The running requests the c128 state rings are budgeted for."""
+    hisparse_buffer: int | None = None
+    """HiSparse's device buffer rows a request (None: HiSparse off)."""
+    hisparse_top_k: int = 0
 
 
 def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
@@ -135,12 +138,16 @@ def _unforced_page(settings: SGLangSettings, model: SGLangModel) -> int:
 
 def _resolve_v4(read: ReadV4, trace: Trace) -> DefaultsV4:
     settings = read.settings
+    top_k = hisparse_top_k(settings, read.index_topk)
+    buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
     defaults = DefaultsV4(
         read=read,
         page_size=v4_page_size(settings),
         mem_fraction_static=v4_static_fraction(settings),
         swa_full_tokens_ratio=v4_swa_ratio(settings),
         requested_requests=v4_requested_requests(settings),
+        hisparse_buffer=buffer,
+        hisparse_top_k=top_k if buffer is not None else 0,
     )
     if trace.enabled:
         trace.add(STAGE, POOLS, "page_size", defaults.page_size,

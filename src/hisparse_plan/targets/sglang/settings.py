@@ -10,9 +10,9 @@ from hisparse_plan.models.sglang_settings import SGLangSettings
 
 
 def sglang_settings(request: PlanRequest) -> SGLangSettings:
-    """The request's SGLang settings; a request without them is a vLLM request. Pipeline
-    stages are refused (one stage is planned), and vLLM's decode context parallelism field
-    (SGLang's is engine.dcp_size)."""
+    """The request's SGLang settings; a request without them is a vLLM request. vLLM's
+    pipeline stages are refused (SGLang's are engine.pp_size, one plan a rank), and vLLM's
+    decode context parallelism field (SGLang's is engine.dcp_size)."""
     if request.engine is None:
         raise PlanError(
             "engine: expected SGLang settings ({'name': 'sglang', ...}) to plan for SGLang, "
@@ -21,8 +21,9 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
         )
     if request.device.pipeline_stages is not None:
         raise UnsupportedRequestError(
-            "device.pipeline_stages: pipeline parallelism is not planned for SGLang yet; "
-            "expected null",
+            "device.pipeline_stages: vLLM's stages (layers and memory each) do not apply to "
+            "SGLang; expected null, and engine.pp_size with engine.pp_rank for SGLang's "
+            "pipeline (each rank's layers as SGLang splits them)",
             field="device.pipeline_stages",
         )
     dcp = request.scheduler.decode_context_parallel_size
@@ -57,9 +58,9 @@ def refuse_vllm_sections(request: PlanRequest) -> None:
 def refuse_v4_settings(settings: SGLangSettings) -> None:
     """Settings SGLang's DeepSeek-V4 path does not take or this planner does not plan:
     a kv dtype other than fp8 (SGLang's paged V4 pools store uint8 rows only), a DSA backend
-    (V4 has its own attention backend), HiSparse (its c4 device pool and paged host pool are
-    not planned). Refused before the caches are read, so a V4 request with such a setting is
-    refused for the setting whatever its caches."""
+    (V4 has its own attention backend). Refused before the caches are read, so a V4 request
+    with such a setting is refused for the setting whatever its caches. (HiSparse is planned:
+    hisparse_v4.py.)"""
     if settings.kv_cache_dtype not in ("auto", "fp8_e4m3"):
         raise UnsupportedRequestError(
             "engine.kv_cache_dtype: SGLang's paged DeepSeek-V4 pools store fp8 rows; expected "
@@ -78,10 +79,4 @@ def refuse_v4_settings(settings: SGLangSettings) -> None:
             "inflates every V4 pool's bytes a token) is not planned yet; expected null, got "
             f"{settings.speculative_algorithm}",
             field="engine.speculative_algorithm",
-        )
-    if settings.enable_hisparse:
-        raise UnsupportedRequestError(
-            "engine.enable_hisparse: HiSparse on DeepSeek-V4 (SGLang's shrunk c4 device pool "
-            "and paged host pool) is not planned yet; expected false, got true",
-            field="engine.enable_hisparse",
         )

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import bounds, dcp, radix, sizing, sizing_v4, speculative
+from hisparse_plan.targets.sglang import (
+    bounds,
+    dcp,
+    hisparse_v4,
+    pipeline_stages,
+    radix,
+    sizing,
+    sizing_v4,
+    speculative,
+)
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
@@ -36,7 +45,7 @@ class Sized:
     """max_total_num_tokens: the full (or latent) pool's tokens."""
     swa_tokens: int | None
     mamba_slots: int | None
-    mamba_slots_per_request: Literal[1, 5] | None
+    mamba_slots_per_request: Literal[1, 4, 5] | None
     """State slots a running request may hold (None without Mamba layers)."""
     max_running_requests: int
     req_to_token: tuple[int, int]
@@ -52,6 +61,9 @@ class Sized:
     parallelism."""
     draft_cell_bytes: int = 0
     """Bytes the draft worker's layers add to a full token's cell (speculative decoding)."""
+    own_tokens: int = 0
+    """The full pool's tokens from this rank's own budget, before --max-total-tokens and the
+    pipeline ranks' minimum (what a pipeline rank offers the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,8 @@ class SizedV4:
     c4_state_rings: int
     c128_state_rows: int
     c128_state_rings: int
+    hisparse: SGLangHisparse | None = None
+    """HiSparse's c4 host pool and hot buffers; None without it."""
 
 
 def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
@@ -90,7 +104,9 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     spec = defaults.speculative
     serving = speculative.speculative_requests(settings, spec)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
-        slot_bytes = sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes)
+        slot_bytes = pipeline_stages.stage_slot_bytes(
+            sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
+            len(model.mamba.names))
         budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
                   speculative_mamba_budget(serving, rest_gb, slot_bytes, spec))
         slots, rest_gb = budget.slots, budget.rest_gb
@@ -104,7 +120,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0])
         * speculative.draft_token_scale(settings),
         speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
-    tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
+    own, tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
     requests = sizing.max_running_requests(serving, tokens, slots)
     table = sizing.req_to_token_shape(settings, requests, speculative.req_to_token_extra(
@@ -118,6 +134,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         token_ids=dcp.token_ids(settings, tokens),
         index_tokens=dcp.index_tokens(settings, tokens, defaults.page_size),
         draft_cell_bytes=draft_bytes,
+        own_tokens=own,
     )
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
@@ -126,12 +143,13 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
 
 def _pool_tokens(
     defaults: Defaults, available: int, cell: CellSize
-) -> tuple[int, int | None, bool]:
-    """The full pool's tokens and the window pool's: the budget over the cell size, the window
-    pool swa_full_tokens_ratio of the full one; with the radix cache off and the running
-    requests given, the window pool sized for them first and the full pool the rest (true
-    last)."""
-    settings, model, page = defaults.read.settings, defaults.read.model, defaults.page_size
+) -> tuple[int, int, int | None, bool]:
+    """The rank's own tokens, then the full pool's tokens and the window pool's: the budget
+    over the cell size (capped, and the fewest of the pipeline ranks'), the window pool
+    swa_full_tokens_ratio of the full one; with the radix cache off and the running requests
+    given, the window pool sized for them first and the full pool the rest (true last)."""
+    read, page = defaults.read, defaults.page_size
+    settings, model = read.settings, read.model
     window = None if model.swa is None else model.swa.window  # window groups have one
     serving = speculative.speculative_requests(settings, defaults.speculative)
     cap = (None if window is None or model.full is None else radix.swa_request_cap(
@@ -139,22 +157,26 @@ def _pool_tokens(
         *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size)))
     if cap is not None:
         swa = radix.ceil_page(cap, page)
-        tokens = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
+        own = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)
+        tokens = pipeline_stages.agreed_tokens(own, read.stage)
         capped = sizing.cap_max_total_tokens(settings, tokens, page)
         sizing.refuse_empty_pool(capped, page)
-        if capped != tokens and settings.max_total_tokens is not None:
-            swa = min(swa, settings.max_total_tokens)
+        if capped != own:
+            # SGLang's constrained pool keeps the window at its cap, at most the full tokens.
+            limit = settings.max_total_tokens
+            swa = min(swa, tokens if limit is None else min(tokens, limit))
             radix.refuse_unaligned_capped_window(swa, page)
-        return capped, swa, True
-    tokens = sizing.max_total_num_tokens(available, cell, page)
+        return own, capped, swa, True
+    own = sizing.max_total_num_tokens(available, cell, page)
+    tokens = pipeline_stages.agreed_tokens(own, read.stage)
     tokens = sizing.cap_max_total_tokens(settings, tokens, page)
     sizing.refuse_empty_pool(tokens, page)
     if model.swa is None:
-        return tokens, None, False
+        return own, tokens, None, False
     swa = sizing.swa_tokens(tokens, defaults.swa_full_tokens_ratio, page)
     if window is not None:  # a Llama-4 without a chunk size has no admission floor
         sizing.validate_swa_pool(swa, window, page)
-    return tokens, swa, False
+    return own, tokens, swa, False
 
 
 def _cache(dtype: CacheDtype | None) -> str | None:
@@ -195,12 +217,13 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
     ratio = defaults.swa_full_tokens_ratio
-    coefficient = sizing_v4.bytes_per_full_token(model, page, ratio)
+    shrink = hisparse_v4.c4_shrink(settings)
+    coefficient = sizing_v4.bytes_per_full_token(model, page, ratio, shrink)
     fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
     full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
     full = sizing.cap_max_total_tokens(settings, full, page)
     bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
-    sizes = sizing_v4.v4_sizes(model, full, ratio, page)
+    sizes = sizing_v4.v4_sizes(model, full, ratio, page, shrink)
     requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
     table = sizing.req_to_token_shape(settings, requests)
     c4, c128 = model.num_layers(4), model.num_layers(128)
@@ -214,6 +237,8 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
         c128_state_rows=(
             sizing_v4.state_rows(sizing_v4.c128_state_size(requests), 128) if c128 else 0),
         c128_state_rings=sizing_v4.c128_state_rings(requests),
+        hisparse=None if defaults.hisparse_buffer is None else hisparse_v4.v4_hisparse(
+            settings, defaults.hisparse_top_k, defaults.hisparse_buffer, sizes.full, page),
     )
     if trace.enabled:
         _trace_v4(sized, rest_gb, trace)
@@ -229,6 +254,15 @@ def _trace_budget(
     less = ", less the Mamba states" if states else ""
     trace.add(STAGE, RULE, "budget.available_bytes", available,
               f"int({rest_gb!r} GB x 2**30): {source}{less}, in SGLang's float GB")
+
+
+def _agreed(sized: Sized) -> str:
+    """The words for the pipeline ranks' minimum, when there are ranks."""
+    stage = sized.defaults.read.stage
+    if stage is None or stage.peer_tokens is None:
+        return ""
+    return (f"; this rank's own {sized.own_tokens}, the fewest of the {stage.size} pipeline "
+            f"ranks' {list(stage.peer_tokens)} taken (SGLang's MIN all-reduce)")
 
 
 def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
@@ -252,7 +286,7 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
               f"available_bytes {sized.available_bytes} // cell {cell.total}, floored to a page "
               f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
-                              else ", capped by max_total_tokens"))
+                              else ", capped by max_total_tokens") + _agreed(sized))
     if sized.swa_tokens is not None:
         trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "

@@ -56,22 +56,27 @@ def bytes_per_swa_token(model: V4Model, page_size: int) -> float:
     )
 
 
-def compressed_bytes_per_full_token(model: V4Model, ratio: int, page_size: int) -> float:
-    """Bytes one full token adds to one layer of `ratio`: a quarter row and a quarter index key
-    (ratio 4), or 1/128 of a row (ratio 128)."""
+def compressed_bytes_per_full_token(
+    model: V4Model, ratio: int, page_size: int, c4_shrink: int = 1
+) -> float:
+    """Bytes one full token adds to one layer of `ratio`: a quarter row (1 / (4 x c4_shrink)
+    of one with HiSparse's shrunk c4 pool) and a quarter index key (ratio 4), or 1/128 of a
+    row (ratio 128)."""
     if ratio == 4:
         return (
-            1 / 4 * paged_bytes_per_slot(page_size, 4)
+            1 / (4 * c4_shrink) * paged_bytes_per_slot(page_size, 4)
             + 1 / 4 * index_row_bytes(model.index_head_dim)
         )
     return 1 / 128 * paged_bytes_per_slot(page_size, 128)
 
 
-def bytes_per_full_token(model: V4Model, page_size: int, swa_ratio: float) -> float:
+def bytes_per_full_token(
+    model: V4Model, page_size: int, swa_ratio: float, c4_shrink: int = 1
+) -> float:
     """SGLang's coefficient: swa_ratio window tokens plus the compressed rows per full token,
     summed over ratios 4 then 128 (7086.75 for DeepSeek-V4-Flash at 0.1)."""
     return swa_ratio * bytes_per_swa_token(model, page_size) + sum(
-        compressed_bytes_per_full_token(model, ratio, page_size) * len(layers)
+        compressed_bytes_per_full_token(model, ratio, page_size, c4_shrink) * len(layers)
         for ratio, layers in model.compressed.items()
     )
 
@@ -144,10 +149,12 @@ class V4Sizes:
     """Ring rows of the c4 states (before the buffer's extra rows)."""
 
 
-def v4_sizes(model: V4Model, full: int, swa_ratio: float, page_size: int) -> V4Sizes:
+def v4_sizes(
+    model: V4Model, full: int, swa_ratio: float, page_size: int, c4_shrink: int = 1
+) -> V4Sizes:
     """From the full tokens: the window pool int(full * ratio) floored to a page (refused when
-    it cannot hold one request: window + page tokens), c4 = full // 4, c128 = full // 128, and
-    the c4 state rings one per window page."""
+    it cannot hold one request: window + page tokens), c4 = full // (4 x c4_shrink), c128 =
+    full // 128, and the c4 state rings one per window page."""
     full = full // page_size * page_size
     swa = int(full * swa_ratio) // page_size * page_size
     if model.window + page_size >= swa:
@@ -159,7 +166,7 @@ def v4_sizes(model: V4Model, full: int, swa_ratio: float, page_size: int) -> V4S
             field="engine.swa_full_tokens_ratio",
         )
     c4_state = c4_state_size(swa, page_size) if model.num_layers(4) else 0
-    return V4Sizes(full, swa, full // 4, full // 128, c4_state)
+    return V4Sizes(full, swa, full // (4 * c4_shrink), full // 128, c4_state)
 
 
 def v4_max_running_requests(requested: int, full: int) -> int:

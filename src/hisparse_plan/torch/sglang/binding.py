@@ -93,10 +93,22 @@ def page_trains(plan: SGLangPlan) -> list[PageTrain]:
 
 
 def host_trains(plan: SGLangPlan, pool: str) -> list[Train]:
-    """Every range of every layer's pages in host pool `pool`, as trains over its blocks."""
-    return [Train(train.start, train.size, train.block_stride, train.num_blocks, train.tensor,
-                  train.layer, 0)
-            for train in page_trains(plan) if train.allocation == (pool, None)]
+    """Every range of every layer's pages in host pool `pool`, as trains over its blocks (a
+    per-layer host pool's layers lie back to back in one mapping: `host_layer_offsets`)."""
+    offsets = host_layer_offsets(plan, pool)
+    return [Train(train.start + offsets[train.allocation[1]], train.size, train.block_stride,
+                  train.num_blocks, train.tensor, train.layer, 0)
+            for train in page_trains(plan)
+            if train.allocation[0] == pool and train.allocation[1] in offsets]
+
+
+def host_layer_offsets(plan: SGLangPlan, pool: str) -> dict[str | None, int]:
+    """Where each allocation of host pool `pool` starts in its one mapping: a whole pool at 0,
+    a per-layer pool's layers (DeepSeek-V4's paged host pool) one after another, in plan
+    order."""
+    found = next(p for p in plan.pools if p.name == pool)
+    return {layer: index * found.size
+            for index, layer in enumerate(plan.allocation_layers(found))}
 
 
 def placed_views(plan: SGLangPlan) -> list[PlacedView]:

@@ -41,6 +41,7 @@ from hisparse_plan.torch.sglang.binding import (
     bind_pages,
     check_buffer,
     describe_allocation,
+    host_layer_offsets,
     host_trains,
     page_trains,
     placed_views,
@@ -146,8 +147,12 @@ class SGLangPools:
         found = dict(self._live())
         for name, state in self._hosts.items():
             buffer = state.buffer
-            if buffer is not None and buffer.tensor is not None:
-                found[(name, None)] = buffer.tensor
+            if buffer is None or buffer.tensor is None:
+                continue
+            size = next(pool.size for pool in self._plan.pools if pool.name == name)
+            for layer, start in host_layer_offsets(self._plan, name).items():
+                found[(name, layer)] = (buffer.tensor if layer is None
+                                        else buffer.tensor[start:start + size])
         return {key: found[key] for key in allocations(self._plan, self._plan.pools)
                 if key in found}
 
@@ -269,7 +274,7 @@ def allocate_sglang(plan: SGLangPlan, arguments: Arguments) -> SGLangPools:
                     if pool.location == "device" and pool.stage == index]
     _check_host_pool_name(host_pools, ask.host_pool_name, ask.device)
     host_bytes = {pool.name: round_up(pool.size, OS_PAGE) if pool.shared and ask.host_pool_name
-                  else pool.size for pool in host_pools}
+                  else pool.size * len(plan.allocation_layers(pool)) for pool in host_pools}
     sizes = {pool.name: pool.size for pool in device_pools}
     device_sizes = {key: sizes[key[0]] for key in allocations(plan, device_pools)}
     in_ram = sum(device_sizes.values()) if ask.device.type == "cpu" else 0

@@ -1,0 +1,88 @@
+"""`check_plan` for one pipeline rank's SGLang plan (`pipeline`), from the plan alone: the
+ranks' layer counts are SGLang's even split (none more than one above another, the larger ones
+last), the rank's first layer follows the ranks before it, every layer of the plan lies in the
+rank's range, the rank's own token capacity is what its budget holds, and the pools take no
+more tokens than the fewest any rank holds (docs/plan-contract.md#sglang-plans)."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models.sglang_plan import SGLangPipeline, SGLangPlan
+
+DECODER_LAYER: Final = re.compile(r"\blayers\.(\d{1,9})\b")
+NO_OVERLAP_SLOTS: Final = 4
+"""Mamba slots a request with the radix cache on and the overlap scheduler off, which only
+pipeline stages turn off."""
+
+
+def check_pipeline(plan: SGLangPlan) -> None:
+    """Raise `PlanInvariantError` at the first broken pipeline invariant (none without
+    `pipeline`, beyond its Mamba slots)."""
+    pipeline = plan.pipeline
+    if pipeline is None:
+        if plan.budget.mamba_slots_per_request == NO_OVERLAP_SLOTS:
+            raise PlanInvariantError(
+                "budget.mamba_slots_per_request is 4 (the overlap scheduler off) in a plan "
+                "without pipeline stages; expected 1 or 5")
+        return
+    _check_ranks(pipeline)
+    _check_layers(plan, pipeline)
+    _check_tokens(plan, pipeline)
+
+
+def _check_ranks(pipeline: SGLangPipeline) -> None:
+    size, counts = pipeline.pp_size, pipeline.stage_layers
+    if pipeline.pp_rank >= size:
+        raise PlanInvariantError(
+            f"pipeline.pp_rank is {pipeline.pp_rank}; expected a rank below pp_size {size}")
+    for name, values in (("stage_layers", counts), ("stage_tokens", pipeline.stage_tokens)):
+        if len(values) != size:
+            raise PlanInvariantError(
+                f"pipeline.{name} lists {len(values)} ranks; expected pp_size {size}")
+    if list(counts) != sorted(counts) or counts[-1] - counts[0] > 1:
+        raise PlanInvariantError(
+            f"pipeline.stage_layers is {list(counts)}; expected SGLang's even split (counts "
+            "at most one apart, the larger ones on the last ranks)")
+    first = sum(counts[:pipeline.pp_rank])
+    if pipeline.start_layer != first:
+        raise PlanInvariantError(
+            f"pipeline.start_layer is {pipeline.start_layer}; expected {first}, the layers of "
+            f"the {pipeline.pp_rank} ranks before it")
+
+
+def _check_layers(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
+    start = pipeline.start_layer
+    end = start + pipeline.stage_layers[pipeline.pp_rank]
+    names = [name for tensor in plan.tensors for name in tensor.layers]
+    for name in [*names, *plan.index_placeholder_layers]:
+        found = DECODER_LAYER.search(name)
+        if found is None or not start <= int(found.group(1)) < end:
+            raise PlanInvariantError(
+                f"layer {name!r} is not one of rank {pipeline.pp_rank}'s decoder layers "
+                f"[{start}, {end})", layer=name)
+    mamba = {pool.name for pool in plan.pools if pool.name.startswith("mamba")}
+    if bool(mamba) != (pipeline.mamba_stage_layers is not None):
+        raise PlanInvariantError(
+            f"pipeline.mamba_stage_layers is {pipeline.mamba_stage_layers}; expected a count "
+            "exactly when the plan has Mamba pools")
+
+
+def _check_tokens(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
+    fewest = min(pipeline.stage_tokens)
+    if plan.max_total_num_tokens > fewest:
+        raise PlanInvariantError(
+            f"max_total_num_tokens {plan.max_total_num_tokens} exceeds the fewest tokens a "
+            f"pipeline rank holds, {fewest} (pipeline.stage_tokens {list(pipeline.stage_tokens)})")
+    own, budget, page = pipeline.stage_tokens[pipeline.pp_rank], plan.budget, plan.page_size
+    cell = budget.cell_size_bytes
+    if budget.swa_sized_for_requests or not isinstance(cell, int):
+        return
+    if own % page or own * cell > budget.available_bytes or (
+            (own + page) * cell <= budget.available_bytes):
+        raise PlanInvariantError(
+            f"pipeline.stage_tokens[{pipeline.pp_rank}] is {own}; expected the whole pages of "
+            f"{page} tokens budget.available_bytes {budget.available_bytes} holds at "
+            f"cell_size_bytes {cell}, {budget.available_bytes // cell // page * page}")
