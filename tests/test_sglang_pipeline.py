@@ -285,3 +285,29 @@ def test_a_rank_of_mamba_layers_only_is_refused() -> None:
     with pytest.raises(PlanError, match="pipeline rank 0 keeps decoder layers \\[0, 1\\)") as info:
         plan_sglang(request)
     assert info.value.field == "engine.pp_size"
+
+
+def test_only_the_last_rank_runs_the_draft_worker() -> None:
+    # SGLang's EAGLEWorkerV2 builds its draft worker where pp_group.is_last_rank; every rank
+    # prices the draft's layers in its cell, so the ranks agree on their tokens.
+    # sglang_diff.py seeds 101/102 drew such cases (e.g. mha-101-48): SGLang's report puts the
+    # draft pools beside the last rank only.
+    draft = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": "@model"}
+    request = case_request("llama8b_pp2", **draft)
+    first, last = rank_plans(request)
+    assert not [pool.name for pool in first.pools if pool.name.startswith("draft_")]
+    assert [pool.name for pool in last.pools if pool.name.startswith("draft_")] == ["draft_kv"]
+    assert first.speculative is not None
+    assert last.speculative is not None
+    assert first.budget.cell_size_bytes == last.budget.cell_size_bytes
+    for plan in (first, last):
+        check_plan(plan)
+    moved = last.model_dump(mode="json")
+    moved["pipeline"]["pp_rank"], moved["pipeline"]["start_layer"] = 0, 0
+    for tensor in moved["tensors"]:
+        if not tensor["pool"].startswith("draft_"):
+            tensor["layers"] = [name.replace(f"layers.{layer_index(name)}.",
+                                             f"layers.{layer_index(name) - 16}.")
+                                for name in tensor["layers"]]
+    with pytest.raises(PlanInvariantError, match="only the last rank runs the draft worker"):
+        check_plan(moved)

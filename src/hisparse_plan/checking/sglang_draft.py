@@ -42,6 +42,13 @@ def request_table_extra(plan: SGLangPlan) -> int:
     return max(widest, 2 * step + page - 1)
 
 
+def hosts_draft(plan: SGLangPlan) -> bool:
+    """Whether the plan's rank runs the draft worker: the only rank, or the last pipeline rank
+    (SGLang's EAGLEWorkerV2 builds its draft worker where pp_group.is_last_rank)."""
+    pipeline = plan.pipeline
+    return pipeline is None or pipeline.pp_rank == pipeline.pp_size - 1
+
+
 def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """The draft pools beside the target's, their layers, tokens and cell bytes; a Mamba
     hybrid's intermediate states."""
@@ -54,7 +61,13 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"the plan has draft pools {present} and speculative null; expected draft "
                 "pools exactly with speculative figures")
         return
-    if "draft_kv" not in pools:
+    hosts = hosts_draft(plan)
+    if not hosts:
+        if present:
+            raise PlanInvariantError(
+                f"pipeline rank {plan.pipeline.pp_rank if plan.pipeline else 0} has draft pools "
+                f"{present}; expected none: only the last rank runs the draft worker")
+    elif "draft_kv" not in pools:
         raise PlanInvariantError(
             "the plan has speculative figures and no pool 'draft_kv'; expected the draft "
             "worker's pool")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from hisparse_plan.checking.sglang_draft import DRAFT_POOLS
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.sglang_plan import SGLangPipeline, SGLangPlan
 
@@ -56,7 +57,9 @@ def _check_ranks(pipeline: SGLangPipeline) -> None:
 def _check_layers(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
     start = pipeline.start_layer
     end = start + pipeline.stage_layers[pipeline.pp_rank]
-    names = [name for tensor in plan.tensors for name in tensor.layers]
+    # The draft worker's layers are its own model's, numbered from 0 (sglang_draft.py).
+    names = [name for tensor in plan.tensors if tensor.pool not in DRAFT_POOLS
+             for name in tensor.layers]
     for name in [*names, *plan.index_placeholder_layers]:
         found = DECODER_LAYER.search(name)
         if found is None or not start <= int(found.group(1)) < end:

@@ -42,4 +42,6 @@ def stages_report(request: PlanRequest) -> dict[str, Any]:
             entry["layers"] = [start, start + pipeline.stage_layers[pipeline.pp_rank]]
         stages.append(entry)
     top = {key: value for key, value in reports[0].items() if key != "pools"}
+    if "draft_pools" in reports[-1]:  # the last rank runs the draft worker
+        top["draft_pools"] = reports[-1]["draft_pools"]
     return {**top, "layers": stages[0]["layers"], "stages": stages}

@@ -99,6 +99,12 @@ def refuse_v4_pipeline(settings: SGLangSettings) -> None:
         )
 
 
+def hosts_draft_worker(stage: Stage | None) -> bool:
+    """Whether the rank runs speculative decoding's draft worker: the only rank, or the last
+    pipeline rank (SGLang's EAGLEWorkerV2 builds it where pp_group.is_last_rank)."""
+    return stage is None or stage.rank == stage.size - 1
+
+
 def refuse_position_rule_pipeline(settings: SGLangSettings) -> None:
     """A Llama-4 window hybrid: SGLang picks its window layers by their global position, which
     a rank's share of the layers is not read by here; not planned in pipeline stages."""

@@ -20,6 +20,7 @@ from hisparse_plan.targets.sglang.layout import (
     v4_state_pool,
 )
 from hisparse_plan.targets.sglang.model import index_row_bytes
+from hisparse_plan.targets.sglang.pipeline_stages import hosts_draft_worker
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
 from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
@@ -74,10 +75,11 @@ def _place_draft(sized: Sized) -> Placed:
     """The draft worker's pools (speculative decoding): the pool classes of the target's
     attention over the draft's own layers, as many tokens as the target's full pool (one
     allocator hands out both): latent rows and every draft layer's index keys for an MLA/DSA
-    model, K and V rows of the draft's heads for an MHA one."""
+    model, K and V rows of the draft's heads for an MHA one. Only the last pipeline rank runs
+    the draft worker; every rank's cell still prices the draft's layers."""
     defaults = sized.defaults
     spec, model, page = defaults.speculative, defaults.read.model, defaults.page_size
-    if spec is None:
+    if spec is None or not hosts_draft_worker(defaults.read.stage):
         return Placed((), ())
     names = spec.layer_names()
     latent, row = model.latent, defaults.latent_row
