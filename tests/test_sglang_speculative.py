@@ -287,3 +287,29 @@ def test_capacity_refuses_speculative_flags_without_algorithm(cli: Run) -> None:
                        "--tp", "8", "--speculative-num-steps", "2")
     assert code != 0
     assert "--speculative-algorithm" in err
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_capacity_compares_each_engine_as_documented(cli: Run, gpu: str) -> None:
+    # vLLM: `-dp 8 --enable-expert-parallel` (8 GPUs); SGLang: DP attention + MTP on the same 8
+    # GPUs (`--tp 8 --dp 8 --enable-dp-attention --speculative-algorithm NEXTN`), which the
+    # CLI reads from vLLM's -dp with --enable-dp-attention.
+    code, out, err = cli("capacity", "deepseek-v3.2", "--engine", "vllm,sglang", "--gpu", gpu,
+                         "-dp", "8", "--enable-expert-parallel", "--enable-dp-attention",
+                         "--speculative-algorithm", "NEXTN", "--no-hisparse", "--json")
+    assert (code, err) == (0, ""), err
+    vllm, sglang = json.loads(out)
+    assert sglang["request_slots"] == 48 // 8  # SGLang's MTP default, per DP-attention group
+    for figures in (vllm, sglang):
+        # Each engine's node: its 8 GPUs' pools, each DP rank's (group's) requests.
+        assert figures["node_device_bytes"] == 8 * figures["device_bytes"]
+        assert figures["node_concurrency"] == pytest.approx(8 * figures["max_concurrency"])
+    # The same SGLang deployment spelled with SGLang's own flags plans the same pools.
+    code, own, err = cli("capacity", "deepseek-v3.2", "--engine", "sglang", "--gpu", gpu,
+                         "--tp", "8", "--dp-size", "8", "--enable-dp-attention",
+                         "--speculative-algorithm", "NEXTN", "--kv-cache-dtype", "fp8",
+                         "--json")
+    assert (code, err) == (0, ""), err
+    spelled = json.loads(own)[0]
+    assert (spelled["device_tokens"], spelled["bytes_per_token"]) == (
+        sglang["device_tokens"], sglang["bytes_per_token"])

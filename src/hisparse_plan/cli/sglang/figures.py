@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.figures import Figures
 from hisparse_plan.cli.sglang.source import resolve_sglang_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
+from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
 
 
@@ -56,4 +59,18 @@ def sglang_figures(args: argparse.Namespace) -> Figures:
         + metadata_bytes(result.hisparse, "device"),
         beside_pools_host_bytes=metadata_bytes(result.hisparse, "host") or None,
         defaults="; ".join(f"{d.subject} {d.value} ({d.why})" for d in applied.values()),
+        **_node(args, engine, result),
     )
+
+
+def _node(args: argparse.Namespace, engine: SGLangSettings, plan: SGLangPlan) -> dict[str, Any]:
+    """With vLLM's -dp (SGLang's DP attention on the same GPUs, sglang_ranks): the node's
+    requests (each attention group holds its own pools) and every GPU's pools."""
+    if (args.dp or 1) == 1 or not engine.enable_dp_attention:
+        return {}
+    host = sglang_host_bytes(plan)
+    return {
+        "node_concurrency": plan.capacity.max_concurrency * attn_dp_size(engine),
+        "node_device_bytes": sglang_device_bytes(plan) * engine.tp_size,
+        "node_host_bytes": None if host is None else host * engine.tp_size,
+    }

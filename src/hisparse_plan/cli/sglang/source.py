@@ -260,10 +260,23 @@ def _memory(
     return fields, None, words
 
 
+def sglang_ranks(args: argparse.Namespace) -> tuple[int, int | None]:
+    """SGLang's tp_size and dp_size for the flags: --tp and --dp-size as given; with
+    --enable-dp-attention and vLLM's -dp N but no --dp-size, SGLang's documented DP-attention
+    launch on the GPUs vLLM's --tp x -dp N run on (`--tp-size tp*N --dp-size N`), so that
+    `capacity --engine vllm,sglang` sets the two engines' documented setups side by side."""
+    tp = args.tp or 1
+    if args.enable_dp_attention and args.dp_size is None and (args.dp or 1) > 1:
+        return tp * args.dp, args.dp
+    return tp, args.dp_size
+
+
 def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
                     default_length: int | None, facts: dict[str, Any] | None = None,
+                    dp_size: int | None = None,
                     ) -> tuple[SGLangSettings, int | None, str]:
-    """SGLangSettings from the flags, the budget given outright, and the memory's words."""
+    """SGLangSettings from the flags (`dp_size`: SGLang's, where sglang_ranks decided it), the
+    budget given outright, and the memory's words."""
     # A pipeline rank holds its share of the layers' weights too.
     memory, budget, words = _memory(args, arch, tp * (args.pp_size or 1))
     fields: dict[str, Any] = {
@@ -290,12 +303,14 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
             raise CommandError("--hisparse-config needs --enable-hisparse")
         fields.update(hisparse_settings(args.hisparse_config))
     fields["enable_hisparse"] = bool(args.enable_hisparse)
+    if dp_size is not None:
+        fields["dp_size"] = dp_size
     if (args.pp_rank or 0) >= (args.pp_size or 1):
         raise CommandError(f"--pp-rank: expected a rank below --pp-size {args.pp_size or 1}, "
                            f"got {args.pp_rank}")
-    if args.enable_dp_attention and tp % (args.dp_size or 1):
+    if args.enable_dp_attention and tp % fields.get("dp_size", 1):
         raise CommandError(f"--dp-size: DP attention splits --tp into --dp-size groups; "
-                           f"expected a divisor of {tp}, got {args.dp_size}")
+                           f"expected a divisor of {tp}, got {fields.get('dp_size')}")
     return SGLangSettings.model_validate(fields), budget, words
 
 
@@ -334,8 +349,8 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
         raise CommandError("--engine sglang: expected exactly one of MODEL or --hf-config FILE "
                            "(a request file is vLLM's)")
     arch, title, default_length, facts = _model(args)
-    tp = args.tp or 1
-    engine, budget, words = sglang_settings(args, arch, tp, default_length, facts)
+    tp, dp_size = sglang_ranks(args)
+    engine, budget, words = sglang_settings(args, arch, tp, default_length, facts, dp_size)
     request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
     dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
     if engine.pp_size > 1:
