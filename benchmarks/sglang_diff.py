@@ -137,14 +137,20 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
 
 
 def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
-    """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds (their configs'
-    num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted config for
-    MHA and window models, EAGLE on a Mamba hybrid's own MTP head; steps / top-k / draft tokens
-    SGLang's choice or given."""
-    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse"):
+    """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds and DeepSeek-V4 (their
+    configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
+    config for MHA and window models (or, for a window model, its own checkpoint as an EAGLE
+    draft, window layers and all), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
+    draft tokens SGLang's choice or given."""
+    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse",
+                                           "v4"):
         return case
     args, cfg = case["server_args"], case["config"]
-    if kind in ("mla", "dsa", "hisparse"):
+    if kind == "swa" and rng.random() < 0.3:
+        # The model's own checkpoint as an EAGLE draft: a draft with window layers.
+        args["speculative_algorithm"] = "EAGLE"
+        args["speculative_draft_model_path"] = "@model"
+    elif kind in ("mla", "dsa", "hisparse", "v4"):
         args["speculative_algorithm"] = "NEXTN"
         cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
     elif kind == "mamba":
@@ -161,9 +167,11 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     return case
 
 
-PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "hybrid"})
+PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "hybrid",
+                            "llama4", "v4"})
 """Kinds whose SGLang model classes split their layers over pipeline ranks (make_pp_layers or
-get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5."""
+get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5, Llama-4,
+DeepSeek-V4 (the planner refuses the last two in stages: drawn so the refusals are counted)."""
 
 
 def _draw_pipeline(rng: random.Random, kind: str, case: Case) -> None:
