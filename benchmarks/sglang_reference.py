@@ -588,8 +588,8 @@ def _gpu_memory(gpu: dict[str, Any], patched: list[str], torch: SGLangObject) ->
 
 
 _PLATFORM_FACTS = (
-    "is_sm90", "is_hopper_with_cuda_12_3", "is_sm100", "is_sm100_or_sm110", "is_sm110",
-    "is_sm120", "is_blackwell", "device_sm", "device_capability",
+    "is_cuda", "is_sm90", "is_hopper_with_cuda_12_3", "is_sm100", "is_sm100_or_sm110",
+    "is_sm110", "is_sm120", "is_blackwell", "device_sm", "device_capability",
 )
 
 
@@ -608,6 +608,9 @@ def _platform_facts(capability: tuple[int, ...] | None, patched: list[str]) -> N
         return
     major, minor = int(capability[0]), int(capability[1])
     facts = {
+        # A GPU of that capability is a CUDA device (hooks such as the DCP all-to-all
+        # backend's check it beside the capability).
+        "is_cuda": True,
         "is_sm90": major == 9,
         "is_hopper_with_cuda_12_3": major == 9,
         "is_sm100": major == 10,
