@@ -21,7 +21,12 @@ import pytest
 from pydantic import ValidationError
 
 from cli_support import Run
-from hisparse_plan.adapters.sglang import pool_kwargs, rank_plans, request_from_server_args
+from hisparse_plan.adapters.sglang import (
+    pool_kwargs,
+    rank_plans,
+    report_for_case,
+    request_from_server_args,
+)
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import PlanError, PlanInvariantError, UnsupportedRequestError
 from hisparse_plan.models.request import PlanRequest
@@ -311,3 +316,14 @@ def test_only_the_last_rank_runs_the_draft_worker() -> None:
                                 for name in tensor["layers"]]
     with pytest.raises(PlanInvariantError, match="only the last rank runs the draft worker"):
         check_plan(moved)
+
+
+def test_a_window_pool_capped_for_requests_under_stages_and_speculative_decoding() -> None:
+    # benchmarks/sglang_cases/swa_pp4_eagle3_radix_off.json (sglang_diff.py seed 103, case
+    # swa-103-81): pipeline stages turn SGLang's overlap scheduler off, so a request's window
+    # cap holds one non-overlap decode step (spec_decode_alloc_len_per_request), not two
+    # overlapped ones. SGLang's own figure: 61,359,148 tokens (we planned 61,359,020).
+    case = json.loads(Path("benchmarks/sglang_cases/swa_pp4_eagle3_radix_off.json").read_text())
+    report = report_for_case(case)
+    assert "error" not in report, report.get("error")
+    assert report["max_total_num_tokens"] == 61_359_148

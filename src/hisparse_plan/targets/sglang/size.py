@@ -154,7 +154,8 @@ def _pool_tokens(
     serving = speculative.speculative_requests(settings, defaults.speculative)
     cap = (None if window is None or model.full is None else radix.swa_request_cap(
         serving, window, page,
-        *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size)))
+        *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size,
+                                   overlap=pipeline_stages.overlap_schedule(settings))))
     if cap is not None:
         swa = radix.ceil_page(cap, page)
         own = radix.full_tokens_beside_cap(available, swa, cell.full, cell.swa, page)

@@ -232,13 +232,30 @@ def req_to_token_extra(spec: Speculative | None, alloc_page: int) -> int:
     return extra
 
 
-def swa_cap_terms(spec: Speculative | None, alloc_page: int) -> tuple[int, int | None]:
+def swa_cap_terms(spec: Speculative | None, alloc_page: int, *, overlap: bool = True
+                  ) -> tuple[int, int | None]:
     """What speculative decoding adds to a request's window-pool cap (radix cache off): an
-    eviction interval a draft token, and a decode step's allocation twice over (the overlap
-    scheduler keeps two outstanding); without it one interval and a page."""
+    eviction interval a draft token, and a decode step's allocation: twice over where the
+    overlap scheduler keeps two outstanding, else (pipeline stages turn it off) one step as
+    the non-overlap decode allocates it; without speculative decoding one interval and a
+    page."""
     if spec is None:
         return 1, None
+    if not overlap:
+        return spec.num_draft_tokens, serial_decode_allocation(spec, alloc_page)
     return spec.num_draft_tokens, 2 * decode_allocation(spec, alloc_page)
+
+
+def serial_decode_allocation(spec: Speculative, page: int) -> int:
+    """Tokens a request allocates in a decode step without the overlap scheduler
+    (spec_decode_alloc_len_per_request): steps x top-k, each branch rounded up to whole pages
+    (a tree's branch also a page more for its last partial page), or the draft tokens rounded
+    up to pages, the larger."""
+    steps, tokens = spec.num_steps, spec.num_draft_tokens
+    if page > 1:
+        steps = -(-(steps + (page if spec.eagle_topk > 1 else 0)) // page) * page
+        tokens = -(-tokens // page) * page
+    return max(steps * spec.eagle_topk, tokens)
 
 
 def decode_allocation(spec: Speculative, alloc_page: int) -> int:
