@@ -821,18 +821,10 @@ def _configure(
     rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
     kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
     pc: SGLangObject = importlib.import_module("sglang.srt.model_executor.pool_configurator")
-    layer_setup: SGLangObject = importlib.import_module(
-        "sglang.srt.model_executor.model_runner_components.layer_setup"
-    )
-    load_utils: SGLangObject = importlib.import_module(
-        "sglang.srt.model_executor.model_runner_components.load_model_utils"
-    )
     aux_mod: SGLangObject = importlib.import_module(
         "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
     )
     spec_mod: SGLangObject = importlib.import_module("sglang.srt.speculative.spec_info")
-    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
-    attn_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
 
     # Memory figures, in the GB floats SGLang's memory queries return.
     gib = float(1 << 30)
@@ -874,46 +866,11 @@ def _configure(
     pc.create_memory_pool_configurator = create
 
     model = _stage_model(model_config, stage, patched)
-    layer_info = layer_setup.resolve_layer_indices(
-        model=model, model_config=model_config, is_draft_worker=False
-    )
     spec = rc.get_spec()
-    resolved_dtype, kv_dtype = kvd.configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
-        model=None,
-        model_dtype=model_config.dtype,
-        is_draft_worker=False,
-        is_dflash=False,
-        speculative_draft_attention_backend=None,
-        speculative_draft_kv_cache_dtype=spec.speculative_draft_kv_cache_dtype,
-    )
-    kvc = kcc.KVCacheConfigurator(
-        device="meta",
-        gpu_id=0,
-        attn_dp_size=rc.get_parallel().attn_dp_size,
-        pp_size=1 if stage is None else stage.size,
-        pp_group=None if stage is None else stage.group,
-        model=model,
-        model_config=model_config,
-        server_args=server_args,
-        kv_cache_dtype=kv_dtype,
-        kv_cache_dtype_str=resolved_dtype or rc.get_model().kv_cache_dtype,
-        model_dtype=model_config.dtype,
-        page_size=rc.get_schedule().page_size,
-        sliding_window_size=load_utils.resolve_sliding_window_size(model, model_config),
-        spec_algorithm=spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm),
-        is_draft_worker=False,
-        post_capture_kv_active=False,
-        spec_aux_config=_spec_aux_config(aux_mod, spec_mod, server_args, model_config, spec,
-                                         notes),
-        is_hybrid_swa=model_config.is_hybrid_swa,
-        is_hybrid_swa_compress=model_config.is_hybrid_swa_compress,
-        use_mla_backend=model_config.attention_arch == attn_mod.AttentionArch.MLA,
-        layer_info=layer_info,
-        forward_stream=None,
-        req_to_token_pool=None,
-        token_to_kv_pool_allocator=None,
-        memory_pool_config=None,
+    kvc = _kv_configurator(
+        server_args, model, model_config,
+        _spec_aux_config(aux_mod, spec_mod, server_args, model_config, spec, notes),
+        is_draft_worker=False, stage=stage,
     )
     if "mem_fraction_static" not in _given and "gpu" in _given:
         notes.append(
@@ -963,7 +920,7 @@ def _configure(
             "token_to_kv_pool": type(result.token_to_kv_pool).__name__,
             "allocator": type(result.token_to_kv_pool_allocator).__name__,
             "req_to_token_pool": type(result.req_to_token_pool).__name__,
-            "kv_cache_dtype": str(kv_dtype).removeprefix("torch."),
+            "kv_cache_dtype": str(kvc.kv_cache_dtype).removeprefix("torch."),
             "mem_fraction_static": schedule.mem_fraction_static,
             "context_len": int(model_config.context_len),
             "tp_size": tp,
@@ -1001,6 +958,68 @@ def _stage_model(
     patched.append(f"model: start_layer {start}, end_layer {end} (get_pp_indices, rank "
                    f"{stage.rank} of {stage.size})")
     return types.SimpleNamespace(start_layer=start, end_layer=end)
+
+
+def _kv_configurator(
+    server_args: SGLangObject, model: SGLangObject, model_config: SGLangObject,
+    spec_aux_config: SGLangObject, *, is_draft_worker: bool, stage: _Stage | None = None,
+    target: SGLangObject = None,
+) -> SGLangObject:
+    """SGLang's KVCacheConfigurator as a ModelRunner builds it, on meta: the target's (on a
+    pipeline rank, with the stage's group), or the draft worker's, given the target's
+    memory_pool_config, req_to_token_pool and allocator (`target`, its configure result)."""
+    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
+    kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    layer_setup: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.layer_setup"
+    )
+    load_utils: SGLangObject = importlib.import_module(
+        "sglang.srt.model_executor.model_runner_components.load_model_utils"
+    )
+    spec_mod: SGLangObject = importlib.import_module("sglang.srt.speculative.spec_info")
+    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
+    mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
+    spec = rc.get_spec()
+    layer_info = layer_setup.resolve_layer_indices(
+        model=model, model_config=model_config, is_draft_worker=is_draft_worker
+    )
+    resolved_dtype, kv_dtype = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
+        model=None,
+        model_dtype=model_config.dtype,
+        is_draft_worker=is_draft_worker,
+        is_dflash=False,
+        speculative_draft_attention_backend=(
+            spec.speculative_draft_attention_backend if is_draft_worker else None),
+        speculative_draft_kv_cache_dtype=spec.speculative_draft_kv_cache_dtype,
+    )
+    return kcc.KVCacheConfigurator(
+        device="meta",
+        gpu_id=0,
+        attn_dp_size=rc.get_parallel().attn_dp_size,
+        pp_size=1 if stage is None else stage.size,
+        pp_group=None if stage is None else stage.group,
+        model=model,
+        model_config=model_config,
+        server_args=server_args,
+        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=resolved_dtype or rc.get_model().kv_cache_dtype,
+        model_dtype=model_config.dtype,
+        page_size=rc.get_schedule().page_size,
+        sliding_window_size=load_utils.resolve_sliding_window_size(model, model_config),
+        spec_algorithm=spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm),
+        is_draft_worker=is_draft_worker,
+        post_capture_kv_active=False,
+        spec_aux_config=spec_aux_config,
+        is_hybrid_swa=model_config.is_hybrid_swa,
+        is_hybrid_swa_compress=model_config.is_hybrid_swa_compress,
+        use_mla_backend=model_config.attention_arch == mc_mod.AttentionArch.MLA,
+        layer_info=layer_info,
+        forward_stream=None,
+        req_to_token_pool=None if target is None else target.req_to_token_pool,
+        token_to_kv_pool_allocator=None if target is None else target.token_to_kv_pool_allocator,
+        memory_pool_config=None if target is None else target.memory_pool_config,
+    )
 
 
 def _spec_aux_config(
@@ -1042,64 +1061,21 @@ def _draft_report(
     algorithm = spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
     if algorithm.is_none():
         return {}
-    kcc: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
     mc_mod: SGLangObject = importlib.import_module("sglang.srt.configs.model_config")
-    layer_setup: SGLangObject = importlib.import_module(
-        "sglang.srt.model_executor.model_runner_components.layer_setup"
-    )
-    load_utils: SGLangObject = importlib.import_module(
-        "sglang.srt.model_executor.model_runner_components.load_model_utils"
-    )
     aux_mod: SGLangObject = importlib.import_module(
         "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
     )
-    kvd: SGLangObject = importlib.import_module("sglang.srt.mem_cache.kv_cache_dtype")
     draft_config = mc_mod.ModelConfig.from_server_args(
         server_args, model_path=spec.speculative_draft_model_path,
         model_revision=spec.speculative_draft_model_revision, is_draft_model=True,
     )
-    model = types.SimpleNamespace()
-    layer_info = layer_setup.resolve_layer_indices(
-        model=model, model_config=draft_config, is_draft_worker=True
-    )
-    resolved_dtype, kv_dtype = kvd.configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
-        model=None,
-        model_dtype=draft_config.dtype,
-        is_draft_worker=True,
-        is_dflash=False,
-        speculative_draft_attention_backend=spec.speculative_draft_attention_backend,
-        speculative_draft_kv_cache_dtype=spec.speculative_draft_kv_cache_dtype,
-    )
-    kvc = kcc.KVCacheConfigurator(
-        device="meta",
-        gpu_id=0,
-        attn_dp_size=rc.get_parallel().attn_dp_size,
-        pp_size=1,
-        pp_group=None,
-        model=model,
-        model_config=draft_config,
-        server_args=server_args,
-        kv_cache_dtype=kv_dtype,
-        kv_cache_dtype_str=resolved_dtype or rc.get_model().kv_cache_dtype,
-        model_dtype=draft_config.dtype,
-        page_size=rc.get_schedule().page_size,
-        sliding_window_size=load_utils.resolve_sliding_window_size(model, draft_config),
-        spec_algorithm=algorithm,
-        is_draft_worker=True,
-        post_capture_kv_active=False,
-        spec_aux_config=aux_mod.resolve_spec_aux_hidden_state_config(
+    kvc = _kv_configurator(
+        server_args, types.SimpleNamespace(), draft_config,
+        aux_mod.resolve_spec_aux_hidden_state_config(
             server_args=server_args, model_config=draft_config, spec_algorithm=algorithm,
             is_draft_worker=True,
         ),
-        is_hybrid_swa=draft_config.is_hybrid_swa,
-        is_hybrid_swa_compress=draft_config.is_hybrid_swa_compress,
-        use_mla_backend=draft_config.attention_arch == mc_mod.AttentionArch.MLA,
-        layer_info=layer_info,
-        forward_stream=None,
-        req_to_token_pool=target.req_to_token_pool,
-        token_to_kv_pool_allocator=target.token_to_kv_pool_allocator,
-        memory_pool_config=target.memory_pool_config,
+        is_draft_worker=True, target=target,
     )
     draft = kvc.configure(pre_model_load_memory=0)
     col = _Collector()
@@ -1117,7 +1093,7 @@ def _draft_report(
             "eagle_topk": spec.speculative_eagle_topk,
             "num_draft_tokens": spec.speculative_num_draft_tokens,
             "architecture": draft_config.hf_config.architectures[0],
-            "layers": int(layer_info.end_layer - layer_info.start_layer),
+            "layers": int(kvc.layer_info.end_layer - kvc.layer_info.start_layer),
             "eagle_draft_num_layers": target_kvc.spec_aux_config.eagle_draft_num_layers,
             "token_to_kv_pool": type(draft.token_to_kv_pool).__name__,
         },
