@@ -31,6 +31,8 @@ from hisparse_plan.checking.sglang_roles import (
     check_layer_sets,
     check_pool_roles,
     check_view_names,
+    token_pool,
+    window_only_rank,
 )
 from hisparse_plan.checking.sglang_v4 import check_deepseek_v4
 from hisparse_plan.errors import PlanInvariantError
@@ -90,11 +92,11 @@ def _check_padding(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             )
     if plan.deepseek_v4 is not None:
         return  # its full tokens are a figure of their own (sglang_v4)
-    full = pools["kv"]  # present in every plan without DeepSeek-V4 (sglang_roles)
-    tokens = (full.num_blocks - 1) * plan.page_size
+    name = token_pool(plan, pools)  # present (sglang_roles)
+    tokens = (pools[name].num_blocks - 1) * plan.page_size
     if tokens != plan.max_total_num_tokens:
         raise PlanInvariantError(
-            f"pool 'kv' holds {tokens} tokens beside its padding page; expected "
+            f"pool {name!r} holds {tokens} tokens beside its padding page; expected "
             f"max_total_num_tokens {plan.max_total_num_tokens}"
         )
 
@@ -224,6 +226,12 @@ def _check_cell_size(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         return
     full, window = _page_bytes(plan)
     cell = plan.budget.cell_size_bytes
+    if window_only_rank(plan, pools):  # no full pool to weigh the window by: every byte
+        if cell * plan.page_size != full + window:
+            raise PlanInvariantError(
+                f"budget.cell_size_bytes is {cell}; a rank of window layers only counts its "
+                f"window pool whole, {(full + window) / plan.page_size} bytes a token")
+        return
     # Bytes a page over the page's tokens: a page of every counted layer.
     fits = cell * plan.page_size > full if window else cell * plan.page_size == full
     if not fits:

@@ -156,6 +156,20 @@ def _check_sharing(pool: Pool, role: PoolRole) -> None:
         )
 
 
+def window_only_rank(plan: SGLangPlan, pools: dict[str, Pool]) -> bool:
+    """A pipeline rank of a window hybrid that keeps window layers only: SGLang builds its
+    window pool alone, holding max_total_num_tokens (its all-window configurator)."""
+    return plan.pipeline is not None and "swa" in pools and "kv" not in pools
+
+
+def token_pool(plan: SGLangPlan, pools: dict[str, Pool]) -> str:
+    """The pool that holds max_total_num_tokens: DeepSeek-V4's window pool, a window-only
+    pipeline rank's window pool, else the full pool."""
+    if plan.deepseek_v4 is not None:
+        return "v4_swa"
+    return "swa" if window_only_rank(plan, pools) else "kv"
+
+
 def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """Every pool in its role; the full pool present; the model's pools all or none; the host
     pool exactly when HiSparse is on, and the DeepSeek-V4 pools exactly for its figures."""
@@ -170,11 +184,17 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"in a plan {'with' if v4 else 'without'} deepseek_v4 figures; expected "
                 "DeepSeek-V4's pools exactly with its figures"
             )
-    full = "v4_swa" if v4 else "kv"
+    full = token_pool(plan, pools)
     if full not in pools:
         raise PlanInvariantError(
             f"the plan has no pool {full!r}; expected SGLang's full pool, which holds "
             "max_total_num_tokens"
+        )
+    if window_only_rank(plan, pools) and plan.page_size != 1:
+        raise PlanInvariantError(
+            f"the plan keeps a window pool without a full one (a pipeline rank of window "
+            f"layers only) at page_size {plan.page_size}; expected 1 (SGLang's all-window "
+            "allocator takes one-token pages only)"
         )
     for names in _TOGETHER:
         present = [name for name in names if name in pools]

@@ -143,6 +143,17 @@ def pool_kwargs(plan: SGLangPlan, *, fp8: str = "float8_e4m3fn") -> dict[str, di
     elif "kv" in names:
         cls, kwargs = _latent(plan, fp8)
         out["kv"] = {"class": cls, **kwargs}
+    elif "swa" in names and plan.pipeline is not None:
+        # A pipeline rank of window layers only: SGLang's window pool with no full layer and
+        # no full tokens (its all-window allocator hands out the window pool's).
+        window = _mha(plan, "swa", _swa_size(plan), fp8)
+        out["kv"] = {
+            "class": "SWAKVPool", "size": 0, "size_swa": window["size"],
+            "page_size": plan.page_size, "dtype": window["dtype"],
+            "head_num": window["head_num"], "head_dim": window["head_dim"],
+            "swa_attention_layer_ids": _ids(_required(plan, "swa")),
+            "full_attention_layer_ids": [],
+        }
     elif "swa" in names:
         out["kv"] = {"class": "MHATokenToKVPool", **_mha(plan, "swa", _swa_size(plan), fp8)}
     pipeline = plan.pipeline

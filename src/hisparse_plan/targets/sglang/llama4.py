@@ -16,7 +16,7 @@ own kinds: chunked layers in the window pool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from hisparse_plan.errors import UnsupportedRequestError
@@ -84,29 +84,36 @@ def llama4_window(request: PlanRequest) -> int | None:
     return window
 
 
-def read_llama4_model(request: PlanRequest, settings: SGLangSettings) -> SGLangModel:
+def read_llama4_model(
+    request: PlanRequest, settings: SGLangSettings, kept: Collection[str] | None = None
+) -> SGLangModel:
     """The full and window pools of a Llama-4 window hybrid: by SGLang's position rule for
-    Llama4ForConditionalGeneration, by the request's kinds for an unknown architecture. A
-    model without a full layer (fewer than 4 layers) is refused, as every window-only model."""
+    Llama4ForConditionalGeneration, by the request's kinds for an unknown architecture. The
+    position is the layer's place in the whole model, as get_hybrid_layer_ids numbers it
+    (`request` is the whole model; `kept`, a pipeline rank's layers, else all of them). A model
+    without a full layer (fewer than 4 layers) is refused, as every window-only model."""
     layers = _attention_layers(request)
     by_position = settings.architecture == LLAMA4_HYBRID
-    swa = [(name, spec) for i, (name, spec) in enumerate(layers)
-           if (sglang_window_layer(i) if by_position
-               else isinstance(spec, ChunkedLocalAttentionSpec))]
-    windowed = {name for name, _ in swa}
-    full = [(name, spec) for name, spec in layers if name not in windowed]
-    if not full:
+    windowed = {name for i, (name, spec) in enumerate(layers)
+                if (sglang_window_layer(i) if by_position
+                    else isinstance(spec, ChunkedLocalAttentionSpec))}
+    if all(name in windowed for name, _ in layers):
         raise UnsupportedRequestError(
             f"layers: a Llama-4 model of {len(layers)} layers has no full-attention layer in "
             "SGLang (every 4th is one), and a model of window layers only is not planned for "
             "SGLang; expected at least 4 layers", field="layers",
         )
+    if kept is not None:
+        layers = [(name, spec) for name, spec in layers if name in kept]
+    swa = [(name, spec) for name, spec in layers if name in windowed]
+    full = [(name, spec) for name, spec in layers if name not in windowed]
     window = llama4_window(request)
     swa_group: HeadGroup | None = (
         one_shape([n for n, _ in swa], [s for _, s in swa], window, "window") if swa else None
     )
     return SGLangModel(
-        full=one_shape([n for n, _ in full], [s for _, s in full], None, "full-attention"),
+        full=one_shape([n for n, _ in full], [s for _, s in full], None, "full-attention")
+        if full else None,
         swa=swa_group, latent=None, mamba=None,
     )
 

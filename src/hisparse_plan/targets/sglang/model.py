@@ -271,12 +271,16 @@ def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
     return MambaGroup(tuple(names), (conv[1], conv[0]), tuple(temporal))
 
 
-def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLangModel:
+def read_model(
+    request: PlanRequest, *, windows_as_full: bool = False, stage_of_hybrid: bool = False
+) -> SGLangModel:
     """Sort the request's layers (model order kept) into SGLang's pools, refusing what SGLang
     cannot hold: chunked-local layers (a Llama-4 window hybrid is read by llama4.py), layers
     promoted to full blocks, MLA beside window or Mamba layers, Mamba beside window layers, and
-    a model of window layers only. With `windows_as_full` (a model SGLang does not serve as a
-    window hybrid) window and chunked-local layers join the full pool."""
+    a model of window layers only (with `stage_of_hybrid`, the request is a pipeline rank's
+    share of a model with full-attention layers, which other ranks may keep). With
+    `windows_as_full` (a model SGLang does not serve as a window hybrid) window and
+    chunked-local layers join the full pool."""
     refuse_deepseek_v4(request)
     full: tuple[list[str], list[KVLayerSpec]] = ([], [])
     swa: tuple[list[str], list[SlidingWindowSpec]] = ([], [])
@@ -295,7 +299,7 @@ def read_model(request: PlanRequest, *, windows_as_full: bool = False) -> SGLang
         "full_attention": bool(full[0]), "sliding_window": bool(swa[0]),
         "mla": latent is not None, "mamba": bool(mamba[0]),
     }
-    _refuse_mixes(kinds)
+    _refuse_mixes(kinds, stage_of_hybrid)
     return SGLangModel(
         full=one_shape(full[0], full[1], None, "full-attention") if full[0] else None,
         swa=_window_group(*swa) if swa[0] else None,
@@ -342,7 +346,7 @@ def _sort_layer(
         )
 
 
-def _refuse_mixes(kinds: dict[str, bool]) -> None:
+def _refuse_mixes(kinds: dict[str, bool], stage_of_hybrid: bool) -> None:
     """Pairs of layer kinds the planner does not put in one SGLang model."""
     refused = [
         ("mla", "sliding_window", "MLA beside sliding-window layers (SGLang's latent window "
@@ -357,12 +361,13 @@ def _refuse_mixes(kinds: dict[str, bool]) -> None:
                 f"layers: {what} is not planned for SGLang; expected layers of one attention "
                 "family", field="layers",
             )
-    if kinds["sliding_window"] and not kinds["full_attention"]:
+    window_only_rank = stage_of_hybrid and kinds["sliding_window"]
+    if kinds["sliding_window"] and not kinds["full_attention"] and not window_only_rank:
         raise UnsupportedRequestError(
             "layers: a model of sliding-window layers only is not planned for SGLang; "
             "expected at least one full_attention layer", field="layers",
         )
-    if not (kinds["full_attention"] or kinds["mla"]):
+    if not (kinds["full_attention"] or kinds["mla"] or window_only_rank):
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside Mamba layers; expected at least one "
             "full_attention or mla layer", field="layers",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
-from hisparse_plan.models.layer_specs import MambaSpec
+from hisparse_plan.models.layer_specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 
@@ -105,15 +105,15 @@ def hosts_draft_worker(stage: Stage | None) -> bool:
     return stage is None or stage.rank == stage.size - 1
 
 
-def refuse_position_rule_pipeline(settings: SGLangSettings) -> None:
-    """A Llama-4 window hybrid: SGLang picks its window layers by their global position, which
-    a rank's share of the layers is not read by here; not planned in pipeline stages."""
-    if settings.pp_size > 1:
-        raise UnsupportedRequestError(
-            "engine.pp_size: a Llama-4 window hybrid in pipeline stages is not planned (SGLang "
-            f"places its window layers by global position); expected 1, got {settings.pp_size}",
-            field="engine.pp_size",
-        )
+def has_full_attention(request: PlanRequest) -> bool:
+    """The whole model has a full-attention layer: a rank of its window layers only is then
+    SGLang's all-window pool (window_only.py), not a window-only model."""
+    return any(isinstance(spec, FullAttentionSpec) for spec in request.layers.values())
+
+
+def has_window_layers(request: PlanRequest) -> bool:
+    """The whole model has a sliding-window layer (a window hybrid, where SGLang serves one)."""
+    return any(isinstance(spec, SlidingWindowSpec) for spec in request.layers.values())
 
 
 def stage_of(request: PlanRequest, settings: SGLangSettings) -> Stage | None:

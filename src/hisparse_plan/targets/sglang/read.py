@@ -14,7 +14,8 @@ from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
 from hisparse_plan.targets.sglang.pipeline_stages import (
     Stage,
-    refuse_position_rule_pipeline,
+    has_full_attention,
+    has_window_layers,
     refuse_stage_without_attention,
     refuse_v4_pipeline,
     stage_of,
@@ -31,6 +32,7 @@ from hisparse_plan.targets.sglang.settings import (
     sglang_settings,
 )
 from hisparse_plan.targets.sglang.speculative import refuse_without_algorithm
+from hisparse_plan.targets.sglang.window_only import refuse_full_only_rank
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "read"
@@ -88,10 +90,12 @@ def read(
     staged = stage_request(request, stage)
     refuse_stage_without_attention(staged, stage)
     if is_llama4_hybrid(request, settings):
-        refuse_position_rule_pipeline(settings)
-        model = read_llama4_model(staged, settings)
+        model = read_llama4_model(request, settings, kept=staged.layers.keys())
     else:
-        model = read_model(staged, windows_as_full=windows_in_full_pool(settings))
+        model = read_model(staged, windows_as_full=windows_in_full_pool(settings),
+                           stage_of_hybrid=stage is not None and has_full_attention(request))
+    refuse_full_only_rank(model, stage, hybrid=is_llama4_hybrid(request, settings) or (
+        has_window_layers(request) and not windows_in_full_pool(settings)))
     if trace.enabled:
         if stage is not None:
             _trace_stage(stage, trace)

@@ -18,6 +18,7 @@ from hisparse_plan.targets.sglang import (
     sizing,
     sizing_v4,
     speculative,
+    window_only,
 )
 from hisparse_plan.targets.sglang.defaults import CacheDtype
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
@@ -147,12 +148,22 @@ def _pool_tokens(
     """The rank's own tokens, then the full pool's tokens and the window pool's: the budget
     over the cell size (capped, and the fewest of the pipeline ranks'), the window pool
     swa_full_tokens_ratio of the full one; with the radix cache off and the running requests
-    given, the window pool sized for them first and the full pool the rest (true last)."""
+    given, the window pool sized for them first and the full pool the rest (true last); a
+    pipeline rank of window layers only puts every token in its window pool (window_only.py)."""
     read, page = defaults.read, defaults.page_size
     settings, model = read.settings, read.model
+    if cell.window_only:
+        spec = defaults.speculative
+        window_only.refuse_window_only_settings(
+            settings, read.stage, page, 0 if spec is None else spec.draft_full_layers)
+        own = sizing.max_total_num_tokens(available, cell, page)
+        tokens = sizing.cap_max_total_tokens(
+            settings, pipeline_stages.agreed_tokens(own, read.stage), page)
+        sizing.refuse_empty_pool(tokens, page)
+        return own, tokens, tokens, False
     window = None if model.swa is None else model.swa.window  # window groups have one
     serving = speculative.speculative_requests(settings, defaults.speculative)
-    cap = (None if window is None or model.full is None else radix.swa_request_cap(
+    cap = (None if window is None else radix.swa_request_cap(
         serving, window, page,
         *speculative.swa_cap_terms(defaults.speculative, page * settings.dcp_size,
                                    overlap=pipeline_stages.overlap_schedule(settings))))
@@ -281,7 +292,8 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
     draft = ("" if not sized.draft_cell_bytes else
              f" (the draft's {sized.draft_cell_bytes} included)")
     parts = f"full {cell.full}{draft}" + ("" if model.swa is None else (
-        f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
+        f" + window {cell.swa} (a rank of window layers only: no ratio)" if cell.window_only
+        else f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
     trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
               f"bytes one token takes in every counted pool, all layers: {parts}")
     trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
@@ -293,6 +305,8 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
             "two prefill chunks and a page, ceiled to a page; the full pool takes the rest"
         ) if sized.swa_sized_for_requests else (
+            "a rank of window layers only: every token of max_total_num_tokens, no full pool"
+        ) if cell.window_only else (
             f"int(tokens x swa_full_tokens_ratio {defaults.swa_full_tokens_ratio}), "
             "floored to a page; more than window + page"))
     settings = defaults.read.settings

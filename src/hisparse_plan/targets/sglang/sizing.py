@@ -46,6 +46,8 @@ class CellSize:
     swa: int
     """Window-pool bytes per window token, all window layers."""
     total: int | float
+    window_only: bool = False
+    """A pipeline rank of window layers only: the total is the window bytes, no ratio."""
 
 
 def mha_token_bytes(group: HeadGroup, dtype: str) -> int:
@@ -83,6 +85,9 @@ def cell_size(
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio, settings.enable_hisparse)
         return CellSize(full, 0, full)
+    if model.full is None and model.swa is not None and swa_dtype is not None:
+        swa = mha_token_bytes(model.swa, swa_dtype)  # window_only.py: a rank's all-window cell
+        return CellSize(0, swa, swa, window_only=True)
     if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside the others; expected full "

@@ -216,6 +216,8 @@ def with_draft(
     swa = cell.swa + window_layer * spec.draft_window_layers
     if isinstance(cell.total, int) and swa == 0:
         return CellSize(full, 0, full), full - cell.full
+    if cell.window_only:
+        return CellSize(full, swa, full + swa, window_only=True), full - cell.full
     total = full + ratio * swa
     return CellSize(full, swa, total), full - cell.full
 
