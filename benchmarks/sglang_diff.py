@@ -171,7 +171,8 @@ PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "
                             "llama4", "v4"})
 """Kinds whose SGLang model classes split their layers over pipeline ranks (make_pp_layers or
 get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5, Llama-4,
-DeepSeek-V4 (the planner refuses the last two in stages: drawn so the refusals are counted)."""
+DeepSeek-V4 (the planner refuses Llama-4's window hybrid in stages: drawn so the refusal is
+counted)."""
 
 
 def _draw_pipeline(rng: random.Random, kind: str, case: Case) -> None:

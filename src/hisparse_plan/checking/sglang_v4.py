@@ -2,7 +2,8 @@
 than the planner took (docs/plan-contract.md#sglang-plans): the compressed pools' token counts
 from the full tokens, the compressor-state rows from the window pages and request slots, every
 V4 pool's blocks from those counts, the coefficient from the pools' bytes, the set-aside from
-the c128 states, and the budget split from the coefficient.
+the c128 states, and the budget split from the coefficient; on a pipeline rank, the pools it
+keeps empty (a ratio of the model its layers lack) and its own full tokens.
 
 SGLang 0.5.23's DeepSeekV4TokenToKVPool: the window pool holds int(full * ratio) tokens floored
 to a page; c4 holds full // 4 slots, c128 full // 128, the c4 index keys 32 slots per c128 slot;

@@ -18,12 +18,13 @@ from typing import Final
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.layer_specs import MLASpec
 from hisparse_plan.models.request import PlanRequest
+from hisparse_plan.models.sglang_plan import V4EmptyPool
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model_v4 import V4_VERSION, V4Model
 from hisparse_plan.targets.sglang.pipeline_stages import Stage
 
-RATIO_POOLS: Final[dict[int, tuple[str, ...]]] = {4: ("v4_c4", "v4_index_c4"),
-                                                   128: ("v4_c128",)}
+RATIO_POOLS: Final[dict[int, tuple[V4EmptyPool, ...]]] = {4: ("v4_c4", "v4_index_c4"),
+                                                          128: ("v4_c128",)}
 """The pools SGLang keeps a compression ratio in (its compressor states are per layer: a rank
 without the ratio has none)."""
 
@@ -34,7 +35,7 @@ def model_ratios(request: PlanRequest) -> frozenset[int]:
                      if isinstance(spec, MLASpec) and spec.model_version == V4_VERSION)
 
 
-def empty_pools(ratios: frozenset[int], model: V4Model) -> tuple[str, ...]:
+def empty_pools(ratios: frozenset[int], model: V4Model) -> tuple[V4EmptyPool, ...]:
     """The pools the rank keeps without a buffer: those of the model's ratios that none of
     the rank's layers compresses by (none without stages, where the rank has every layer)."""
     return tuple(name for ratio, names in RATIO_POOLS.items()

@@ -290,11 +290,11 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
         f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
     trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
               f"bytes one token takes in every counted pool, all layers: {parts}")
+    capped = ("" if defaults.read.settings.max_total_tokens is None
+              else ", capped by max_total_tokens")
     trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
               f"available_bytes {sized.available_bytes} // cell {cell.total}, floored to a page "
-              f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
-                              else ", capped by max_total_tokens") + _agreed(sized.defaults.read.stage,
-                                                                  sized.own_tokens))
+              f"of {page}" + capped + _agreed(defaults.read.stage, sized.own_tokens))
     if sized.swa_tokens is not None:
         trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
