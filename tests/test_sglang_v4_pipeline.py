@@ -5,10 +5,12 @@ compression ratio of the model its layers lack. The figures are literals compute
 own code by the reference harness (every rank configured, a process-group stub answering the
 ranks' MIN all-reduce), SGLang not imported here:
 
-    PYTHONPATH=$PWD/src python benchmarks/sglang_diff.py --cases CASE.json --dump
+    PYTHONPATH=$PWD/src python benchmarks/sglang_diff.py --dump --cases \
+        benchmarks/sglang_cases/dsv4_flash_tp8_pp2.json \
+        benchmarks/sglang_cases/dsv4_flash_tp8_pp2_hisparse.json
 
-with CASE.json a case of `case()` below (`/work/notes/cases/v4_pp2.json` is "flash_pp2"); the
-same command without --dump compares every field of every rank: all agree."""
+(and the other cases `case()` below builds, written to a file); the same command without
+--dump compares every field of every rank: all agree."""
 
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ def case(layers: int | None, pp: int, memory: dict[str, int] | None = None,
             "memory": memory or {"available_bytes": 8 * GIB}}
 
 
-FLASH_PP2 = case(None, 2, {"pre_model_load_free_bytes": 149_250_113_536,
-                           "post_weights_free_bytes": 120_000_000_000})
+CASES = Path("benchmarks/sglang_cases")
+FLASH_PP2: dict[str, Any] = json.loads((CASES / "dsv4_flash_tp8_pp2.json").read_text())
 
 
 def request_of(data: dict[str, Any], rank: int = 0) -> PlanRequest:
@@ -112,7 +114,8 @@ def test_flash_with_hisparse_in_two_stages_matches_sglangs_own() -> None:
     """HiSparse (host_to_device_ratio 2) at 8 GiB a rank, SGLang 0.5.23: 2,463,232 full tokens,
     the c4 device pool 307,904 slots ([4815, 37440] a layer), the host pool 615,808 slots
     ([9622, 37440] a c4 layer of the rank), the window pool [963, 149760]."""
-    data = case(None, 2, **HISPARSE)
+    data = json.loads((CASES / "dsv4_flash_tp8_pp2_hisparse.json").read_text())
+    assert data == case(None, 2, **HISPARSE) | {"config": str(V4_CONFIG)}
     for rank, plan in enumerate(rank_plans(request_of(data))):
         v4, hisparse = plan.deepseek_v4, plan.hisparse
         assert v4 is not None
