@@ -171,7 +171,7 @@ PIPELINE_KINDS = frozenset({"mha", "swa", "mla", "dsa", "hisparse", "minimax", "
                             "llama4", "v4"})
 """Kinds whose SGLang model classes split their layers over pipeline ranks (make_pp_layers or
 get_pp_indices): Llama, gpt-oss, DeepSeek-V3/V3.2, GLM-5, MiniMax-M2, Qwen3.5, Llama-4,
-DeepSeek-V4 (the planner refuses DeepSeek-V4 in stages: drawn so the refusals are counted)."""
+DeepSeek-V4."""
 
 
 def _draw_pipeline(rng: random.Random, kind: str, case: Case) -> None:

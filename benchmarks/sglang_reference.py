@@ -237,7 +237,11 @@ def _collect_dsv4(col: _Collector, pool: SGLangObject, notes: list[str]) -> None
     compress-state pool per compressed layer (its own allocation each)."""
     swa = pool.swa_kv_pool
     col.pool("v4_swa", "device", swa.size)
-    col.per_layer("v4_swa", "kv_buffer", swa.kv_buffer, _layer_range(swa))
+    # The window pool's buffers are the stage's layers from its first (_swa_local_layer_id:
+    # layer_id - _stage_start), which the window pool itself does not record.
+    stage_start = int(getattr(pool, "_stage_start", 0) or 0)
+    col.per_layer("v4_swa", "kv_buffer", swa.kv_buffer,
+                  [stage_start + i for i in _layer_range(swa)])
     by_ratio: dict[int, list[int]] = {}
     for layer, item in enumerate(pool.layer_mapping):
         if item is not None and item.compress_ratio not in (0,):

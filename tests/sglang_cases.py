@@ -57,13 +57,17 @@ TINY: dict[str, Callable[[], PlanRequest]] = {
     "deepseek_v4": v4_request,
     "deepseek_v4_hisparse": lambda: v4_request(enable_hisparse=True,
                                                hisparse_host_to_device_ratio=2),
+    "deepseek_v4_pipeline_rank": lambda: v4_request(pp_size=2, pp_rank=0),
+    "deepseek_v4_hisparse_pipeline_rank": lambda: v4_request(
+        6, pp_size=2, pp_rank=1, enable_hisparse=True, hisparse_host_to_device_ratio=2),
     "pipeline_rank": lambda: request(
         {f"model.layers.{i}.self_attn.attn": mha(heads=2, head=8) for i in range(3)},
         page_size=4, max_total_tokens=32, context_length=16, pp_size=2, pp_rank=1),
 }
 """Every kind of SGLang pool: MHA (K and V fused, or apart), window, MLA, DSA, DSA with
 HiSparse's host pool, a Mamba hybrid, DeepSeek-V4's seven pools (and HiSparse's paged c4 host
-pool beside them), and one pipeline rank's."""
+pool beside them), and one pipeline rank's (DeepSeek-V4's too: a rank of window layers only,
+whose compressed pools SGLang keeps empty, and a rank with HiSparse)."""
 
 _PLANS: dict[str, SGLangPlan] = {}
 

@@ -11,6 +11,7 @@ import pytest
 import hisparse_plan as hp
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from sglang_cases import v4_request
 from test_sglang_target import dsa_layers, golden, mha, request, swa
 
 Tamper = Callable[[dict[str, Any]], None]
@@ -24,6 +25,9 @@ CASES: dict[str, Callable[[], PlanRequest]] = {
     "dsa": lambda: request(dsa_layers(3), available=2 * GIB),
     "dsa_hisparse": lambda: request(dsa_layers(3), available=2 * GIB, enable_hisparse=True),
     "qwen3_next": lambda: golden("regular_qwen3_next_80b_mamba", context_length=8192),
+    "deepseek_v4_rank": lambda: v4_request(6, pp_size=2, pp_rank=1),
+    "deepseek_v4_hisparse_rank": lambda: v4_request(
+        6, pp_size=2, pp_rank=0, enable_hisparse=True, hisparse_host_to_device_ratio=2),
 }
 
 

@@ -191,7 +191,6 @@ def test_refuses_what_sglang_cannot_hold(available: int, engine: dict[str, Any])
         ({"page_size": 64}, "engine.page_size", "expected 256 or null, got 64"),
         ({"kv_cache_dtype": "bfloat16"}, "engine.kv_cache_dtype", "got bfloat16"),
         ({"dsa_backend": "trtllm"}, "engine.dsa_backend", "expected null, got trtllm"),
-        ({"pp_size": 2}, "engine.pp_size", "DeepSeek-V4 in pipeline stages"),
         ({"speculative_num_draft_tokens": 2}, "engine.speculative_num_draft_tokens",
          "speculative"),
     ],

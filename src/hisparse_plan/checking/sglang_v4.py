@@ -2,7 +2,8 @@
 than the planner took (docs/plan-contract.md#sglang-plans): the compressed pools' token counts
 from the full tokens, the compressor-state rows from the window pages and request slots, every
 V4 pool's blocks from those counts, the coefficient from the pools' bytes, the set-aside from
-the c128 states, and the budget split from the coefficient.
+the c128 states, and the budget split from the coefficient; on a pipeline rank, the pools it
+keeps empty (a ratio of the model its layers lack) and its own full tokens.
 
 SGLang 0.5.23's DeepSeekV4TokenToKVPool: the window pool holds int(full * ratio) tokens floored
 to a page; c4 holds full // 4 slots, c128 full // 128, the c4 index keys 32 slots per c128 slot;
@@ -60,15 +61,18 @@ def check_deepseek_v4(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     _expect("deepseek_v4.swa_tokens", v4.swa_tokens, swa,
             "int(full_tokens * swa_full_tokens_ratio) floored to a page")
     c4, c128 = "v4_c4" in pools, "v4_c128" in pools
+    _check_empty_pools(plan, v4, pools)
+    # A pipeline rank without a ratio's layers keeps that ratio's pools empty, at full size.
+    model_c4, model_c128 = c4 or "v4_c4" in v4.empty_pools, c128 or "v4_c128" in v4.empty_pools
     requests = plan.max_running_requests
     shrink = _c4_shrink(plan)
     derived = {
-        "c4_tokens": (full // (4 * shrink) if c4 else 0,
-                      "full_tokens // 4 with c4 layers, // host_to_device_ratio more with "
+        "c4_tokens": (full // (4 * shrink) if model_c4 else 0,
+                      "full_tokens // 4 with c4 pools, // host_to_device_ratio more with "
                       "HiSparse"),
-        "c128_tokens": (full // 128 if c128 else 0, "full_tokens // 128 with c128 layers"),
-        "c4_index_tokens": (full // 128 * C4_INDEX_SLOTS_PER_C128_SLOT if c4 else 0,
-                            "32 per c128 slot (full_tokens // 128) with c4 layers"),
+        "c128_tokens": (full // 128 if model_c128 else 0, "full_tokens // 128 with c128 pools"),
+        "c4_index_tokens": (full // 128 * C4_INDEX_SLOTS_PER_C128_SLOT if model_c4 else 0,
+                            "32 per c128 slot (full_tokens // 128) with c4 pools"),
         "c4_state_rows": (
             _round_up(swa // page * C4_STATE_RING + C4_STATE_RING + 1, 4) if c4 else 0,
             "8 per window page, plus 9, rounded up to 4"),
@@ -81,7 +85,46 @@ def check_deepseek_v4(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         _expect(f"deepseek_v4.{field}", getattr(v4, field), want, why)
     _check_v4_pools(plan, v4, pools)
     _check_v4_budget(plan, v4, pools)
+    _check_stage_tokens(plan)
     _check_v4_hisparse(plan, pools)
+
+
+def _check_empty_pools(plan: SGLangPlan, v4: SGLangDeepSeekV4, pools: dict[str, Pool]) -> None:
+    """The pools kept without a buffer: only on a pipeline rank, each once, none the plan also
+    holds, the c4 pool and its index keys together (a ratio's pools go as one)."""
+    empty = list(v4.empty_pools)
+    if not empty:
+        return
+    if plan.pipeline is None:
+        raise PlanInvariantError(
+            f"deepseek_v4.empty_pools is {empty}; expected none without pipeline stages (one "
+            "rank holds every layer)")
+    held = sorted(set(empty) & set(pools))
+    if len(set(empty)) != len(empty) or held:
+        raise PlanInvariantError(
+            f"deepseek_v4.empty_pools is {empty}; expected each pool once and none of the "
+            f"plan's own pools (got {held})")
+    if ("v4_c4" in empty) != ("v4_index_c4" in empty):
+        raise PlanInvariantError(
+            f"deepseek_v4.empty_pools is {empty}; expected v4_c4 and v4_index_c4 together "
+            "(the ratio-4 layers keep both)")
+
+
+def _check_stage_tokens(plan: SGLangPlan) -> None:
+    """A DeepSeek-V4 pipeline rank's own tokens are the whole pages of full tokens its budget
+    holds beside the set-aside: at most what is left over the coefficient, and a page more
+    would not fit."""
+    v4, pipeline = plan.deepseek_v4, plan.pipeline
+    if v4 is None or pipeline is None:
+        return
+    own, page = pipeline.stage_tokens[pipeline.pp_rank], plan.page_size
+    left = plan.budget.available_bytes - v4.fixed_bytes
+    coefficient = v4.bytes_per_full_token
+    if own % page or own * coefficient > left or (own + page) * coefficient <= left:
+        raise PlanInvariantError(
+            f"pipeline.stage_tokens[{pipeline.pp_rank}] is {own}; expected the whole pages "
+            f"of {page} full tokens that the {left} bytes budget.available_bytes leaves beside "
+            f"deepseek_v4.fixed_bytes hold at {coefficient} bytes a full token")
 
 
 def _c4_shrink(plan: SGLangPlan) -> int:

@@ -90,6 +90,10 @@ class SGLangHisparse(Model):
     )
 
 
+V4EmptyPool = Literal["v4_c4", "v4_index_c4", "v4_c128"]
+"""A DeepSeek-V4 pool a pipeline rank may keep without a buffer."""
+
+
 class SGLangDeepSeekV4(Model):
     """DeepSeek-V4 on SGLang: the token counts of its compressed pools and how they came out
     (its configurator has no cell size; it splits the budget by a per-full-token coefficient)."""
@@ -120,6 +124,12 @@ class SGLangDeepSeekV4(Model):
     fixed_bytes: ByteCount = Field(
         description="Bytes set aside before the split: the c128 states for the requested "
         "running requests."
+    )
+    empty_pools: Annotated[list[V4EmptyPool], READ_ONLY] = Field(
+        default_factory=empty_frozen_list,
+        description="Pools a pipeline rank keeps without a buffer: a compression ratio of the "
+        "model its layers lack (SGLang keeps the pool, so that every rank's pools line up); "
+        "their slot counts are the figures above. Empty without pipeline stages.",
     )
 
 

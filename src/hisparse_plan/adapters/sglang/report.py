@@ -70,14 +70,29 @@ def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> 
     return (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
 
 
-def _v4_pool_tokens(v4: SGLangDeepSeekV4, pool: Pool) -> int:
+def _v4_sizes(v4: SGLangDeepSeekV4) -> dict[str, int]:
     """DeepSeek-V4's pools report the sizes its configurator split the budget into."""
-    sizes = {
+    return {
         "v4_swa": v4.swa_tokens, "v4_c4": v4.c4_tokens, "v4_c128": v4.c128_tokens,
         "v4_index_c4": v4.c4_index_tokens, "v4_state_c4": v4.c4_state_rows,
         "v4_index_state_c4": v4.c4_state_rows, "v4_state_c128": v4.c128_state_rows,
     }
-    return sizes.get(pool.name, (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1))
+
+
+def _v4_pool_tokens(v4: SGLangDeepSeekV4, pool: Pool) -> int:
+    return _v4_sizes(v4).get(
+        pool.name, (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1))
+
+
+def _v4_empty_pools(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
+    """The pools a DeepSeek-V4 pipeline rank keeps without a buffer, each with the slots it
+    was built for (deepseek_v4.empty_pools)."""
+    v4 = plan.deepseek_v4
+    if v4 is None:
+        return {}
+    sizes = _v4_sizes(v4)
+    return {name: {"name": name, "location": "device", "tokens": sizes[name], "buffers": []}
+            for name in v4.empty_pools}
 
 
 def _buffer(
@@ -137,6 +152,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     check_plan(plan)
     draft = {pool.name for pool in plan.pools if pool.name.startswith(DRAFT_PREFIX)}
     entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
+    entries.update(_v4_empty_pools(plan))
     budget = plan.budget
     found = {
         **_hisparse_metadata(plan),

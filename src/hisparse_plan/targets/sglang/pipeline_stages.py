@@ -89,16 +89,6 @@ def refuse_unsplit(settings: SGLangSettings) -> None:
         )
 
 
-def refuse_v4_pipeline(settings: SGLangSettings) -> None:
-    """DeepSeek-V4's per-stage pools are not planned."""
-    if settings.pp_size > 1:
-        raise UnsupportedRequestError(
-            f"engine.pp_size: DeepSeek-V4 in pipeline stages is not planned; expected 1, got "
-            f"{settings.pp_size}",
-            field="engine.pp_size",
-        )
-
-
 def hosts_draft_worker(stage: Stage | None) -> bool:
     """Whether the rank runs speculative decoding's draft worker: the only rank, or the last
     pipeline rank (SGLang's EAGLEWorkerV2 builds it where pp_group.is_last_rank)."""

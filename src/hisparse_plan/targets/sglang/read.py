@@ -17,10 +17,10 @@ from hisparse_plan.targets.sglang.pipeline_stages import (
     has_full_attention,
     has_window_layers,
     refuse_stage_without_attention,
-    refuse_v4_pipeline,
     stage_of,
     stage_request,
 )
+from hisparse_plan.targets.sglang.pipeline_v4 import model_ratios, refuse_hisparse_without_c4
 from hisparse_plan.targets.sglang.served import (
     refuse_longer_context,
     refuse_unserved_architecture,
@@ -62,6 +62,12 @@ class ReadV4:
     available_bytes: int
     index_topk: int | None = None
     """The model's index_topk, the top-k SGLang's HiSparse runs."""
+    stage: Stage | None = None
+    """The pipeline rank's stage (`model` holds its layers' caches only); None with one
+    stage."""
+    model_ratios: frozenset[int] = frozenset()
+    """The compression ratios of the whole model, every rank's (SGLang keeps a pool for each
+    on every rank)."""
 
 
 def read(
@@ -70,24 +76,29 @@ def read(
     """The settings first (a vLLM request, and vLLM-only sections, are refused before any
     layer is read), then the layers: DeepSeek-V4's caches by its own reader, after the settings
     its path does not take are refused; with pipeline stages, the rank's layers only
-    (`peer_tokens`: every rank's own tokens, once known)."""
+    (`peer_tokens`: every rank's own tokens, once known), DeepSeek-V4's too."""
     settings = sglang_settings(request)
     refuse_without_algorithm(settings)
     refuse_vllm_sections(request)
     refuse_unserved_architecture(settings)
     refuse_longer_context(settings)
     available = request.device.available_bytes
-    if is_deepseek_v4(request):
+    v4_request = is_deepseek_v4(request)
+    if v4_request:
         refuse_v4_settings(settings)
-        refuse_v4_pipeline(settings)
-        v4 = read_v4_model(request)
-        if trace.enabled:
-            _trace_v4(v4, trace)
-        return ReadV4(settings, v4, available, request.model.index_topk)
     stage = stage_of(request, settings)
     if stage is not None and peer_tokens is not None:
         stage = replace(stage, peer_tokens=peer_tokens)
     staged = stage_request(request, stage)
+    if v4_request:
+        v4 = read_v4_model(staged)
+        refuse_hisparse_without_c4(settings, v4, stage)
+        if trace.enabled:
+            if stage is not None:
+                _trace_stage(stage, trace)
+            _trace_v4(v4, trace)
+        return ReadV4(settings, v4, available, request.model.index_topk, stage,
+                      model_ratios(request))
     refuse_stage_without_attention(staged, stage)
     if is_llama4_hybrid(request, settings):
         model = read_llama4_model(request, settings, kept=staged.layers.keys())

@@ -21,6 +21,7 @@ from hisparse_plan.targets.sglang.hisparse_meta import (
 from hisparse_plan.targets.sglang.hisparse_v4 import v4_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.pipeline_stages import pp_indices
+from hisparse_plan.targets.sglang.pipeline_v4 import empty_pools
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
 
@@ -68,7 +69,7 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
     )
 
 
-def _pipeline(sized: Sized) -> SGLangPipeline | None:
+def _pipeline(sized: Sized | SizedV4) -> SGLangPipeline | None:
     """The rank's stage and every rank's tokens, with pipeline stages."""
     stage = sized.defaults.read.stage
     if stage is None:
@@ -118,6 +119,7 @@ def _placeholders(sized: Sized) -> tuple[str, ...]:
 def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
     defaults = sized.defaults
     model, page, sizes = defaults.read.model, defaults.page_size, sized.sizes
+    ratios = defaults.read.model_ratios
     tokens = PoolTokens(
         page_size=page, context_length=defaults.read.settings.context_length,
         max_running_requests=sized.max_running_requests, full=sizes.full, swa=sizes.swa,
@@ -137,15 +139,16 @@ def _report_v4(sized: SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
             full_tokens=sizes.full,
             swa_tokens=sizes.swa,
             swa_full_tokens_ratio=defaults.swa_full_tokens_ratio,
-            c4_tokens=sizes.c4 if model.num_layers(4) else 0,
-            c128_tokens=sizes.c128 if model.num_layers(128) else 0,
+            c4_tokens=sizes.c4 if 4 in ratios else 0,
+            c128_tokens=sizes.c128 if 128 in ratios else 0,
             c4_index_tokens=sized.c4_index_tokens,
             c4_state_rows=sized.c4_state_rows,
             c128_state_rows=sized.c128_state_rows,
             bytes_per_full_token=sized.coefficient,
             fixed_bytes=sized.fixed_bytes,
+            empty_pools=list(empty_pools(ratios, model)),
         ),
-        hisparse=sized.hisparse, capacity=capacity,
+        hisparse=sized.hisparse, capacity=capacity, pipeline=_pipeline(sized),
     )
 
 

@@ -88,6 +88,9 @@ class SizedV4:
     c128_state_rings: int
     hisparse: SGLangHisparse | None = None
     """HiSparse's c4 host pool and hot buffers; None without it."""
+    own_tokens: int = 0
+    """The full tokens from this rank's own budget and layers, before --max-total-tokens and
+    the pipeline ranks' minimum."""
 
 
 def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
@@ -232,18 +235,21 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
     shrink = hisparse_v4.c4_shrink(settings)
     coefficient = sizing_v4.bytes_per_full_token(model, page, ratio, shrink)
     fixed = sizing_v4.c128_state_fixed_bytes(model, defaults.requested_requests)
-    full = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
+    own = sizing_v4.v4_full_tokens(available, fixed, coefficient, page)
+    full = pipeline_stages.agreed_tokens(own, read.stage)
     full = sizing.cap_max_total_tokens(settings, full, page)
     bounds.refuse_token_ids_past_int32(full + page, bounds.budget_field(settings))
     sizes = sizing_v4.v4_sizes(model, full, ratio, page, shrink)
     requests = sizing_v4.v4_max_running_requests(defaults.requested_requests, sizes.full)
     table = sizing.req_to_token_shape(settings, requests)
     c4, c128 = model.num_layers(4), model.num_layers(128)
+    # A rank without ratio-4 layers still keeps the (empty) c4 index pool of the model's.
+    index_tokens = sizing_v4.c4_index_tokens(sizes.c128) if 4 in read.model_ratios else 0
     sized = SizedV4(
         defaults=defaults, mem_fraction_static=fraction, available_bytes=available,
         coefficient=coefficient, fixed_bytes=fixed, sizes=sizes,
         max_running_requests=requests, req_to_token=table,
-        c4_index_tokens=sizing_v4.c4_index_tokens(sizes.c128) if c4 else 0,
+        c4_index_tokens=index_tokens,
         c4_state_rows=sizing_v4.state_rows(sizes.c4_state, 4) if c4 else 0,
         c4_state_rings=sizing_v4.c4_state_rings(sizes.swa, page),
         c128_state_rows=(
@@ -251,6 +257,7 @@ def _size_v4(defaults: DefaultsV4, trace: Trace) -> SizedV4:
         c128_state_rings=sizing_v4.c128_state_rings(requests),
         hisparse=None if defaults.hisparse_buffer is None else hisparse_v4.v4_hisparse(
             settings, defaults.hisparse_top_k, defaults.hisparse_buffer, sizes.full, page),
+        own_tokens=own,
     )
     if trace.enabled:
         _trace_v4(sized, rest_gb, trace)
@@ -268,12 +275,11 @@ def _trace_budget(
               f"int({rest_gb!r} GB x 2**30): {source}{less}, in SGLang's float GB")
 
 
-def _agreed(sized: Sized) -> str:
+def _agreed(stage: pipeline_stages.Stage | None, own_tokens: int) -> str:
     """The words for the pipeline ranks' minimum, when there are ranks."""
-    stage = sized.defaults.read.stage
     if stage is None or stage.peer_tokens is None:
         return ""
-    return (f"; this rank's own {sized.own_tokens}, the fewest of the {stage.size} pipeline "
+    return (f"; this rank's own {own_tokens}, the fewest of the {stage.size} pipeline "
             f"ranks' {list(stage.peer_tokens)} taken (SGLang's MIN all-reduce)")
 
 
@@ -296,10 +302,11 @@ def _trace_sized(sized: Sized, rest_gb: float, trace: Trace) -> None:
         else f" + swa_full_tokens_ratio {defaults.swa_full_tokens_ratio} x window {cell.swa}"))
     trace.add(STAGE, RULE, "budget.cell_size_bytes", cell.total,
               f"bytes one token takes in every counted pool, all layers: {parts}")
+    capped = ("" if defaults.read.settings.max_total_tokens is None
+              else ", capped by max_total_tokens")
     trace.add(STAGE, RULE, "max_total_num_tokens", sized.tokens,
               f"available_bytes {sized.available_bytes} // cell {cell.total}, floored to a page "
-              f"of {page}" + ("" if defaults.read.settings.max_total_tokens is None
-                              else ", capped by max_total_tokens") + _agreed(sized))
+              f"of {page}" + capped + _agreed(defaults.read.stage, sized.own_tokens))
     if sized.swa_tokens is not None:
         trace.add(STAGE, RULE, "swa tokens", sized.swa_tokens, (
             "radix cache off: each running request's window + 128 eviction tokens + 2 pages, "
@@ -354,7 +361,7 @@ def _trace_v4(sized: SizedV4, rest_gb: float, trace: Trace) -> None:
     sizes = sized.sizes
     trace.add(STAGE, RULE, "deepseek_v4.full_tokens", sizes.full,
               f"(available_bytes {sized.available_bytes} - fixed) / coefficient, floored to a "
-              f"page of {defaults.page_size}")
+              f"page of {defaults.page_size}" + _agreed(defaults.read.stage, sized.own_tokens))
     trace.add(STAGE, RULE, "deepseek_v4.swa_tokens", sizes.swa,
               "int(full x swa_full_tokens_ratio), floored to a page")
     _trace_requests(sized.max_running_requests, sized.req_to_token,
