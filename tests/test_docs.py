@@ -30,9 +30,9 @@ from hisparse_plan.models.request import (
 )
 from hisparse_plan.models.sglang_plan import SGLangBudget, SGLangHisparse, SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.planning import plan_traced
 from hisparse_plan.presets import Settings, build_request, load_preset
 from hisparse_plan.rule_docs import ANCHORS, DOC_NAMES, rule_doc
+from hisparse_plan.targets.vllm import plan_traced
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
