@@ -141,16 +141,17 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
     config for MHA and window models (or, for a window model, its own checkpoint as an EAGLE
     draft, window layers and all), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
-    draft tokens SGLang's choice or given."""
-    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse",
-                                           "v4"):
+    draft tokens SGLang's choice or given. HiSparse's kind draws it twice as often, with draft
+    tokens on both sides of its speculative swap's 2..4."""
+    if rng.random() >= (0.6 if kind == "hisparse" else 0.3) or kind not in (
+            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4", "shared_index"):
         return case
     args, cfg = case["server_args"], case["config"]
     if kind == "swa" and rng.random() < 0.3:
         # The model's own checkpoint as an EAGLE draft: a draft with window layers.
         args["speculative_algorithm"] = "EAGLE"
         args["speculative_draft_model_path"] = "@model"
-    elif kind in ("mla", "dsa", "hisparse", "v4"):
+    elif kind in ("mla", "dsa", "hisparse", "v4", "shared_index"):
         args["speculative_algorithm"] = "NEXTN"
         cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
     elif kind == "mamba":
@@ -160,7 +161,7 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
         args["speculative_algorithm"] = "EAGLE3"
         case["draft_config"] = _eagle_draft(rng, cfg)
     if rng.random() < 0.4:
-        steps = rng.choice([1, 2, 3, 5])
+        steps = rng.choice([1, 2, 3, 4, 5] if kind == "hisparse" else [1, 2, 3, 5])
         topk = 1 if args.get("page_size", 64 if kind != "mha" else 1) > 1 else rng.choice([1, 2])
         args.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
                     speculative_num_draft_tokens=rng.choice([steps + 1, 2 * steps + 2]))
@@ -296,12 +297,14 @@ def _dsa(rng: random.Random, hisparse: bool) -> Case:
     args["dsa_backend"] = rng.choice(["flashmla_kv", "trtllm"] if fp8 else ["flashmla_sparse"])
     attn_tp = args["tp_size"] // (args.get("dp_size", 1) if args.get("enable_dp_attention")
                                    else 1)
-    if attn_tp > 1 and rng.random() < 0.35:
+    if attn_tp > 1 and rng.random() < (0.1 if hisparse else 0.35):  # both refuse HiSparse's
         args["dcp_size"] = rng.choice([d for d in (2, 4, 8) if attn_tp % d == 0])
     if hisparse:
         args["dsa_backend"] = "flashmla_kv"
         args["enable_hisparse"] = True
-        top_k = rng.choice([512, 1024, 2048])
+        if rng.random() < 0.5:  # the top-k HiSparse's coordinator runs, around its 1024 floor
+            cfg["index_topk"] = rng.choice([512, 1000, 1024, 1536, 2048, 2560, 4096])
+        top_k = rng.choice([512, 1024, 2048, cfg["index_topk"], cfg["index_topk"]])
         args["hisparse_config"] = {
             "top_k": top_k,
             "device_buffer_size": top_k * rng.choice([1, 2]),
@@ -583,11 +586,18 @@ def first_difference(
 
 UNUSABLE = "refused, unusable in SGLang"
 """Our refusal of a plan SGLang builds but its own code cannot run (the reference's
-`unusable`: its decode swap-in asserts), naming the same setting."""
+`unusable`: its decode swap-in asserts, its HiSparse coordinator refuses to start), naming
+the same setting."""
 
 
 UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build": "layer 0",
-                  "model decode": "layer 0"}
+                  "model decode": "layer 0",
+                  "coordinator startup: HiSparse spec swap requires 2-4": (
+                      "2..4 draft tokens and top_k >= 1024"),
+                  "coordinator startup: HiSparse spec swap supports at most 8192": "at most 8192",
+                  "coordinator startup: HiSparse spec request capacity": "request slots",
+                  "coordinator startup: HiSparse spec scratch and device buffer sizes": (
+                      "multiples of page_size")}
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 

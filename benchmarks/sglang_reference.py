@@ -378,13 +378,30 @@ def _hisparse_coordinator_module(patched: list[str]) -> SGLangObject:
     return module
 
 
+class _CoordinatorRefused(Exception):
+    """HiSparseCoordinator refused at startup, after SGLang built the pools."""
+
+
+def _coordinator_draft_tokens() -> int:
+    """The draft tokens ModelRunner.maybe_init_hisparse_coordinator hands the coordinator: 0
+    without a speculative algorithm, else the resolved speculative_num_draft_tokens."""
+    spec = importlib.import_module("sglang.srt.runtime_context").get_spec()
+    algorithm = importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
+    if algorithm.from_string(spec.speculative_algorithm).is_none():
+        return 0
+    return int(spec.speculative_num_draft_tokens or 0)
+
+
 def _hisparse_metadata(
     result: SGLangObject, model_config: SGLangObject, patched: list[str]
 ) -> list[dict[str, Any]] | None:
     """Every tensor HiSparse allocates beside the KV budget, from SGLang's own objects: the
     HiSparseCoordinator built as ModelRunner.maybe_init_hisparse_coordinator builds it (on
     meta; its host pool's pinned buffer on meta too), its host pool's slot tables, and the
-    HiSparse allocator's tables. A DSA pool only (DeepSeek-V4's coordinator is another path)."""
+    HiSparse allocator's tables. A DSA pool only (DeepSeek-V4's coordinator is another path).
+    The coordinator gets the draft tokens ModelRunner hands it, so with speculative decoding
+    its speculative swap's tables are listed (owner ``spec_swap``), and its startup checks
+    raise _CoordinatorRefused (the report's ``unusable``)."""
     import torch
 
     allocator = result.token_to_kv_pool_allocator
@@ -415,8 +432,10 @@ def _hisparse_metadata(
             host_to_device_ratio=cfg.host_to_device_ratio,
             swap_in_block_size=cfg.swap_in_block_size,
             shared_index_layers=module.resolve_shared_index_layers(hf_text_config=text),
-            num_draft_tokens=0,
+            num_draft_tokens=_coordinator_draft_tokens(),
         )
+    except ValueError as exc:  # its speculative swap's startup checks, after the pools
+        raise _CoordinatorRefused(str(exc)) from exc
     finally:
         common_mod.HostTensorAllocator.allocate = real_allocate
         common_mod._cuda_host_register = real_register
@@ -424,8 +443,11 @@ def _hisparse_metadata(
     patched.append("HiSparseCoordinator on meta (its host pool's buffer on meta, no pinning, "
                    "world size 1) for its metadata tensors")
     host = coordinator.mem_pool_host
+    spec_swap = (("spec_swap", coordinator.spec_swap, None),) if coordinator.spec_swap.enabled \
+        else ()  # without drafts its only table is [layers, slots, 0]
     owners = (
         ("coordinator", coordinator, None),
+        *spec_swap,
         ("host_pool", host, ("mem_state", "free_slots", "slot_used", "data_ptrs")),
         ("allocator", allocator, ("full_to_hisparse_device_index_mapping",)),
         ("allocator.logical", allocator.logical_attn_allocator, ("free_pages",)),
@@ -905,8 +927,12 @@ def _configure(
     elif rc.get_memory().enable_hisparse:
         _hisparse_host(col, result.token_to_kv_pool, patched)
         if unusable is None:
-            metadata = _hisparse_metadata(result, model_config, patched)
-            unusable = _hisparse_decode_probe(model_config, patched)
+            try:
+                metadata = _hisparse_metadata(result, model_config, patched)
+            except _CoordinatorRefused as exc:
+                unusable = f"coordinator startup: {exc}"
+            else:
+                unusable = _hisparse_decode_probe(model_config, patched)
     conf = seen.get("configurator")
     cell = getattr(conf, "_cell_size", None)
     req = result.req_to_token_pool.req_to_token

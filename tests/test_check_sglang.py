@@ -24,6 +24,10 @@ CASES: dict[str, Callable[[], PlanRequest]] = {
                               available=2 * GIB, page_size=16),
     "dsa": lambda: request(dsa_layers(3), available=2 * GIB),
     "dsa_hisparse": lambda: request(dsa_layers(3), available=2 * GIB, enable_hisparse=True),
+    # HiSparse with MTP: the coordinator's speculative swap tables join hisparse.metadata.
+    "dsa_hisparse_mtp": lambda: request(dsa_layers(3), available=2 * GIB, enable_hisparse=True,
+                                        speculative_algorithm="NEXTN",
+                                        speculative_draft_num_layers=1),
     "qwen3_next": lambda: golden("regular_qwen3_next_80b_mamba", context_length=8192),
     "deepseek_v4_rank": lambda: v4_request(6, pp_size=2, pp_rank=1),
     "deepseek_v4_hisparse_rank": lambda: v4_request(

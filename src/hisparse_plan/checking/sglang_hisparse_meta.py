@@ -1,6 +1,7 @@
 """HiSparse's tensors beside an SGLang plan's budget (`hisparse.metadata`), proved from the plan's
 own figures: request slots and context from req_to_token, layers from the latent pool, the
-hot buffer, top-k, host tokens and logical ids from `hisparse`. A plan written before the
+hot buffer, top-k, host tokens and logical ids from `hisparse`, the draft tokens from
+`speculative` (sglang_hisparse_spec.py: the speculative swap's tables). A plan written before the
 field lists none; one that lists any lists exactly SGLang 0.5.23's set, each of the shape,
 element type and place its figures give, and of those bytes (docs/plan-contract.md)."""
 
@@ -8,6 +9,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from hisparse_plan.checking.sglang_hisparse_spec import (
+    check_spec_swap_limits,
+    draft_tokens,
+    spec_swap_expected,
+)
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.sglang_plan import SGLangPlan
 
@@ -26,7 +32,7 @@ def _expected(plan: SGLangPlan) -> Expected:
     rows, width = plan.req_to_token.shape
     page, hot, k = plan.page_size, h.device_buffer_size, h.top_k
     layers = sum(len(t.layers) for t in plan.tensors if t.pool == "kv")
-    wide = hot + page
+    wide, miss = hot + page, k * max(1, draft_tokens(plan))
     d, c = "device", "coordinator"
     return {
         (c, "req_to_device_buffer"): (d, "int64", (rows, wide)),
@@ -41,8 +47,8 @@ def _expected(plan: SGLangPlan) -> Expected:
         (c, "top_k_device_locs_buffer"): (d, "int32", (rows, k)),
         (c, "raw_indices_buffer"): (d, "int32", (rows, k)),
         (c, "num_real_reqs"): (d, "int32", (1,)),
-        (c, "_miss_src"): (d, "int64", (rows, k)),
-        (c, "_miss_dst"): (d, "int32", (rows, k)),
+        (c, "_miss_src"): (d, "int64", (rows, miss)),
+        (c, "_miss_dst"): (d, "int32", (rows, miss)),
         (c, "_miss_count"): (d, "int32", (rows,)),
         ("host_pool", "data_ptrs"): (d, "uint64", (layers,)),
         ("host_pool", "free_slots"): ("host", "int64", (h.host_tokens,)),
@@ -52,6 +58,7 @@ def _expected(plan: SGLangPlan) -> Expected:
             d, "int64", (h.logical_tokens + page + 1,)),
         ("allocator.hisparse", "free_pages"): (d, "int64", (plan.max_total_num_tokens // page,)),
         ("allocator.logical", "free_pages"): (d, "int64", (h.logical_tokens // page,)),
+        **spec_swap_expected(plan, layers),
     }
 
 
@@ -74,7 +81,8 @@ def check_hisparse_metadata(plan: SGLangPlan) -> None:
     if listed != wanted:
         raise PlanInvariantError(
             f"hisparse.metadata lists {sorted(listed ^ wanted)} against SGLang's set; expected "
-            f"the coordinator's, host pool's and allocator's tensors {sorted(wanted)}")
+            f"the coordinator's, host pool's, allocator's (and with drafts the speculative "
+            f"swap's) tensors {sorted(wanted)}")
     for b in h.metadata:
         location, dtype, shape = expected[(b.owner, b.name)]
         got = (b.location, b.dtype, tuple(b.shape))
@@ -89,3 +97,4 @@ def check_hisparse_metadata(plan: SGLangPlan) -> None:
             raise PlanInvariantError(
                 f"hisparse.metadata {b.owner}.{b.name} has nbytes {b.nbytes}; expected {size} "
                 f"({list(shape)} of {dtype})")
+    check_spec_swap_limits(plan)

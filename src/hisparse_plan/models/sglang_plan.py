@@ -57,8 +57,10 @@ class SGLangHisparseBuffer(Model):
     and top-k buffers, its host pool's slot tables, its allocator's id tables)."""
 
     owner: Literal[
-        "coordinator", "host_pool", "allocator", "allocator.logical", "allocator.hisparse"
-    ] = Field(description="The SGLang object that allocates it.")
+        "coordinator", "host_pool", "allocator", "allocator.logical", "allocator.hisparse",
+        "spec_swap",
+    ] = Field(description="The SGLang object that allocates it (spec_swap: the coordinator's "
+              "speculative swap, with speculative decoding).")
     name: str = Field(description="Its attribute name on that object.")
     location: Literal["device", "host"] = Field(
         description="device: GPU memory outside the KV budget; host: pageable CPU memory."

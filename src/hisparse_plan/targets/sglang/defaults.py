@@ -106,15 +106,28 @@ def refuse_dsa_page(page_size: int) -> None:
 
 
 def hisparse_device_buffer(settings: SGLangSettings, top_k: int | None = None) -> int:
-    """Hot rows per request: the given size, else 2 * hisparse_config's top_k; fewer than the
-    top-k the coordinator runs (`top_k`, the model's index_topk; else the config's) is
-    refused. SGLang builds that plan (its config check compares the buffer with the config's
-    top_k only), but cannot run it: every decode step's swap-in asserts hot_buffer_size >=
-    num_top_k (kernels/ops/kvcache/hisparse.py:301, called by HiSparseCoordinator.
-    _run_swap_in_kernel with the index_topk), and past the assert the kernel would index its
-    LRU slots below zero (hisparse.cuh:651). docs/planning-rules.md#sglang-model-and-gpu."""
+    """Hot rows per request (hisparse_buffer_size), refused below the top-k the coordinator
+    runs (refuse_hot_buffer_below_top_k)."""
+    size = hisparse_buffer_size(settings)
+    refuse_hot_buffer_below_top_k(settings, size, top_k)
+    return size
+
+
+def hisparse_buffer_size(settings: SGLangSettings) -> int:
+    """Hot rows per request: the given size, else 2 * hisparse_config's top_k."""
     size = settings.hisparse_device_buffer_size
-    size = 2 * settings.hisparse_top_k if size is None else size
+    return 2 * settings.hisparse_top_k if size is None else size
+
+
+def refuse_hot_buffer_below_top_k(settings: SGLangSettings, size: int,
+                                  top_k: int | None = None) -> None:
+    """A hot buffer of fewer rows than the top-k the coordinator runs (`top_k`, the model's
+    index_topk; else the config's) is refused. SGLang builds that plan (its config check
+    compares the buffer with the config's top_k only), but cannot run it: every decode step's
+    swap-in asserts hot_buffer_size >= num_top_k (kernels/ops/kvcache/hisparse.py:301, called
+    by HiSparseCoordinator._run_swap_in_kernel with the index_topk), and past the assert the
+    kernel would index its LRU slots below zero (hisparse.cuh:651).
+    docs/planning-rules.md#sglang-model-and-gpu."""
     runs = settings.hisparse_top_k if top_k is None else top_k
     if size < runs:
         raise PlanError(
@@ -124,7 +137,6 @@ def hisparse_device_buffer(settings: SGLangSettings, top_k: int | None = None) -
             f"got {size} (see docs/planning-rules.md#sglang-model-and-gpu)",
             field="engine.hisparse_device_buffer_size",
         )
-    return size
 
 
 def hisparse_top_k(settings: SGLangSettings, index_topk: int | None) -> int:

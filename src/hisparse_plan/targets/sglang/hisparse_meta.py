@@ -14,8 +14,9 @@
   map (logical ids + a page + 1) and the free-page lists of its two paged allocators (pages 1..n
   of the logical and of the device ids), on the GPU.
 
-The speculative swap's tables (`HiSparseSpecSwapManager`) are empty without speculative
-decoding (a [layers, R, 0] scratch table), and are not listed.
+* with speculative decoding, its speculative swap's tables (`HiSparseSpecSwapManager`,
+  hisparse_spec.py), on the GPU; without it they are one empty [layers, R, 0] table, not
+  listed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from math import prod
 from typing import Final
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse, SGLangHisparseBuffer
+from hisparse_plan.targets.sglang.hisparse_spec import miss_plan_width, spec_swap_rows
 
 ELEMENT_BYTES: Final[dict[str, int]] = {
     "bool": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "uint64": 8,
@@ -46,6 +48,8 @@ class HisparseShape:
     """max_total_num_tokens: the device ids the HiSparse allocator hands out."""
     shared_index: bool
     """Some layer reuses an earlier layer's top-k: the coordinator plans prefetches."""
+    draft_tokens: int = 0
+    """The draft tokens the coordinator's speculative swap runs (0 without drafts)."""
 
 
 def _buffer(owner: str, name: str, location: str, dtype: str,
@@ -73,10 +77,11 @@ def coordinator_buffers(h: SGLangHisparse, s: HisparseShape) -> list[SGLangHispa
         ("raw_indices_buffer", "device", "int32", (r, h.top_k)),
         ("num_real_reqs", "device", "int32", (1,)),
     ]
-    if s.shared_index:  # _init_shared_index_prefetch: the miss plan, top_k wide
+    if s.shared_index:  # _init_shared_index_prefetch: the miss plan, the swap's workspace
+        width = miss_plan_width(h.top_k, s.draft_tokens)
         rows += [
-            ("_miss_src", "device", "int64", (r, h.top_k)),
-            ("_miss_dst", "device", "int32", (r, h.top_k)),
+            ("_miss_src", "device", "int64", (r, width)),
+            ("_miss_dst", "device", "int32", (r, width)),
             ("_miss_count", "device", "int32", (r,)),
         ]
     return [_buffer("coordinator", *row) for row in rows]
@@ -108,7 +113,10 @@ def allocator_buffers(h: SGLangHisparse, s: HisparseShape) -> list[SGLangHispars
 
 def hisparse_metadata(h: SGLangHisparse, s: HisparseShape) -> SGLangHisparse:
     """`h` with every tensor HiSparse allocates beside the budget, by owner and name."""
-    buffers = [*coordinator_buffers(h, s), *host_pool_buffers(h, s), *allocator_buffers(h, s)]
+    spec = [_buffer("spec_swap", *row) for row in spec_swap_rows(
+        s.draft_tokens, h.top_k, h.device_buffer_size, s.slots, s.layers)]
+    buffers = [*coordinator_buffers(h, s), *host_pool_buffers(h, s), *allocator_buffers(h, s),
+               *spec]
     buffers.sort(key=lambda b: (b.owner, b.name))
     return SGLangHisparse.model_validate({**h.model_dump(), "metadata": buffers})
 

@@ -41,6 +41,7 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
                   f"HiSparseCoordinator, its host pool and allocator allocate "
                   f"{len(hisparse.metadata)} tensors after the pools, outside the budget: "
                   f"{device} B on the GPU, {host} B on the host")
+        _trace_spec_swap(hisparse, sized, trace)
     tokens = PoolTokens(
         page_size=page,
         context_length=settings.context_length,
@@ -106,7 +107,23 @@ def _with_metadata(sized: Sized) -> SGLangHisparse | None:
         slots=rows, context=width, layers=len(latent.names),
         page_size=sized.defaults.page_size, device_tokens=sized.tokens,
         shared_index=bool(latent.shared_index_names),
+        draft_tokens=0 if sized.defaults.speculative is None
+        else sized.defaults.speculative.num_draft_tokens,
     ))
+
+
+def _trace_spec_swap(hisparse: SGLangHisparse, sized: Sized, trace: Trace) -> None:
+    """The speculative swap's share of the metadata (hisparse_spec.py)."""
+    swap = [b for b in hisparse.metadata if b.owner == "spec_swap"]
+    spec = sized.defaults.speculative
+    if swap and spec is not None:
+        scratch = next(b.shape[-1] for b in swap if b.name == "req_to_scratch")
+        trace.add(STAGE, "sglang.speculative", "hisparse.metadata spec_swap",
+                  sum(b.nbytes for b in swap),
+                  f"the coordinator's speculative swap for {spec.num_draft_tokens} draft "
+                  f"tokens (HiSparseSpecSwapManager): {len(swap)} GPU tables, per layer and "
+                  f"request slot a hash index, a policy row and {scratch} scratch "
+                  "rows")
 
 
 def _placeholders(sized: Sized) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from hisparse_plan.targets.sglang.defaults import (
     LatentRow,
     cache_dtype,
     default_page_size,
+    hisparse_buffer_size,
     hisparse_device_buffer,
     hisparse_top_k,
     latent_row,
@@ -98,7 +99,8 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
     refuse_hisparse_without_dsa(settings, model)
     refuse_dcp(settings, model)
     top_k = hisparse_top_k(settings, read.index_topk)
-    buffer = hisparse_device_buffer(settings, top_k) if settings.enable_hisparse else None
+    # Checked against top_k after the pools (size.py), where SGLang's first decode fails.
+    buffer = hisparse_buffer_size(settings) if settings.enable_hisparse else None
     page = (_unforced_page(settings, model) if tree_keeps_unpaged(settings, model)
             else default_page_size(settings, model))
     if model.latent is not None and model.latent.is_dsa:

@@ -12,6 +12,7 @@ from hisparse_plan.models.sglang_plan import SGLangHisparse
 from hisparse_plan.targets.sglang import (
     bounds,
     dcp,
+    hisparse_spec,
     hisparse_v4,
     pipeline_stages,
     radix,
@@ -20,7 +21,7 @@ from hisparse_plan.targets.sglang import (
     speculative,
     window_only,
 )
-from hisparse_plan.targets.sglang.defaults import CacheDtype
+from hisparse_plan.targets.sglang.defaults import CacheDtype, refuse_hot_buffer_below_top_k
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
@@ -140,6 +141,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         draft_cell_bytes=draft_bytes,
         own_tokens=own,
     )
+    _refuse_hisparse_startup(defaults, table[0])
     if trace.enabled:
         _trace_sized(sized, rest_gb, trace)
     return sized
@@ -196,6 +198,21 @@ def _pool_tokens(
 
 def _cache(dtype: CacheDtype | None) -> str | None:
     return None if dtype is None else dtype.cache
+
+
+def _refuse_hisparse_startup(defaults: Defaults, slots: int) -> None:
+    """What HiSparse refuses after the pools, in SGLang's order: its coordinator when SGLang
+    starts (hisparse_spec.py: the speculative swap's limits, the allocator's whole pages),
+    then the first decode step (a hot buffer below the top-k)."""
+    buffer, spec = defaults.hisparse_buffer, defaults.speculative
+    if buffer is None:
+        return
+    read = defaults.read
+    top_k_field = "engine.hisparse_top_k" if read.index_topk is None else "model.index_topk"
+    hisparse_spec.refuse_spec_swap(
+        0 if spec is None else spec.num_draft_tokens, defaults.hisparse_top_k, top_k_field,
+        buffer, slots, defaults.page_size)
+    refuse_hot_buffer_below_top_k(read.settings, buffer, defaults.hisparse_top_k)
 
 
 def _hisparse(defaults: Defaults, tokens: int) -> SGLangHisparse | None:
