@@ -10,8 +10,8 @@ draft token (`top_k_device_locs`), and the hash's slots and entries for one buff
 workspace (draft tokens x top-k rows) also widens the shared-index miss plan. SGLang refuses to
 start unless 2..4 draft tokens, top_k >= 1024, a workspace of at most 8192 rows and request
 slots within the device buffer; its allocator then takes the scratch and the padded buffer in
-whole pages, a check that runs without drafts too (docs/planning-rules.md#sglang-speculative-
-decoding)."""
+whole pages, a check that runs without drafts too (see
+docs/planning-rules.md#sglang-speculative-decoding)."""
 
 from __future__ import annotations
 
