@@ -60,7 +60,10 @@ tests/test_sglang_hisparse_meta.py), the shared-index miss plan all three or non
 shape's elements times the element size.
 
 Shared-index placeholders: only beside an index pool and without HiSparse; distinct `kv`
-layers, none an index layer, and with the index layers exactly the `kv` layers.
+layers, and with the index layers exactly one index buffer for each `kv` layer, paired by the
+layer id SGLang's buffer gets (the SGLang adapter's: the number after `layers.`, else the first
+number in the name): SGLang keeps one index_k buffer per layer id, real or zero-row, so two for
+one id and none for another is a layout it does not have.
 
 DP attention leaves nothing in a plan (a rank's pools are a group's): only check_plan with the
 request can judge it.
@@ -74,12 +77,14 @@ from math import prod
 
 from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
-from plan_edit_faults import Faults, ceil_div, round_up
+from plan_edit_faults import Faults, round_up
 
 DRAFT_POOLS = ("draft_kv", "draft_kv_v", "draft_index")
 INTERMEDIATES = ("mamba_intermediate_ssm", "mamba_intermediate_conv0")
 TABLE_BASE = 4
 DECODER = re.compile(r"\blayers\.(\d+)\b")
+LAYER_ID = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+NUMBER = re.compile(r"\d+")
 ELEMENT = {"bool": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "uint64": 8}
 MISS = ("_miss_src", "_miss_dst", "_miss_count")
 
@@ -428,7 +433,8 @@ def _placeholders(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> N
     if not index or plan.hisparse is not None:
         faults.add("index placeholders", "placeholders without an index pool or with HiSparse")
         return
-    # An index layer is named for its indexer (layers.K.self_attn.indexer...): match by K.
+    # An index layer is named for its indexer (layers.K.self_attn.indexer...): match by K,
+    # the layer id SGLang's buffer of that name gets.
     if len(set(held)) != len(held) or not set(held) <= set(latent) or sorted(
             _decoders(held) + _decoders(index)) != sorted(_decoders(latent)):
         faults.add("index placeholders", f"placeholders {held} and index layers {index} are "
@@ -436,8 +442,13 @@ def _placeholders(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> N
 
 
 def _decoders(layers: list[str]) -> list[int]:
-    """The decoder layer of each name (-1 for a name without one)."""
-    return [int(m.group(1)) if (m := DECODER.search(name)) else -1 for name in layers]
+    """SGLang's layer id of each name, as the SGLang adapter maps names to SGLang's buffers:
+    the number after `layers.`, else the first number; -1 for a name without one."""
+    found = []
+    for name in layers:
+        match = LAYER_ID.search(name) or NUMBER.search(name)
+        found.append(-1 if match is None else int(match.group(match.lastindex or 0)))
+    return found
 
 
 def index_tokens(plan: SGLangPlan) -> int:
@@ -452,7 +463,3 @@ def index_tokens(plan: SGLangPlan) -> int:
 def request_ids(plan: SGLangPlan) -> int:
     """Token ids a request's context is counted against in the full pool."""
     return plan.max_total_num_tokens * dcp(plan)
-
-
-__all__ = ["ceil_div", "index_tokens", "mode_faults", "request_ids", "table_extra",
-           "window_only"]

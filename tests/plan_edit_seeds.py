@@ -184,8 +184,17 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
      {"pp_size": 2, "pp_rank": 1}, {"window": 16}),
     ("pipeline rank with a draft", "llama-3-8b", {0, 1, 2, 3},
      {"pp_size": 2, "pp_rank": 1, "speculative_algorithm": "EAGLE", **SPEC}, {}),
+    ("pipeline rank without the draft worker", "llama-3-8b", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 0, "speculative_algorithm": "EAGLE", **SPEC}, {}),
+    ("pipeline rank with an MTP draft", "deepseek-v3.2", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 1, "speculative_algorithm": "NEXTN", **SPEC}, {}),
+    ("pipeline rank, shared-index placeholders", "glm-5-index-share-4", set(range(8)),
+     {"pp_size": 2, "pp_rank": 1}, {}),
     ("radix off, request-capped window pool", "gpt-oss-120b", {0, 1},
      {"disable_radix_cache": True, "max_running_requests": 2, "page_size": 4}, {"window": 16}),
+    ("radix off, request-capped window pool with a draft", "gpt-oss-120b", {0, 1},
+     {"disable_radix_cache": True, "page_size": 4, "speculative_algorithm": "EAGLE3", **SPEC},
+     {"window": 16}),
     ("radix off, one Mamba slot a request", "qwen3-next-80b", {0, 3},
      {"disable_radix_cache": True, "max_running_requests": 2}, {}),
     ("DP attention", "llama-3-8b", {0, 1},
@@ -193,7 +202,12 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
     ("DP attention, Mamba", "qwen3-next-80b", {0, 3},
      {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "max_running_requests": 4,
       "disable_radix_cache": True}, {}),
+    ("DP attention with a draft", "llama-3-8b", {0, 1},
+     {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "speculative_algorithm": "EAGLE",
+      **SPEC}, {}),
     ("decode context parallelism", "deepseek-v3.2", {0, 1}, {"dcp_size": 2, "tp_size": 2}, {}),
+    ("decode context parallelism, shared-index placeholders", "glm-5-index-share-4",
+     {0, 1, 2, 3, 4}, {"dcp_size": 2, "tp_size": 2}, {}),
     ("speculative MTP, DSA draft pools", "deepseek-v3.2", {0, 1},
      {"speculative_algorithm": "NEXTN", **SPEC}, {}),
     ("speculative MTP with HiSparse", "deepseek-v3.2", {0, 1},
@@ -215,7 +229,7 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
 own head size."""
 
 
-def _sglang_seed(name: str, model: str, decoders: set[int], settings: dict[str, Any],
+def sglang_seed(name: str, model: str, decoders: set[int], settings: dict[str, Any],
                  tweaks: dict[str, int], rng: random.Random) -> Seed | None:
     arch = load_preset(model).architecture
     context = rng.choice([64, 128, 256])
@@ -237,9 +251,9 @@ def _sglang_seed(name: str, model: str, decoders: set[int], settings: dict[str, 
 
 
 def sglang_preset_seeds(rng: random.Random) -> list[Seed]:
-    seeds = [_sglang_seed(f"sglang {model} {sorted(decoders)} {settings}", model, decoders,
+    seeds = [sglang_seed(f"sglang {model} {sorted(decoders)} {settings}", model, decoders,
                           settings, {}, rng) for model, decoders, settings in SGLANG_PRESETS]
-    seeds += [_sglang_seed(f"sglang {mode}: {model} {sorted(decoders)}", model, decoders,
+    seeds += [sglang_seed(f"sglang {mode}: {model} {sorted(decoders)}", model, decoders,
                            settings, tweaks, rng)
               for mode, model, decoders, settings, tweaks in SGLANG_MODES]
     return [seed for seed in seeds if seed is not None]
