@@ -1,5 +1,6 @@
-"""Real plans to edit: the planner's own plans of model presets (a few layers each) and of random
-requests, for vLLM and SGLang, all small (tens to a few thousand blocks) so that the oracles can
+"""Real plans to edit: the planner's own plans of model presets (a few layers each; for SGLang
+also in each of its server modes, SGLANG_MODES) and of random requests, for vLLM and SGLang, all
+small (tens to a few thousand blocks) so that the oracles can
 enumerate every byte."""
 
 from __future__ import annotations
