@@ -11,7 +11,9 @@ import pytest
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
+from hisparse_plan.targets import plan_for_engine
 from plan_edit_seeds import sglang_seed
 
 
@@ -73,3 +75,25 @@ def test_a_window_only_rank_sized_for_requests_is_refused() -> None:
     assert [pool["name"] for pool in plan["pools"]] == ["swa"]
     plan["budget"]["swa_sized_for_requests"] = True
     refused(plan, "swa_sized_for_requests is true in a plan without a full pool")
+
+
+def test_a_shared_index_of_names_without_layer_ids_is_paired_by_count() -> None:
+    """A request's own layer names (no `layers.K`, no number): the planner's plan passes, the
+    index buffers paired with the latent layers by count alone."""
+    arch_names = {0: "a", 1: "b", 2: "c", 3: "d", 4: "e"}
+    seed = sglang_seed("test", "glm-5-index-share-4", {0, 1, 2, 3, 4}, {}, {},
+                       random.Random(0))
+    assert seed is not None
+    data = seed.request.model_dump(mode="json")
+
+    def renamed(name: str) -> str:
+        for k, letter in arch_names.items():
+            name = name.replace(f"model.layers.{k}.", f"block_{letter}.")
+        return name
+
+    data["layers"] = {renamed(name): spec for name, spec in data["layers"].items()}
+    plan = plan_for_engine(PlanRequest.model_validate(data))
+    assert isinstance(plan, SGLangPlan)
+    assert plan.index_placeholder_layers == ["block_b.self_attn.attn", "block_c.self_attn.attn",
+                                             "block_d.self_attn.attn"]
+    check_plan(plan)

@@ -39,18 +39,22 @@ def _check_index_sharing(plan: SGLangPlan) -> None:
     """With placeholders, SGLang's index buffer of layer id K is either the index pool's layer
     K or a placeholder: so every latent layer, index layer and placeholder has a layer id, and
     the index layers and placeholders together have each latent layer's id once (a count
-    alone would let one layer have two and another none)."""
+    alone would let one layer have two and another none). Names without any id (a request's
+    own names) leave the pairing to the count (sglang.py's _check_index_placeholders)."""
     if not plan.index_placeholder_layers:
         return
     named = [*(layer for t in plan.tensors if t.pool == "index" for layer in t.layers),
              *plan.index_placeholder_layers]
     latent = [layer for t in plan.tensors if t.pool == "kv" for layer in t.layers]
-    for layer in (*named, *latent):
-        if _layer_id(layer) is None:
+    ids = [_layer_id(layer) for layer in (*named, *latent)]
+    if all(found is None for found in ids):
+        return  # names of no layer id (a hand-written request): paired by count alone
+    for layer, found in zip((*named, *latent), ids, strict=True):
+        if found is None:
             raise PlanInvariantError(
-                f"layer {layer!r} has no layer id (layers.K, or a number); expected every "
-                "latent layer, index layer and index placeholder to have one, so that each "
-                "latent layer's index buffer is known", layer=layer)
+                f"layer {layer!r} has no layer id (layers.K, or a number) beside layers that "
+                "have one; expected every latent layer, index layer and index placeholder to "
+                "have one, so that each latent layer's index buffer is known", layer=layer)
     have = Counter(_layer_id(layer) for layer in named)
     want = Counter(_layer_id(layer) for layer in latent)
     if have != want:
