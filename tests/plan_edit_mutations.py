@@ -312,8 +312,33 @@ def _request_table(rng: random.Random, root: dict[str, Any], found: Sites
     return Edit("req_to_token.shape[1]", "with its row stride", table["shape"][1], value), top
 
 
+FIGURE_PARTS = ("tensors", "pools", "req_to_token", "groups", "device_pools")
+"""Where a plan's layout lives; its figures are the numbers elsewhere."""
+
+
+def _two_figures(rng: random.Random, root: dict[str, Any], found: Sites
+                 ) -> tuple[Edit, dict[str, Any]]:
+    """SGLang: two figures (numbers outside the pools, tensors and request table) moved by the
+    same step, so that one derived from the other may still agree with it (vLLM plans: a
+    number edit)."""
+    figures = [path for path in found.numbers if path[0] not in FIGURE_PARTS]
+    if "req_to_token" not in root or len(figures) < 2:
+        return _number(rng, root, found)
+    first, second = rng.sample(figures, 2)
+    page = root.get("page_size", 1)
+    step = rng.choice([1, -1, page, -page, 2, rng.choice(found.ints)])
+    scale = rng.random() < 0.3
+    top = root
+    for path in (first, second):
+        old = get(root, path)
+        new = old * 2 if scale else old + step
+        top = edited(top, path, _set(type(old)(new)))
+    return Edit(f"{show(first)} & {show(second)}", "x2" if scale else f"both {step:+}",
+                get(root, first), get(root, second)), top
+
+
 EDITORS = [(_number, 55), (_string, 10), (_flag, 5), (_list, 17), (_drop_key, 5),
-           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2)]
+           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2), (_two_figures, 6)]
 
 
 def random_edit(rng: random.Random, root: dict[str, Any], found: Sites
