@@ -12,6 +12,7 @@ from typing import Any
 
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
+from plan_edit_oracle_sglang_modes import extra_columns
 
 Key = str | int
 Path = tuple[Key, ...]
@@ -337,8 +338,33 @@ def _two_figures(rng: random.Random, root: dict[str, Any], found: Sites
                 get(root, first), get(root, second)), top
 
 
+SPECULATIVE_COUNTS = ("num_steps", "eagle_topk", "num_draft_tokens")
+
+
+def _speculative_counts(rng: random.Random, root: dict[str, Any], found: Sites
+                        ) -> tuple[Edit, dict[str, Any]]:
+    """SGLang with speculative decoding: a step, top-k or draft-token count changed and the
+    request table widened or narrowed by the extra columns it moves, so that the context (and
+    the capacity) stays (other plans: a number edit)."""
+    spec = root.get("speculative")
+    if not spec:
+        return _number(rng, root, found)
+    key = rng.choice(SPECULATIVE_COUNTS)
+    changed = dict(spec, **{key: rng.choice([1, 2, 3, 4, 8, spec[key] + 1])})
+    page = root["page_size"] * root["budget"].get("dcp_size", 1)
+    extra = [extra_columns(page, *(counts[k] for k in SPECULATIVE_COUNTS))
+             for counts in (spec, changed)]
+    table = root["req_to_token"]
+    width = table["shape"][1] + extra[1] - extra[0]
+    top = dict(root, speculative=changed,
+               req_to_token=dict(table, shape=[table["shape"][0], width], strides=[width, 1]))
+    return Edit(f"speculative.{key}", "with the table's extra columns", spec[key],
+                changed[key]), top
+
+
 EDITORS = [(_number, 55), (_string, 10), (_flag, 5), (_list, 17), (_drop_key, 5),
-           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2), (_two_figures, 6)]
+           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2), (_two_figures, 6),
+           (_speculative_counts, 2)]
 
 
 def random_edit(rng: random.Random, root: dict[str, Any], found: Sites

@@ -8,7 +8,9 @@ What it deems sound, and why (docs/plan-contract.md#sglang-plans, docs/planning-
 #sglang-server-modes, #sglang-speculative-decoding, #sglang-pipeline, and SGLang 0.5.23):
 
 Speculative decoding (EAGLE family). `speculative` null means no draft pools and no Mamba
-intermediate pools. With it: with top-k 1 the draft tokens are steps + 1 (SGLang forces it).
+intermediate pools. With it: with top-k 1 the draft tokens are steps + 1 (SGLang forces it);
+top-k above 1 on pages above a token never with a DSA model (an `index` pool): SGLang's
+speculative hook runs such a tree only on its flashinfer, fa3 and triton backends, not dsa.
 The draft worker runs on the only rank or the last pipeline rank (EAGLEWorkerV2 builds it where
 pp_group.is_last_rank): there `draft_kv` exists, elsewhere no draft pool does. `draft_kv_v` and
 `draft_index` exist only beside `draft_kv`, `draft_index` only for a DSA target (an `index`
@@ -113,21 +115,26 @@ def page_bytes(plan: SGLangPlan, pool: str) -> int:
 
 
 def table_extra(plan: SGLangPlan) -> int:
-    """Request-table columns past the context: 4 + the draft tokens, and with allocator pages
-    above a token at least a double decode allocation plus a page less one (SGLang's
-    get_req_to_token_extra_context_len over get_alloc_len_per_decode)."""
+    """Request-table columns past the context (SGLang's get_req_to_token_extra_context_len)."""
     spec = plan.speculative
     if spec is None:
         return TABLE_BASE
-    extra = TABLE_BASE + spec.num_draft_tokens
-    alloc_page = plan.page_size * dcp(plan)
+    return extra_columns(plan.page_size * dcp(plan), spec.num_steps, spec.eagle_topk,
+                         spec.num_draft_tokens)
+
+
+def extra_columns(alloc_page: int, steps: int, topk: int, drafts: int) -> int:
+    """With speculative decoding: 4 + the draft tokens, and with allocator pages above a token
+    at least a double decode allocation plus a page less one (get_alloc_len_per_decode: a
+    chain's max(steps x top-k, drafts), a tree's straddled pages a branch)."""
+    extra = TABLE_BASE + drafts
     if alloc_page == 1:
         return extra
-    if spec.eagle_topk == 1:
-        per_decode = max(spec.num_steps * spec.eagle_topk, spec.num_draft_tokens)
+    if topk == 1:
+        per_decode = max(steps * topk, drafts)
     else:
-        pages_a_branch = (alloc_page - 1 + spec.num_steps + alloc_page - 1) // alloc_page
-        per_decode = max(pages_a_branch * alloc_page * spec.eagle_topk, spec.num_draft_tokens)
+        pages_a_branch = (alloc_page - 1 + steps + alloc_page - 1) // alloc_page
+        per_decode = max(pages_a_branch * alloc_page * topk, drafts)
     return max(extra, 2 * per_decode + alloc_page - 1)
 
 
@@ -159,6 +166,9 @@ def _speculative(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
     if hosts != ("draft_kv" in pools) or (drafts and not hosts):
         faults.add("speculative pools", f"draft pools {drafts} on a rank that "
                    f"{'hosts' if hosts else 'does not host'} the draft worker")
+    if spec.eagle_topk > 1 and plan.page_size > 1 and "index" in pools:
+        faults.add("speculative draft tree", f"top-k {spec.eagle_topk} on {plan.page_size}-token "
+                   "pages of a DSA model, which SGLang's dsa backend does not run")
     if "draft_index" in pools and "index" not in pools:
         faults.add("speculative pools", "draft_index for a target without index keys")
     if "draft_kv_v" in pools and "draft_kv" not in pools:

@@ -97,3 +97,22 @@ def test_a_shared_index_of_names_without_layer_ids_is_paired_by_count() -> None:
     assert plan.index_placeholder_layers == ["block_b.self_attn.attn", "block_c.self_attn.attn",
                                              "block_d.self_attn.attn"]
     check_plan(plan)
+
+
+def test_a_draft_tree_on_dsa_pages_is_refused() -> None:
+    """DeepSeek-V3.2 with MTP, top-k edited to 2 and the request table widened by the tree's
+    extra columns (so the context, and with it the capacity, stays): SGLang's dsa backend runs
+    no draft tree on 64-token pages."""
+    plan = seed_plan("deepseek-v3.2", {0, 1},
+                     {"speculative_algorithm": "NEXTN", "speculative_draft_num_layers": 1})
+    spec, page = plan["speculative"], plan["page_size"]
+    assert (spec["eagle_topk"], page) == (1, 64)
+    chain = max(4 + spec["num_draft_tokens"], 2 * spec["num_draft_tokens"] + page - 1)
+    branch = -(-(page - 1 + spec["num_steps"]) // page)
+    tree = max(4 + spec["num_draft_tokens"],
+               2 * max(branch * page * 2, spec["num_draft_tokens"]) + page - 1)
+    width = plan["req_to_token"]["shape"][1] + tree - chain
+    spec["eagle_topk"] = 2
+    plan["req_to_token"].update(shape=[plan["req_to_token"]["shape"][0], width],
+                                strides=[width, 1])
+    refused(plan, "eagle_topk is 2 in a DSA plan")

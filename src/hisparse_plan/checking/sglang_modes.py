@@ -1,7 +1,8 @@
 """`check_plan` for what SGLang's server modes state in a plan beyond their own sections
 (docs/plan-contract.md#sglang-plans), from the plan alone: which latent layer each index
-buffer or zero-row placeholder stands for (shared-index DSA models), and where a window pool
-sized for the running requests (the radix cache off) can be."""
+buffer or zero-row placeholder stands for (shared-index DSA models), where a window pool sized
+for the running requests (the radix cache off) can be, and which draft trees a DSA model's
+pages can run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def check_modes(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """Raise `PlanInvariantError` at the first broken invariant of the rules below."""
     _check_index_sharing(plan)
     _check_request_sized_window(plan, pools)
+    _check_dsa_draft_tree(plan, pools)
 
 
 def _layer_id(name: str) -> int | None:
@@ -74,3 +76,15 @@ def _check_request_sized_window(plan: SGLangPlan, pools: dict[str, Pool]) -> Non
             "budget.swa_sized_for_requests is true in a plan without a full pool 'kv'; "
             "expected false: a window pool is sized for the running requests only beside a "
             "full pool (a rank of window layers only holds max_total_num_tokens)")
+
+
+def _check_dsa_draft_tree(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
+    """A draft tree (top-k above 1) on pages above a token runs only on SGLang's flashinfer,
+    fa3 and triton backends; a DSA model (index keys) runs its dsa backend, which SGLang's
+    speculative hook refuses it on (docs/planning-rules.md#sglang-speculative-decoding)."""
+    spec = plan.speculative
+    if spec is not None and spec.eagle_topk > 1 and plan.page_size > 1 and "index" in pools:
+        raise PlanInvariantError(
+            f"speculative.eagle_topk is {spec.eagle_topk} in a DSA plan (an index pool) of "
+            f"{plan.page_size}-token pages; expected 1: SGLang runs a draft tree on pages "
+            "only on its flashinfer, fa3 and triton backends, not dsa")
