@@ -2,7 +2,11 @@
 
 Seed plans are the planner's own, a few layers each and small enough to enumerate byte by byte:
 model presets (Llama-3-8B, Gemma-3-27B, gpt-oss-120b, Qwen3-Next-80B, Llama-4-Scout,
-DeepSeek-V3.2 with and without HiSparse, GLM-5, DeepSeek-V4-Flash) and random requests. Each edit
+DeepSeek-V3.2 with and without HiSparse, GLM-5, DeepSeek-V4-Flash), for SGLang also every server
+mode it plans (tests/plan_edit_seeds.py SGLANG_MODES: pipeline ranks, a rank of window layers
+only, speculative drafts and Mamba intermediates, DP attention, decode context parallelism,
+HiSparse's metadata, the radix cache off, Llama-4's windows, shared-index placeholders), and
+random requests. Each edit
 (a number, name, literal, flag or list changed in one place, or a pool renamed everywhere) goes
 through validation and `check_plan`; every edit check_plan accepts is judged by an oracle of its
 own arithmetic (tests/plan_edit_oracle_vllm.py, tests/plan_edit_oracle_sglang.py: their

@@ -12,6 +12,7 @@ from typing import Any
 
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
+from plan_edit_oracle_sglang_modes import extra_columns
 
 Key = str | int
 Path = tuple[Key, ...]
@@ -312,8 +313,58 @@ def _request_table(rng: random.Random, root: dict[str, Any], found: Sites
     return Edit("req_to_token.shape[1]", "with its row stride", table["shape"][1], value), top
 
 
+FIGURE_PARTS = ("tensors", "pools", "req_to_token", "groups", "device_pools")
+"""Where a plan's layout lives; its figures are the numbers elsewhere."""
+
+
+def _two_figures(rng: random.Random, root: dict[str, Any], found: Sites
+                 ) -> tuple[Edit, dict[str, Any]]:
+    """SGLang: two figures (numbers outside the pools, tensors and request table) moved by the
+    same step, so that one derived from the other may still agree with it (vLLM plans: a
+    number edit)."""
+    figures = [path for path in found.numbers if path[0] not in FIGURE_PARTS]
+    if "req_to_token" not in root or len(figures) < 2:
+        return _number(rng, root, found)
+    first, second = rng.sample(figures, 2)
+    page = root.get("page_size", 1)
+    step = rng.choice([1, -1, page, -page, 2, rng.choice(found.ints)])
+    scale = rng.random() < 0.3
+    top = root
+    for path in (first, second):
+        old = get(root, path)
+        new = old * 2 if scale else old + step
+        top = edited(top, path, _set(type(old)(new)))
+    return Edit(f"{show(first)} & {show(second)}", "x2" if scale else f"both {step:+}",
+                get(root, first), get(root, second)), top
+
+
+SPECULATIVE_COUNTS = ("num_steps", "eagle_topk", "num_draft_tokens")
+
+
+def _speculative_counts(rng: random.Random, root: dict[str, Any], found: Sites
+                        ) -> tuple[Edit, dict[str, Any]]:
+    """SGLang with speculative decoding: a step, top-k or draft-token count changed and the
+    request table widened or narrowed by the extra columns it moves, so that the context (and
+    the capacity) stays (other plans: a number edit)."""
+    spec = root.get("speculative")
+    if not spec:
+        return _number(rng, root, found)
+    key = rng.choice(SPECULATIVE_COUNTS)
+    changed = dict(spec, **{key: rng.choice([1, 2, 3, 4, 8, spec[key] + 1])})
+    page = root["page_size"] * root["budget"].get("dcp_size", 1)
+    extra = [extra_columns(page, *(counts[k] for k in SPECULATIVE_COUNTS))
+             for counts in (spec, changed)]
+    table = root["req_to_token"]
+    width = table["shape"][1] + extra[1] - extra[0]
+    top = dict(root, speculative=changed,
+               req_to_token=dict(table, shape=[table["shape"][0], width], strides=[width, 1]))
+    return Edit(f"speculative.{key}", "with the table's extra columns", spec[key],
+                changed[key]), top
+
+
 EDITORS = [(_number, 55), (_string, 10), (_flag, 5), (_list, 17), (_drop_key, 5),
-           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2)]
+           (_rename_everywhere, 4), (_move_pool, 2), (_request_table, 2), (_two_figures, 6),
+           (_speculative_counts, 2)]
 
 
 def random_edit(rng: random.Random, root: dict[str, Any], found: Sites

@@ -74,16 +74,30 @@ from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from plan_edit_faults import INT64_MAX, Faults, ceil_div, near, round_up
+from plan_edit_oracle_sglang_modes import (
+    DRAFT_POOLS,
+    INTERMEDIATES,
+    index_tokens,
+    mode_faults,
+    request_ids,
+    table_extra,
+    window_only,
+)
 from plan_edit_sglang_bytes import sglang_byte_faults
 
 MAMBA_CONV = re.compile(r"mamba_conv\d+")
 ROLES = ("kv", "kv_v", "swa", "swa_v", "index", "mamba_conv", "mamba_temporal", "hisparse_host",
          "v4_swa", "v4_c4", "v4_c128", "v4_index_c4", "v4_state_c4", "v4_index_state_c4",
-         "v4_state_c128")
+         "v4_state_c128", *DRAFT_POOLS, *INTERMEDIATES)
 VIEW_NAMES: dict[str, tuple[frozenset[str], ...]] = {
     "kv": (frozenset({"k_buffer", "v_buffer"}), frozenset({"kv_buffer"})),
     "swa": (frozenset({"k_buffer", "v_buffer"}),),
     "kv_v": (frozenset({"v_buffer"}),),
+    "draft_kv": (frozenset({"k_buffer", "v_buffer"}), frozenset({"kv_buffer"})),
+    "draft_kv_v": (frozenset({"v_buffer"}),),
+    "draft_index": (frozenset({"index_k"}),),
+    "mamba_intermediate_ssm": (frozenset({"intermediate_ssm"}),),
+    "mamba_intermediate_conv0": (frozenset({"intermediate_conv_window[0]"}),),
     "swa_v": (frozenset({"v_buffer"}),),
     "index": (frozenset({"index_k"}),),
     "mamba_temporal": (frozenset({"temporal"}),),
@@ -108,10 +122,12 @@ def role(name: str) -> str | None:
     return name if name in ROLES else None
 
 
-def expected_block_tokens(name: str, page: int) -> int:
+def expected_block_tokens(name: str, page: int, dcp: int = 1) -> int:
     kind = role(name)
-    if kind in ("mamba_conv", "mamba_temporal"):
+    if kind in ("mamba_conv", "mamba_temporal", *INTERMEDIATES):
         return 1
+    if kind in DRAFT_POOLS:
+        return page * dcp  # the draft pages as the target's allocator does
     return {
         "v4_c4": page // 4, "v4_index_c4": page // 4, "v4_c128": page // 128,
         "v4_state_c4": C4_STATE_ROWS_A_PAGE, "v4_index_state_c4": C4_STATE_ROWS_A_PAGE,
@@ -122,7 +138,7 @@ def expected_block_tokens(name: str, page: int) -> int:
 def sglang_faults(plan: SGLangPlan) -> Faults:
     """Every fault found, stopping after the first section that finds one."""
     faults = Faults()
-    for section in (_structure, _figures, sglang_byte_faults):
+    for section in (_structure, _figures, mode_faults, sglang_byte_faults):
         section(plan, faults)
         if faults:
             break
@@ -146,7 +162,7 @@ def _structure(plan: SGLangPlan, faults: Faults) -> None:
     if ("hisparse_host" in pools) != (plan.hisparse is not None):
         faults.add("hisparse figures", "a hisparse_host pool without hisparse figures, or the "
                    "reverse")
-    if not v4 and "kv" not in pools:
+    if not v4 and "kv" not in pools and not window_only(plan, set(pools)):
         faults.add("pool role", "no full pool 'kv'")
     for index, tensor in enumerate(plan.tensors):
         _tensor(index, tensor, pools, faults)
@@ -167,7 +183,8 @@ def _layer_sets(plan: SGLangPlan, faults: Faults) -> None:
              if role(name) in ("mamba_conv", "mamba_temporal")}
     if len(mamba) > 1:
         faults.add("layer sets", "the Mamba pools place different layers")
-    for name, of in (("kv_v", "kv"), ("hisparse_host", "kv"), ("swa_v", "swa")):
+    for name, of in (("kv_v", "kv"), ("hisparse_host", "kv"), ("swa_v", "swa"),
+                     ("draft_kv_v", "draft_kv"), ("draft_index", "draft_kv")):
         if name in layers and layers[name] != layers.get(of):
             faults.add("layer sets", f"pool {name!r} places other layers than {of!r}")
 
@@ -178,13 +195,14 @@ def _pool_role(plan: SGLangPlan, pool: Pool, faults: Faults) -> None:
         faults.add("pool role", f"{pool.name!r} is no SGLang pool")
         return
     host = kind == "hisparse_host"
-    whole = kind in ("mamba_conv", "mamba_temporal", "hisparse_host")
+    whole = kind in ("mamba_conv", "mamba_temporal", "hisparse_host", *INTERMEDIATES)
     want = {
         "location": "host" if host else "device",
         "allocation": "whole" if whole else "per_layer",
         "padding_blocks": 1,
         "stage": 0,
-        "block_tokens": expected_block_tokens(pool.name, plan.page_size),
+        "block_tokens": expected_block_tokens(pool.name, plan.page_size,
+                                              plan.budget.dcp_size),
     }
     for field, value in want.items():
         if getattr(pool, field) != value:
@@ -198,7 +216,7 @@ def _view_sets(name: str, pools: dict[str, Pool]) -> tuple[frozenset[str], ...]:
     kind = role(name)
     if kind == "mamba_conv":
         return (frozenset({f"conv[{name.removeprefix('mamba_conv')}]"}),)
-    if kind in ("kv", "swa") and f"{kind}_v" in pools:
+    if kind in ("kv", "swa", "draft_kv") and f"{kind}_v" in pools:
         return (frozenset({"k_buffer"}),)  # V apart, in kv_v or swa_v
     return VIEW_NAMES.get(kind or "", ())
 
@@ -267,8 +285,9 @@ def _request_table(plan: SGLangPlan, faults: Faults) -> None:
         faults.add("req_to_token", f"{table.dtype} {table.shape}, expected int32 of two axes")
         return
     width = table.shape[1]
-    if table.shape[0] != rows or width < REQUEST_TABLE_EXTRA + 1:
-        faults.add("req_to_token", f"shape {table.shape}, expected [{rows}, context + 4]")
+    if table.shape[0] != rows or width < table_extra(plan) + 1:
+        faults.add("req_to_token", f"shape {table.shape}, expected [{rows}, context + "
+                   f"{table_extra(plan)}]")
     if list(table.strides) != [width, 1] or table.storage_offset != 0:
         faults.add("req_to_token", f"strides {table.strides} from {table.storage_offset}, "
                    f"expected [{width}, 1] from 0")
@@ -279,19 +298,23 @@ def _request_table(plan: SGLangPlan, faults: Faults) -> None:
 def _token_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:
     full = plan.max_total_num_tokens
     page = plan.page_size
-    kv = pools["kv"]
-    if _tokens(kv) != full:
-        faults.add("max_total_num_tokens", f"kv holds {_tokens(kv)} tokens, the plan says {full}")
-    for values, keys in (("kv_v", "kv"), ("swa_v", "swa")):
+    for values, keys in (("kv_v", "kv"), ("swa_v", "swa"), ("draft_kv_v", "draft_kv"),
+                         ("draft_index", "draft_kv")):
         if values in pools and keys in pools and pools[values].num_blocks != pools[keys].num_blocks:
             faults.add(f"{values} blocks", f"{values} {pools[values].num_blocks} blocks, {keys} "
                        f"{pools[keys].num_blocks}")
+    kv = pools.get("kv")
+    if kv is None:
+        return  # a window-only pipeline rank: plan_edit_oracle_sglang_modes judges its figures
+    if _tokens(kv) != full:
+        faults.add("max_total_num_tokens", f"kv holds {_tokens(kv)} tokens, the plan says {full}")
     hisparse = plan.hisparse
     ratio = 1 if hisparse is None else hisparse.host_to_device_ratio
     logical = full * ratio
     index = pools.get("index")
-    if index is not None and _tokens(index) != logical:
-        faults.add("index tokens", f"index holds {_tokens(index)} token ids, expected {logical}")
+    if index is not None and _tokens(index) != index_tokens(plan):
+        faults.add("index tokens", f"index holds {_tokens(index)} token ids, expected "
+                   f"{index_tokens(plan)}")
     if hisparse is not None:
         host = pools["hisparse_host"]
         wants = {
@@ -316,8 +339,10 @@ def _token_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> 
                        f"{plan.max_running_requests}")
     counted = sum(_bytes_a_block(plan, pools[name]) / page for name in ("kv", "kv_v")
                   if name in pools)
-    if index is not None:
-        counted += _bytes_a_block(plan, index) / page * ratio
+    if index is not None:  # the ids a device token stands for: HiSparse's or DCP's
+        counted += _bytes_a_block(plan, index) / page * ratio * plan.budget.dcp_size
+    if plan.speculative is not None:
+        counted += plan.speculative.draft_cell_size_bytes
     cell = plan.budget.cell_size_bytes
     swa = pools.get("swa")
     if swa is None:
@@ -329,9 +354,14 @@ def _token_figures(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> 
         implied = (cell - counted) / window if window else 0.0
         low = math.floor(full * implied * (1 - 1e-12) / page) * page
         high = math.floor(full * implied * (1 + 1e-12) / page) * page
-        if implied <= 0 or not low <= _tokens(swa) <= high:
+        # Sized for the requests (the radix cache off), the window pool is no ratio of the
+        # full one: the cell still weighs it at SGLang's ratio, the budget is the modes'.
+        sized = plan.budget.swa_sized_for_requests
+        if implied <= 0 or not (sized or low <= _tokens(swa) <= high):
             faults.add("cell_size_bytes", f"{cell} implies a window ratio {implied}, which "
                        f"gives {low}..{high} window tokens; swa holds {_tokens(swa)}")
+        if sized:
+            return
     if full * cell > plan.budget.available_bytes * (1 + 1e-12):
         faults.add("budget", f"{full} tokens x {cell} bytes exceed available_bytes "
                    f"{plan.budget.available_bytes}")
@@ -416,12 +446,12 @@ def _set_aside_for_more(plan: SGLangPlan, fixed_bytes: int, states: int, slots: 
 def _capacity(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:
     capacity = plan.capacity
     page = plan.page_size
-    context = plan.req_to_token.shape[-1] - REQUEST_TABLE_EXTRA
+    context = plan.req_to_token.shape[-1] - table_extra(plan)
     if context < 1:
         return  # the request table's fault is reported already
     need = ceil_div(context, page) * page
     full = plan.max_total_num_tokens
-    bounds = [float(plan.max_running_requests), full / need]
+    bounds = [float(plan.max_running_requests), request_ids(plan) / need]
     mamba = [p for n, p in pools.items() if role(n) in ("mamba_conv", "mamba_temporal")]
     if mamba:
         bounds.append(float(min(_tokens(p) for p in mamba)))

@@ -1,5 +1,6 @@
-"""Real plans to edit: the planner's own plans of model presets (a few layers each) and of random
-requests, for vLLM and SGLang, all small (tens to a few thousand blocks) so that the oracles can
+"""Real plans to edit: the planner's own plans of model presets (a few layers each; for SGLang
+also in each of its server modes, SGLANG_MODES) and of random requests, for vLLM and SGLang, all
+small (tens to a few thousand blocks) so that the oracles can
 enumerate every byte."""
 
 from __future__ import annotations
@@ -158,7 +159,6 @@ SGLANG_PRESETS: list[tuple[str, set[int], dict[str, Any]]] = [
     ("qwen3-next-80b", {0, 1, 2, 3}, {"page_size": 16}),
     ("deepseek-v3.2", {0, 1}, {}),
     ("deepseek-v3.2", {0, 1}, {"dsa_backend": "trtllm"}),
-    ("deepseek-v3.2", {0, 1}, {"enable_hisparse": True, "hisparse_top_k": 64}),
     ("deepseek-v4-flash", {0, 1, 2, 3}, {"max_running_requests": 3}),
 ]
 
@@ -167,19 +167,101 @@ def _sglang_bytes(data: dict[str, Any], budget: int) -> None:
     data["device"]["available_bytes"] = budget
 
 
+SPEC = {"speculative_draft_num_layers": 1}
+TREE = {"speculative_num_steps": 2, "speculative_eagle_topk": 2,
+        "speculative_num_draft_tokens": 4}
+SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = [
+    # (mode, model, decoders, settings, request tweaks: index_topk, window, head_size_v)
+    ("hisparse metadata", "deepseek-v3.2", {0, 1},
+     {"enable_hisparse": True, "hisparse_top_k": 64}, {"index_topk": 64}),
+    ("hisparse metadata, shared-index miss plan", "glm-5-index-share-4", {0, 1, 2, 3, 4},
+     {"enable_hisparse": True, "hisparse_top_k": 32}, {"index_topk": 32}),
+    ("shared-index placeholders", "glm-5-index-share-4", {0, 1, 2, 3, 4}, {}, {}),
+    ("llama-4 window hybrid", "llama-4-scout", {0, 3}, {}, {"window": 16}),
+    ("pipeline rank", "llama-3-8b", {0, 1, 2, 3}, {"pp_size": 2, "pp_rank": 1}, {}),
+    ("pipeline rank of window layers only", "llama-4-scout", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 0}, {"window": 16}),
+    ("pipeline rank, llama-4 full layers", "llama-4-scout", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 1}, {"window": 16}),
+    ("pipeline rank with a draft", "llama-3-8b", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 1, "speculative_algorithm": "EAGLE", **SPEC}, {}),
+    ("pipeline rank without the draft worker", "llama-3-8b", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 0, "speculative_algorithm": "EAGLE", **SPEC}, {}),
+    ("pipeline rank with an MTP draft", "deepseek-v3.2", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 1, "speculative_algorithm": "NEXTN", **SPEC}, {}),
+    ("pipeline rank, shared-index placeholders", "glm-5-index-share-4", set(range(8)),
+     {"pp_size": 2, "pp_rank": 1}, {}),
+    ("radix off, request-capped window pool", "gpt-oss-120b", {0, 1},
+     {"disable_radix_cache": True, "max_running_requests": 2, "page_size": 4}, {"window": 16}),
+    ("radix off, request-capped window pool with a draft", "gpt-oss-120b", {0, 1},
+     {"disable_radix_cache": True, "page_size": 4, "speculative_algorithm": "EAGLE3", **SPEC},
+     {"window": 16}),
+    ("radix off, one Mamba slot a request", "qwen3-next-80b", {0, 3},
+     {"disable_radix_cache": True, "max_running_requests": 2}, {}),
+    ("DP attention", "llama-3-8b", {0, 1},
+     {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "max_running_requests": 6}, {}),
+    ("DP attention, Mamba", "qwen3-next-80b", {0, 3},
+     {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "max_running_requests": 4,
+      "disable_radix_cache": True}, {}),
+    ("DP attention with a draft", "llama-3-8b", {0, 1},
+     {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "speculative_algorithm": "EAGLE",
+      **SPEC}, {}),
+    ("decode context parallelism", "deepseek-v3.2", {0, 1}, {"dcp_size": 2, "tp_size": 2}, {}),
+    ("decode context parallelism, shared-index placeholders", "glm-5-index-share-4",
+     {0, 1, 2, 3, 4}, {"dcp_size": 2, "tp_size": 2}, {}),
+    ("Blackwell, fp8 DSA rows and trtllm pages", "deepseek-v3.2", {0, 1},
+     {"compute_capability": [10, 0]}, {}),
+    ("Blackwell, trtllm pages of 64", "llama-3-8b", {0, 1}, {"compute_capability": [10, 0]},
+     {}),
+    ("speculative MTP, DSA draft pools", "deepseek-v3.2", {0, 1},
+     {"speculative_algorithm": "NEXTN", **SPEC}, {}),
+    ("speculative MTP with HiSparse", "deepseek-v3.2", {0, 1},
+     {"speculative_algorithm": "NEXTN", "enable_hisparse": True, "hisparse_top_k": 64, **SPEC},
+     {"index_topk": 64}),
+    ("speculative MTP with decode context parallelism", "deepseek-v3.2", {0, 1},
+     {"speculative_algorithm": "NEXTN", "dcp_size": 2, "tp_size": 2, **SPEC}, {}),
+    ("speculative EAGLE, V apart (draft_kv_v)", "llama-3-8b", {0, 1},
+     {"speculative_algorithm": "EAGLE", "page_size": 4, **SPEC, **TREE}, {"head_size_v": 64}),
+    ("speculative EAGLE, Mamba intermediates (chain)", "qwen3-next-80b", {0, 3},
+     {"speculative_algorithm": "EAGLE", **SPEC}, {}),
+    ("speculative EAGLE, Mamba intermediates (tree)", "qwen3-next-80b", {0, 3},
+     {"speculative_algorithm": "EAGLE", **SPEC, **TREE}, {}),
+    ("speculative EAGLE3, window hybrid", "gpt-oss-120b", {0, 1},
+     {"speculative_algorithm": "EAGLE3", **SPEC}, {"window": 16}),
+]
+"""Seeds of SGLang's server modes, each the planner's own plan of a preset cut to a few layers;
+`tweaks` shrink what would need a large budget (the indexer's top-k, a window) or give V its
+own head size."""
+
+
+def sglang_seed(name: str, model: str, decoders: set[int], settings: dict[str, Any],
+                 tweaks: dict[str, int], rng: random.Random) -> Seed | None:
+    arch = load_preset(model).architecture
+    context = rng.choice([64, 128, 256])
+    engine = SGLangSettings.model_validate({"name": "sglang", "context_length": context,
+                                            **settings})
+    data = sglang_request(arch, engine, available_bytes=MIB).model_dump(mode="json")
+    data = _keep(data, decoders, heads=2)
+    if "index_topk" in tweaks:
+        data["model"]["index_topk"] = tweaks["index_topk"]
+    for spec in data["layers"].values():
+        for key in ("sliding_window", "attention_chunk_size"):
+            if spec.get(key) and "window" in tweaks:
+                spec[key] = min(spec[key], tweaks["window"])
+        if spec["kind"] == "full_attention" and "head_size_v" in tweaks:
+            spec["head_size_v"] = tweaks["head_size_v"]
+            spec.pop("page_size_bytes", None)
+    found = _smallest(data, _sglang_bytes, plan_for_engine, rng)
+    return None if found is None else Seed(name, *found)
+
+
 def sglang_preset_seeds(rng: random.Random) -> list[Seed]:
-    seeds = []
-    for model, decoders, settings in SGLANG_PRESETS:
-        arch = load_preset(model).architecture
-        context = rng.choice([64, 128, 256])
-        engine = SGLangSettings.model_validate({"name": "sglang", "context_length": context,
-                                                **settings})
-        data = sglang_request(arch, engine, available_bytes=MIB).model_dump(mode="json")
-        data = _keep(data, decoders, heads=2)
-        found = _smallest(data, _sglang_bytes, plan_for_engine, rng)
-        if found is not None:
-            seeds.append(Seed(f"sglang {model} {sorted(decoders)} {settings}", *found))
-    return seeds
+    seeds = [sglang_seed(f"sglang {model} {sorted(decoders)} {settings}", model, decoders,
+                          settings, {}, rng) for model, decoders, settings in SGLANG_PRESETS]
+    seeds += [sglang_seed(f"sglang {mode}: {model} {sorted(decoders)}", model, decoders,
+                           settings, tweaks, rng)
+              for mode, model, decoders, settings, tweaks in SGLANG_MODES]
+    return [seed for seed in seeds if seed is not None]
 
 
 # --- random requests ------------------------------------------------------------------------

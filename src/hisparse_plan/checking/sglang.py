@@ -24,6 +24,7 @@ from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
 from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
+from hisparse_plan.checking.sglang_modes import check_modes
 from hisparse_plan.checking.sglang_pipeline import check_pipeline
 from hisparse_plan.checking.sglang_roles import (
     SGLANG_POOL_ROLES,
@@ -73,6 +74,7 @@ def check_sglang_plan(
     _check_token_pools(plan, pools)
     _check_cell_size(plan, pools)
     _check_index_placeholders(plan)
+    check_modes(plan, pools)
     check_deepseek_v4(plan, pools)
     check_pipeline(plan)
     _check_figures(plan, pools)
