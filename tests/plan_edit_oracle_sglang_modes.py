@@ -58,8 +58,10 @@ HiSparse metadata: empty (plans before the field) or exactly SGLang's set (its c
 host pool and allocator), each shape from R = req_to_token rows, W its width, L the `kv`
 layers, D the device buffer, K top_k, P the page, the host tokens, the logical ids and the
 device tokens, as SGLang's HiSparseCoordinator allocates them (pinned in
-tests/test_sglang_hisparse_meta.py), the shared-index miss plan all three or none, nbytes the
-shape's elements times the element size.
+tests/test_sglang_hisparse_meta.py), the shared-index miss plan all three or none and
+K x max(1, N) wide for N draft tokens, with speculative decoding the speculative swap's seven
+tables (`_spec_swap_table`, HiSparseSpecSwapManager's shapes), nbytes the shape's elements times
+the element size.
 
 Shared-index placeholders: only beside an index pool and without HiSparse; distinct `kv`
 layers, and with the index layers exactly one index buffer for each `kv` layer, paired by the
@@ -386,7 +388,9 @@ def _hisparse_table(plan: SGLangPlan) -> dict[tuple[str, str], tuple[str, str, l
     p, d, k = plan.page_size, h.device_buffer_size, h.top_k
     layers = len(layers_of(plan, "kv"))
     gpu = "device"
-    return {
+    drafts = 0 if plan.speculative is None else plan.speculative.num_draft_tokens
+    miss = k * max(1, drafts)  # the miss plan holds every draft token's top-k
+    return {**_spec_swap_table(plan, drafts, layers), **{
         ("coordinator", "req_to_device_buffer"): (gpu, "int64", [rows, d + p]),
         ("coordinator", "req_device_buffer_size"): ("host", "int64", [rows]),
         ("coordinator", "req_to_host_pool"): (gpu, "int64", [rows, width + p]),
@@ -399,8 +403,8 @@ def _hisparse_table(plan: SGLangPlan) -> dict[tuple[str, str], tuple[str, str, l
         ("coordinator", "top_k_device_locs_buffer"): (gpu, "int32", [rows, k]),
         ("coordinator", "raw_indices_buffer"): (gpu, "int32", [rows, k]),
         ("coordinator", "num_real_reqs"): (gpu, "int32", [1]),
-        ("coordinator", "_miss_src"): (gpu, "int64", [rows, k]),
-        ("coordinator", "_miss_dst"): (gpu, "int32", [rows, k]),
+        ("coordinator", "_miss_src"): (gpu, "int64", [rows, miss]),
+        ("coordinator", "_miss_dst"): (gpu, "int32", [rows, miss]),
         ("coordinator", "_miss_count"): (gpu, "int32", [rows]),
         ("host_pool", "data_ptrs"): (gpu, "uint64", [layers]),
         ("host_pool", "free_slots"): ("host", "int64", [h.host_tokens]),
@@ -410,6 +414,34 @@ def _hisparse_table(plan: SGLangPlan) -> dict[tuple[str, str], tuple[str, str, l
             gpu, "int64", [h.logical_tokens + p + 1]),
         ("allocator.hisparse", "free_pages"): (gpu, "int64", [plan.max_total_num_tokens // p]),
         ("allocator.logical", "free_pages"): (gpu, "int64", [h.logical_tokens // p]),
+    }}
+
+
+def _spec_swap_table(
+    plan: SGLangPlan, drafts: int, layers: int
+) -> dict[tuple[str, str], tuple[str, str, list[int]]]:
+    """HiSparseSpecSwapManager's GPU tables with N > 0 draft tokens (none without drafts), as
+    hisparse_coordinator.py shapes them over S = req_to_token's rows, the unpadded hot buffer D
+    and top-k K: a hash index 2 x the power of two above 2D - 1 wide a layer and slot, an LRU
+    policy of D a layer and slot (one slot more), N x K occurrences' scratch rows
+    (min(NK, max(1024, NK - D))), a state row a slot (one more) of max(4S, 5NK) counters,
+    K top-k rows per draft token, and the D hash slots and entries."""
+    h = plan.hisparse
+    if h is None or drafts == 0:
+        return {}
+    slots, d, k = plan.req_to_token.shape[0], h.device_buffer_size, h.top_k
+    work = drafts * k
+    hashed = 1 << max(1, (2 * d - 1).bit_length())
+    gpu = "device"
+    return {
+        ("spec_swap", "_cache_index"): (gpu, "int64", [layers, slots, 2, hashed]),
+        ("spec_swap", "_cache_policy"): (gpu, "int32", [layers, slots + 1, d]),
+        ("spec_swap", "_scratch_state"): (gpu, "int32", [slots + 1, max(4 * slots, 5 * work)]),
+        ("spec_swap", "req_to_scratch"): (gpu, "int32",
+                                          [layers, slots, min(work, max(1024, work - d))]),
+        ("spec_swap", "top_k_device_locs"): (gpu, "int32", [slots, drafts, k]),
+        ("spec_swap", "_hash_slots"): (gpu, "int64", [d]),
+        ("spec_swap", "_hash_entries"): (gpu, "int64", [d]),
     }
 
 

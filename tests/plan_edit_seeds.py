@@ -216,8 +216,9 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
     ("speculative MTP, DSA draft pools", "deepseek-v3.2", {0, 1},
      {"speculative_algorithm": "NEXTN", **SPEC}, {}),
     ("speculative MTP with HiSparse", "deepseek-v3.2", {0, 1},
-     {"speculative_algorithm": "NEXTN", "enable_hisparse": True, "hisparse_top_k": 64, **SPEC},
-     {"index_topk": 64}),
+     # SGLang's speculative swap wants top_k >= 1024 (hisparse_spec.py).
+     {"speculative_algorithm": "NEXTN", "enable_hisparse": True, "hisparse_top_k": 1024, **SPEC},
+     {"index_topk": 1024}),
     ("speculative MTP with decode context parallelism", "deepseek-v3.2", {0, 1},
      {"speculative_algorithm": "NEXTN", "dcp_size": 2, "tp_size": 2, **SPEC}, {}),
     ("speculative EAGLE, V apart (draft_kv_v)", "llama-3-8b", {0, 1},
