@@ -136,20 +136,39 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
     return draft
 
 
+def _window_draft(rng: random.Random, case: Case) -> None:
+    """A window model drafting with window layers: its own checkpoint as an EAGLE or EAGLE3
+    draft, or a drafted gpt-oss config of two to four alternating layers (sometimes other KV
+    heads or another window), as EAGLE3."""
+    args, cfg = case["server_args"], case["config"]
+    if rng.random() < 0.6:
+        args["speculative_algorithm"] = rng.choice(["EAGLE", "EAGLE", "EAGLE3"])
+        args["speculative_draft_model_path"] = "@model"
+        return
+    args["speculative_algorithm"] = "EAGLE3"
+    layers = rng.choice([2, 3, 4])
+    draft = dict(cfg)
+    draft.update(
+        num_hidden_layers=layers,
+        layer_types=[("sliding_attention", "full_attention")[i % 2] for i in range(layers)],
+        num_key_value_heads=rng.choice([cfg["num_key_value_heads"], 4]),
+        sliding_window=rng.choice([cfg["sliding_window"], 128]),
+    )
+    case["draft_config"] = draft
+
+
 def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds and DeepSeek-V4 (their
     configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
-    config for MHA and window models (or, for a window model, its own checkpoint as an EAGLE
-    draft, window layers and all), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
+    config for MHA and window models (for a window model mostly a draft with window layers:
+    its own checkpoint, or a drafted window config, `_window_draft`), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
     draft tokens SGLang's choice or given."""
-    if rng.random() >= 0.3 or kind not in ("mha", "swa", "mla", "dsa", "mamba", "hisparse",
-                                           "v4"):
+    if rng.random() >= (0.5 if kind == "swa" else 0.3) or kind not in (
+            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4"):
         return case
     args, cfg = case["server_args"], case["config"]
-    if kind == "swa" and rng.random() < 0.3:
-        # The model's own checkpoint as an EAGLE draft: a draft with window layers.
-        args["speculative_algorithm"] = "EAGLE"
-        args["speculative_draft_model_path"] = "@model"
+    if kind == "swa" and rng.random() < 0.7:
+        _window_draft(rng, case)
     elif kind in ("mla", "dsa", "hisparse", "v4"):
         args["speculative_algorithm"] = "NEXTN"
         cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
@@ -211,6 +230,10 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dcp")
     if args.get("speculative_algorithm"):
         modes.append("speculative")
+        draft = case.get("draft_config") or (
+            case.get("config") if args.get("speculative_draft_model_path") == "@model" else None)
+        if isinstance(draft, dict) and "sliding_attention" in draft.get("layer_types", ()):
+            modes.append("window_draft")
     if args.get("pp_size", 1) > 1:
         modes.append("pipeline")
     if args.get("enable_hisparse"):

@@ -59,16 +59,16 @@ def draft_layer_count(config: Mapping[str, Any]) -> int | None:
     return _count(config, "num_hidden_layers")
 
 
-def draft_window_layers(config: Mapping[str, Any]) -> int:
-    """A hybrid-window draft's window layers (SGLang's eagle_draft_swa_num_layers: its
-    swa_attention_layer_ids), counted from layer_types for SGLang's hybrid-window
-    architectures; 0 otherwise."""
+def draft_window_layers(config: Mapping[str, Any]) -> list[int]:
+    """A hybrid-window draft's window layers by its own ids (SGLang's swa_attention_layer_ids
+    of the draft config, whose count is eagle_draft_swa_num_layers), read from layer_types for
+    SGLang's hybrid-window architectures; none otherwise."""
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     types = config.get("layer_types")
     if arch not in HYBRID_SWA_ARCHITECTURES or not isinstance(types, list):
-        return 0
-    return sum(kind == "sliding_attention" for kind in types)
+        return []
+    return [i for i, kind in enumerate(types) if kind == "sliding_attention"]
 
 
 def _draft_config(
@@ -111,7 +111,8 @@ def draft_settings(
         fields["speculative_draft_num_layers"] = layers
     windows = draft_window_layers(config)
     if windows:
-        fields["speculative_draft_window_layers"] = windows
+        fields["speculative_draft_window_layers"] = len(windows)
+        fields["speculative_draft_window_layer_ids"] = windows
     if config is target:
         return fields
     if config.get("torch_dtype", target.get("torch_dtype")) != target.get("torch_dtype"):
