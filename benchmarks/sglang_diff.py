@@ -161,8 +161,8 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds and DeepSeek-V4 (their
     configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
     config for MHA and window models (for a window model mostly a draft with window layers:
-    its own checkpoint, or a drafted window config, `_window_draft`), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
-    draft tokens SGLang's choice or given."""
+    its own checkpoint, or a drafted window config, `_window_draft`), EAGLE on a Mamba
+    hybrid's own MTP head; steps / top-k / draft tokens SGLang's choice or given."""
     if rng.random() >= (0.5 if kind == "swa" else 0.3) or kind not in (
             "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4"):
         return case
