@@ -161,14 +161,20 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds and DeepSeek-V4 (their
     configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
     config for MHA and window models (for a window model mostly a draft with window layers:
-    its own checkpoint, or a drafted window config, `_window_draft`), EAGLE on a Mamba
-    hybrid's own MTP head; steps / top-k / draft tokens SGLang's choice or given."""
-    if rng.random() >= (0.5 if kind == "swa" else 0.3) or kind not in (
-            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4"):
+    its own checkpoint, or a drafted window config, `_window_draft`; Llama-4 its own
+    checkpoint), EAGLE on a Mamba hybrid's own MTP head; steps / top-k / draft tokens
+    SGLang's choice or given."""
+    if rng.random() >= (0.5 if kind in ("swa", "llama4") else 0.3) or kind not in (
+            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4", "llama4"):
         return case
     args, cfg = case["server_args"], case["config"]
     if kind == "swa" and rng.random() < 0.7:
         _window_draft(rng, case)
+    elif kind == "llama4":
+        # Llama-4 drafting with its own checkpoint: SGLang's draft keeps its window layers
+        # (every layer but each fourth) in a window pool of its own.
+        args["speculative_algorithm"] = rng.choice(["EAGLE", "EAGLE3"])
+        args["speculative_draft_model_path"] = "@model"
     elif kind in ("mla", "dsa", "hisparse", "v4"):
         args["speculative_algorithm"] = "NEXTN"
         cfg["num_nextn_predict_layers"] = rng.choice([1, 1, 2])
@@ -232,7 +238,9 @@ def modes_of(case: Case) -> list[str]:
         modes.append("speculative")
         draft = case.get("draft_config") or (
             case.get("config") if args.get("speculative_draft_model_path") == "@model" else None)
-        if isinstance(draft, dict) and "sliding_attention" in draft.get("layer_types", ()):
+        if isinstance(draft, dict) and ("sliding_attention" in draft.get("layer_types", ())
+                                        or draft.get("architectures") == [
+                                            "Llama4ForConditionalGeneration"]):
             modes.append("window_draft")
     if args.get("pp_size", 1) > 1:
         modes.append("pipeline")

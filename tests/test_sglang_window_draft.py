@@ -10,11 +10,12 @@ handed the target's memory_pool_config, req_to_token_pool and allocator (its SWA
     PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
         benchmarks/sglang_reference.py benchmarks/sglang_cases/gptoss20b_eagle_self.json \\
         benchmarks/sglang_cases/gptoss20b_eagle_self_radix_off.json \\
-        benchmarks/sglang_cases/gptoss20b_pp2_eagle_self_radix_off.json
+        benchmarks/sglang_cases/gptoss20b_pp2_eagle_self_radix_off.json \\
+        benchmarks/sglang_cases/llama4_scout_tp8_eagle_self.json
 
 and the whole reports (every buffer of the target's and the draft's pools) agree with ours:
 
-    python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/gptoss20b_*eagle_self*.json
+    python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/*eagle_self*.json
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ PINNED = [
     ("gptoss20b_eagle_self_radix_off", 1946586, 88473.6, 48, [49, 8200],
      {"kv": (1946586, 47839322112), "swa": (39345, 966967296)},
      {"kv": (1946586, 47839322112), "swa": (39345, 966967296)}),
+    # Llama-4 Scout at TP 8 drafting with itself: SGLang's window layers are every layer but
+    # each fourth (36 of 48), in the draft as in the target; 512 bytes a layer and token.
+    ("llama4_scout_tp8_eagle_self", 2336389, 41779.2, 48, [49, 8200],
+     {"kv": (2336389, 14354780160), "swa": (1869111, 34451472384)},
+     {"kv": (2336389, 14354780160), "swa": (1869111, 34451472384)}),
 ]
 
 
@@ -229,8 +235,11 @@ def test_check_plan_refuses_a_plan_without_the_window_draft_against_its_request(
 # --- the CLI ----------------------------------------------------------------------------------
 
 
-def test_plan_with_the_models_own_checkpoint_as_draft(cli: Run) -> None:
-    code, out, err = cli("plan", "gpt-oss-120b", "--engine", "sglang", "--gpu", "h200",
+@pytest.mark.parametrize(("model", "windows"), [("gpt-oss-120b", "18"), ("llama-4-scout", "36")])
+def test_plan_with_the_models_own_checkpoint_as_draft(cli: Run, model: str, windows: str) -> None:
+    # gpt-oss: its layer_types name the window layers; the Llama-4 preset's architecture is
+    # not SGLang's named one, so the draft's window layers are the target's own (chunked).
+    code, out, err = cli("plan", model, "--engine", "sglang", "--gpu", "h200",
                          "--tp", "8", "--speculative-algorithm", "EAGLE",
                          "--speculative-draft-model-path", "@model")
     assert (code, err) == (0, ""), err
@@ -240,7 +249,7 @@ def test_plan_with_the_models_own_checkpoint_as_draft(cli: Run) -> None:
             rows.setdefault(line.split()[0], line.split())
     assert rows["draft_swa"][2] == rows["swa"][2]  # the target's window tokens
     assert rows["draft_kv"][2] == rows["kv"][2]
-    assert rows["draft_swa"][3] == "18"  # gpt-oss-120b's 18 window layers
+    assert rows["draft_swa"][3] == rows["swa"][3] == windows
 
 
 def test_capacity_names_the_draft_window_layers(cli: Run) -> None:
@@ -277,3 +286,7 @@ def test_the_adapter_reads_the_drafts_window_layer_ids() -> None:
     assert engine is not None
     assert engine.speculative_draft_window_layers == 12
     assert engine.speculative_draft_window_layer_ids == list(range(0, 24, 2))
+    llama4 = case_request("llama4_scout_tp8_eagle_self").engine
+    assert llama4 is not None
+    assert llama4.speculative_draft_num_layers == 48  # its text_config's layers
+    assert llama4.speculative_draft_window_layer_ids == [i for i in range(48) if (i + 1) % 4]

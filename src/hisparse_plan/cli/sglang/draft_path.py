@@ -7,13 +7,18 @@ a folder holding the draft's config.json."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from hisparse_plan.adapters.sglang.draft import TARGET_CHECKPOINT, draft_settings
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.errors import PlanError
+from hisparse_plan.models import PlanRequest
+from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import Architecture
+from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
+from hisparse_plan.targets.sglang.model import read_model
 
 TARGET_CONFIG: Final = "_target_config"
 """The facts' key of the target's config (popped before the settings are built)."""
@@ -61,3 +66,31 @@ def draft_path_settings(
         raise CommandError(f"--speculative-draft-model-path {path}: the draft's config names "
                            "no layers (num_hidden_layers or num_nextn_predict_layers)")
     return drafted
+
+
+DECODER_LAYER: Final = re.compile(r"layers\.(\d+)\.")
+
+
+def with_target_windows(args: argparse.Namespace, request: PlanRequest) -> PlanRequest:
+    """`@model` on a preset whose architecture SGLang's table here does not name (Llama-4's
+    llama4_text): the draft is the target's own checkpoint, so its window layers are the
+    target's, by decoder index, as the planner reads them (an unknown architecture keeps the
+    window pool its layers ask for)."""
+    engine = request.engine
+    if (getattr(args, "speculative_draft_model_path", None) != TARGET_CHECKPOINT
+            or not isinstance(engine, SGLangSettings) or engine.architecture is not None
+            or engine.speculative_draft_window_layers):
+        return request
+    try:
+        swa = (read_llama4_model(request, engine) if is_llama4_hybrid(request, engine)
+               else read_model(request)).swa
+    except PlanError:
+        return request  # the planner refuses it, naming why
+    found = [DECODER_LAYER.search(name) for name in swa.names] if swa is not None else []
+    ids = sorted({int(match.group(1)) for match in found if match is not None})
+    if not ids or len(ids) != len(found):
+        return request
+    drafted = SGLangSettings.model_validate({
+        **engine.model_dump(), "speculative_draft_window_layers": len(ids),
+        "speculative_draft_window_layer_ids": ids})
+    return request.model_copy(update={"engine": drafted})

@@ -23,6 +23,7 @@ from hisparse_plan.cli.sglang.draft_path import (
     add_draft_path_argument,
     draft_path_settings,
     preset_config,
+    with_target_windows,
 )
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import DSABackend, SGLangSettings
@@ -367,7 +368,8 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
     arch, title, default_length, facts = _model(args)
     tp, dp_size = sglang_ranks(args)
     engine, budget, words = sglang_settings(args, arch, tp, default_length, facts, dp_size)
-    request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
+    request = with_target_windows(args, sglang_request(arch, engine, tp=attn_tp_size(engine),
+                                                       available_bytes=budget))
     dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
     if engine.pp_size > 1:
         dp += f", pipeline rank {engine.pp_rank} of {engine.pp_size}"
