@@ -268,7 +268,7 @@ def test_capacity_names_the_draft_window_layers(cli: Run) -> None:
     (("--speculative-algorithm", "EAGLE", "--speculative-draft-num-layers", "2"),
      "both give the draft's layers"),
     (("--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/nonexistent"),
-     "/nonexistent"),
+     "--speculative-draft-model-path /nonexistent: /nonexistent/config.json"),
 ])
 def test_the_draft_path_flag_refuses_what_it_cannot_read(
     cli: Run, extra: tuple[str, ...], match: str
