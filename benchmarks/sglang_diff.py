@@ -139,8 +139,12 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
 def _window_draft(rng: random.Random, case: Case) -> None:
     """A window model drafting with window layers: its own checkpoint as an EAGLE or EAGLE3
     draft, or a drafted gpt-oss config of two to four alternating layers (sometimes other KV
-    heads or another window), as EAGLE3."""
+    heads or another window), as EAGLE3; the radix cache off more often than elsewhere."""
     args, cfg = case["server_args"], case["config"]
+    if "disable_radix_cache" not in args and rng.random() < 0.3:
+        # The radix cache off more often here: the window pool's request cap prices the
+        # draft's window layers too.
+        args["disable_radix_cache"] = True
     if rng.random() < 0.6:
         args["speculative_algorithm"] = rng.choice(["EAGLE", "EAGLE", "EAGLE3"])
         args["speculative_draft_model_path"] = "@model"
