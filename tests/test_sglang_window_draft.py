@@ -168,6 +168,15 @@ def test_window_ids_are_refused_unless_sound(engine: dict[str, Any], match: str)
     assert info.value.field == "engine.speculative_draft_window_layer_ids"
 
 
+def test_window_ids_without_an_algorithm_are_refused() -> None:
+    layers = {f"l{i}": (swa(128) if i % 2 else mha()) for i in range(4)}
+    found = request(layers, available=2 << 30, page_size=16,
+                    speculative_draft_window_layer_ids=[1])
+    with pytest.raises(UnsupportedRequestError, match="need a speculative_algorithm") as info:
+        plan_sglang(found)
+    assert info.value.field == "engine.speculative_draft_window_layer_ids"
+
+
 def test_a_window_draft_beside_a_target_without_window_pool_is_refused() -> None:
     # SGLang's draft worker reads the target's window token count, which a Llama target's
     # memory_pool_config has none of: it fails building the draft pool (a TypeError on None,

@@ -81,7 +81,8 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
     if settings.speculative_algorithm is not None:
         return
     for field in ("speculative_num_draft_tokens", "speculative_num_steps",
-                  "speculative_eagle_topk", "speculative_draft_num_layers"):
+                  "speculative_eagle_topk", "speculative_draft_num_layers",
+                  "speculative_draft_window_layer_ids"):
         if getattr(settings, field) is not None:
             raise _refuse(field, "speculative decoding settings need a speculative_algorithm; "
                           f"expected null, or engine.speculative_algorithm set, got "
