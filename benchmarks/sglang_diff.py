@@ -242,6 +242,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("speculative")
         draft = case.get("draft_config") or (
             case.get("config") if args.get("speculative_draft_model_path") == "@model" else None)
+        if isinstance(draft, str) and (REPO / draft).is_file():  # a case file's config path
+            draft = json.loads((REPO / draft).read_text())
         if isinstance(draft, dict) and ("sliding_attention" in draft.get("layer_types", ())
                                         or draft.get("architectures") == [
                                             "Llama4ForConditionalGeneration"]):
