@@ -261,6 +261,24 @@ def test_plan_with_the_models_own_checkpoint_as_draft(cli: Run, model: str, wind
     assert rows["draft_swa"][3] == rows["swa"][3] == windows
 
 
+def test_plan_with_a_window_draft_folder(cli: Run, tmp_path: Path) -> None:
+    # A two-layer gpt-oss draft beside the gpt-oss-120b preset at 40 GiB (SGLang's own figures
+    # for this deployment, sglang_reference.py: 613,202 full and 490,561 window tokens).
+    draft = json.loads((REPO / "tests" / "hf_configs" / "gpt-oss-120b" / "config.json")
+                       .read_text())
+    draft.update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    (tmp_path / "config.json").write_text(json.dumps(draft))
+    code, out, err = cli("plan", "gpt-oss-120b", "--engine", "sglang", "--gpu-mem", "40GiB",
+                         "--speculative-algorithm", "EAGLE3",
+                         "--speculative-draft-model-path", str(tmp_path), "--json")
+    assert (code, err) == (0, ""), err
+    plan = json.loads(out)
+    assert plan["max_total_num_tokens"] == 613202
+    blocks = {pool["name"]: pool["num_blocks"] - 1 for pool in plan["pools"]}
+    assert (blocks["draft_kv"], blocks["draft_swa"]) == (613202, 490561)
+    assert plan["speculative"]["draft_window_layers"] == ["draft.layers.0"]
+
+
 def test_capacity_names_the_draft_window_layers(cli: Run) -> None:
     code, out, err = cli("capacity", "--hf-config", str(GPTOSS_20B), "--engine", "sglang",
                          "--gpu", "h200", "--weights-bytes", "14GB", "--context-length", "8192",

@@ -34,10 +34,13 @@ def add_draft_path_argument(group: argparse._ArgumentGroup) -> None:
 
 def preset_config(arch: Architecture, architecture: str | None) -> dict[str, Any]:
     """A preset's layers as the config.json fields the draft rules read (its architecture
-    as SGLang names it)."""
+    as SGLang names it, and the dtype its caches take: a draft's must be the same)."""
     config = arch.model_dump(mode="json", exclude_none=True)
     if architecture is not None:
         config["architectures"] = [architecture]
+    dtype = getattr(arch, "auto_cache_dtype", None)
+    if "torch_dtype" not in config and isinstance(dtype, str):
+        config["torch_dtype"] = dtype
     return config
 
 
