@@ -136,20 +136,50 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
     return draft
 
 
+def _window_draft(rng: random.Random, case: Case) -> None:
+    """A window model drafting with window layers: its own checkpoint as an EAGLE or EAGLE3
+    draft, or a drafted gpt-oss config of two to four alternating layers (sometimes other KV
+    heads or another window), as EAGLE3; the radix cache off more often than elsewhere."""
+    args, cfg = case["server_args"], case["config"]
+    if "disable_radix_cache" not in args and rng.random() < 0.3:
+        # The radix cache off more often here: the window pool's request cap prices the
+        # draft's window layers too.
+        args["disable_radix_cache"] = True
+    if rng.random() < 0.6:
+        args["speculative_algorithm"] = rng.choice(["EAGLE", "EAGLE", "EAGLE3"])
+        args["speculative_draft_model_path"] = "@model"
+        return
+    args["speculative_algorithm"] = "EAGLE3"
+    layers = rng.choice([2, 3, 4])
+    draft = dict(cfg)
+    draft.update(
+        num_hidden_layers=layers,
+        layer_types=[("sliding_attention", "full_attention")[i % 2] for i in range(layers)],
+        num_key_value_heads=rng.choice([cfg["num_key_value_heads"], 4]),
+        sliding_window=rng.choice([cfg["sliding_window"], 128]),
+    )
+    case["draft_config"] = draft
+
+
 def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     """Sometimes speculative decoding: NEXTN for the MLA/DSA kinds and DeepSeek-V4 (their
     configs' num_nextn_predict_layers, the model's own MTP layers), EAGLE3 with a drafted
-    config for MHA and window models (or, for a window model, its own checkpoint as an EAGLE
-    draft, window layers and all), EAGLE on a Mamba hybrid's own MTP head; steps / top-k /
-    draft tokens SGLang's choice or given. HiSparse's kind draws it twice as often, with draft
-    tokens on both sides of its speculative swap's 2..4."""
-    if rng.random() >= (0.6 if kind == "hisparse" else 0.3) or kind not in (
-            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4", "shared_index"):
+    config for MHA and window models (for a window model mostly a draft with window layers:
+    its own checkpoint, or a drafted window config, `_window_draft`; Llama-4 its own
+    checkpoint), EAGLE on a Mamba hybrid's own MTP head; steps / top-k / draft tokens
+    SGLang's choice or given. HiSparse's kind draws it more often, with draft tokens on both
+    sides of its speculative swap's 2..4."""
+    rate = 0.6 if kind == "hisparse" else 0.5 if kind in ("swa", "llama4") else 0.3
+    if rng.random() >= rate or kind not in (
+            "mha", "swa", "mla", "dsa", "mamba", "hisparse", "v4", "shared_index", "llama4"):
         return case
     args, cfg = case["server_args"], case["config"]
-    if kind == "swa" and rng.random() < 0.3:
-        # The model's own checkpoint as an EAGLE draft: a draft with window layers.
-        args["speculative_algorithm"] = "EAGLE"
+    if kind == "swa" and rng.random() < 0.7:
+        _window_draft(rng, case)
+    elif kind == "llama4":
+        # Llama-4 drafting with its own checkpoint: SGLang's draft keeps its window layers
+        # (every layer but each fourth) in a window pool of its own.
+        args["speculative_algorithm"] = rng.choice(["EAGLE", "EAGLE3"])
         args["speculative_draft_model_path"] = "@model"
     elif kind in ("mla", "dsa", "hisparse", "v4", "shared_index"):
         args["speculative_algorithm"] = "NEXTN"
@@ -212,6 +242,14 @@ def modes_of(case: Case) -> list[str]:
         modes.append("dcp")
     if args.get("speculative_algorithm"):
         modes.append("speculative")
+        draft = case.get("draft_config") or (
+            case.get("config") if args.get("speculative_draft_model_path") == "@model" else None)
+        if isinstance(draft, str) and (REPO / draft).is_file():  # a case file's config path
+            draft = json.loads((REPO / draft).read_text())
+        if isinstance(draft, dict) and ("sliding_attention" in draft.get("layer_types", ())
+                                        or draft.get("architectures") == [
+                                            "Llama4ForConditionalGeneration"]):
+            modes.append("window_draft")
     if args.get("pp_size", 1) > 1:
         modes.append("pipeline")
     if args.get("enable_hisparse"):

@@ -1058,14 +1058,14 @@ def _spec_aux_config(
 ) -> SGLangObject:
     """The target's speculative-decoding config as ModelRunner resolves it (the draft's layer
     count, which joins the target's cell size); a plain default without a speculative
-    algorithm.  The draft worker's own pool is not built here (it needs the draft
-    ModelRunner): with speculative decoding the report is the target's pools only."""
+    algorithm.  The draft worker's own pools are built apart (``_draft_report``)."""
     algorithm = spec_mod.SpeculativeAlgorithm.from_string(spec.speculative_algorithm)
     if algorithm.is_none():
         return aux_mod.SpecAuxHiddenStateConfig()
     notes.append(
         "speculative decoding: the target's pools and budget (the draft's layers in its cell "
-        "size); the draft worker's pool, sharing the target's allocator, is not built here"
+        "size); the draft worker's pools (draft_pools) built by its own configurator on the "
+        "target's allocator and memory_pool_config (a hybrid-window draft's SWAKVPool too)"
     )
     return aux_mod.resolve_spec_aux_hidden_state_config(
         server_args=server_args, model_config=model_config, spec_algorithm=algorithm,

@@ -60,14 +60,20 @@ TINY: dict[str, Callable[[], PlanRequest]] = {
     "deepseek_v4_pipeline_rank": lambda: v4_request(pp_size=2, pp_rank=0),
     "deepseek_v4_hisparse_pipeline_rank": lambda: v4_request(
         6, pp_size=2, pp_rank=1, enable_hisparse=True, hisparse_host_to_device_ratio=2),
+    "window_draft": lambda: request(
+        {"w0": swa(16, heads=2, head=8), "f1": mha(heads=2, head=8)}, page_size=4,
+        max_total_tokens=64, swa_full_tokens_ratio=0.5, context_length=16,
+        speculative_algorithm="EAGLE", speculative_draft_num_layers=2,
+        speculative_draft_window_layers=1, speculative_draft_window_layer_ids=[0]),
     "pipeline_rank": lambda: request(
         {f"model.layers.{i}.self_attn.attn": mha(heads=2, head=8) for i in range(3)},
         page_size=4, max_total_tokens=32, context_length=16, pp_size=2, pp_rank=1),
 }
 """Every kind of SGLang pool: MHA (K and V fused, or apart), window, MLA, DSA, DSA with
 HiSparse's host pool, a Mamba hybrid, DeepSeek-V4's seven pools (and HiSparse's paged c4 host
-pool beside them), and one pipeline rank's (DeepSeek-V4's too: a rank of window layers only,
-whose compressed pools SGLang keeps empty, and a rank with HiSparse)."""
+pool beside them), a window model drafting with a window layer (draft_kv and draft_swa), and
+one pipeline rank's (DeepSeek-V4's too: a rank of window layers only, whose compressed pools
+SGLang keeps empty, and a rank with HiSparse)."""
 
 _PLANS: dict[str, SGLangPlan] = {}
 

@@ -16,6 +16,9 @@ from test_sglang_target import dsa_layers, golden, mha, request, swa
 
 Tamper = Callable[[dict[str, Any]], None]
 GIB = 2**30
+WINDOW_DRAFT: dict[str, Any] = {
+    "speculative_algorithm": "EAGLE", "speculative_draft_num_layers": 4,
+    "speculative_draft_window_layers": 2, "speculative_draft_window_layer_ids": [1, 3]}
 
 CASES: dict[str, Callable[[], PlanRequest]] = {
     "llama": lambda: request({f"l{i}": mha() for i in range(4)}, available=2 * GIB,
@@ -23,6 +26,14 @@ CASES: dict[str, Callable[[], PlanRequest]] = {
     "window": lambda: request({f"l{i}": (swa(128) if i % 2 else mha()) for i in range(4)},
                               available=2 * GIB, page_size=16),
     "dsa": lambda: request(dsa_layers(3), available=2 * GIB),
+    # A window model drafting with its own layers (SGLang 0.5.23 builds a hybrid-window draft
+    # pool: draft_kv and draft_swa), with the radix cache on and off.
+    "window_draft": lambda: request(
+        {f"l{i}": (swa(128) if i % 2 else mha()) for i in range(4)}, available=2 * GIB,
+        page_size=16, **WINDOW_DRAFT),
+    "window_draft_radix_off": lambda: request(
+        {f"l{i}": (swa(128) if i % 2 else mha()) for i in range(4)}, available=2 * GIB,
+        page_size=16, disable_radix_cache=True, max_running_requests=8, **WINDOW_DRAFT),
     "dsa_hisparse": lambda: request(dsa_layers(3), available=2 * GIB, enable_hisparse=True),
     # HiSparse with MTP: the coordinator's speculative swap tables join hisparse.metadata.
     "dsa_hisparse_mtp": lambda: request(dsa_layers(3), available=2 * GIB, enable_hisparse=True,

@@ -139,3 +139,27 @@ def test_a_request_from_sglangs_own_server_args_plans_what_sglang_allocates(
                                                                       "max_total_num_tokens",
                                                                       "max_running_requests",
                                                                       "pools")}
+
+
+@pytest.mark.parametrize(("radix_off", "window"), [(False, 882636), (True, 39345)])
+def test_a_window_draft_gets_its_own_swa_pool_on_the_targets_tokens(
+    radix_off: bool, window: int
+) -> None:
+    """gpt-oss-20b drafting with its own checkpoint: the draft worker's configurator builds a
+    SWAKVPool (its 12 window layers over the target's window tokens, its 12 full layers over
+    the full tokens), sharing the target's allocator and request table; the target's cell
+    prices the draft's window layers at the ratio: 24 x 2048 + 0.8 x 24 x 2048 bytes."""
+    import json
+
+    data = json.loads((BENCHMARKS / "sglang_cases" / "gptoss20b_eagle_self.json").read_text())
+    data["server_args"]["disable_radix_cache"] = radix_off
+    report = _report(data)
+    assert report["draft"]["token_to_kv_pool"] == "SWAKVPool"
+    assert report["cell_size_bytes"] == 88473.6
+    assert not [note for note in report["notes"] if note.startswith("draft: its")]
+    target = {p["name"]: p for p in report["pools"]}
+    draft = {p["name"]: p for p in report["draft_pools"]}
+    assert target["swa"]["tokens"] == draft["swa"]["tokens"] == window
+    assert target["kv"]["tokens"] == draft["kv"]["tokens"]
+    layers = {name: sorted({b["layer"] for b in pool["buffers"]}) for name, pool in draft.items()}
+    assert layers == {"kv": list(range(1, 24, 2)), "swa": list(range(0, 24, 2))}

@@ -188,17 +188,19 @@ def test_eagle_without_draft_layers_refused() -> None:
     assert info.value.field == "engine.speculative_draft_num_layers"
 
 
-def test_hybrid_window_draft_refused() -> None:
-    """gpt-oss drafting with its own checkpoint: SGLang builds a hybrid-window draft pool,
-    which is not planned; refused naming the draft's window layers."""
+def test_hybrid_window_draft_planned() -> None:
+    """gpt-oss drafting with its own checkpoint: SGLang builds a hybrid-window draft pool, its
+    window layers over the target's window tokens (test_sglang_window_draft.py pins it)."""
     found = case("gptoss120b_tp8_eagle3")
     found.pop("draft_config")
     found["server_args"].update(speculative_algorithm="EAGLE",
                                 speculative_draft_model_path="@model")
-    with pytest.raises(UnsupportedRequestError) as info:
-        plan_sglang(request_from_server_args(found["config"], found["server_args"],
-                                             found["memory"]))
-    assert info.value.field == "engine.speculative_draft_window_layers"
+    plan = plan_sglang(request_from_server_args(found["config"], found["server_args"],
+                                                found["memory"]))
+    check_plan(plan)
+    blocks = {pool.name: pool.num_blocks for pool in plan.pools}
+    assert blocks["draft_swa"] == blocks["swa"]
+    assert blocks["draft_kv"] == blocks["kv"]
 
 
 def test_topk_tree_widens_the_request_table() -> None:

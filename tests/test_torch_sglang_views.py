@@ -21,10 +21,10 @@ from test_torch_sglang import hand_plan, run
 SGLANG_POOLS = {
     "kv", "kv_v", "swa", "index", "hisparse_host", "mamba_conv0", "mamba_temporal",
     "v4_swa", "v4_c4", "v4_index_c4", "v4_c128", "v4_state_c4", "v4_index_state_c4",
-    "v4_state_c128", "v4_hisparse_host",
+    "v4_state_c128", "v4_hisparse_host", "draft_kv", "draft_swa",
 }
 """The pools SGLang allocates for the models planned (swa_v: a window pool with K and V of
-different sizes, which no model planned has)."""
+different sizes, which no model planned has; draft_kv and draft_swa: a window draft's)."""
 
 
 @pytest.mark.parametrize("case", list(TINY))

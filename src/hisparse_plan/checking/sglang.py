@@ -22,7 +22,11 @@ from typing import Final
 
 from hisparse_plan.checking.agreement import check_answers
 from hisparse_plan.checking.pools import check_pool_names, check_ranged_tensors
-from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
+from hisparse_plan.checking.sglang_draft import (
+    check_draft,
+    draft_window_page_bytes,
+    request_table_extra,
+)
 from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
 from hisparse_plan.checking.sglang_modes import check_modes
 from hisparse_plan.checking.sglang_pipeline import check_pipeline
@@ -281,7 +285,8 @@ def _page_bytes(plan: SGLangPlan) -> tuple[int, int]:
     full = sum(blocks.get(name, 0) * weight for name, weight in weights.items())
     if plan.speculative is not None:  # the draft's layers, priced at the target's geometry
         full += plan.speculative.draft_cell_size_bytes * plan.page_size
-    return full, blocks.get("swa", 0) + blocks.get("swa_v", 0)
+    window = blocks.get("swa", 0) + blocks.get("swa_v", 0) + draft_window_page_bytes(plan)
+    return full, window
 
 
 def _check_budget(plan: SGLangPlan, pools: dict[str, Pool]) -> None:

@@ -3,7 +3,9 @@ from the plan alone: the draft worker's pools (`draft_*`) exist exactly with the
 `speculative` figures, hold exactly its draft layers, as many tokens as the target's pools
 (one allocator hands out both), and the draft's bytes a token in the cell size are the
 target's per-layer bytes over its draft layers; the request table is as wide as the draft
-tokens make it."""
+tokens make it. A hybrid-window draft keeps its window layers (`speculative.draft_window_layers`)
+in `draft_swa`, as many tokens as the target's window pool, and prices them at the target's
+window layer bytes in the window part of the cell."""
 
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ from hisparse_plan.models.sglang_plan import SGLangPlan, SGLangSpeculative
 
 INTERMEDIATE_SSM: Final = "mamba_intermediate_ssm"
 INTERMEDIATE_CONV: Final = "mamba_intermediate_conv0"
-DRAFT_POOLS: Final = {"draft_kv": "kv", "draft_kv_v": "kv_v", "draft_index": "index"}
+DRAFT_POOLS: Final = {"draft_kv": "kv", "draft_kv_v": "kv_v", "draft_index": "index",
+               "draft_swa": "swa", "draft_swa_v": "swa_v"}
 """Each draft pool and the target pool whose tokens it shares."""
+WINDOW_POOLS: Final = frozenset({"draft_swa", "draft_swa_v"})
+"""The draft pools of a hybrid-window draft's window layers."""
 TABLE_EXTRA: Final = 4
 INDEX_KEY_BYTES: Final = 132
 """A DSA index key: 128 fp8 values and one float32 scale."""
@@ -71,6 +76,11 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
         raise PlanInvariantError(
             "the plan has speculative figures and no pool 'draft_kv'; expected the draft "
             "worker's pool")
+    elif bool(spec.draft_window_layers) != ("draft_swa" in pools):
+        raise PlanInvariantError(
+            f"the plan {'has' if 'draft_swa' in pools else 'has no'} pool 'draft_swa' and "
+            f"speculative.draft_window_layers {spec.draft_window_layers}; expected the draft's "
+            "window pool exactly with its window layers")
     if spec.eagle_topk == 1 and spec.num_draft_tokens != spec.num_steps + 1:
         raise PlanInvariantError(
             f"speculative.num_draft_tokens is {spec.num_draft_tokens} with eagle_topk 1; "
@@ -81,9 +91,12 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     blocks = (plan.max_total_num_tokens // plan.page_size + 1 if plan.hisparse is None
               else -(-plan.hisparse.logical_tokens // plan.page_size) + 1)
     for draft in present:
-        if DRAFT_POOLS[draft] not in pools or pools[draft].num_blocks != blocks:
+        shared = pools.get(DRAFT_POOLS[draft])
+        want = blocks if draft not in WINDOW_POOLS else (
+            None if shared is None else shared.num_blocks)
+        if shared is None or pools[draft].num_blocks != want:
             raise PlanInvariantError(
-                f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected {blocks} "
+                f"pool {draft!r} has {pools[draft].num_blocks} blocks; expected {want} "
                 "(the draft shares the target's allocator and its token ids)")
     _check_draft_layers(plan, spec)
     _check_draft_cell(plan, spec)
@@ -94,21 +107,26 @@ def _check_draft_layers(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     for tensor in plan.tensors:
         if tensor.pool in DRAFT_POOLS:
             layers.setdefault(tensor.pool, set()).update(tensor.layers)
-    want = set(spec.draft_layers)
-    if len(want) != len(spec.draft_layers):
+    every, window = set(spec.draft_layers), set(spec.draft_window_layers)
+    if len(every) != len(spec.draft_layers) or len(window) != len(spec.draft_window_layers):
         raise PlanInvariantError(
-            f"speculative.draft_layers {spec.draft_layers} names a layer twice; expected "
-            "distinct layers")
+            f"speculative.draft_layers {spec.draft_layers} or draft_window_layers "
+            f"{spec.draft_window_layers} names a layer twice; expected distinct layers")
+    if not window < every:
+        raise PlanInvariantError(
+            f"speculative.draft_window_layers {spec.draft_window_layers}; expected some of "
+            f"draft_layers {spec.draft_layers}, not all (a full layer beside them)")
     target = {layer for tensor in plan.tensors if tensor.pool not in DRAFT_POOLS
               for layer in tensor.layers}
     for name, held in layers.items():
+        want = window if name in WINDOW_POOLS else every - window
         if held != want:
             raise PlanInvariantError(
                 f"pool {name!r} holds layers {sorted(held)}; expected the draft's "
                 f"{sorted(want)}")
-    if want & target:
+    if every & target:
         raise PlanInvariantError(
-            f"draft layer {sorted(want & target)[0]!r} is also the target's; expected the "
+            f"draft layer {sorted(every & target)[0]!r} is also the target's; expected the "
             "draft worker's own layers")
 
 
@@ -127,13 +145,30 @@ def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     if any(tensor.pool == "index" for tensor in plan.tensors):
         page_bytes += INDEX_KEY_BYTES * plan.page_size
     scale = plan.budget.dcp_size if plan.hisparse is None else plan.hisparse.host_to_device_ratio
-    want = page_bytes * len(spec.draft_layers) * scale
+    full_layers = len(spec.draft_layers) - len(spec.draft_window_layers)
+    want = page_bytes * full_layers * scale
     if spec.draft_cell_size_bytes * plan.page_size != want:
         raise PlanInvariantError(
             f"speculative.draft_cell_size_bytes is {spec.draft_cell_size_bytes}; expected "
             f"{want // plan.page_size}: the target's {page_bytes // plan.page_size} bytes a "
-            f"layer and token over {len(spec.draft_layers)} draft layers")
+            f"layer and token over {full_layers} draft full layers")
 
+
+def draft_window_page_bytes(plan: SGLangPlan) -> int:
+    """Bytes a page the draft's window layers add to the window part of the cell: the
+    target's window layer bytes (its window pool's, and V pool's, a layer) over them."""
+    spec = plan.speculative
+    if spec is None or not spec.draft_window_layers:
+        return 0
+    pages = sum(sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
+                for tensor in plan.tensors if tensor.pool in ("swa", "swa_v"))
+    layers = {layer for tensor in plan.tensors if tensor.pool == "swa"
+              for layer in tensor.layers}
+    if not layers:
+        raise PlanInvariantError(
+            f"speculative.draft_window_layers {spec.draft_window_layers} beside no window "
+            "pool 'swa'; expected the target's window layers to price them")
+    return pages // len(layers) * len(spec.draft_window_layers)
 
 def _check_intermediates(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     """A Mamba hybrid verifying draft tokens keeps, for each running request and a padding

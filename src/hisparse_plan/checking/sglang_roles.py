@@ -66,7 +66,8 @@ C128_STATE_RING: Final = 128
 """Rows of one c128 compressor-state ring."""
 
 _TOKEN_POOL = PoolRole("device", "per_layer", _page)
-DRAFT_POOLS: Final = frozenset({"draft_kv", "draft_kv_v", "draft_index"})
+DRAFT_POOLS: Final = frozenset({"draft_kv", "draft_kv_v", "draft_index", "draft_swa",
+                                "draft_swa_v"})
 """The draft worker's pools (speculative decoding)."""
 SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "kv": _TOKEN_POOL,
@@ -77,6 +78,8 @@ SGLANG_POOL_ROLES: Final[dict[str, PoolRole]] = {
     "draft_kv": _TOKEN_POOL,
     "draft_kv_v": _TOKEN_POOL,
     "draft_index": _TOKEN_POOL,
+    "draft_swa": _TOKEN_POOL,
+    "draft_swa_v": _TOKEN_POOL,
     "hisparse_host": PoolRole("host", "whole", _page),
     "mamba_conv0": PoolRole("device", "whole", _slot),
     "mamba_temporal": PoolRole("device", "whole", _slot),
@@ -105,6 +108,7 @@ _TOGETHER: Final[tuple[tuple[str, ...], ...]] = (
 _NEEDS: Final[dict[str, str]] = {
     "kv_v": "kv", "swa_v": "swa", "index": "kv", "hisparse_host": "index",
     "draft_kv": "kv", "draft_kv_v": "draft_kv", "draft_index": "draft_kv",
+    "draft_swa": "swa", "draft_swa_v": "draft_swa",
     "mamba_intermediate_ssm": "mamba_conv0",
     "v4_hisparse_host": "v4_c4",
 }
@@ -113,6 +117,7 @@ HiSparse's host pool beside a DSA model's index keys."""
 _SAME_LAYERS: Final[tuple[tuple[str, str], ...]] = (
     ("kv", "kv_v"), ("swa", "swa_v"), ("mamba_conv0", "mamba_temporal"),
     ("kv", "hisparse_host"), ("draft_kv", "draft_kv_v"), ("draft_kv", "draft_index"),
+    ("draft_swa", "draft_swa_v"),
     ("mamba_conv0", "mamba_intermediate_ssm"), ("mamba_conv0", "mamba_intermediate_conv0"),
     ("v4_c4", "v4_hisparse_host"),
 )

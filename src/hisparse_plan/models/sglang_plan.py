@@ -151,6 +151,12 @@ class SGLangSpeculative(Model):
     draft_cell_size_bytes: ByteCount = Field(
         description="Bytes the draft's layers add to budget.cell_size_bytes (a full token's)."
     )
+    draft_window_layers: Annotated[list[str], READ_ONLY] = Field(
+        default_factory=list,
+        description="Of draft_layers, a hybrid-window draft's window layers: its pool "
+        "`draft_swa` holds them over the window pool's tokens, and each adds a window layer's "
+        "bytes to the window part of the cell size (none: every draft layer is full).",
+    )
 
 
 class SGLangPipeline(Model):

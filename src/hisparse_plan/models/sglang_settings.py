@@ -174,6 +174,15 @@ class SGLangSettings(Model):
         description="Of the draft's layers, those that are sliding-window layers of a "
         "hybrid-window draft (eagle_draft_swa_num_layers); they join the window pool's cell.",
     )
+    speculative_draft_window_layer_ids: list[Annotated[int, Field(ge=0, le=2**20)]] | None = (
+        Field(
+            default=None,
+            description="A hybrid-window draft's window layers by its own layer ids (SGLang's "
+            "swa_attention_layer_ids of the draft config): its pool keeps them in a window "
+            "pool beside the full one. Required with speculative_draft_window_layers above "
+            "0, as many ids as that count.",
+        )
+    )
     speculative_draft_kv_heads: PositiveInt | None = Field(
         default=None,
         description="An MHA draft's KV heads on one attention rank (SGLang's "

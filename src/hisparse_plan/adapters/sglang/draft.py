@@ -46,29 +46,48 @@ ONE_LAYER_DRAFT_MODE: Final = frozenset({
 as a one-layer MTP head (num_nextn_predict_layers = 1, or one layer by its MTP class)."""
 
 
+def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config SGLang reads the layers from (its hf_text_config): a multimodal config's
+    text_config, else the config itself."""
+    text = config.get("text_config")
+    return text if isinstance(text, Mapping) else config
+
+
 def draft_layer_count(config: Mapping[str, Any]) -> int | None:
     """SGLang's draft layers for a config read in draft mode: one for an architecture whose
     draft mode is a one-layer MTP head, else its num_nextn_predict_layers when above 0 (an MTP
-    head), else its num_hidden_layers (an EAGLE model); None if it names neither."""
+    head), else its num_hidden_layers (an EAGLE model; a multimodal config's text_config's);
+    None if it names neither."""
     archs = config.get("architectures")
     if isinstance(archs, list) and archs and archs[0] in ONE_LAYER_DRAFT_MODE:
         return 1
     nextn = _count(config, "num_nextn_predict_layers")
     if nextn:
         return nextn
-    return _count(config, "num_hidden_layers")
+    hidden = _count(config, "num_hidden_layers")
+    return hidden if hidden is not None else _count(_text(config), "num_hidden_layers")
 
 
-def draft_window_layers(config: Mapping[str, Any]) -> int:
-    """A hybrid-window draft's window layers (SGLang's eagle_draft_swa_num_layers: its
-    swa_attention_layer_ids), counted from layer_types for SGLang's hybrid-window
-    architectures; 0 otherwise."""
+CHUNKED_EVERY_FOURTH: Final = "Llama4ForConditionalGeneration"
+"""SGLang's one hybrid-window architecture whose window layers are not read from layer_types:
+every layer but each fourth (`get_hybrid_layer_ids`)."""
+
+
+def draft_window_layers(config: Mapping[str, Any]) -> list[int]:
+    """A hybrid-window draft's window layers by its own ids (SGLang's swa_attention_layer_ids
+    of the draft config, `get_hybrid_layer_ids`, whose count is eagle_draft_swa_num_layers):
+    Llama-4's every layer but each fourth, else the sliding_attention entries of layer_types,
+    for SGLang's hybrid-window architectures; none otherwise."""
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    types = config.get("layer_types")
+    text = _text(config)
+    if arch == CHUNKED_EVERY_FOURTH:
+        layers = _count(text, "num_hidden_layers") or 0
+        return [i for i in range(layers) if (i + 1) % 4]
+    types = text.get("layer_types")
     if arch not in HYBRID_SWA_ARCHITECTURES or not isinstance(types, list):
-        return 0
-    return sum(kind == "sliding_attention" for kind in types)
+        return []
+    return [i for i, kind in enumerate(types) if kind == "sliding_attention"]
 
 
 def _draft_config(
@@ -111,7 +130,8 @@ def draft_settings(
         fields["speculative_draft_num_layers"] = layers
     windows = draft_window_layers(config)
     if windows:
-        fields["speculative_draft_window_layers"] = windows
+        fields["speculative_draft_window_layers"] = len(windows)
+        fields["speculative_draft_window_layer_ids"] = windows
     if config is target:
         return fields
     if config.get("torch_dtype", target.get("torch_dtype")) != target.get("torch_dtype"):

@@ -18,6 +18,13 @@ from hisparse_plan.cli.arg_types import AUTO, non_negative_int, positive_int, po
 from hisparse_plan.cli.deployment_args import deployment_weights
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label
+from hisparse_plan.cli.sglang.draft_path import (
+    TARGET_CONFIG,
+    add_draft_path_argument,
+    draft_path_settings,
+    preset_config,
+    with_target_windows,
+)
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import DSABackend, SGLangSettings
 from hisparse_plan.presets import (
@@ -125,6 +132,7 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--speculative-draft-num-layers", type=positive_int, metavar="N",
                        help="the draft model's KV layers (default with NEXTN: the model's "
                             "num_nextn_predict_layers)")
+    add_draft_path_argument(group)
     group.add_argument("--pp-size", type=positive_int, metavar="N",
                        help="pipeline stages: each rank keeps the decoder layers SGLang gives "
                             "it and all take the fewest tokens any rank holds (default 1)")
@@ -156,6 +164,7 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("speculative_eagle_topk", "--speculative-eagle-topk"),
     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
     ("speculative_draft_num_layers", "--speculative-draft-num-layers"),
+    ("speculative_draft_model_path", "--speculative-draft-model-path"),
     ("pp_size", "--pp-size"),
     ("pp_rank", "--pp-rank"),
 )
@@ -183,6 +192,7 @@ def _model(
             "architecture": PRESET_ARCHITECTURES.get(arch.model_type or ""),
             "model_context_length": arch.max_position_embeddings,
         }
+        facts[TARGET_CONFIG] = preset_config(arch, facts["architecture"])
         return arch, preset.title, None if default == AUTO else default, facts
     config = read_config_file(args.hf_config, label=config_label(args.hf_config))
     arch, read = sglang_model_of_case(config)
@@ -191,6 +201,7 @@ def _model(
     nextn = read.config.get("num_nextn_predict_layers")
     if isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0:
         facts[NEXTN_LAYERS] = nextn
+    facts[TARGET_CONFIG] = read.config
     return arch, title, read.context_length, facts
 
 
@@ -291,6 +302,7 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         **(facts or {}),
         **memory,
     }
+    target = fields.pop(TARGET_CONFIG, None)
     fields.update(_speculative(args, arch, fields.pop(NEXTN_LAYERS, None)))
     for dest in ("page_size", "max_running_requests", "max_total_tokens", "dsa_backend",
                  "swa_full_tokens_ratio", "max_mamba_cache_size", "dp_size", "moe_a2a_backend",
@@ -298,6 +310,9 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         value = getattr(args, dest)
         if value is not None:
             fields[dest] = value
+    if dp_size is not None:
+        fields["dp_size"] = dp_size
+    fields.update(draft_path_settings(args, target, fields))
     if args.hisparse_config is not None:
         if not args.enable_hisparse:
             raise CommandError("--hisparse-config needs --enable-hisparse")
@@ -330,6 +345,8 @@ def _speculative(
                                "--speculative-algorithm")
         return {}
     fields["speculative_algorithm"] = algorithm
+    if getattr(args, "speculative_draft_model_path", None) is not None:
+        return fields  # the draft's layers come from the draft (draft_path.py)
     if "speculative_draft_num_layers" not in fields:
         layers = config_nextn or getattr(arch, "num_nextn_predict_layers", 0)
         if algorithm != "NEXTN" or not layers:
@@ -351,7 +368,8 @@ def resolve_sglang_source(args: argparse.Namespace) -> SGLangSource:
     arch, title, default_length, facts = _model(args)
     tp, dp_size = sglang_ranks(args)
     engine, budget, words = sglang_settings(args, arch, tp, default_length, facts, dp_size)
-    request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=budget)
+    request = with_target_windows(args, sglang_request(arch, engine, tp=attn_tp_size(engine),
+                                                       available_bytes=budget))
     dp = f", DP attention {engine.dp_size}" if attn_dp_size(engine) > 1 else ""
     if engine.pp_size > 1:
         dp += f", pipeline rank {engine.pp_rank} of {engine.pp_size}"

@@ -22,7 +22,7 @@ Buffers = tuple[str, ...]
 """A tensor's view names, one a page range, in range order."""
 
 SPLIT_V_POOLS: Final[Mapping[str, str]] = MappingProxyType({
-    "kv": "kv_v", "swa": "swa_v", "draft_kv": "draft_kv_v",
+    "kv": "kv_v", "swa": "swa_v", "draft_kv": "draft_kv_v", "draft_swa": "draft_swa_v",
 })
 """An MHA pool and the pool its V half takes when K and V differ in head size."""
 
@@ -36,6 +36,8 @@ BUFFERS: Final[Mapping[str, tuple[Buffers, ...]]] = MappingProxyType({
     # The draft worker's pools (speculative decoding): the target's pool classes.
     "draft_kv": ((K_BUFFER, V_BUFFER), (KV_BUFFER,)),
     "draft_kv_v": ((V_BUFFER,),),
+    "draft_swa": ((K_BUFFER, V_BUFFER),),
+    "draft_swa_v": ((V_BUFFER,),),
     "draft_index": ((INDEX_K,),),
     "hisparse_host": ((HOST_KV_BUFFER,),),
     "mamba_conv0": ((CONV_STATE,),),

@@ -24,6 +24,7 @@ from hisparse_plan.targets.sglang.pipeline_stages import hosts_draft_worker
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
 from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
+from hisparse_plan.targets.sglang.speculative_window import split_draft_group
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "place"
@@ -75,7 +76,8 @@ def _place_draft(sized: Sized) -> Placed:
     """The draft worker's pools (speculative decoding): the pool classes of the target's
     attention over the draft's own layers, as many tokens as the target's full pool (one
     allocator hands out both): latent rows and every draft layer's index keys for an MLA/DSA
-    model, K and V rows of the draft's heads for an MHA one. Only the last pipeline rank runs
+    model, K and V rows of the draft's heads for an MHA one (a hybrid-window draft's window
+layers over the window pool's tokens). Only the last pipeline rank runs
     the draft worker; every rank's cell still prices the draft's layers."""
     defaults = sized.defaults
     spec, model, page = defaults.speculative, defaults.read.model, defaults.page_size
@@ -96,8 +98,14 @@ def _place_draft(sized: Sized) -> Placed:
     group = speculative.draft_head_group(defaults.read.settings, model, spec)
     if group is None or defaults.full_dtype is None:
         return Placed((), ())
-    return speculative.as_draft(mha_pool("kv", group, sized.tokens, page,
-                                         defaults.full_dtype.store))
+    store = defaults.full_dtype.store
+    if not spec.draft_window_ids or sized.swa_tokens is None:
+        return speculative.as_draft(mha_pool("kv", group, sized.tokens, page, store))
+    # A hybrid-window draft: its full layers over the full tokens, its window layers over the
+    # window pool's (SGLang's draft SWAKVPool, in the draft's one kv dtype).
+    full, window = split_draft_group(group, spec.full_layer_names(), spec.window_layer_names())
+    return speculative.as_draft(mha_pool("kv", full, sized.tokens, page, store)
+                                + mha_pool("swa", window, sized.swa_tokens, page, store))
 
 
 def _place_v4(sized: SizedV4) -> Placed:

@@ -94,6 +94,7 @@ def _speculative(sized: Sized) -> SGLangSpeculative | None:
         algorithm=spec.algorithm, num_steps=spec.num_steps, eagle_topk=spec.eagle_topk,
         num_draft_tokens=spec.num_draft_tokens, draft_layers=list(spec.layer_names()),
         draft_cell_size_bytes=sized.draft_cell_bytes,
+        draft_window_layers=list(spec.window_layer_names()),
     )
 
 

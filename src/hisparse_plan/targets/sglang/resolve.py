@@ -245,6 +245,10 @@ def _trace_speculative(
     trace.add(STAGE, SPECULATIVE, "draft layers", spec.draft_layers,
               "the draft's KV layers (speculative_draft_num_layers), its own ids from 0, "
               "sharing the target's allocator and token count")
+    if spec.draft_window_layers:
+        trace.add(STAGE, SPECULATIVE, "draft window layers", spec.draft_window_layers,
+                  f"a hybrid-window draft: draft_swa holds them over the window pool's tokens, "
+                  f"draft_kv its {spec.draft_full_layers} full layers over the full pool's")
     trace.add(STAGE, SPECULATIVE, "max_running_requests default",
               settings.max_running_requests or SPECULATIVE_MAX_RUNNING_REQUESTS,
               _given(settings, "max_running_requests")

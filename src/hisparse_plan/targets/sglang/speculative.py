@@ -21,6 +21,10 @@ from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.layout import Placed
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, SGLangModel
 from hisparse_plan.targets.sglang.sizing import CellSize, element_size
+from hisparse_plan.targets.sglang.speculative_window import (
+    draft_window_ids,
+    refuse_unplanned_window_draft,
+)
 
 SPECULATIVE_MAX_RUNNING_REQUESTS: Final = 48
 """`_handle_eagle_family`: max_running_requests when none is given."""
@@ -49,6 +53,8 @@ class Speculative:
     num_draft_tokens: int
     draft_layers: int
     draft_window_layers: int
+    draft_window_ids: tuple[int, ...] = ()
+    """The draft's window layers by its own ids (a hybrid-window draft)."""
 
     @property
     def draft_full_layers(self) -> int:
@@ -56,6 +62,13 @@ class Speculative:
 
     def layer_names(self) -> tuple[str, ...]:
         return tuple(DRAFT_LAYER.format(i) for i in range(self.draft_layers))
+
+    def window_layer_names(self) -> tuple[str, ...]:
+        return tuple(DRAFT_LAYER.format(i) for i in self.draft_window_ids)
+
+    def full_layer_names(self) -> tuple[str, ...]:
+        return tuple(DRAFT_LAYER.format(i) for i in range(self.draft_layers)
+                     if i not in self.draft_window_ids)
 
 
 def _refuse(field: str, why: str) -> UnsupportedRequestError:
@@ -68,7 +81,8 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
     if settings.speculative_algorithm is not None:
         return
     for field in ("speculative_num_draft_tokens", "speculative_num_steps",
-                  "speculative_eagle_topk", "speculative_draft_num_layers"):
+                  "speculative_eagle_topk", "speculative_draft_num_layers",
+                  "speculative_draft_window_layer_ids"):
         if getattr(settings, field) is not None:
             raise _refuse(field, "speculative decoding settings need a speculative_algorithm; "
                           f"expected null, or engine.speculative_algorithm set, got "
@@ -77,17 +91,8 @@ def refuse_without_algorithm(settings: SGLangSettings) -> None:
 
 def refuse_unplanned_speculative(settings: SGLangSettings, model: SGLangModel) -> None:
     """Speculative decoding beside what its rules here do not plan: a draft with window
-    layers (a hybrid-window draft pool)."""
-    blockers = (
-        ("speculative_draft_window_layers", settings.speculative_draft_window_layers > 0,
-         "a draft with sliding-window layers (a hybrid-window draft pool) is not planned yet"),
-    )
-    for field, blocked, why in blockers:
-        if blocked:
-            where = "layers" if field == "layers" else f"engine.{field}"
-            raise UnsupportedRequestError(
-                f"{where}: speculative decoding ({settings.speculative_algorithm}): {why}; "
-                "expected it off", field=where)
+    layers beside a target SGLang cannot size its pools from (speculative_window.py)."""
+    refuse_unplanned_window_draft(settings, model)
 
 
 def resolve_speculative(settings: SGLangSettings) -> Speculative | None:
@@ -111,7 +116,8 @@ def resolve_speculative(settings: SGLangSettings) -> Speculative | None:
     if topk == 1 and tokens != steps + 1:
         tokens = steps + 1
     return Speculative("EAGLE3" if algorithm == "EAGLE3" else "EAGLE", steps, topk, tokens,
-                       layers, settings.speculative_draft_window_layers)
+                       layers, settings.speculative_draft_window_layers,
+                       draft_window_ids(settings, layers))
 
 
 def tree_keeps_unpaged(settings: SGLangSettings, model: SGLangModel) -> bool:
