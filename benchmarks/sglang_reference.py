@@ -771,13 +771,20 @@ def _pipeline_reports(case: dict[str, Any], pp: int) -> dict[str, Any]:
     [start_layer, end_layer) from ``get_pp_indices``, set on the model as its class does).
     The ranks meet once, in the MIN all-reduce of their token capacities: a first pass
     records what each rank sends, a second replays each rank with the others' values (the
-    process-group stub, ``_Stage``). The top level is rank 0's report, ``stages`` all."""
+    process-group stub, ``_Stage``). The top level is rank 0's report (the draft worker's
+    pools the last rank's, where SGLang's EAGLEWorkerV2 runs), ``stages`` all."""
     first = [_Stage(rank, pp, None) for rank in range(pp)]
     for stage in first:
         _run_rank(case, stage)
     sent = [stage.sent for stage in first]
     reports = [_run_rank(case, _Stage(rank, pp, sent)) for rank in range(pp)]
     top = {k: v for k, v in reports[0].items() if k not in ("pools", "notes", "patched")}
+    for key in ("draft", "draft_pools"):  # only the last rank runs the draft worker
+        if key in reports[-1]:
+            top[key] = reports[-1][key]
+    failing = [report["unusable"] for report in reports if "unusable" in report]
+    if failing:
+        top["unusable"] = failing[0]
     return {**top, "stages": [{k: v for k, v in report.items() if k in _STAGE_KEYS}
                               for report in reports],
             "notes": reports[0]["notes"], "patched": reports[0]["patched"]}
@@ -969,6 +976,9 @@ def _configure(
     }
     if metadata is not None:
         report["hisparse_metadata"] = metadata
+    draft_unusable = report.pop("draft_unusable", None)
+    if unusable is None and (stage is None or stage.group.is_last_rank):
+        unusable = draft_unusable  # only the last rank runs the draft worker
     if unusable is not None:
         report["unusable"] = unusable
     if stage is not None:
@@ -1110,6 +1120,7 @@ def _draft_report(
     draft = kvc.configure(pre_model_load_memory=0)
     col = _Collector()
     _collect(col, draft.token_to_kv_pool, None, notes)
+    unusable = _draft_full_layers_probe(draft.token_to_kv_pool)
     if draft.token_to_kv_pool_allocator is not target.token_to_kv_pool_allocator:
         notes.append("draft: its allocator is not the target's")
     if draft.req_to_token_pool is not target.req_to_token_pool:
@@ -1128,7 +1139,20 @@ def _draft_report(
             "token_to_kv_pool": type(draft.token_to_kv_pool).__name__,
         },
         "draft_pools": col.report(),
+        **({} if unusable is None else {"draft_unusable": unusable}),
     }
+
+
+def _draft_full_layers_probe(pool: SGLangObject) -> str | None:
+    """A hybrid-window draft pool whose full sub-pool holds no token (built on a pipeline rank
+    of window layers only: full_max_total_num_tokens 0) while its full layers exist: the
+    draft's full layers write their KV at the allocator's ids (SWAKVPool.set_kv_buffer takes a
+    full layer's `loc` untranslated), which its all-window allocator hands out up to the
+    window pool's size, past the one padding page the full sub-pool has."""
+    if type(pool).__name__ != "SWAKVPool" or not pool.full_layer_nums or pool.size:
+        return None
+    return (f"draft full-layer write: {pool.full_layer_nums} full layers over a full pool of "
+            f"{pool.size} tokens, ids up to {pool.size_swa}")
 
 
 def _graph_settings(server_args: SGLangObject) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def case(config: dict[str, Any], pp: int, **server_args: Any) -> PlanRequest:
 
 def decoder_layers(plan: SGLangPlan, pool: str) -> list[int]:
     return sorted({int(m.group(1)) for t in plan.tensors if t.pool == pool for n in t.layers
-                   if (m := re.search(r"layers\.(\d+)\.", n))})
+                   if (m := re.search(r"layers\.(\d+)(?:\.|$)", n))})
 
 
 def tokens(plan: SGLangPlan, pool: str) -> int | None:
@@ -179,3 +179,64 @@ def test_a_window_only_rank_binds_on_meta_pools() -> None:
     # Three layers, K and V, of (63,549,793 + a padding row) x 128 bf16 elements each.
     assert report.device_bytes == 3 * 2 * 63_549_794 * 128 * 2
     assert report.allocations == 3
+
+
+def self_draft(config: dict[str, Any], pp: int) -> PlanRequest:
+    return case(config, pp, speculative_algorithm="EAGLE", speculative_draft_model_path="@model")
+
+
+def test_a_window_only_rank_prices_the_draft_at_the_models_full_shape() -> None:
+    """Llama-4 of 8 layers drafting with itself in four stages: ranks 0 and 2 keep window
+    layers only, and SGLang prices the draft's 2 full and 6 window layers there at the window
+    layers' 512 bytes, with no ratio: 2 x 512 + 2 x 512 + 6 x 512 = 5120 bytes a token. The
+    last rank ([6, 8): a full layer) runs the draft worker."""
+    plans = rank_plans(self_draft(llama4(8), 4))
+    assert [p.budget.cell_size_bytes for p in plans] == [5120, 4403.200000000001] * 2
+    assert {p.max_total_num_tokens for p in plans} == {19_064_938}
+    last = plans[-1]
+    assert (tokens(last, "draft_kv"), tokens(last, "draft_swa")) == (19_064_938, 15_251_950)
+    assert decoder_layers(last, "draft_kv") == [3, 7]
+    assert all(not any(p.name.startswith("draft") for p in plan.pools) for plan in plans[:-1])
+    for plan in plans:
+        check_plan(plan)
+
+
+def test_gpt_oss_drafting_with_itself_over_a_window_only_first_rank() -> None:
+    rank0, rank1 = rank_plans(self_draft(gpt_oss(3), 2))
+    assert (rank0.budget.cell_size_bytes, rank1.budget.cell_size_bytes) == (1024, 1126.4)
+    assert rank0.max_total_num_tokens == 86_658_809
+    assert (tokens(rank1, "draft_kv"), tokens(rank1, "draft_swa")) == (86_658_809, 69_327_047)
+
+
+def test_a_window_only_last_rank_cannot_run_a_window_draft() -> None:
+    """Llama-4 of 6 layers in three stages: the last rank keeps layers 4 and 5, window layers.
+    SGLang builds the draft's window-hybrid pool there with a full part of 0 tokens, yet the
+    draft's full layer 3 writes at the all-window allocator's ids (up to 23,831,172)."""
+    with pytest.raises(UnsupportedRequestError, match=r"rank 2.*holds no token") as info:
+        rank_plans(self_draft(llama4(6), 3))
+    assert info.value.field == "engine.speculative_draft_window_layers"
+
+
+def test_a_window_only_rank_of_a_model_of_unlike_shapes_is_refused_with_a_draft() -> None:
+    """Rank 0 keeps window layer 0 of 2 KV heads, the model's full layer 4: the draft's full
+    layers' price there is not planned."""
+    layers = {"model.layers.0.attn": {"kind": "sliding_window", "block_size": 16,
+                                      "num_kv_heads": 2, "head_size": 8, "dtype": "bfloat16",
+                                      "sliding_window": 16},
+              "model.layers.1.attn": {"kind": "full_attention", "block_size": 16,
+                                      "num_kv_heads": 4, "head_size": 8, "dtype": "bfloat16"},
+              "model.layers.2.attn": {"kind": "sliding_window", "block_size": 16,
+                                      "num_kv_heads": 2, "head_size": 8, "dtype": "bfloat16",
+                                      "sliding_window": 16}}
+    request = PlanRequest.model_validate({
+        "layers": layers, "model": {"max_model_len": 64},
+        "device": {"available_bytes": 1 << 30},
+        "engine": {"name": "sglang", "context_length": 64, "pp_size": 2,
+                   "speculative_algorithm": "EAGLE", "speculative_draft_num_layers": 1}})
+    with pytest.raises(UnsupportedRequestError, match=r"model.layers.1.attn.*expected \(2, 8"):
+        plan_sglang(request)
+    engine = request.engine
+    assert engine is not None
+    without = request.model_copy(update={"engine": engine.model_copy(update={
+        "speculative_algorithm": None, "speculative_draft_num_layers": None})})
+    assert [p.name for p in plan_sglang(without).pools] == ["swa"]

@@ -133,11 +133,15 @@ def _check_draft_layers(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
 def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
     """The draft's bytes a token are the target's per-layer bytes (a full layer's K and V or
     latent row, and a DSA index key) times the draft layers (with HiSparse, times the logical
-    ids a device token stands for): SGLang prices the draft at the target's geometry."""
+    ids a device token stands for): SGLang prices the draft at the target's geometry (on a
+    pipeline rank of window layers only, the model's full shape: its window layers')."""
     rows: dict[str, int] = {}
     counts: dict[str, int] = {}
+    names = {pool.name for pool in plan.pools}
+    priced = ("swa", "swa_v") if plan.pipeline is not None and "kv" not in names else (
+        "kv", "kv_v")
     for tensor in plan.tensors:
-        if tensor.pool in ("kv", "kv_v"):
+        if tensor.pool in priced:
             page = sum(part.size for part in tensor.ranges or [])
             rows[tensor.pool] = rows.get(tensor.pool, 0) + page * len(tensor.layers)
             counts[tensor.pool] = counts.get(tensor.pool, 0) + len(tensor.layers)

@@ -32,7 +32,10 @@ from hisparse_plan.targets.sglang.settings import (
     sglang_settings,
 )
 from hisparse_plan.targets.sglang.speculative import refuse_without_algorithm
-from hisparse_plan.targets.sglang.window_only import refuse_full_only_rank
+from hisparse_plan.targets.sglang.window_only import (
+    refuse_full_only_rank,
+    refuse_unlike_full_shape,
+)
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "read"
@@ -107,6 +110,7 @@ def read(
                            stage_of_hybrid=stage is not None and has_full_attention(request))
     refuse_full_only_rank(model, stage, hybrid=is_llama4_hybrid(request, settings) or (
         has_window_layers(request) and not windows_in_full_pool(settings)))
+    refuse_unlike_full_shape(request, model, settings)
     if trace.enabled:
         if stage is not None:
             _trace_stage(stage, trace)

@@ -122,7 +122,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     dtypes = (_cache(defaults.full_dtype), _cache(defaults.swa_dtype))
     cell = sizing.cell_size(settings, model, row_bytes, defaults.swa_full_tokens_ratio, dtypes)
     cell, draft_bytes = speculative.with_draft(
-        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes[0])
+        cell, spec, speculative.draft_layer_bytes(model, row_bytes, dtypes)
         * speculative.draft_token_scale(settings),
         speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     own, tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
@@ -160,7 +160,7 @@ def _pool_tokens(
     if cell.window_only:
         spec = defaults.speculative
         window_only.refuse_window_only_settings(
-            settings, read.stage, page, 0 if spec is None else spec.draft_full_layers)
+            read.stage, page, 0 if spec is None else spec.draft_window_layers)
         own = sizing.max_total_num_tokens(available, cell, page)
         tokens = sizing.cap_max_total_tokens(
             settings, pipeline_stages.agreed_tokens(own, read.stage), page)

@@ -172,16 +172,21 @@ def speculative_requests(settings: SGLangSettings, spec: Speculative | None) -> 
     return settings.model_copy(update={"max_running_requests": SPECULATIVE_MAX_RUNNING_REQUESTS})
 
 
-def draft_layer_bytes(model: SGLangModel, row_bytes: int, full_dtype: str | None) -> int:
+def draft_layer_bytes(
+    model: SGLangModel, row_bytes: int, dtypes: tuple[str | None, str | None]
+) -> int:
     """Bytes one draft layer takes a token, at the TARGET's per-layer geometry (SGLang's
     configurators assume the draft shares it): a latent row and, for a DSA model, an index key
-    (every draft layer runs its indexer); else one full-attention layer's K and V."""
+    (every draft layer runs its indexer); else one full-attention layer's K and V: on a
+    pipeline rank of window layers only, the model's full layers' shape, which the read stage
+    found equal to its window layers' (window_only.refuse_unlike_full_shape). `dtypes`: the
+    full and window pools' cache dtypes."""
     if model.latent is not None:
         return row_bytes + (INDEX_ROW_BYTES if model.latent.is_dsa else 0)
-    full = model.full
-    if full is None or full_dtype is None:  # read_model refuses a model without attention
+    full, dtype = (model.full, dtypes[0]) if model.full is not None else (model.swa, dtypes[1])
+    if full is None or dtype is None:  # read_model refuses a model without attention
         return 0
-    return full.heads * (full.head_dim + full.v_head_dim) * element_size(full_dtype)
+    return full.heads * (full.head_dim + full.v_head_dim) * element_size(dtype)
 
 
 def draft_token_scale(settings: SGLangSettings) -> int:

@@ -60,7 +60,10 @@ def refuse_unplanned_window_draft(settings: SGLangSettings, model: SGLangModel) 
     head shape from its full ones (SGLang's compressed-window pools, not planned)."""
     if not settings.speculative_draft_window_layers:
         return
-    full, swa = model.full, model.swa
+    swa = model.swa
+    # A pipeline rank of window layers only: the model's full shape is its window layers'
+    # (window_only.refuse_unlike_full_shape).
+    full = model.full or swa
     if full is None or swa is None:
         raise _refuse("engine.speculative_draft_window_layers", (
             "a draft with sliding-window layers shares the target's full and window token "

@@ -15,9 +15,15 @@ The ranks' MIN of max_total_num_tokens then applies as to any rank (pipeline_sta
 from __future__ import annotations
 
 from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.models.layer_specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    SlidingWindowSpec,
+)
+from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.pipeline_stages import Stage
+from hisparse_plan.targets.sglang.pipeline_stages import Stage, hosts_draft_worker
 
 
 def window_only_rank(model: SGLangModel) -> bool:
@@ -29,6 +35,31 @@ def _rank(stage: Stage | None) -> str:
     if stage is None:
         return "the rank"
     return f"pipeline rank {stage.rank}, decoder layers [{stage.start}, {stage.end}),"
+
+
+def refuse_unlike_full_shape(
+    request: PlanRequest, model: SGLangModel, settings: SGLangSettings
+) -> None:
+    """A rank of window layers only prices a draft's full layers at the model's full-layer
+    shape (SGLang's configurator reads it from the model config), of which the rank keeps no
+    layer: planned where every attention layer of the model has the rank's window shape (as in
+    gpt-oss and Llama-4), refused otherwise."""
+    swa = model.swa
+    if settings.speculative_algorithm is None or not window_only_rank(model) or swa is None:
+        return
+    want = (swa.heads, swa.head_dim, swa.v_head_dim, swa.dtype)
+    for name, spec in request.layers.items():
+        if not isinstance(spec, FullAttentionSpec | SlidingWindowSpec |
+                          ChunkedLocalAttentionSpec):
+            continue
+        got = (spec.num_kv_heads, spec.head_size, spec.value_head_size, spec.dtype)
+        if got != want:
+            raise UnsupportedRequestError(
+                f"layers[{name!r}]: a pipeline rank of window layers only prices the draft's "
+                "full layers at the model's full-layer shape, planned where every attention "
+                f"layer has the window layers' (num_kv_heads, head_size, head_size_v, dtype); "
+                f"expected {want}, got {got}", field=f"layers[{name!r}]",
+            )
 
 
 def refuse_full_only_rank(model: SGLangModel, stage: Stage | None, hybrid: bool) -> None:
@@ -45,12 +76,14 @@ def refuse_full_only_rank(model: SGLangModel, stage: Stage | None, hybrid: bool)
 
 
 def refuse_window_only_settings(
-    settings: SGLangSettings, stage: Stage | None, page_size: int, draft_full_layers: int
+    stage: Stage | None, page_size: int, draft_window_layers: int
 ) -> None:
     """What SGLang cannot run on a rank of window layers only: pages above one token (its
-    all-window allocator asserts page_size 1); and what this planner does not price there: a
-    draft's full layers (SGLang charges them at the model's full-layer geometry, which the
-    rank lacks)."""
+    all-window allocator asserts page_size 1), and, on the last rank, which runs the draft
+    worker, a draft with window layers: its pool is a window hybrid's too, whose full part
+    gets the rank's full tokens, none, while its full layers write their KV at the ids the
+    all-window allocator hands out (SWAKVPool.set_kv_buffer takes a full layer's loc as is),
+    up to the window pool's size: past the one padding page the full part has."""
     where = _rank(stage)
     if page_size != 1:
         raise UnsupportedRequestError(
@@ -58,10 +91,12 @@ def refuse_window_only_settings(
             f"allocator (PureSWATokenToKVPoolAllocator) asserts pages of one token; expected "
             f"1, got {page_size}", field="engine.page_size",
         )
-    if draft_full_layers:
+    if draft_window_layers and hosts_draft_worker(stage):
         raise UnsupportedRequestError(
-            f"engine.speculative_algorithm: {where} keeps window layers only; a draft's "
-            f"full-attention layers ({draft_full_layers}) priced on such a rank are not "
-            f"planned; expected no speculative decoding, got {settings.speculative_algorithm}",
-            field="engine.speculative_algorithm",
+            f"engine.speculative_draft_window_layers: {where} keeps window layers only and "
+            "runs the draft worker, whose window-hybrid pool's full part then holds no token "
+            "while the draft's full layers write at the all-window allocator's ids (SGLang "
+            "builds it, and the first write lands past the pool); expected a draft without "
+            "window layers, or a split whose last rank keeps a full-attention layer",
+            field="engine.speculative_draft_window_layers",
         )
