@@ -24,6 +24,7 @@ from cli_support import Run
 from hisparse_plan.adapters.sglang import (
     pool_kwargs,
     rank_plans,
+    report,
     report_for_case,
     request_from_server_args,
 )
@@ -278,18 +279,51 @@ def test_pool_kwargs_and_explain_name_the_rank() -> None:
     assert "MIN all-reduce" in words
 
 
-def test_a_rank_of_mamba_layers_only_is_refused() -> None:
-    """Qwen3.5 cut to 4 layers in 3 stages: rank 0 keeps linear-attention layer 0 only, where
-    SGLang's token count overflows (RuntimeError: Storage size calculation overflowed); every
-    rank's plan is refused naming rank 0, as every rank needs the others' tokens."""
+def _qwen35_four_layers_in_three_stages() -> PlanRequest:
     config = json.loads(Path(QWEN35).read_text())
     config["text_config"]["num_hidden_layers"] = 4
     config["text_config"]["layer_types"] = ["linear_attention"] * 3 + ["full_attention"]
-    request = request_from_server_args(config, {"pp_size": 3, "context_length": 2048},
-                                       {"available_bytes": 8 << 30})
-    with pytest.raises(PlanError, match="pipeline rank 0 keeps decoder layers \\[0, 1\\)") as info:
-        plan_sglang(request)
-    assert info.value.field == "engine.pp_size"
+    return request_from_server_args(config, {"pp_size": 3, "context_length": 2048},
+                                    {"available_bytes": 8 << 30})
+
+
+def test_a_rank_of_mamba_layers_only_offers_int64s_largest_count() -> None:
+    """Qwen3.5 cut to 4 layers in 3 stages: ranks 0 and 1 keep one linear-attention layer
+    each. SGLang sizes no KV there (cell 0) and such a rank offers int64's largest count to
+    the MIN (DefaultPoolConfigurator._zero_kv_max_tokens, KV on another stage), so rank 2's
+    2,181,248 tokens are every rank's; SGLang's KV pool object on ranks 0 and 1 has no layer.
+    Figures from SGLang's own code (sglang_diff --dump of this case): 467 requests, 1871 Mamba
+    slots, budget 4,467,195,904 bytes."""
+    plans = rank_plans(_qwen35_four_layers_in_three_stages())
+    for plan in plans:
+        assert plan.max_total_num_tokens == 2_181_248
+        assert plan.max_running_requests == 467
+        assert plan.budget.available_bytes == 4_467_195_904
+        assert view_shape(plan, "mamba_conv0") == [1, 1872, 8192, 3]
+        check_plan(plan)
+    assert [plan.budget.cell_size_bytes for plan in plans] == [0, 0, 2048]
+    assert [sorted(p.name for p in plan.pools) for plan in plans[:2]] == [
+        ["mamba_conv0", "mamba_temporal"]] * 2
+    assert plans[0].pipeline is not None
+    assert plans[0].pipeline.stage_tokens[:2] == [2**63 - 1] * 2
+    assert report(plans[0])["pools"][0] == {
+        "name": "kv", "location": "device", "tokens": 2_181_248, "buffers": []}
+
+
+def test_check_plan_holds_a_mamba_only_rank_to_its_rule() -> None:
+    """The checker's own arithmetic: a rank without KV layers has cell 0 and offers int64's
+    largest count; a cell above 0 there, another offer, or cell 0 without stages is refused."""
+    plan = rank_plans(_qwen35_four_layers_in_three_stages())[0].model_dump(mode="json")
+    cell = {**plan, "budget": {**plan["budget"], "cell_size_bytes": 1}}
+    with pytest.raises(PlanInvariantError, match="cell_size_bytes is 1"):
+        check_plan(cell)
+    offer = _edited(SGLangPlan.model_validate(plan),
+                    stage_tokens=[2**62, 2**63 - 1, 2_181_248])
+    with pytest.raises(PlanInvariantError, match=r"stage_tokens\[0\] is 4611686018427387904"):
+        check_plan(offer)
+    alone = {**plan, "pipeline": None}
+    with pytest.raises(PlanInvariantError, match="no pool 'kv'"):
+        check_plan(alone)
 
 
 def test_only_the_last_rank_runs_the_draft_worker() -> None:

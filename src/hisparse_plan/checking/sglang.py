@@ -99,6 +99,8 @@ def _check_padding(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
     if plan.deepseek_v4 is not None:
         return  # its full tokens are a figure of their own (sglang_v4)
     name = token_pool(plan, pools)  # present (sglang_roles)
+    if name is None:
+        return  # a Mamba-only pipeline rank: no pool holds tokens
     tokens = (pools[name].num_blocks - 1) * plan.page_size
     if tokens != plan.max_total_num_tokens:
         raise PlanInvariantError(

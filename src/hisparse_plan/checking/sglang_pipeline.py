@@ -83,6 +83,14 @@ def _check_tokens(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
     cell = budget.cell_size_bytes
     if budget.swa_sized_for_requests or not isinstance(cell, int):
         return
+    if cell == 0:
+        # No KV layer on the rank: SGLang's rank offers int64's largest count (in pages).
+        if own != (2**63 - 1) // page * page:
+            raise PlanInvariantError(
+                f"pipeline.stage_tokens[{pipeline.pp_rank}] is {own}; a rank without KV "
+                f"layers (cell_size_bytes 0) offers {(2**63 - 1) // page * page}, int64's "
+                f"largest count in pages of {page}")
+        return
     if own % page or own * cell > budget.available_bytes or (
             (own + page) * cell <= budget.available_bytes):
         raise PlanInvariantError(

@@ -167,11 +167,19 @@ def window_only_rank(plan: SGLangPlan, pools: dict[str, Pool]) -> bool:
     return plan.pipeline is not None and "swa" in pools and "kv" not in pools
 
 
-def token_pool(plan: SGLangPlan, pools: dict[str, Pool]) -> str:
+def mamba_only_rank(plan: SGLangPlan, pools: dict[str, Pool]) -> bool:
+    """A pipeline rank of Mamba layers only: SGLang's KV pool there has no layer (no pool in
+    the plan), its Mamba pools are all there is."""
+    return plan.pipeline is not None and all(name.startswith("mamba") for name in pools)
+
+
+def token_pool(plan: SGLangPlan, pools: dict[str, Pool]) -> str | None:
     """The pool that holds max_total_num_tokens: DeepSeek-V4's window pool, a window-only
-    pipeline rank's window pool, else the full pool."""
+    pipeline rank's window pool, none on a Mamba-only rank, else the full pool."""
     if plan.deepseek_v4 is not None:
         return "v4_swa"
+    if mamba_only_rank(plan, pools):
+        return None
     return "swa" if window_only_rank(plan, pools) else "kv"
 
 
@@ -190,7 +198,7 @@ def check_pool_roles(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 "DeepSeek-V4's pools exactly with its figures"
             )
     full = token_pool(plan, pools)
-    if full not in pools:
+    if full is not None and full not in pools:
         raise PlanInvariantError(
             f"the plan has no pool {full!r}; expected SGLang's full pool, which holds "
             "max_total_num_tokens"

@@ -22,9 +22,10 @@ class SGLangBudget(Model):
     """How the token budget came out (see docs/planning-rules.md#sglang-budget)."""
 
     available_bytes: ByteCount = Field(description="Bytes the KV pools may take.")
-    cell_size_bytes: PositiveInt | Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+    cell_size_bytes: ByteCount | Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         description="Bytes of one token over the counted pools; a float where a window pool "
-        "is counted at swa_full_tokens_ratio of a token."
+        "is counted at swa_full_tokens_ratio of a token; 0 on a pipeline rank of Mamba layers "
+        "only (no KV layer to count)."
     )
     mem_fraction_static: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         description="The fraction used (given or SGLang's rule), in (0, 1]; null when the "

@@ -95,6 +95,15 @@ def _v4_empty_pools(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
             for name in v4.empty_pools}
 
 
+def _layerless_kv_pool(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
+    """A pipeline rank of Mamba layers only: SGLang still builds its KV pool object, for the
+    ranks' tokens, over no layer (no buffer); the plan has no pool for it."""
+    if plan.pipeline is None or not all(p.name.startswith("mamba") for p in plan.pools):
+        return {}
+    return {"kv": {"name": "kv", "location": "device", "tokens": plan.max_total_num_tokens,
+                   "buffers": []}}
+
+
 def _buffer(
     view: BufferView, layer: int | None, pool: Pool, storage: str
 ) -> dict[str, Any]:
@@ -153,6 +162,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     draft = {pool.name for pool in plan.pools if pool.name.startswith(DRAFT_PREFIX)}
     entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
     entries.update(_v4_empty_pools(plan))
+    entries.update(_layerless_kv_pool(plan))
     budget = plan.budget
     found = {
         **_hisparse_metadata(plan),

@@ -367,7 +367,8 @@ def _refuse_mixes(kinds: dict[str, bool], stage_of_hybrid: bool) -> None:
             "layers: a model of sliding-window layers only is not planned for SGLang; "
             "expected at least one full_attention layer", field="layers",
         )
-    if not (kinds["full_attention"] or kinds["mla"] or window_only_rank):
+    mamba_only_rank = stage_of_hybrid and kinds["mamba"]
+    if not (kinds["full_attention"] or kinds["mla"] or window_only_rank or mamba_only_rank):
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside Mamba layers; expected at least one "
             "full_attention or mla layer", field="layers",

@@ -25,7 +25,7 @@ from hisparse_plan.targets.sglang.place import place
 from hisparse_plan.targets.sglang.read import read
 from hisparse_plan.targets.sglang.report import report
 from hisparse_plan.targets.sglang.resolve import resolve
-from hisparse_plan.targets.sglang.size import size
+from hisparse_plan.targets.sglang.size import offered_tokens, size
 from hisparse_plan.targets.trace import Trace
 
 STAGE_TITLES: Final[Mapping[str, str]] = MappingProxyType({
@@ -87,6 +87,5 @@ def _peer_tokens(request: PlanRequest) -> tuple[int, ...] | None:
     for rank in range(engine.pp_size):
         ranked = request.model_copy(
             update={"engine": engine.model_copy(update={"pp_rank": rank})})
-        sized = size(resolve(read(ranked, Trace()), Trace()), Trace())
-        tokens.append(sized.own_tokens)
+        tokens.append(offered_tokens(resolve(read(ranked, Trace()), Trace())))
     return tuple(tokens)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
+from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.layer_specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
@@ -148,19 +149,11 @@ def stage_request(request: PlanRequest, stage: Stage | None) -> PlanRequest:
     return request.model_copy(update={"layers": layers})
 
 
-def refuse_stage_without_attention(request: PlanRequest, stage: Stage | None) -> None:
-    """A rank whose layers are all Mamba layers has no KV cell to size its pool by: SGLang's
-    token count for it overflows (a zero-byte cell) and the rank fails, so such a split is
-    refused naming the rank."""
-    if stage is None or not all(isinstance(spec, MambaSpec) for spec in request.layers.values()):
-        return
-    raise PlanError(
-        f"engine.pp_size: pipeline rank {stage.rank} keeps decoder layers [{stage.start}, "
-        f"{stage.end}), Mamba layers only, and SGLang cannot size a KV pool without attention "
-        f"layers (its token count overflows); expected every rank to keep an attention layer "
-        f"(fewer than {stage.size} stages)",
-        field="engine.pp_size",
-    )
+def zero_cell_tokens(page_size: int) -> int:
+    """The tokens a rank without a KV layer (Mamba layers only) offers the ranks' MIN:
+    int64's largest count, floored to a page (DefaultPoolConfigurator's _zero_kv_max_tokens
+    where another stage keeps the KV layers), so the other ranks' counts decide."""
+    return INT64_MAX // page_size * page_size
 
 
 def stage_slot_bytes(slot_bytes: int, stage: Stage | None, stage_mamba_layers: int) -> int:

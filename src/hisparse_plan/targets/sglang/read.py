@@ -16,7 +16,6 @@ from hisparse_plan.targets.sglang.pipeline_stages import (
     Stage,
     has_full_attention,
     has_window_layers,
-    refuse_stage_without_attention,
     stage_of,
     stage_request,
 )
@@ -102,7 +101,6 @@ def read(
             _trace_v4(v4, trace)
         return ReadV4(settings, v4, available, request.model.index_topk, stage,
                       model_ratios(request))
-    refuse_stage_without_attention(staged, stage)
     if is_llama4_hybrid(request, settings):
         model = read_llama4_model(request, settings, kept=staged.layers.keys())
     else:

@@ -22,6 +22,7 @@ from hisparse_plan.targets.sglang import (
     window_only,
 )
 from hisparse_plan.targets.sglang.defaults import CacheDtype, refuse_hot_buffer_below_top_k
+from hisparse_plan.targets.sglang.model import SGLangModel
 from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
@@ -92,6 +93,17 @@ class SizedV4:
     own_tokens: int = 0
     """The full tokens from this rank's own budget and layers, before --max-total-tokens and
     the pipeline ranks' minimum."""
+
+
+def offered_tokens(defaults: Defaults | DefaultsV4) -> int:
+    """What a pipeline rank brings to the ranks' MIN all-reduce: its own tokens, sized alone;
+    a rank of Mamba layers only offers int64's largest count (pipeline_stages.zero_cell_tokens),
+    which only the minimum makes a pool size, so it is not sized on its own."""
+    model = defaults.read.model
+    if isinstance(model, SGLangModel) and model.mamba is not None and (
+            model.full is None and model.swa is None and model.latent is None):
+        return pipeline_stages.zero_cell_tokens(defaults.page_size)
+    return size(defaults, Trace()).own_tokens
 
 
 def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:

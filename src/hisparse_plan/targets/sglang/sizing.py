@@ -24,6 +24,7 @@ from hisparse_plan.targets.sglang.model import (
     state_elements,
 )
 from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.pipeline_stages import zero_cell_tokens
 from hisparse_plan.targets.sglang.radix import mamba_slots_per_request, radix_off_mamba_slots
 
 GIB: Final = 1 << 30
@@ -88,6 +89,8 @@ def cell_size(
     if model.full is None and model.swa is not None and swa_dtype is not None:
         swa = mha_token_bytes(model.swa, swa_dtype)  # window_only.py: a rank's all-window cell
         return CellSize(0, swa, swa, window_only=True)
+    if model.full is None and model.swa is None and model.mamba is not None:
+        return CellSize(0, 0, 0)  # a pipeline rank of Mamba layers only: no KV layer
     if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside the others; expected full "
@@ -190,6 +193,8 @@ def floor_page(tokens: int, page_size: int) -> int:
 def max_total_num_tokens(available_bytes: int, cell: CellSize, page_size: int) -> int:
     """Tokens of the full pool: the budget over the cell size, floored to a whole page (an
     integer division; with window layers the float division SGLang does, then int)."""
+    if cell.total == 0:  # a pipeline rank of Mamba layers only
+        return zero_cell_tokens(page_size)
     if isinstance(cell.total, int):
         tokens = available_bytes // cell.total
     else:
