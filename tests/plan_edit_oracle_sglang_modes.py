@@ -22,8 +22,11 @@ at once, so a draft block is page x dcp_size tokens), or with HiSparse its logic
 up to a page. The draft is priced into the cell at the target's geometry (SGLang's
 DefaultPoolConfigurator adds draft layers x the target's per-layer bytes): draft_cell_size_bytes
 x page = draft layers x (a `kv` layer's page + a `kv_v` layer's page + an `index` layer's page)
-x the ids a stored token stands for (HiSparse's ratio, or dcp_size); a plan without a full pool
-has no geometry to price a draft by. A Mamba hybrid keeps intermediates exactly with
+x the ids a stored token stands for (HiSparse's ratio, or dcp_size), its full layers only; a
+pipeline rank of window layers only prices them by a window layer (the model's full shape is
+its window layers', planning-rules.md), and counts its whole cell without a ratio (its window
+pool, the draft's full layers and its window layers at a window layer's bytes); another plan
+without a full pool has no geometry to price a draft by. A Mamba hybrid keeps intermediates exactly with
 speculative decoding: `mamba_intermediate_ssm` and `mamba_intermediate_conv0`, the Mamba layers,
 max_running_requests + 1 slots, a slot D temporal states of a layer (D = num_draft_tokens), and
 conv windows: a tree (top-k > 1) D of them, a chain one row of D + window - 1 columns a channel.
@@ -214,16 +217,19 @@ def _draft_price(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
     spec = plan.speculative
     if spec is None:
         return
-    if "kv" not in pools:
+    # A window-only rank: the model's full shape is its window layers' (planning-rules.md).
+    priced = ("swa", "swa_v") if window_only(plan, set(pools)) else ("kv", "kv_v", "index")
+    if priced[0] not in pools:
         faults.add("draft price", "a draft with no full pool to price it by")
         return
     a_layer = Fraction(0)
-    for name in ("kv", "kv_v", "index"):
+    for name in priced:
         count = len(layers_of(plan, name))
         if count:
             a_layer += Fraction(page_bytes(plan, name), count)
     scale = dcp(plan) if plan.hisparse is None else plan.hisparse.host_to_device_ratio
-    price = a_layer * len(spec.draft_layers) * scale
+    full_layers = len(spec.draft_layers) - len(spec.draft_window_layers)
+    price = a_layer * full_layers * scale
     if spec.draft_cell_size_bytes * plan.page_size != price:
         faults.add("draft price", f"draft_cell_size_bytes {spec.draft_cell_size_bytes}, the "
                    f"target's geometry gives {price / plan.page_size}")
@@ -318,6 +324,11 @@ def _window_only(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
     swa = pools["swa"]
     held = (swa.num_blocks - 1) * plan.page_size
     window = page_bytes(plan, "swa") + page_bytes(plan, "swa_v")
+    spec = plan.speculative
+    if spec is not None:  # the draft's full layers (its price) and window layers, whole
+        a_window = Fraction(window, max(1, len(layers_of(plan, "swa"))))
+        window += spec.draft_cell_size_bytes * plan.page_size + a_window * len(
+            spec.draft_window_layers)
     if plan.page_size != 1:
         faults.add("window-only rank", f"page_size {plan.page_size}, SGLang's all-window "
                    "allocator takes 1")
