@@ -27,10 +27,10 @@ pipeline rank of window layers only prices them by a window layer (the model's f
 its window layers', planning-rules.md), and counts its whole cell without a ratio (its window
 pool, the draft's full layers and its window layers at a window layer's bytes); another plan
 without a full pool has no geometry to price a draft by. A Mamba hybrid keeps intermediates
-exactly with speculative decoding: `mamba_intermediate_ssm` and `mamba_intermediate_conv0`, the
-Mamba layers, max_running_requests + 1 slots, a slot D temporal states of a layer (D = num_draft_tokens), and
-conv windows: a tree (top-k > 1) D of them, a chain one row of D + window - 1 columns a channel.
-The request table is context + SGLang's extra columns wide (allocation_sizing
+exactly with speculative decoding: `mamba_intermediate_ssm` and `mamba_intermediate_conv0`,
+the Mamba layers, max_running_requests + 1 slots, a slot D temporal states of a layer (D =
+num_draft_tokens), and conv windows: a tree (top-k > 1) D of them, a chain one row of D +
+window - 1 columns a channel. The request table is context + SGLang's extra columns wide (allocation_sizing
 .get_req_to_token_extra_context_len, recomputed in `table_extra`).
 
 Pipeline stages. pp_rank < pp_size; stage_layers and stage_tokens one a rank; stage_layers is
