@@ -30,8 +30,8 @@ without a full pool has no geometry to price a draft by. A Mamba hybrid keeps in
 exactly with speculative decoding: `mamba_intermediate_ssm` and `mamba_intermediate_conv0`,
 the Mamba layers, max_running_requests + 1 slots, a slot D temporal states of a layer (D =
 num_draft_tokens), and conv windows: a tree (top-k > 1) D of them, a chain one row of D +
-window - 1 columns a channel. The request table is context + SGLang's extra columns wide (allocation_sizing
-.get_req_to_token_extra_context_len, recomputed in `table_extra`).
+window - 1 columns a channel. The request table is context + SGLang's extra columns wide
+(allocation_sizing.get_req_to_token_extra_context_len, recomputed in `table_extra`).
 
 Pipeline stages. pp_rank < pp_size; stage_layers and stage_tokens one a rank; stage_layers is
 SGLang's get_pp_indices split of their sum (total // pp each, the last total % pp ranks one
