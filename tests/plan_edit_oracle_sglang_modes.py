@@ -323,7 +323,7 @@ def _pipeline(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:
 def _window_only(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:
     swa = pools["swa"]
     held = (swa.num_blocks - 1) * plan.page_size
-    window = page_bytes(plan, "swa") + page_bytes(plan, "swa_v")
+    window = Fraction(page_bytes(plan, "swa") + page_bytes(plan, "swa_v"))
     spec = plan.speculative
     if spec is not None:  # the draft's full layers (its price) and window layers, whole
         a_window = Fraction(window, max(1, len(layers_of(plan, "swa"))))
