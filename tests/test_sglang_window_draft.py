@@ -33,18 +33,12 @@ from hisparse_plan.errors import PlanInvariantError, UnsupportedRequestError
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang
+from test_sglang_speculative import case
 from test_sglang_target import mha, request, swa
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = REPO / "benchmarks" / "sglang_cases"
 GPTOSS_20B = REPO / "tests" / "hf_configs" / "gpt-oss-20b" / "config.json"
 LLAMA = REPO / "tests" / "hf_configs" / "llama-3.1-8b-instruct" / "config.json"
-
-
-def case(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((CASES / f"{name}.json").read_text())
-    loaded["config"] = str(REPO / loaded["config"])
-    return loaded
 
 
 def case_request(name: str, **server_args: Any) -> PlanRequest:
