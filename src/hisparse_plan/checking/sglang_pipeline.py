@@ -11,6 +11,7 @@ from typing import Final
 
 from hisparse_plan.checking.sglang_draft import DRAFT_POOLS
 from hisparse_plan.errors import PlanInvariantError
+from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.sglang_plan import SGLangPipeline, SGLangPlan
 
 DECODER_LAYER: Final = re.compile(r"\blayers\.(\d{1,9})\b")
@@ -85,10 +86,10 @@ def _check_tokens(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
         return
     if cell == 0:
         # No KV layer on the rank: SGLang's rank offers int64's largest count (in pages).
-        if own != (2**63 - 1) // page * page:
+        if own != INT64_MAX // page * page:
             raise PlanInvariantError(
                 f"pipeline.stage_tokens[{pipeline.pp_rank}] is {own}; a rank without KV "
-                f"layers (cell_size_bytes 0) offers {(2**63 - 1) // page * page}, int64's "
+                f"layers (cell_size_bytes 0) offers {INT64_MAX // page * page}, int64's "
                 f"largest count in pages of {page}")
         return
     if own % page or own * cell > budget.available_bytes or (

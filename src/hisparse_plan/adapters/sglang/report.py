@@ -8,6 +8,7 @@ import re
 from typing import Any, Final
 
 from hisparse_plan.checking import check_plan
+from hisparse_plan.checking.sglang_roles import mamba_only_rank
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.any_plan import expect_plan
 from hisparse_plan.models.json_input import excerpt
@@ -98,7 +99,7 @@ def _v4_empty_pools(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
 def _layerless_kv_pool(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
     """A pipeline rank of Mamba layers only: SGLang still builds its KV pool object, for the
     ranks' tokens, over no layer (no buffer); the plan has no pool for it."""
-    if plan.pipeline is None or not all(p.name.startswith("mamba") for p in plan.pools):
+    if not mamba_only_rank(plan, {pool.name: pool for pool in plan.pools}):
         return {}
     return {"kv": {"name": "kv", "location": "device", "tokens": plan.max_total_num_tokens,
                    "buffers": []}}

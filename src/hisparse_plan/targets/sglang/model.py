@@ -104,6 +104,18 @@ class SGLangModel:
     latent: LatentGroup | None
     mamba: MambaGroup | None
 
+    @property
+    def window_layers_only(self) -> bool:
+        """A pipeline rank keeping window layers and no full-attention or latent layer
+        (window_only.py)."""
+        return self.swa is not None and self.full is None and self.latent is None
+
+    @property
+    def mamba_layers_only(self) -> bool:
+        """A pipeline rank keeping Mamba layers and no KV layer (pipeline_stages.py)."""
+        return self.mamba is not None and self.full is None and self.swa is None and (
+            self.latent is None)
+
 
 def _field(name: str) -> str:
     return f"layers[{name!r}]"

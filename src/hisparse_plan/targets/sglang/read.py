@@ -101,19 +101,20 @@ def read(
             _trace_v4(v4, trace)
         return ReadV4(settings, v4, available, request.model.index_topk, stage,
                       model_ratios(request))
-    if is_llama4_hybrid(request, settings):
+    llama4 = is_llama4_hybrid(request, settings)
+    if llama4:
         model = read_llama4_model(request, settings, kept=staged.layers.keys())
     else:
         model = read_model(staged, windows_as_full=windows_in_full_pool(settings),
                            stage_of_hybrid=stage is not None and has_full_attention(request))
-    refuse_full_only_rank(model, stage, hybrid=is_llama4_hybrid(request, settings) or (
+    refuse_full_only_rank(model, stage, hybrid=llama4 or (
         has_window_layers(request) and not windows_in_full_pool(settings)))
     refuse_unlike_full_shape(request, model, settings)
     if trace.enabled:
         if stage is not None:
             _trace_stage(stage, trace)
         _trace_model(model, trace)
-        if is_llama4_hybrid(request, settings) and model.swa is not None:
+        if llama4 and model.swa is not None:
             trace.add(STAGE, RULE, "swa: Llama-4 window layers", len(model.swa.names),
                       "SGLang's get_hybrid_layer_ids for Llama4ForConditionalGeneration: "
                       "every layer but each 4th (by position, not no_rope_layers), window "

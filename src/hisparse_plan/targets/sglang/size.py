@@ -100,8 +100,7 @@ def offered_tokens(defaults: Defaults | DefaultsV4) -> int:
     a rank of Mamba layers only offers int64's largest count (pipeline_stages.zero_cell_tokens),
     which only the minimum makes a pool size, so it is not sized on its own."""
     model = defaults.read.model
-    if isinstance(model, SGLangModel) and model.mamba is not None and (
-            model.full is None and model.swa is None and model.latent is None):
+    if isinstance(model, SGLangModel) and model.mamba_layers_only:
         return pipeline_stages.zero_cell_tokens(defaults.page_size)
     return size(defaults, Trace()).own_tokens
 

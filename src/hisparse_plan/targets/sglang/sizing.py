@@ -86,11 +86,11 @@ def cell_size(
         if model.latent.is_dsa:
             full += index_token_bytes(model.latent, ratio, settings.enable_hisparse)
         return CellSize(full, 0, full)
-    if model.full is None and model.swa is not None and swa_dtype is not None:
+    if model.window_layers_only and model.swa is not None and swa_dtype is not None:
         swa = mha_token_bytes(model.swa, swa_dtype)  # window_only.py: a rank's all-window cell
         return CellSize(0, swa, swa, window_only=True)
-    if model.full is None and model.swa is None and model.mamba is not None:
-        return CellSize(0, 0, 0)  # a pipeline rank of Mamba layers only: no KV layer
+    if model.mamba_layers_only:
+        return CellSize(0, 0, 0)  # no KV layer on the rank
     if model.full is None or full_dtype is None:  # read_model refuses such a model first
         raise UnsupportedRequestError(
             "layers: SGLang needs attention layers beside the others; expected full "

@@ -26,11 +26,6 @@ from hisparse_plan.targets.sglang.model import SGLangModel
 from hisparse_plan.targets.sglang.pipeline_stages import Stage, hosts_draft_worker
 
 
-def window_only_rank(model: SGLangModel) -> bool:
-    """The rank keeps window layers and no full-attention or latent layer."""
-    return model.swa is not None and model.full is None and model.latent is None
-
-
 def _rank(stage: Stage | None) -> str:
     if stage is None:
         return "the rank"
@@ -45,7 +40,7 @@ def refuse_unlike_full_shape(
     layer: planned where every attention layer of the model has the rank's window shape (as in
     gpt-oss and Llama-4), refused otherwise."""
     swa = model.swa
-    if settings.speculative_algorithm is None or not window_only_rank(model) or swa is None:
+    if settings.speculative_algorithm is None or not model.window_layers_only or swa is None:
         return
     want = (swa.heads, swa.head_dim, swa.v_head_dim, swa.dtype)
     for name, spec in request.layers.items():
