@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import json
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -266,12 +263,3 @@ def test_stages_import_only_the_stages_before_them() -> None:
         later = set(STAGES[index:]) & imported
         assert later == set(), f"{stage} imports {sorted(later)}"
 
-
-def test_the_old_planner_path_still_imports_with_a_warning() -> None:
-    sys.modules.pop("hisparse_plan.targets.sglang.planner", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        planner = importlib.import_module("hisparse_plan.targets.sglang.planner")
-    assert planner.plan_sglang is plan_sglang
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "hisparse_plan.targets.sglang.pipeline" in str(caught[0].message)

@@ -27,9 +27,9 @@ from hisparse_plan.torch import (
     meta_check,
     verify,
 )
-from hisparse_plan.torch import sglang_pools as pools_module
-from hisparse_plan.torch import sglang_verify as verify_module
-from hisparse_plan.torch.sglang_pools import BUFFER_TORCH_DTYPES
+from hisparse_plan.torch.sglang import pools as pools_module
+from hisparse_plan.torch.sglang import verify as verify_module
+from hisparse_plan.torch.sglang.pools import BUFFER_TORCH_DTYPES
 from hisparse_plan.torch.verify_layers import read_raw
 from test_check_pools import HALF, PAGE, ROW_BYTES, ROWS, mha_plan
 from test_sglang_target import dsa_layers, latent, mamba, mha, request, swa
