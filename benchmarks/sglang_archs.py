@@ -5,7 +5,7 @@ a CUDA machine (importing the modules needs CUDA-only packages this machine lack
     /work/sglang/bin/python benchmarks/sglang_archs.py \\
         /work/sglang/lib/python3.11/site-packages/sglang/srt/models
 
-prints one name a line; src/hisparse_plan/targets/sglang/served_archs.py holds its output.
+prints one name a line; src/hisparse_plan/targets/sglang/served/registry.py holds its output.
 sglang_reference.py refuses a case whose architecture is not among them, as SGLang's model
 loader does."""
 

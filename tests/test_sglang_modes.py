@@ -20,7 +20,7 @@ from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang import plan_sglang
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
-from hisparse_plan.targets.sglang.parallel import attn_tp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.parallel import attn_tp_size, requests_per_worker
 
 DSV32 = "tests/hf_configs/deepseek-v3.2-exp/config.json"
 LLAMA = "tests/hf_configs/llama-3.1-8b-instruct/config.json"

@@ -14,8 +14,8 @@ from hisparse_plan import PlanError, check_plan
 from hisparse_plan.adapters.sglang import report, request_from_server_args
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang import plan_sglang
-from hisparse_plan.targets.sglang.hf_config import vision_encoder_size
-from hisparse_plan.targets.sglang.multimodal import multimodal_fraction
+from hisparse_plan.targets.sglang.served.hf_config import vision_encoder_size
+from hisparse_plan.targets.sglang.served.multimodal import multimodal_fraction
 
 H200 = {"total_memory_bytes": 150754820096, "name": "NVIDIA H200"}
 MEMORY = {"pre_model_load_free_bytes": 149250113536, "post_weights_free_bytes": 120000000000}

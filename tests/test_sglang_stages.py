@@ -32,9 +32,9 @@ from test_sglang_v4 import v4_request
 GIB = 1 << 30
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hisparse_plan" / "targets" / "sglang"
 STAGES = ("read", "resolve", "size", "place", "report")
-RULE_MODULES = ("settings", "model", "model_v4", "defaults", "defaults_v4", "sizing", "sizing_v4",
-                "served", "platform", "multimodal",
-                "layout", "capacity", "memory_rule")
+RULE_MODULES = ("settings", "model", "deepseek_v4/model", "defaults", "deepseek_v4/defaults",
+                "sizing", "deepseek_v4/sizing", "served/architectures", "platform",
+                "served/multimodal", "layout", "capacity", "memory_rule")
 
 
 def mha_request(**engine: Any) -> PlanRequest:

@@ -16,7 +16,7 @@ from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES
-from hisparse_plan.targets.sglang.speculative import DRAFT_PREFIX
+from hisparse_plan.targets.sglang.modes.speculative import DRAFT_PREFIX
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")

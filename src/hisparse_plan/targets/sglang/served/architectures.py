@@ -9,7 +9,7 @@ from typing import Final
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.registry import SERVED_ARCHITECTURES
 
 HYBRID_SWA_ARCHITECTURES: Final = frozenset({
     "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM",

@@ -1,5 +1,5 @@
 """DeepSeek-V4 in SGLang 0.5.23's pipeline stages, the rules beyond every model's
-(pipeline_stages.py), one a function: a rank sizes and builds its V4 pools for its own decoder
+(modes/pipeline_stages.py), one a function: a rank sizes and builds its V4 pools for its own decoder
 layers (DSV4PoolConfigurator's stage slice, DeepSeekV4TokenToKVPool's start_layer/end_layer), and
 then
 
@@ -20,8 +20,8 @@ from hisparse_plan.models.layer_specs import MLASpec
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import V4EmptyPool
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.model_v4 import V4_VERSION, V4Model
-from hisparse_plan.targets.sglang.pipeline_stages import Stage
+from hisparse_plan.targets.sglang.deepseek_v4.model import V4_VERSION, V4Model
+from hisparse_plan.targets.sglang.modes.pipeline_stages import Stage
 
 RATIO_POOLS: Final[dict[int, tuple[V4EmptyPool, ...]]] = {4: ("v4_c4", "v4_index_c4"),
                                                           128: ("v4_c128",)}

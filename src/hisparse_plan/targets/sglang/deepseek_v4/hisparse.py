@@ -14,8 +14,8 @@ from typing import Final
 from hisparse_plan.models.plan import Capacity
 from hisparse_plan.models.sglang_plan import SGLangHisparse
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.deepseek_v4.sizing import v4_page_bytes
 from hisparse_plan.targets.sglang.layout import Placed, host_page_pool
-from hisparse_plan.targets.sglang.sizing_v4 import v4_page_bytes
 
 C4_RATIO: Final = 4
 HOST_POOL: Final = "v4_hisparse_host"

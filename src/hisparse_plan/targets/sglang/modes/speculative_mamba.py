@@ -11,10 +11,10 @@ from hisparse_plan.errors import CapacityError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.layout import Placed, mamba_state_pool
 from hisparse_plan.targets.sglang.model import MambaGroup
-from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
-from hisparse_plan.targets.sglang.radix import mamba_slots_per_request
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.radix import mamba_slots_per_request
+from hisparse_plan.targets.sglang.modes.speculative import Speculative
 from hisparse_plan.targets.sglang.sizing import GIB, MambaBudget
-from hisparse_plan.targets.sglang.speculative import Speculative
 
 INTERMEDIATE_SSM = "mamba_intermediate_ssm"
 INTERMEDIATE_CONV = "mamba_intermediate_conv0"

@@ -3,7 +3,7 @@ and FlashMLA V4 page layout), one rule per function.
 
 The token budget is split by a per-full-token byte coefficient that SGLang computes in floats;
 these functions do the same float operations in the same order, so the token counts match
-SGLang's to the token. The defaults they start from are defaults_v4.py's."""
+SGLang's to the token. The defaults they start from are defaults.py's."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.errors import CapacityError
+from hisparse_plan.targets.sglang.deepseek_v4.model import STATE_DTYPE, V4_ROW_BYTES, V4Model
 from hisparse_plan.targets.sglang.model import index_row_bytes
-from hisparse_plan.targets.sglang.model_v4 import STATE_DTYPE, V4_ROW_BYTES, V4Model
 from hisparse_plan.targets.sglang.sizing import element_size
 
 PAGE_ALIGN: Final = 576

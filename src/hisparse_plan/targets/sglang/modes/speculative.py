@@ -20,11 +20,11 @@ from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.layout import Placed
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, SGLangModel
-from hisparse_plan.targets.sglang.sizing import CellSize, element_size
-from hisparse_plan.targets.sglang.speculative_window import (
+from hisparse_plan.targets.sglang.modes.speculative_window import (
     draft_window_ids,
     refuse_unplanned_window_draft,
 )
+from hisparse_plan.targets.sglang.sizing import CellSize, element_size
 
 SPECULATIVE_MAX_RUNNING_REQUESTS: Final = 48
 """`_handle_eagle_family`: max_running_requests when none is given."""

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
-from hisparse_plan.targets.sglang.llama4 import served_llama4_config
-from hisparse_plan.targets.sglang.multimodal import (
+from hisparse_plan.targets.sglang.served.llama4 import served_llama4_config
+from hisparse_plan.targets.sglang.served.multimodal import (
     MULTIMODAL_ARCHITECTURES,
     VIT_BASELINE_HIDDEN,
     VIT_BASELINE_LAYERS,
 )
-from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.registry import SERVED_ARCHITECTURES
 
 CONTEXT_LENGTH_KEYS: Final = (
     "max_sequence_length", "seq_length", "max_seq_len", "model_max_length",

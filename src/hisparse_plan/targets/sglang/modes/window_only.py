@@ -23,7 +23,7 @@ from hisparse_plan.models.layer_specs import (
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.pipeline_stages import Stage, hosts_draft_worker
+from hisparse_plan.targets.sglang.modes.pipeline_stages import Stage, hosts_draft_worker
 
 
 def _rank(stage: Stage | None) -> str:

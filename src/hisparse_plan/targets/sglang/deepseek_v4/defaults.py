@@ -9,7 +9,7 @@ from typing import Final
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
-from hisparse_plan.targets.sglang.parallel import requests_per_worker
+from hisparse_plan.targets.sglang.modes.parallel import requests_per_worker
 
 V4_PAGE_SIZE: Final = 256
 """The only page size SGLang's paged V4 pools take on CUDA (its model override's default)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.parallel import attn_tp_size
+from hisparse_plan.targets.sglang.modes.parallel import attn_tp_size
 
 
 def refuse_dcp(settings: SGLangSettings, model: SGLangModel) -> None:

@@ -15,7 +15,7 @@
   of the logical and of the device ids), on the GPU.
 
 * with speculative decoding, its speculative swap's tables (`HiSparseSpecSwapManager`,
-  hisparse_spec.py), on the GPU; without it they are one empty [layers, R, 0] table, not
+  speculative.py), on the GPU; without it they are one empty [layers, R, 0] table, not
   listed.
 """
 
@@ -26,7 +26,7 @@ from math import prod
 from typing import Final
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse, SGLangHisparseBuffer
-from hisparse_plan.targets.sglang.hisparse_spec import miss_plan_width, spec_swap_rows
+from hisparse_plan.targets.sglang.hisparse.speculative import miss_plan_width, spec_swap_rows
 
 ELEMENT_BYTES: Final[dict[str, int]] = {
     "bool": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "uint64": 8,

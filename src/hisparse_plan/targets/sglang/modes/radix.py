@@ -11,8 +11,8 @@ from typing import Final, Literal
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_chunked_prefill_size, gpu_memory_mib
-from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
-from hisparse_plan.targets.sglang.pipeline_stages import overlap_schedule
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.pipeline_stages import overlap_schedule
 
 MAMBA_SLOTS_RADIX_ON: Final[Literal[5]] = 5
 """State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
