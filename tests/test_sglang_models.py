@@ -5,8 +5,8 @@ top-k, the configs SGLang refuses to load and the longer-context guard.
 Every pinned number was computed by SGLang's own code (ServerArgs -> ModelConfig ->
 KVCacheConfigurator.configure on device=meta):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASE.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASE.json
 
 with the case each test builds (`case(...)` below is that JSON)."""
 

@@ -1,7 +1,7 @@
 """SGLang 0.5.23's default mem_fraction_static for a model served multimodal: no prefill graphs
 unless the architecture is listed as safe for them, then the fraction scaled by the vision
 encoder's size (adjust_mem_fraction_for_vlm). Figures are SGLang's own, from its code through
-benchmarks/sglang_reference.py on the case below (`sglang_diff.py --dump --cases ...` in the
+references/sglang_reference.py on the case below (`sglang_diff.py --dump --cases ...` in the
 SGLang 0.5.23 venv)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An SGLangPlan projected onto the reference report: what SGLang's own pool objects would
 show (pools, each buffer's layer id, dtype, shape, strides, storage), so that a plan and a run
-of SGLang compare field by field (benchmarks/sglang_diff.py)."""
+of SGLang compare field by field (references/sglang_diff.py)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The architectures SGLang 0.5.23's ModelRegistry serves: the `EntryClass` names of every
 module of sglang/srt/models, what `import_model_classes("sglang.srt.models")` collects on a
 CUDA machine. Data, generated once (SGLang is never imported here) by reading those modules'
-source, with benchmarks/sglang_archs.py:
+source, with references/sglang_archs.py:
 
-    /work/sglang/bin/python benchmarks/sglang_archs.py \
+    /work/sglang/bin/python references/sglang_archs.py \
         /work/sglang/lib/python3.11/site-packages/sglang/srt/models
 """
 

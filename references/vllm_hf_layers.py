@@ -2,7 +2,7 @@
 CPU, and its KV cache layers compared with the ones hisparse_plan plans from the same
 config.json. Needs vLLM (run it in the vLLM venv, with this checkout's sources first):
 
-    PYTHONPATH=src /work/vllm34/bin/python benchmarks/vllm_hf_layers.py [NAME ...]
+    PYTHONPATH=src /work/vllm34/bin/python references/vllm_hf_layers.py [NAME ...]
 
 The build is the one `plan --hf-config X --specs-from-vllm` runs
 (`hisparse_plan.adapters.vllm.meta_model`); here packages that model modules import but the

@@ -3,8 +3,8 @@ parallel sizes, models and the settings the rule reads.
 
 Run in the SGLang venv with the project's src on the path:
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks:src /work/sglang/bin/python \\
-        benchmarks/sglang_fraction_sweep.py [--quick]
+    PYTHONPATH=references/sglang_stubs:references:src /work/sglang/bin/python \\
+        references/sglang_fraction_sweep.py [--quick]
 
 For every point SGLang resolves its ServerArgs (``sglang_reference.memory_defaults``: the
 GPU-memory query answers the GPU's figure) and ``memory_rule.default_mem_fraction_static``

@@ -2,7 +2,7 @@
 it: every `EntryClass` of sglang/srt/models/*.py, as ``import_model_classes`` collects them on
 a CUDA machine (importing the modules needs CUDA-only packages this machine lacks).
 
-    /work/sglang/bin/python benchmarks/sglang_archs.py \\
+    /work/sglang/bin/python references/sglang_archs.py \\
         /work/sglang/lib/python3.11/site-packages/sglang/srt/models
 
 prints one name a line; src/hisparse_plan/targets/sglang/served/registry.py holds its output.

@@ -1,7 +1,7 @@
 """DeepSeek-V4-Flash in vLLM 0.33 and in hisparse_plan, side by side. Needs vLLM (run it in the
 vLLM venv, with this checkout's sources first):
 
-    PYTHONPATH=src /work/vllm-venv/bin/python benchmarks/vllm_v4_flash.py [--layout BLNHC]
+    PYTHONPATH=src /work/vllm-venv/bin/python references/vllm_v4_flash.py [--layout BLNHC]
 
 A real DeepSeek-V4 model cannot be built on a CPU box, so its KV cache layers are made one by one
 with vLLM's own classes (`DeepseekV4SWACache`, `DeepseekV4IndexerCache`, `CompressorStateCache`,

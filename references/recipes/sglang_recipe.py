@@ -1,11 +1,11 @@
 """hisparse_plan beside SGLang 0.5.23: a request from SGLang's own ServerArgs, the plan, and the
 keyword arguments of each SGLang pool class, checked against that class's constructor.
 
-Run it in SGLang's venv, the project on PYTHONPATH (benchmarks/sglang_stubs stands in for
+Run it in SGLang's venv, the project on PYTHONPATH (references/sglang_stubs stands in for
 torchvision, which pool code never calls):
 
-    PYTHONPATH=src:benchmarks/sglang_stubs /work/sglang/bin/python \\
-        benchmarks/recipes/sglang_recipe.py
+    PYTHONPATH=src:references/sglang_stubs /work/sglang/bin/python \\
+        references/recipes/sglang_recipe.py
 """
 
 from __future__ import annotations

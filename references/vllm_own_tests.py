@@ -1,6 +1,6 @@
 """vLLM's own KV-cache planning tests, stock and with hisparse_plan's builder plugged in.
 
-    python benchmarks/vllm_own_tests.py /path/to/vllm-0.34.0 [--python VENV/bin/python]
+    python references/vllm_own_tests.py /path/to/vllm-0.34.0 [--python VENV/bin/python]
         [--out report.json] [--tests tests/v1/core/test_kv_cache_planning.py ...]
 
 SDIST is an unpacked vLLM source distribution of the installed version; its `tests/` run against
@@ -82,7 +82,7 @@ def run(python: str, tests: list[str], mode: str, workdir: Path, bare: bool) -> 
         "HISPARSE_PROBE_MODE": mode,
         "HISPARSE_PROBE_OUT": str(out),
         "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "src"), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")]
+            [str(REPO / "src"), str(REPO / "references"), env.get("PYTHONPATH", "")]
         ),
     })
     command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",

@@ -4,13 +4,13 @@
 Our side is the CLI's preset path (`resolve_sglang_source`: the preset's cache-shaping fields,
 the architecture its model_type names, the GPU's memory and weights), not the config reader,
 so a preset whose fields drifted from its published config shows up as a mismatch. The
-reference's config is the published one kept in tests/hf_configs (benchmarks/sglang_cases for
+reference's config is the published one kept in tests/hf_configs (references/sglang_cases for
 DeepSeek-V4-Flash), with the preset's own config fields laid over it where the preset is a
 what-if of a published model (GLM-5 with a shared index); every overlay must either equal the
 published value, fill a field the published config leaves to its default, or be one of the
 preset's stated what-if fields.
 
-    python benchmarks/sglang_diff.py --presets
+    python references/sglang_diff.py --presets
 """
 
 from __future__ import annotations

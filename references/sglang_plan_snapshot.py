@@ -1,9 +1,9 @@
 """Every SGLang plan of a broad seeded set of requests, one JSON line each: a regression tool for
 refactors of targets/sglang/ that must leave every plan (and every refusal) byte-identical.
 
-    python benchmarks/sglang_plan_snapshot.py --out before.jsonl
+    python references/sglang_plan_snapshot.py --out before.jsonl
     ... change the target ...
-    python benchmarks/sglang_plan_snapshot.py --out after.jsonl
+    python references/sglang_plan_snapshot.py --out after.jsonl
     cmp before.jsonl after.jsonl        # or: --compare before.jsonl
 
 The set: every preset under several server settings; the random cases of sglang_diff.py (every

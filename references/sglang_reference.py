@@ -2,8 +2,8 @@
 
 Run in the SGLang venv (never in the project venv; SGLang is not a dependency):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \
-        benchmarks/sglang_reference.py CASE.json [CASE2.json ...]
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \
+        references/sglang_reference.py CASE.json [CASE2.json ...]
 
 The SGLang venv (CPU torch; SGLang and triton without their CUDA dependencies)::
 
@@ -15,7 +15,7 @@ The SGLang venv (CPU torch; SGLang and triton without their CUDA dependencies)::
         frozenlist aiohappyeyeballs dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
         compressed_tensors loguru gguf pytest hypothesis
 
-``benchmarks/sglang_stubs`` on PYTHONPATH stands in for torchvision, which cannot load
+``references/sglang_stubs`` on PYTHONPATH stands in for torchvision, which cannot load
 beside that torch and which pool sizing never calls.
 
 It prints the reference report as JSON (the shape `hisparse_plan.adapters.sglang.report`

@@ -3,7 +3,7 @@ hisparse_plan's, on vLLM's own objects, and the builder plugged in. Prints what 
 
 Run it in vLLM's venv, the project on PYTHONPATH (or installed there with --no-deps):
 
-    PYTHONPATH=src /work/vllm-venv/bin/python benchmarks/recipes/vllm_recipe.py
+    PYTHONPATH=src /work/vllm-venv/bin/python references/recipes/vllm_recipe.py
 """
 
 from __future__ import annotations

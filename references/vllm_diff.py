@@ -5,7 +5,7 @@ on a real `VllmConfig` of the installed version (tests/vllm_support.py).
 Both answers are projected onto the golden fields (tests/golden.py `project`) and compared; a
 refusal is compared as a refusal. Needs vLLM (run it in the vLLM venv):
 
-    /work/vllm-venv/bin/python benchmarks/vllm_diff.py --count 300 --seed 1 --save-dir /tmp/diff
+    /work/vllm-venv/bin/python references/vllm_diff.py --count 300 --seed 1 --save-dir /tmp/diff
 
 The requests cover every kind and the modes of vLLM 0.34 (align mode with prefill checkpoints,
 the hybrid manager switched off, decode context parallelism with dcp_sharded on and off, Mamba

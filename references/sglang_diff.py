@@ -1,9 +1,9 @@
 """Random SGLang cases: SGLang 0.5.23's own report against our planner's, field by field.
 
-    python benchmarks/sglang_diff.py --seed 0 --count 20 [--kinds mha,swa,...] [--dump]
+    python references/sglang_diff.py --seed 0 --count 20 [--kinds mha,swa,...] [--dump]
 
 Each case (a config built from a fixture in tests/hf_configs or from DeepSeek-V4-Flash's
-config in benchmarks/sglang_cases, with random layers, heads, dims, dtypes, tp, page size,
+config in references/sglang_cases, with random layers, heads, dims, dtypes, tp, page size,
 context length, memory) is run twice:
 
 * the reference, ``sglang_reference.run_case_safely``: in this process when SGLang imports
@@ -701,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-python", default=DEFAULT_SGLANG_PYTHON)
     parser.add_argument("--dump", action="store_true", help="print the reference reports too")
     parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
-                        help="these case files (e.g. benchmarks/sglang_cases/*.json) instead of "
+                        help="these case files (e.g. references/sglang_cases/*.json) instead of "
                              "random ones")
     parser.add_argument("--presets", action="store_true",
                         help="also every preset as `plan PRESET --engine sglang` plans it "

@@ -1,7 +1,7 @@
 """The config.json reader's families against vLLM's own model classes, and vLLM's model registry
 against the families. Needs vLLM (run it in the vLLM venv, with this checkout's sources first):
 
-    PYTHONPATH=src /work/vllm-venv/bin/python benchmarks/vllm_family_sweep.py [--pin] [FAMILY ...]
+    PYTHONPATH=src /work/vllm-venv/bin/python references/vllm_family_sweep.py [--pin] [FAMILY ...]
 
 Gemma-3n's wrapper (Gemma3nForConditionalGeneration) builds timm's vision tower: timm must be
 importable (`pip install --target DIR timm --no-deps`, DIR on PYTHONPATH, keeps it out of the
@@ -11,7 +11,7 @@ stood in for like the other packages below.
 1. For each registered family (`hisparse_plan.presets.families.FAMILIES`), each fixture of
    tests/hf_configs whose `model_type` the family reads is built twice: with vLLM's model class
    on the meta device (the build of `plan --hf-config X --specs-from-vllm`,
-   `adapters.vllm.meta_model`; one process each, with benchmarks/vllm_hf_layers.py's stand-ins for
+   `adapters.vllm.meta_model`; one process each, with references/vllm_hf_layers.py's stand-ins for
    packages the model modules import but no cache layer needs) and with the reader
    (`build_request` at tensor parallel size 1). The two are compared layer by layer: names, kinds,
    KV heads, head sizes, dtypes, windows, chunks, MLA rows, state shapes and dtypes

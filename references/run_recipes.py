@@ -1,7 +1,7 @@
 """Runs the engine recipes (docs/recipe-vllm.md, docs/recipe-sglang.md) in their engines' venvs
 and prints each one's output and PASS or FAIL; exits 1 if one fails.
 
-    python benchmarks/run_recipes.py [--vllm-python PATH] [--sglang-python PATH]
+    python references/run_recipes.py [--vllm-python PATH] [--sglang-python PATH]
 
 Defaults: /work/vllm-venv/bin/python and /work/sglang/bin/python, or $VLLM_PYTHON and
 $SGLANG_PYTHON. The project runs from this checkout's src (PYTHONPATH), never installed there.
@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = REPO / "benchmarks" / "recipes"
+RECIPES = REPO / "references" / "recipes"
 
 
 def recipe_command(engine: str, python: str) -> tuple[list[str], dict[str, str]]:
     """The command running `engine`'s recipe under `python`, and its environment."""
     paths = [str(REPO / "src")]
     if engine == "sglang":
-        paths.append(str(REPO / "benchmarks" / "sglang_stubs"))
+        paths.append(str(REPO / "references" / "sglang_stubs"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONWARNINGS="ignore")
     return [python, str(RECIPES / f"{engine}_recipe.py")], env
 

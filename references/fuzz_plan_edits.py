@@ -13,7 +13,7 @@ own arithmetic (tests/plan_edit_oracle_vllm.py, tests/plan_edit_oracle_sglang.py
 docstrings say what is sound) and, if it changed the plan, by `check_plan(plan, request=...)`,
 which must refuse it.
 
-    PYTHONPATH=src python benchmarks/fuzz_plan_edits.py [--seed 0] [--edits 20000]
+    PYTHONPATH=src python references/fuzz_plan_edits.py [--seed 0] [--edits 20000]
         [--engine vllm|sglang|both]
 
 Prints, per engine, how the edits ended and every kind of accepted-but-unsound edit with
