@@ -192,7 +192,7 @@ def test_the_walker_sees_from_and_deferred_imports_not_annotation_ones() -> None
     # `from a.b import c` to the submodule a.b.c:
     assert "hisparse_plan.targets.vllm.pipeline" in graph["hisparse_plan.targets.vllm"]
     # Not the names for annotations only:
-    assert "hisparse_plan.models.plan" not in graph["hisparse_plan.models.fingerprint"]
+    assert "hisparse_plan.operator.refit" not in graph["hisparse_plan"]
 
 
 def test_the_walker_resolves_relative_imports(tmp_path: Path) -> None:

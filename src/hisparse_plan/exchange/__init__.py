@@ -2,13 +2,13 @@
 transfer engines, and a compatibility check between two plans (prefill and decode)."""
 
 from hisparse_plan.exchange.compat import LAYOUT_FIELDS, TransferCompatibility, diff
-from hisparse_plan.exchange.fingerprint import canonical_json, fingerprint, layout_document
 from hisparse_plan.exchange.manifest import (
     LayerEntry,
     MemoryRegion,
     TransferManifest,
     manifest,
 )
+from hisparse_plan.models.fingerprint import canonical_json, fingerprint, layout_document
 
 __all__ = [
     "LAYOUT_FIELDS",
