@@ -235,6 +235,64 @@ def room_violations(graph: dict[str, set[str]]) -> list[str]:
     return wrong
 
 
+SGLANG = f"{PACKAGE}.targets.sglang"
+SGLANG_STAGES = frozenset({"pipeline", "read", "resolve", "size", "place", "report"})
+"""The SGLang target's stages (and `pipeline.py`, which runs them), at its top."""
+SGLANG_CONCERNS: dict[str, frozenset[str]] = {
+    "modes": frozenset(),
+    "hisparse": frozenset(),
+    "served": frozenset(),
+    "deepseek_v4": frozenset({"modes"}),
+}
+"""docs/architecture.md: each of SGLang's concerns (a subpackage) and the other concerns it may
+import; each may import the top's rules, none a stage."""
+
+
+def sglang_part(module: str) -> str | None:
+    """Where a module of the SGLang target sits: a concern's name, "stage", "rule" (the other
+    modules at the top) or "package" (its `__init__`); None outside the target."""
+    if module == SGLANG:
+        return "package"
+    if not module.startswith(f"{SGLANG}."):
+        return None
+    parts = module.removeprefix(f"{SGLANG}.").split(".")
+    if parts[0] in SGLANG_CONCERNS:
+        return parts[0]
+    return "stage" if parts[0] in SGLANG_STAGES else "rule"
+
+
+def sglang_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of an SGLang concern that docs/architecture.md does not allow it."""
+    wrong = []
+    for name, edges in sorted(graph.items()):
+        part = sglang_part(name)
+        if part not in SGLANG_CONCERNS:
+            continue
+        allowed = {part, "rule", *SGLANG_CONCERNS[part]}
+        wrong += [f"{name} -> {edge}" for edge in sorted(edges)
+                  if sglang_part(edge) not in allowed and sglang_part(edge) is not None]
+    return wrong
+
+
+def test_sglang_concerns_import_the_top_rules_never_a_stage() -> None:
+    assert set(SGLANG_CONCERNS) == {path.parent.name for path in
+                                    (SRC / PACKAGE / "targets" / "sglang").glob("*/__init__.py")}
+    assert sglang_violations(import_graph()) == []
+
+
+def test_an_sglang_concern_importing_a_stage_or_another_concern_is_found() -> None:
+    graph = {
+        f"{SGLANG}.modes.radix": {f"{SGLANG}.sizing", f"{SGLANG}.size", f"{SGLANG}.served.llama4"},
+        f"{SGLANG}.deepseek_v4.model": {f"{SGLANG}.model", f"{SGLANG}.modes.parallel",
+                                        f"{PACKAGE}.models"},
+        f"{SGLANG}.size": {f"{SGLANG}.modes.radix"},
+    }
+    assert sglang_violations(graph) == [
+        f"{SGLANG}.modes.radix -> {SGLANG}.served.llama4",
+        f"{SGLANG}.modes.radix -> {SGLANG}.size",
+    ]
+
+
 def test_each_room_imports_only_the_rooms_it_may() -> None:
     assert room_violations(import_graph()) == []
 
