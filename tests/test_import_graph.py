@@ -327,3 +327,17 @@ def test_no_module_over_400_lines() -> None:
     long = {name for name, lines in lengths.items() if lines > MAX_LINES}
     assert long <= KNOWN_LONG, {name: lengths[name] for name in long - KNOWN_LONG}
     assert long >= KNOWN_LONG, f"{sorted(KNOWN_LONG - long)} fit now: remove them from the list"
+
+
+def test_each_package_says_in_two_lines_what_it_holds_and_may_import() -> None:
+    """A package's `__init__` docstring opens with two lines: what it holds, and what it may
+    import (the rooms above, or nothing)."""
+    wrong = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        opening = doc.split("\n\n")[0].splitlines()
+        if len(opening) != 2 or "import" not in opening[1]:
+            wrong[name] = opening
+    assert wrong == {}

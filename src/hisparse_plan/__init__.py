@@ -1,5 +1,5 @@
-"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, for
-regular models and for HiSparse sparse-MLA models (the full history in pinned host memory).
+"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, regular
+and HiSparse sparse-MLA models alike. Its public names, imported lazily from any room.
 
 The names below are imported on first use, so that `import hisparse_plan.cli.launch` (the
 command's first code) costs nothing: the command imports the rest inside its Ctrl-C guard.

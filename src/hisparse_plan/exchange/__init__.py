@@ -1,5 +1,5 @@
-"""Exchanging layouts between instances: a layout fingerprint, a transfer manifest for KV
-transfer engines, and a compatibility check between two plans (prefill and decode)."""
+"""Exchanging layouts between instances: the layout fingerprint, a transfer manifest, the
+compatibility of two plans, transfer programs (`transfer/`). May import models, views, checking."""
 
 from hisparse_plan.exchange.compat import LAYOUT_FIELDS, TransferCompatibility, diff
 from hisparse_plan.exchange.manifest import (
