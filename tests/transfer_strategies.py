@@ -39,6 +39,8 @@ class Pair:
     refusal: frozenset[str] = frozenset()
     """The refusals (TransferRefused.what) the pair must meet; empty: it must move."""
     family: str = ""
+    windows: dict[str, int] = field(default_factory=dict)
+    """Each window layer's window (tokens)."""
 
 
 def _freeze(layers: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
@@ -158,7 +160,8 @@ def window_pairs(draw: st.DrawFn) -> Pair:
         src = Instance(src.plans, src.total_kv_heads, windows)
     tokens = draw(st.integers(1, 250))
     firsts = {"model.layers.0.self_attn.attn": max(0, tokens - window)}
-    return Pair(src, dst, _blocks(draw, src, dst, tokens), firsts, family="window")
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), firsts, family="window",
+                windows={"model.layers.0.self_attn.attn": window})
 
 
 MAMBA = {"kind": "mamba", "state_shapes": [[3, 16], [2, 4, 8]],

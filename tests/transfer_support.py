@@ -250,10 +250,11 @@ def layer_shapes(instance: Instance) -> dict[str, Cells]:
                                                                    instance.ranks, None)}
 
 
-def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, first: int
-                 ) -> tuple[tuple[int, int], tuple[int, int]]:
+def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, first: int,
+                 reach: int | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
     """(what the destination must get, what it may get): units [first, T) for rows, the
-    request's pages, one state; up to what both sides' blocks hold."""
+    request's pages, one state; up to what both sides' blocks hold, from `reach` (default
+    `first`: a pattern may start a window at a block start before it)."""
     tokens = request.num_tokens
     if src.kind == "state":
         return (0, 1), (0, 1)
@@ -262,7 +263,7 @@ def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, fi
         return (0, pages), (0, pages)
     held = min(len(request.source_blocks[src.table]) * src.units,
                len(request.destination_blocks[dst.table]) * dst.units)
-    return (first, tokens), (first, held)
+    return (first, tokens), (first if reach is None else reach, held)
 
 
 def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
@@ -277,19 +278,21 @@ def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
 
 
 def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program: Any,
-                firsts: dict[str, int] | None = None) -> int:
+                firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None
+                ) -> int:
     """Run `program` with the reference executor over buffers filled through the source's
     views; count the destination bytes that are neither what its views place there nor (past
     the request's last token, in its own blocks) the source's bytes for them."""
     from hisparse_plan.exchange.transfer.reference import execute
 
-    source, destination, expected, allowed = oracle(src, dst, request, program, firsts)
+    source, destination, expected, allowed = oracle(src, dst, request, program, firsts, reach)
     execute(program, source, destination)
     return wrong_bytes(destination, expected, allowed)
 
 
 def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
-           firsts: dict[str, int] | None = None) -> tuple[Buffers, Buffers, Buffers, Buffers]:
+           firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None
+           ) -> tuple[Buffers, Buffers, Buffers, Buffers]:
     """(source filled through its views, destination as it starts (random, seed 2), what
     the destination must hold after, what it may hold after)."""
     from hisparse_plan.exchange.transfer.reference import buffers
@@ -299,7 +302,8 @@ def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
     need, may = {}, {}
     for name in theirs:
         need[name], may[name] = units_needed(name, ours[name], theirs[name], request,
-                                             (firsts or {}).get(name, 0))
+                                             (firsts or {}).get(name, 0),
+                                             (reach or {}).get(name))
     source = buffers(program.source, fill=None, seed=1)
     write(src, dict(request.source_blocks), source, ids,
           {name: (0, 2**40) for name in theirs})

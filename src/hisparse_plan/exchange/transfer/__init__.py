@@ -1,12 +1,15 @@
-"""A transfer program between two plans (docs/transfer.md): built, proved by check_transfer, posted
-by an executor (`reference.execute` in one process). May import models, views, checking.
-
-A program is built from the source and destination instances' plans and a request's blocks.
+"""A transfer between two plans (docs/transfer.md): the pattern compiled once per pair of
+instances and proved by check_pattern, then instantiated per request; or one request's program
+built and proved by check_transfer (the reference). Executors post either (`reference.execute`
+in one process). May import models, views, checking.
 """
 
 from hisparse_plan.exchange.transfer.build import build_transfer
 from hisparse_plan.exchange.transfer.check import TransferProof, check_transfer
+from hisparse_plan.exchange.transfer.check_pattern import PatternProof, check_pattern
+from hisparse_plan.exchange.transfer.compile import compile_transfer
 from hisparse_plan.exchange.transfer.errors import TransferCheckError, TransferRefused
+from hisparse_plan.exchange.transfer.pattern import TransferPattern
 from hisparse_plan.exchange.transfer.program import (
     RankRegions,
     Region,
@@ -19,15 +22,19 @@ from hisparse_plan.exchange.transfer.tables import tables
 
 __all__ = [
     "Instance",
+    "PatternProof",
     "RankRegions",
     "Region",
     "TransferCheckError",
+    "TransferPattern",
     "TransferProgram",
     "TransferProof",
     "TransferRefused",
     "TransferRequest",
     "TransferRow",
     "build_transfer",
+    "check_pattern",
     "check_transfer",
+    "compile_transfer",
     "tables",
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
-from hisparse_plan.exchange.transfer.check_places import Pattern, patterns, region_sizes
+from hisparse_plan.exchange.transfer.check_places import ByteLayout, patterns, region_sizes
 from hisparse_plan.exchange.transfer.check_row import Reading, Side, read, same
 from hisparse_plan.exchange.transfer.check_walk import Positions, contiguous
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
@@ -128,7 +128,7 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
     return sides
 
 
-def _tables_apart(found: dict[str, list[Pattern]], positions: dict[str, Positions],
+def _tables_apart(found: dict[str, list[ByteLayout]], positions: dict[str, Positions],
                   side: str) -> None:
     """Tables placed in one region (vLLM's groups overlay a pool's blocks) were given
     different blocks: one block of two tables is the same bytes."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hisparse_plan.exchange.transfer.byte_layout import ByteLayout
 from hisparse_plan.exchange.transfer.check_walk import Level, Positions
-from hisparse_plan.exchange.transfer.pattern import Pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ def level_boxes(levels: tuple[Level, ...], digits: tuple[int, ...], top: int, le
     return boxes
 
 
-def logical_box(pattern: Pattern, levels: tuple[Level, ...], ranges: list[tuple[int, int]],
+def logical_box(pattern: ByteLayout, levels: tuple[Level, ...], ranges: list[tuple[int, int]],
                 positions: Positions) -> Box | None:
     """Digit ranges as a logical box; None when its blocks are not consecutive positions of
     the request (or not the request's)."""

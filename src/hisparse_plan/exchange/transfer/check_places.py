@@ -1,4 +1,4 @@
-"""check_transfer's own reading of where each logical byte lives: one `Pattern` per tensor
+"""check_transfer's own reading of where each logical byte lives: one `ByteLayout` per tensor
 (and field), derived from the plans' public descriptions with arithmetic of its own, by each
 engine's reading (`engines.py`): a vLLM plan's transfer manifest, an SGLang plan's buffer views.
 The lowering reads places another way (vLLM's layer views, SGLang's page ranges), so a slip in
@@ -6,16 +6,16 @@ either shows as a refused program."""
 
 from __future__ import annotations
 
+from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin
 from hisparse_plan.exchange.transfer.engines import reading
-from hisparse_plan.exchange.transfer.pattern import Axis, Origin, Pattern
 from hisparse_plan.models.any_plan import Plan
 
-__all__ = ["Axis", "Origin", "Pattern", "patterns", "region_sizes"]
+__all__ = ["Axis", "ByteLayout", "Origin", "patterns", "region_sizes"]
 
 
-def patterns(plan: Plan, wanted: set[str], origin: Origin) -> dict[str, list[Pattern]]:
+def patterns(plan: Plan, wanted: set[str], origin: Origin) -> dict[str, list[ByteLayout]]:
     """Every pattern of the layers in `wanted`, by region."""
-    by_region: dict[str, list[Pattern]] = {}
+    by_region: dict[str, list[ByteLayout]] = {}
     for pattern in reading(plan).patterns(plan, wanted, origin):
         by_region.setdefault(pattern.region, []).append(pattern)
     return by_region

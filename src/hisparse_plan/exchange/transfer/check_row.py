@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
+from hisparse_plan.exchange.transfer.byte_layout import ByteLayout
 from hisparse_plan.exchange.transfer.check_boxes import (
     Box,
     level_boxes,
@@ -20,7 +21,6 @@ from hisparse_plan.exchange.transfer.check_walk import (
     levels_of,
     walk,
 )
-from hisparse_plan.exchange.transfer.pattern import Pattern
 
 STEP_BOXES_LIMIT = 4096
 """A row whose chunks do not tile one box is proved chunk by chunk, up to this many boxes."""
@@ -30,33 +30,33 @@ STEP_BOXES_LIMIT = 4096
 class Side:
     """One rank of one side, as check_transfer reads it."""
 
-    patterns: dict[str, list[Pattern]]
+    patterns: dict[str, list[ByteLayout]]
     """By region."""
     sizes: dict[str, int]
     """Region -> bytes."""
     positions: dict[str, Positions]
     """Table -> the request's blocks."""
-    by_layer: dict[str, list[Pattern]]
+    by_layer: dict[str, list[ByteLayout]]
     levels: dict[int, tuple[Level, ...]]
 
     @classmethod
-    def of(cls, patterns: dict[str, list[Pattern]], sizes: dict[str, int],
+    def of(cls, patterns: dict[str, list[ByteLayout]], sizes: dict[str, int],
            positions: dict[str, Positions]) -> Side:
-        by_layer: dict[str, list[Pattern]] = {}
+        by_layer: dict[str, list[ByteLayout]] = {}
         for found in patterns.values():
             for pattern in found:
                 for name in pattern.layers:
                     by_layer.setdefault(name, []).append(pattern)
         return cls(patterns, sizes, positions, by_layer, {})
 
-    def levels_for(self, pattern: Pattern) -> tuple[Level, ...]:
+    def levels_for(self, pattern: ByteLayout) -> tuple[Level, ...]:
         key = id(pattern)
         if key not in self.levels:
             self.levels[key] = levels_of(pattern)
         return self.levels[key]
 
     def find(self, region: str, hint: str, address: int
-             ) -> tuple[Pattern, tuple[Level, ...], tuple[int, ...]] | None:
+             ) -> tuple[ByteLayout, tuple[Level, ...], tuple[int, ...]] | None:
         """The pattern (of the hinted layer first) whose byte `address` is, with its digits."""
         hinted = [p for p in self.by_layer.get(hint, ()) if p.region == region]
         for pattern in (*hinted, *self.patterns.get(region, ())):
@@ -81,7 +81,7 @@ class Reading:
     touched: tuple[str, ...]
     """The layers one chunk runs through when it wraps over layers; else ()."""
     boxes: list[Box]
-    pattern: Pattern
+    pattern: ByteLayout
 
 
 def read(side: Side, region: str, offset: int, length: int, count: int, stride: int,
@@ -154,7 +154,7 @@ def _steady(levels: tuple[Level, ...], digits: tuple[int, ...], delta: tuple[int
     return None
 
 
-def _unit_step(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...],
+def _unit_step(pattern: ByteLayout, levels: tuple[Level, ...], digits: tuple[int, ...],
                following: tuple[int, ...] | None, top: int, top_last: int, count: int,
                positions: Positions) -> int | str:
     """Units one chunk of the row moves, in closed form where it can: every block any chunk
@@ -188,7 +188,7 @@ def _unit_step(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, .
     return _each_chunk(pattern, levels, digits, delta, index, (low, high), count, positions)
 
 
-def _each_chunk(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...],
+def _each_chunk(pattern: ByteLayout, levels: tuple[Level, ...], digits: tuple[int, ...],
                 delta: tuple[int, ...], index: int, span: tuple[int, int], count: int,
                 positions: Positions) -> int | str:
     """Units one chunk moves, looked up chunk by chunk: each chunk's blocks one run of

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hisparse_plan.exchange.transfer.pattern import Pattern
+from hisparse_plan.exchange.transfer.byte_layout import ByteLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class Level:
 class Walk:
     """One side of a row, decoded."""
 
-    pattern: Pattern
+    pattern: ByteLayout
     levels: tuple[Level, ...]
     digits: tuple[int, ...]
     top: int
@@ -76,7 +76,7 @@ class Walk:
     """Digits one chunk of the row moves (zeros for a row of one chunk)."""
 
 
-def levels_of(pattern: Pattern) -> tuple[Level, ...]:
+def levels_of(pattern: ByteLayout) -> tuple[Level, ...]:
     """The byte level, then the pattern's axes narrowest first; a unit axis and the block axis
     that packs it merge into one slot level (units run on across consecutive blocks)."""
     axes = sorted(pattern.axes, key=lambda axis: axis.stride)
@@ -95,7 +95,7 @@ def levels_of(pattern: Pattern) -> tuple[Level, ...]:
     return tuple(levels)
 
 
-def decode(pattern: Pattern, levels: tuple[Level, ...], address: int) -> tuple[int, ...] | None:
+def decode(pattern: ByteLayout, levels: tuple[Level, ...], address: int) -> tuple[int, ...] | None:
     """The level digits of `address`, or None when it is no byte of the pattern."""
     rest = address - pattern.base
     if rest < 0:
@@ -114,7 +114,7 @@ def decode(pattern: Pattern, levels: tuple[Level, ...], address: int) -> tuple[i
     return tuple(digits)
 
 
-def walk(pattern: Pattern, levels: tuple[Level, ...], digits: tuple[int, ...], length: int
+def walk(pattern: ByteLayout, levels: tuple[Level, ...], digits: tuple[int, ...], length: int
          ) -> tuple[int, int] | None:
     """(top level, its last digit) of a chunk of `length` bytes from `digits`, or None when
     the chunk leaves the pattern's contiguous bytes."""
@@ -142,7 +142,7 @@ def contiguous(levels: tuple[Level, ...], digits: tuple[int, ...]) -> int:
     return capacity - merged
 
 
-def carried(pattern: Pattern, levels: tuple[Level, ...], top: int) -> list[object]:
+def carried(pattern: ByteLayout, levels: tuple[Level, ...], top: int) -> list[object]:
     """What the chunk's wraps look like in logical terms: two sides with equal lists (and
     equal starts) run through the same logical bytes."""
     found: list[object] = []

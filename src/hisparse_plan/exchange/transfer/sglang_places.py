@@ -7,7 +7,7 @@ from __future__ import annotations
 from math import prod
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.exchange.transfer.pattern import Axis, Origin, Pattern, addressing
+from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin, addressing
 from hisparse_plan.exchange.transfer.sglang_facts import HOST_POOL, region_name, table_of
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -30,11 +30,11 @@ def _part_order(view: str) -> int:
     return 1000 if view == "temporal" else 0
 
 
-def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[Pattern]:
+def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[ByteLayout]:
     pools = {pool.name: pool for pool in plan.pools}
     hosted = {name for tensor in plan.tensors if tensor.pool == HOST_POOL
               for name in tensor.layers}
-    drafts: list[tuple[int, Pattern]] = []
+    drafts: list[tuple[int, ByteLayout]] = []
     parts: dict[str, dict[int, int]] = {}
     for tensor in plan.tensors:
         pool = pools[tensor.pool]
@@ -61,7 +61,7 @@ def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[
             for region, layers in groups:
                 for name in layers:
                     parts.setdefault(name, {})[order] = nbytes
-                drafts.append((order, Pattern(region, base, nbytes, 0, layers,
+                drafts.append((order, ByteLayout(region, base, nbytes, 0, layers,
                                               origin(layers[0]), units, table, addressing(*axes),
                                               state=table == "mamba")))
     return [
@@ -70,8 +70,8 @@ def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[
     ]
 
 
-def _at(pattern: Pattern, lo: int) -> Pattern:
-    return Pattern(pattern.region, pattern.base, pattern.size, lo, pattern.layers,
+def _at(pattern: ByteLayout, lo: int) -> ByteLayout:
+    return ByteLayout(pattern.region, pattern.base, pattern.size, lo, pattern.layers,
                    pattern.head_origin, pattern.units, pattern.table, pattern.axes,
                    pattern.state)
 

@@ -8,7 +8,7 @@ from math import prod
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.exchange.manifest import manifest
-from hisparse_plan.exchange.transfer.pattern import Axis, Origin, Pattern, addressing
+from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin, addressing
 from hisparse_plan.exchange.transfer.vllm_facts import table_key
 from hisparse_plan.models import DTYPE_SIZE, KVCachePlan, MambaSpec, MLASpec
 from hisparse_plan.views import spec_of
@@ -19,13 +19,13 @@ def vllm_regions(plan: KVCachePlan) -> list[tuple[str, int, str]]:
     return [(pool.name, pool.size, pool.location) for pool in plan.pools]
 
 
-def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[Pattern]:
+def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[ByteLayout]:
     specs = spec_of(plan)
     entries = [entry for entry in manifest(plan).layers if entry.name in wanted]
     groups: dict[int, set[int]] = {}
     for entry in entries:
         groups.setdefault(entry.tensor, set()).add(entry.group)
-    found: list[Pattern] = []
+    found: list[ByteLayout] = []
     seen: set[int] = set()
     for entry in entries:
         if entry.tensor in seen:
@@ -55,10 +55,10 @@ def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[P
                 raise PlanError(f"layer {entry.name!r}: index-key pages are not contiguous "
                                 f"(strides {entry.block_strides}); expected one head, rows "
                                 "back to back", field=f"layers[{entry.name!r}]")
-            found.append(Pattern(tensor.pool, base, units * row, 0, names, head, 1, table,
+            found.append(ByteLayout(tensor.pool, base, units * row, 0, names, head, 1, table,
                                  addressing(layer, block)))
             continue
-        found.append(Pattern(
+        found.append(ByteLayout(
             tensor.pool, base, row, 0, names, head, units, table,
             addressing(layer, block, Axis("head", head_stride, heads),
                   Axis("unit", unit_stride, units)),
@@ -67,7 +67,7 @@ def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[P
 
 
 def _states(spec: MambaSpec, region: str, base: int, names: tuple[str, ...], head: int,
-            table: str, axes: tuple[Axis, ...]) -> list[Pattern]:
+            table: str, axes: tuple[Axis, ...]) -> list[ByteLayout]:
     """A Mamba page's states, each rounded up to state_alignment: one pattern per run of
     states that follow one another without a gap."""
     runs: list[tuple[int, int, int]] = []
@@ -80,5 +80,5 @@ def _states(spec: MambaSpec, region: str, base: int, names: tuple[str, ...], hea
             runs.append((at, size, lo))
         lo += size
         at += -(-size // spec.state_alignment) * spec.state_alignment
-    return [Pattern(region, base + at, size, lo, names, head, 1, table, axes, state=True)
+    return [ByteLayout(region, base + at, size, lo, names, head, 1, table, axes, state=True)
             for at, size, lo in runs]
