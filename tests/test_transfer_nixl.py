@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 import hisparse_plan as hp
-from hisparse_plan.exchange.transfer import Instance, TransferRequest, build_transfer
+from hisparse_plan.exchange.transfer import (
+    Instance,
+    TransferRequest,
+    build_transfer,
+    check_pattern,
+    compile_transfer,
+)
 from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint, post
 from hisparse_plan.exchange.transfer.reference import buffers
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
@@ -73,3 +79,41 @@ def test_descriptors_are_one_per_contiguous_copy() -> None:
     assert len(local) == len(remote) == program.descriptors == 1
     assert local[0].tolist() == [(1 << 20) + 3 * slab, 2 * slab, 0]
     assert remote[0].tolist() == [(1 << 30) + 7 * slab, 2 * slab, 0]
+
+
+def test_nixl_posts_instantiated_requests_from_prepared_lists() -> None:
+    """Lists prepared once from the proved pattern; two requests (of other lengths and
+    blocks) posted with make_prepped_xfer into one decode process, each checked."""
+    from hisparse_plan.exchange.transfer import nixl_prepared
+
+    src = Instance([deepseek_plan(hisparse=False, layers=2)])
+    dst = Instance([deepseek_plan(hisparse=True, layers=2)])
+    pattern = compile_transfer(src, dst)
+    check_pattern(pattern, src, dst)
+    context = multiprocessing.get_context("spawn")
+    for tokens, seed in ((300, 1), (129, 5)):
+        request = TransferRequest(num_tokens=tokens,
+                                  source_blocks=request_blocks(src, tokens, seed, runs=True),
+                                  destination_blocks=request_blocks(dst, tokens, seed + 1))
+        made = pattern.instantiate(request)
+        source, _, expected, allowed = oracle(src, dst, request, made.program())
+        ours, theirs = context.Pipe()
+        child = context.Process(target=decode_process, args=(pattern.destination, theirs))
+        child.start()
+        try:
+            metadata, remote = ours.recv()
+            addresses = {key: (int(value.ctypes.data), value.nbytes)
+                         for key, value in source.items()}
+            side = endpoint(f"prefill{tokens}", addresses)
+            prepared = nixl_prepared.prepare(side, metadata, pattern, remote)
+            local, far = nixl_prepared.indices(prepared, made)
+            assert len(local) == len(far) == made.chunks
+            assert nixl_prepared.post(side, prepared, made) == made.chunks
+            ours.send("done")
+            received = ours.recv()
+        finally:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.terminate()
+        after = {key: np.frombuffer(value, dtype=np.uint8) for key, value in received.items()}
+        assert wrong_bytes(after, expected, allowed) == 0
