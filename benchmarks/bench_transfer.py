@@ -23,6 +23,15 @@ total bytes as one contiguous descriptor; each timed from transfer() to DONE (me
 Build and prove: DeepSeek-V3.2 BLNHC prefill to vLLM HiSparse, 163,840 tokens, in runs of 16
 blocks (fragmented as a serving prefill's free list is), against that program's bytes over
 the measured program bandwidth.
+
+Pattern (the acceptance figures of docs/transfer.md#per-request): DeepSeek-V3.2 BLNHC prefill
+-> vLLM HiSparse at 163,840 tokens and Llama-3-70B TP 2 -> TP 1 at 131,072 tokens, runs of 16
+blocks: compile + check_pattern once; NIXL lists prepared once over each side's regions
+(registered as reserved, untouched address space: nothing is copied, so pools of any size
+fit); per request, instantiate + make_prepped_xfer (the handle an engine then posts with
+transfer()), against one contiguous numpy copy of the request's bytes at the copy bandwidth
+measured in the same run (a copy of COPY_BYTES, timed `--repeat` times: the request's own
+bytes twice would not fit this machine's memory).
 """
 
 from __future__ import annotations
@@ -268,6 +277,111 @@ def build_and_prove(tokens: int, repeat: int, gbps: float | None) -> None:
               "transfer's own time")
 
 
+COPY_BYTES = 2 * GIB
+
+
+def copy_bandwidth(repeat: int) -> float:
+    """Bytes per second of one contiguous numpy copy (median of `repeat`, pages touched)."""
+    a = np.ones(COPY_BYTES, dtype=np.uint8)
+    b = np.zeros(COPY_BYTES, dtype=np.uint8)
+    _, seconds = timed(lambda: np.copyto(b, a), repeat + 1)
+    return COPY_BYTES / seconds
+
+
+def reserved(regions: list[RankRegions]) -> tuple[dict[tuple[int, str], tuple[int, int]],
+                                                   list[Any]]:
+    """Address space for each region, reserved and never touched (MAP_NORESERVE)."""
+    import mmap
+
+    no_reserve = 0x4000  # MAP_NORESERVE (Linux); the mmap module does not name it
+    kept, found = [], {}
+    for rank in regions:
+        for region in rank.regions:
+            memory = mmap.mmap(-1, max(region.size, 1),
+                               flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | no_reserve)
+            view = np.frombuffer(memory, dtype=np.uint8)
+            kept.append((memory, view))
+            found[(rank.rank, region.name)] = (int(view.ctypes.data), region.size)
+    return found, kept
+
+
+def pattern_pair(name: str, src: Instance, dst: Instance, tokens: int, repeat: int,
+                 bandwidth_bps: float) -> None:
+    from hisparse_plan.exchange.transfer import check_pattern, compile_transfer, nixl_prepared
+    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+
+    started = time.perf_counter()
+    pattern = compile_transfer(src, dst)
+    compiled = time.perf_counter()
+    proof = check_pattern(pattern, src, dst)
+    proved = time.perf_counter()
+    blocks = in_runs(16)
+    request = TransferRequest(num_tokens=tokens, source_blocks=blocks(src.plans[0], tokens),
+                              destination_blocks=blocks(dst.plans[0], tokens))
+    ours, kept_ours = reserved(pattern.source)
+    theirs, kept_theirs = reserved(pattern.destination)
+    prefill, decode = endpoint(f"prefill-{name}", ours), endpoint(f"decode-{name}", theirs)
+    before = time.perf_counter()
+    prepared = nixl_prepared.prepare(prefill, decode.metadata, pattern, theirs)
+    ready = time.perf_counter()
+    samples, instantiate_s = [], []
+    made = pattern.instantiate(request)  # warm-up (the pattern's columns are made once)
+    for _ in range(max(repeat, 10) + 1):
+        at = time.perf_counter()
+        made = pattern.instantiate(request)
+        middle = time.perf_counter()
+        handle = nixl_prepared.make(prefill, prepared, made)
+        samples.append(time.perf_counter() - at)
+        instantiate_s.append(middle - at)
+        prefill.agent.release_xfer_handle(handle)
+    per_request, best = statistics.median(samples[1:]), min(samples[1:])
+    copy_s = made.bytes / bandwidth_bps
+    print(f"\n### {name}, {tokens:,} tokens in runs of 16 blocks "
+          f"({made.bytes / 1e9:.2f} GB)")
+    print(f"compile {1e3 * (compiled - started):.0f} ms + check_pattern "
+          f"{1e3 * (proved - compiled):.0f} ms (once; {proof.rows} rows per period, "
+          f"{proof.links} links, {proof.token_counts} token counts, probes {proof.probes})")
+    print(f"prepare (once): {prepared.entries[0]:,} + {prepared.entries[1]:,} prepared copies "
+          f"(source + destination lists), {1e3 * (ready - before):.0f} ms")
+    print(f"per request: {made.entries:,} entries (rows x blocks), {made.chunks:,} copies "
+          f"posted; instantiate {1e3 * statistics.median(instantiate_s[1:]):.2f} ms, "
+          f"+ make_prepped_xfer = {1e3 * per_request:.2f} ms (best {1e3 * best:.2f} ms; "
+          f"medians of {len(samples) - 1})")
+    print(f"one contiguous numpy copy of the request's bytes: {1e3 * copy_s:.0f} ms; "
+          f"instantiate + post = {100 * per_request / copy_s:.2f}% of it (best "
+          f"{100 * best / copy_s:.2f}%)")
+    for handle in (prepared.local, prepared.remote):
+        handle.release()
+    del kept_ours, kept_theirs
+
+
+def pattern_table(repeat: int) -> None:
+    bandwidth_bps = copy_bandwidth(repeat)
+    print(f"\n## Pattern: proved once, each request instantiated and posted (medians of "
+          f"{repeat}); contiguous numpy copy {bandwidth_bps / 1e9:.2f} GB/s "
+          f"({COPY_BYTES // GIB} GiB, median of {repeat})")
+    tokens = 163840
+    row = 61 * 800
+    prefill = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, False, kv_bytes=tokens * row * 9 // 8,
+                   max_model_len=tokens)
+    decode = vllm("deepseek-v3.2", KVCacheLayout.BLNHC, True, kv_bytes=tokens * 64_000 + GIB,
+                  host_bytes=tokens * row * 9 // 8, max_model_len=tokens)
+    pattern_pair("DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse decode", Instance([prefill]),
+                 Instance([decode]), tokens, repeat, bandwidth_bps)
+    tokens = 131072
+    per_token = 80 * 8 * 128 * 2 * 2
+    for layout in (KVCacheLayout.BLHNC, KVCacheLayout.LBHNC):
+        plans = []
+        for tp in (2, 1):
+            settings = Settings(layout=layout, tp=tp, max_model_len=tokens,
+                                gpu_mem_bytes=tokens * per_token // tp * 9 // 8)
+            plans.append(hp.plan(build_request(load_preset("llama-3-70b").architecture,
+                                               settings)))
+        pattern_pair(f"Llama-3-70B TP 2 -> TP 1, {layout.value}",
+                     Instance([plans[0], plans[0]]), Instance([plans[1]]), tokens, repeat,
+                     bandwidth_bps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=163840)
@@ -276,13 +390,17 @@ def main() -> None:
                         help="tokens of the request moved over NIXL (its pools are sized "
                         "to it: both processes hold them in DRAM)")
     parser.add_argument("--no-nixl", action="store_true", help="skip the NIXL section")
+    parser.add_argument("--pattern-only", action="store_true",
+                        help="only the pattern section (the acceptance figures)")
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
-    descriptor_table(args.tokens)
-    gbps = None if args.no_nixl else bandwidth(args.nixl_tokens, args.repeat)[0]
-    build_and_prove(args.tokens, args.repeat, gbps)
+    pattern_table(args.repeat)
+    if not args.pattern_only:
+        descriptor_table(args.tokens)
+        gbps = None if args.no_nixl else bandwidth(args.nixl_tokens, args.repeat)[0]
+        build_and_prove(args.tokens, args.repeat, gbps)
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"whole run {time.perf_counter() - started:.0f} s")
 

@@ -38,6 +38,7 @@ class PatternArrays:
     dst_offset: Ints
     dst_block_stride: Ints
     count: Ints
+    length: Ints
 
 
 def pattern_arrays(pattern: TransferPattern) -> PatternArrays:
@@ -51,7 +52,8 @@ def pattern_arrays(pattern: TransferPattern) -> PatternArrays:
         rows = np.flatnonzero(link == index)
         links.append(LinkArrays(rows, start[rows], src_slot[rows], dst_slot[rows]))
     return PatternArrays(tuple(links), column("src_offset"), column("src_block_stride"),
-                         column("dst_offset"), column("dst_block_stride"), column("count"))
+                         column("dst_offset"), column("dst_block_stride"), column("count"),
+                         column("length"))
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -99,6 +101,11 @@ class Instantiated:
     def chunks(self) -> int:
         """Contiguous copies (what NIXL posts: a strided entry is its count of copies)."""
         return int(self.pattern.arrays.count[self.rows].sum())
+
+    @property
+    def bytes(self) -> int:
+        arrays = self.pattern.arrays
+        return int((arrays.count[self.rows] * arrays.length[self.rows]).sum())
 
     def offsets(self) -> tuple[Ints, Ints]:
         """Each entry's first byte in its source and destination region."""
