@@ -15,11 +15,12 @@ from hisparse_plan.exchange.transfer import (
     TransferCheckError,
     TransferRequest,
     build_transfer,
+    compile_transfer,
 )
 from hisparse_plan.exchange.transfer.reference import Buffers, buffers
 from hisparse_plan.exchange.transfer.reference import execute as reference_execute
 from hisparse_plan.torch import allocate, transfer_regions
-from hisparse_plan.torch.transfer import execute
+from hisparse_plan.torch.transfer import execute, execute_request
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
 
 
@@ -83,3 +84,18 @@ def test_torch_refuses_a_missing_or_short_region() -> None:
         execute(program, source, {key: destination[key][:-1]})
     with pytest.raises(TransferCheckError, match="expected a contiguous tensor"):
         execute(program, source, {key: destination[key].reshape(2, -1).t()})
+
+
+@pytest.mark.parametrize(("engine", "tokens"), [("vllm", 300), ("sglang", 300), ("vllm", 1)])
+def test_torch_posts_an_instantiated_request_batched_by_block(engine: str, tokens: int) -> None:
+    src, dst, program = pair(deepseek_plan(hisparse=False, layers=2),
+                             deepseek_plan(hisparse=True, engine=engine, layers=2), tokens)
+    made = compile_transfer(src, dst).instantiate(program.request)
+    source, destination, expected, allowed = oracle(src, dst, program.request, program)
+    theirs = {key: value.copy() for key, value in destination.items()}
+    reference_execute(made.program(), source, theirs)
+    ours = tensors(destination)
+    assert execute_request(made, tensors(source), ours) == made.bytes == made.program().bytes
+    after = {key: value.numpy() for key, value in ours.items()}
+    assert all(np.array_equal(after[key], theirs[key]) for key in theirs)
+    assert wrong_bytes(after, expected, allowed) == 0

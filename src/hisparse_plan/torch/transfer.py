@@ -1,15 +1,19 @@
-"""A transfer program posted between torch tensors in one process (see docs/transfer.md): the
-rows copied with `Tensor.copy_` between uint8 views of each side's regions, so one executor
-serves CPU, pinned host and CUDA memory alike. `transfer_regions` (torch/engines.py) finds
-each region of a rank in the pools `allocate` returned for its plan."""
+"""A transfer posted between torch tensors in one process (see docs/transfer.md): a program's
+rows copied with `Tensor.copy_` between uint8 views of each side's regions (`execute`), or an
+instantiated pattern's rows batched by pattern row, one gather and one scatter over the
+request's block ids each (`execute_request`); one executor serves CPU, pinned host and CUDA
+memory alike. `transfer_regions` (torch/engines.py) finds each region of a rank in the pools
+`allocate` returned for its plan."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from hisparse_plan.exchange.transfer import RankRegions, TransferCheckError, TransferProgram
+from hisparse_plan.exchange.transfer.instance import Instantiated
 
 Regions = Mapping[tuple[int, str], torch.Tensor]
 """(rank, region) -> the tensor holding the region's bytes (any dtype, contiguous)."""
@@ -63,3 +67,42 @@ def execute(program: TransferProgram, source: Regions, destination: Regions) -> 
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     return program.bytes
+
+
+def _by_block(flat: torch.Tensor, offset: int, block_stride: int, blocks: int, count: int,
+              length: int, stride: int) -> torch.Tensor:
+    """One pattern row at every block id below `blocks`: (block, chunk, byte)."""
+    end = offset + (blocks - 1) * block_stride + (count - 1) * stride + length
+    if end > flat.numel():
+        raise TransferCheckError(f"a row's bytes at block {blocks - 1} end at {end}, past a "
+                                 f"region of {flat.numel()} bytes")
+    return flat.as_strided((blocks, count, length), (block_stride, stride, 1),
+                           flat.storage_offset() + offset)
+
+
+def execute_request(request: Instantiated, source: Regions, destination: Regions) -> int:
+    """Copy an instantiated request: per pattern row, its blocks gathered from the source
+    and scattered into the destination (never a Python loop per block); returns the bytes
+    moved, every copy finished (CUDA ones waited for)."""
+    pattern = request.pattern
+    reads = _flat(source, pattern.source, "source")
+    writes = _flat(destination, pattern.destination, "destination")
+    order = np.argsort(request.rows, kind="stable")
+    rows = request.rows[order]
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if rows.size else rows
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), int(rows.size)], strict=True):
+        row = pattern.rows[int(rows[lo])]
+        src_ids, dst_ids = request.src_ids[order[lo:hi]], request.dst_ids[order[lo:hi]]
+        read, write = reads[(row.src_rank, row.src_region)], writes[(row.dst_rank,
+                                                                     row.dst_region)]
+        ours = _by_block(read, row.src_offset, row.src_block_stride, int(src_ids.max()) + 1,
+                         row.count, row.length, row.src_stride if row.count > 1 else row.length)
+        theirs = _by_block(write, row.dst_offset, row.dst_block_stride,
+                           int(dst_ids.max()) + 1, row.count, row.length,
+                           row.dst_stride if row.count > 1 else row.length)
+        gathered = ours[torch.from_numpy(src_ids).to(read.device)]
+        theirs[torch.from_numpy(dst_ids).to(write.device)] = gathered.to(write.device)
+    for device in {t.device for t in (*reads.values(), *writes.values())}:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return request.bytes
