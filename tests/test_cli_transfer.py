@@ -78,3 +78,18 @@ def test_bad_input_is_refused(cli: Run, tmp_path: Path) -> None:
     code, _, err = cli("transfer", a, b, "--tokens", "100000")
     assert code == 2
     assert "the pool has" in err
+
+
+def test_transfer_without_a_request_prints_the_proved_pattern(cli: Run, tmp_path: Path) -> None:
+    from hisparse_plan.exchange.transfer import TransferPattern
+
+    a, b, _ = files(tmp_path)
+    code, out, err = cli("transfer", a, b, "--plain")
+    assert code == 0, err
+    assert "the pattern for any request" in out
+    assert "proved by check_pattern" in out
+    code, out, _ = cli("transfer", a, b, "--json")
+    assert code == 0
+    pattern = TransferPattern.model_validate_json(out)
+    assert pattern.rows
+    assert pattern.links

@@ -1,5 +1,6 @@
-"""`hisparse-plan transfer SOURCE DESTINATION`: the rows that move one request's KV from one
-instance's plans to another's, proved, or the refusal (see docs/transfer.md)."""
+"""`hisparse-plan transfer SOURCE DESTINATION`: the pattern two instances' plans move for any
+request (transfer_pattern.py), or with a request the rows that move its KV, proved, or the
+refusal (see docs/transfer.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 
 from hisparse_plan.cli.arg_types import positive_int
 from hisparse_plan.cli.command import Command
+from hisparse_plan.cli.commands.transfer_pattern import instantiated, show_pattern
 from hisparse_plan.cli.errors import CommandError, validation_line
 from hisparse_plan.cli.input_files import read_input
 from hisparse_plan.cli.render import Column, Renderer
@@ -32,14 +34,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "for stdin")
     parser.add_argument("destination", metavar="DESTINATION.json",
                         help="the destination instance's plan")
-    parser.add_argument("--tokens", type=positive_int, default=4096, metavar="N",
-                        help="the request's tokens (default 4096)")
+    parser.add_argument("--tokens", type=positive_int, metavar="N",
+                        help="build and prove one request of N tokens (build_transfer, the "
+                        "reference) instead of the pattern")
     parser.add_argument("--run", dest="run_length", type=positive_int, metavar="BLOCKS",
                         help="give each table's blocks in runs of this many consecutive ids, "
                         "apart (default: one run)")
     parser.add_argument("--blocks", metavar="REQUEST.json",
-                        help="the request's blocks instead: a TransferRequest (num_tokens, "
-                        "source_blocks and destination_blocks per table)")
+                        help="instantiate the proved pattern for this request: a "
+                        "TransferRequest (num_tokens, source_blocks and destination_blocks "
+                        "per table)")
     parser.add_argument("--source-tp", type=positive_int, default=1, metavar="N",
                         help="tensor-parallel ranks of the source (each with this plan)")
     parser.add_argument("--destination-tp", type=positive_int, default=1, metavar="N",
@@ -50,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{side}-cache-dtype", choices=sorted(FP8_FORMATS), metavar="DTYPE",
                             help=f"the {side} engine's --kv-cache-dtype: its plan stores an fp8 "
                             "cache as uint8 without saying whether it is e4m3 or e5m2")
-    parser.add_argument("--json", action="store_true", help="print the program as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the pattern (or the request's program) as JSON")
     parser.add_argument("--plain", action="store_true",
                         help="plain text, even when rich is installed")
 
@@ -107,9 +112,12 @@ def run(args: argparse.Namespace) -> int:
                    cache_dtype=args.source_cache_dtype)
     dst = Instance([destination] * args.destination_tp, total_kv_heads=args.kv_heads,
                    cache_dtype=args.destination_cache_dtype)
+    if args.blocks is None and args.tokens is None:
+        return show_pattern(args, src, dst)
     request = _request(args, source, destination)
     started = time.perf_counter()
-    program = build_transfer(src, dst, request)
+    program = build_transfer(src, dst, request) if args.blocks is None else \
+        instantiated(src, dst, request)
     built = time.perf_counter()
     proof = check_transfer(program, src, dst)
     proved = time.perf_counter()
@@ -131,7 +139,8 @@ def render(out: Renderer, args: argparse.Namespace, program: TransferProgram, bo
         ("rows", str(len(program.rows))),
         ("descriptors (contiguous chunks)", str(program.descriptors)),
         ("bytes", f"{program.bytes} ({format_size(program.bytes)})"),
-        ("built in", f"{times[0]:.1f} ms"),
+        ("built in" if args.blocks is None else "pattern compiled, proved and instantiated in",
+         f"{times[0]:.1f} ms"),
         ("proved by check_transfer in", f"{times[1]:.1f} ms ({boxes} logical boxes)"),
     ])
     pools = [{region.name: region.pool for region in rank.regions} for rank in program.source]
@@ -156,13 +165,16 @@ def render(out: Renderer, args: argparse.Namespace, program: TransferProgram, bo
 
 COMMAND = Command(
     name="transfer",
-    help="the proved rows that move one request's KV from one plan to another",
-    description="Build the transfer program that moves one request's KV from a source "
+    help="the proved pattern (or one request's rows) that moves KV from one plan to another",
+    description="Compile the transfer pattern that moves any request's KV from a source "
     "instance (SOURCE, a plan of either engine, on --source-tp ranks) to a destination "
-    "instance, and prove it with check_transfer: rows, descriptors and bytes, per pair of "
-    "regions; --json prints the program. Blocks are given per table in runs (--run) or "
-    "from a file (--blocks). A pair that cannot move as bytes is refused naming the layer, "
-    "the field and both values (see docs/transfer.md).",
+    "instance and prove it with check_pattern: per pair of block tables, its rule, rows and "
+    "copies per period and the copies a connector prepares. --blocks FILE instantiates it "
+    "for one request (a TransferRequest); --tokens N builds one request's program with "
+    "build_transfer (the reference; blocks in runs of --run) instead; every program is "
+    "proved with check_transfer. --json prints the pattern or the program. A pair that "
+    "cannot move as bytes is refused naming the layer, the field and both values (see "
+    "docs/transfer.md).",
     configure=configure,
     run=run,
 )

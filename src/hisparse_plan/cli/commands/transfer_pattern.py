@@ -1,0 +1,73 @@
+"""`hisparse-plan transfer P D` without a request: the pattern the two plans move for any
+request, proved once by check_pattern (see docs/transfer.md#the-pattern)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from hisparse_plan.cli.render import Column, Renderer
+from hisparse_plan.exchange.transfer import (
+    Instance,
+    TransferPattern,
+    TransferProgram,
+    TransferRequest,
+    check_pattern,
+    compile_transfer,
+)
+
+
+def show_pattern(args: argparse.Namespace, src: Instance, dst: Instance) -> int:
+    started = time.perf_counter()
+    pattern = compile_transfer(src, dst)
+    compiled = time.perf_counter()
+    proof = check_pattern(pattern, src, dst)
+    proved = time.perf_counter()
+    if args.json:
+        print(pattern.model_dump_json(indent=1))
+        return 0
+    out = Renderer(plain=args.plain)
+    out.heading(f"{args.source} -> {args.destination}: the pattern for any request")
+    out.pairs([
+        ("layers moved", str(len(pattern.layers))),
+        ("pattern rows (one period of each link)", str(len(pattern.rows))),
+        ("compiled in", f"{(compiled - started) * 1e3:.1f} ms"),
+        ("proved by check_pattern in", f"{(proved - compiled) * 1e3:.1f} ms "
+         f"({proof.token_counts} token counts, probe requests of {list(proof.probes)} "
+         "tokens)"),
+    ])
+    out.line()
+    out.table(
+        [Column("source table"), Column("destination table"), Column("rule"),
+         Column("period (units)", "right"), Column("rows", "right"),
+         Column("copies/period", "right"), Column("prepared (src + dst)", "right")],
+        [_link_row(pattern, index) for index in range(len(pattern.links))],
+    )
+    return 0
+
+
+def _link_row(pattern: TransferPattern, index: int) -> list[str]:
+    """A link: its rule, rows and copies per period, and the copies a connector prepares
+    (one list entry per row and block id of each side's table)."""
+    link = pattern.links[index]
+    rows = [row for row in pattern.rows if row.link == index]
+    copies = sum(row.count for row in rows)
+    blocks = {t.name: t.num_blocks for t in pattern.source_tables}
+    theirs = {t.name: t.num_blocks for t in pattern.destination_tables}
+    rule = link.kind if link.window is None else f"window {link.window}"
+    if link.chunk is not None:
+        rule += f", chunk {link.chunk}"
+    # A list entry is one row at one block: a period of P units spans P / units blocks.
+    per_block = (copies * link.source_units // link.period,
+                 copies * link.destination_units // link.period)
+    prepared = (f"{per_block[0] * blocks[link.source_table]:,} + "
+                f"{per_block[1] * theirs[link.destination_table]:,}")
+    return [link.source_table, link.destination_table, rule, str(link.period),
+            str(len(rows)), str(copies), prepared]
+
+
+def instantiated(src: Instance, dst: Instance, request: TransferRequest) -> TransferProgram:
+    """The request through the proved pattern, as a program (numpy does the selection)."""
+    pattern = compile_transfer(src, dst)
+    check_pattern(pattern, src, dst)
+    return pattern.instantiate(request).program()
