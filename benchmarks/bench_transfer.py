@@ -24,11 +24,11 @@ Build and prove: DeepSeek-V3.2 BLNHC prefill to vLLM HiSparse, 163,840 tokens, i
 blocks (fragmented as a serving prefill's free list is), against that program's bytes over
 the measured program bandwidth.
 
-Pattern (the acceptance figures of docs/transfer.md#per-request): DeepSeek-V3.2 BLNHC prefill
--> vLLM HiSparse at 163,840 tokens and Llama-3-70B TP 2 -> TP 1 at 131,072 tokens, runs of 16
-blocks: compile + check_pattern once; NIXL lists prepared once over each side's regions
-(registered as reserved, untouched address space: nothing is copied, so pools of any size
-fit); per request, instantiate + make_prepped_xfer (the handle an engine then posts with
+Pattern (the acceptance figures of docs/transfer.md#how-a-connector-uses-it): DeepSeek-V3.2
+BLNHC prefill -> vLLM HiSparse at 163,840 tokens and Llama-3-70B TP 2 -> TP 1 at 131,072
+tokens, runs of 16 blocks: compile + check_pattern once; NIXL lists prepared once over each
+side's regions (registered as reserved, untouched address space: nothing is copied, so pools
+of any size fit); per request, instantiate + make_prepped_xfer (the handle an engine then posts with
 transfer()), against one contiguous numpy copy of the request's bytes at the copy bandwidth
 measured in the same run (a copy of COPY_BYTES, timed `--repeat` times: the request's own
 bytes twice would not fit this machine's memory).

@@ -1,5 +1,6 @@
 """check_pattern: prove, from the two plans alone, that every request they admit
-instantiates a pattern to a sound, complete program (see docs/transfer.md#what-is-proved).
+instantiates a pattern to a sound, complete program (see
+docs/transfer.md#what-is-proved-once-what-per-request).
 
 A request changes a pattern in two ways only, and each is proved once:
 - which rows of which periods it selects (`selected_units` of `num_tokens`): checked for

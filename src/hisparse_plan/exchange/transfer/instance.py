@@ -1,7 +1,8 @@
-"""One request through a proved pattern (see docs/transfer.md#per-request): its blocks
-checked, then each selected row of each period as (pattern row, source block id, destination
-block id), in numpy, with no Python loop per block or per row. numpy is imported with this
-module, which the package never imports (TransferPattern.instantiate does, on first use)."""
+"""One request through a proved pattern (see
+docs/transfer.md#what-is-proved-once-what-per-request): its blocks checked, then each
+selected row of each period as (pattern row, source block id, destination block id), in
+numpy, with no Python loop per block or per row. numpy is imported with this module, which
+the package never imports (TransferPattern.instantiate does, on first use)."""
 
 from __future__ import annotations
 
