@@ -82,8 +82,9 @@ def test_descriptors_are_one_per_contiguous_copy() -> None:
 
 
 def test_nixl_posts_instantiated_requests_from_prepared_lists() -> None:
-    """Lists prepared once from the proved pattern; two requests (of other lengths and
-    blocks) posted with make_prepped_xfer into one decode process, each checked."""
+    """Lists prepared once from the proved pattern (strided, then dense); two requests (of
+    other lengths and blocks) posted with make_prepped_xfer into a decode process, each
+    checked."""
     from hisparse_plan.exchange.transfer import nixl_prepared
 
     src = Instance([deepseek_plan(hisparse=False, layers=2)])
@@ -91,7 +92,7 @@ def test_nixl_posts_instantiated_requests_from_prepared_lists() -> None:
     pattern = compile_transfer(src, dst)
     check_pattern(pattern, src, dst)
     context = multiprocessing.get_context("spawn")
-    for tokens, seed in ((300, 1), (129, 5)):
+    for tokens, seed, strided in ((300, 1, True), (129, 5, False)):
         request = TransferRequest(num_tokens=tokens,
                                   source_blocks=request_blocks(src, tokens, seed, runs=True),
                                   destination_blocks=request_blocks(dst, tokens, seed + 1))
@@ -104,8 +105,8 @@ def test_nixl_posts_instantiated_requests_from_prepared_lists() -> None:
             metadata, remote = ours.recv()
             addresses = {key: (int(value.ctypes.data), value.nbytes)
                          for key, value in source.items()}
-            side = endpoint(f"prefill{tokens}", addresses)
-            prepared = nixl_prepared.prepare(side, metadata, pattern, remote)
+            side = endpoint(f"prefill{tokens}", addresses, progress_thread=strided)
+            prepared = nixl_prepared.prepare(side, metadata, pattern, remote, strided=strided)
             local, far = nixl_prepared.indices(prepared, made)
             assert len(local) == len(far) == made.chunks
             assert nixl_prepared.post(side, prepared, made) == made.chunks

@@ -38,11 +38,16 @@ class Endpoint:
         return data
 
 
-def endpoint(name: str, addresses: Addresses, mem_type: str = "DRAM", device: int = 0
-             ) -> Endpoint:
-    """A NIXL agent over UCX with every region registered once (DRAM, or VRAM of `device`)."""
+def endpoint(name: str, addresses: Addresses, mem_type: str = "DRAM", device: int = 0, *,
+             progress_thread: bool = True) -> Endpoint:
+    """A NIXL agent over UCX with every region registered once (DRAM, or VRAM of `device`).
+    Without `progress_thread` the agent makes progress only when polled (post() polls until
+    done): an agent that only initiates then does not contend with its own thread for the
+    locks a post takes (nixl-cu12 1.5.1 on 2 loaded CPUs: make_prepped_xfer of 158,720
+    copies 27 ms against 84 ms, medians by the wall clock)."""
     api = importlib.import_module("nixl_cu12._api")  # optional: never a dependency
-    agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
+    agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=progress_thread,
+                                                       backends=["UCX"]))
     regions = [(base, size, device, "") for base, size in addresses.values()]
     agent.register_memory(regions, mem_type)
     return Endpoint(agent, dict(addresses), mem_type, device)
