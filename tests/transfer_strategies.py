@@ -194,8 +194,11 @@ def mamba_pairs(draw: st.DrawFn) -> Pair:
 def _deepseek(engine: str, hisparse: bool, layers: int, layout: str, block: int,
               kv_dtype: str) -> Plan | None:
     try:
+        # Small pools (the property runs 1,000 pairs): the HiSparse host pool and device
+        # bytes the least that still plan a 1,024-token request.
         return deepseek_plan(engine=engine, hisparse=hisparse, layers=layers, layout=layout,
-                             block=block, kv_dtype=kv_dtype, blocks=40)
+                             block=block, kv_dtype=kv_dtype, blocks=40,
+                             hisparse_bytes=(2**21, 2**23))
     except hp.PlanError:
         return None
 

@@ -389,16 +389,18 @@ def request_blocks(instance: Instance, num_tokens: int, seed: int, *, runs: bool
 
 def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int = 2,
                   layout: str = "BLNHC", block: int = 64, kv_dtype: str = "fp8_ds_mla",
-                  blocks: int = 24) -> Plan:
+                  blocks: int = 24, hisparse_bytes: tuple[int, int] = (2**24, 2**25)) -> Plan:
     """DeepSeek-V3.2's first `layers` decoder layers (latent rows and index keys), small:
-    vLLM with or without HiSparse, or SGLang (fp8 rows: 656 bytes, as vLLM's fp8_ds_mla)."""
+    vLLM with or without HiSparse, or SGLang (fp8 rows: 656 bytes, as vLLM's fp8_ds_mla).
+    `hisparse_bytes`: a vLLM HiSparse plan's host pool and device bytes."""
     from hisparse_plan.models import KVCacheLayout
     from hisparse_plan.presets import Settings, build_request, load_preset
 
     settings = Settings(max_model_len=1024, layout=KVCacheLayout(layout), block_size=block,
                         kv_dtype=kv_dtype,  # type: ignore[arg-type]
                         hisparse=hisparse,
-                        host_pool_bytes=2**24 if hisparse and engine == "vllm" else None)
+                        host_pool_bytes=hisparse_bytes[0] if hisparse and engine == "vllm"
+                        else None)
     request = build_request(load_preset("deepseek-v3.2").architecture, settings)
     data = request.model_dump(mode="json")
     keep = tuple(f"model.layers.{i}." for i in range(layers))
@@ -417,5 +419,5 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
         data["device"]["available_bytes"] = 2**28
         return plan_of(data)
     data["device"]["num_blocks_override"] = blocks if not hisparse else None
-    data["device"]["available_bytes"] = 2**40 if not hisparse else 2**25
+    data["device"]["available_bytes"] = 2**40 if not hisparse else hisparse_bytes[1]
     return plan_of(data)
