@@ -1,7 +1,8 @@
-"""A transfer between two plans (docs/transfer.md): the pattern compiled once per pair of
-instances and proved by check_pattern, then instantiated per request; or one request's program
-built and proved by check_transfer (the reference). Executors post either (`reference.execute`
-in one process). May import models, views, checking.
+"""The transfer between two plans (docs/transfer.md): a pattern proved once and instantiated
+per request, or one request's program built and proved. May import models, views, checking.
+
+compile_transfer + check_pattern once per pair of instances, TransferPattern.instantiate per
+request; build_transfer + check_transfer are the reference. Executors post either.
 """
 
 from hisparse_plan.exchange.transfer.build import build_transfer
