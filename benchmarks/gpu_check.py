@@ -48,7 +48,9 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
    and pinned host pool (latent rows), both allocated with allocate(pin=True); the program
    built and proved first; every token of every layer read back through the decode's views
    against the prefill's; no byte outside the program's rows changed; every row inside the
-   request's pages as the decode's views place them (hot and resident pages are in others).
+   request's pages as the decode's views place them (hot and resident pages are in others);
+   then the same request through the proved pattern (compile_transfer, check_pattern,
+   instantiate) with the batched torch executor (execute_request): the same bytes.
 
 --device cpu runs only the sections that need no GPU (15 without pinning, and the meta
 check): a dry run of their code. --only NAME,... runs the named sections.
@@ -656,10 +658,12 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
         Instance,
         TransferRequest,
         build_transfer,
+        check_pattern,
         check_transfer,
+        compile_transfer,
     )
     from hisparse_plan.exchange.transfer.side import rank_facts
-    from hisparse_plan.torch.transfer import execute
+    from hisparse_plan.torch.transfer import execute, execute_request
 
     prefill, decode = transfer_plans(GIB // 2, GIB // 4, 4096)
     src, dst = Instance([prefill]), Instance([decode])
@@ -718,6 +722,24 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
         check("transfer: no byte outside the program's rows changed, every row inside the "
               "request's pages of the decode's views", outside == 0 and astray == 0,
               f"{outside} bytes changed outside the rows, {astray} written outside the pages")
+        # The same request through the proved pattern, batched per pattern row: the same
+        # bytes as the program's rows (no window layer here, so exactly the same).
+        after = {key: region.clone() for key, region in theirs.items()}
+        pattern_ = compile_transfer(src, dst)
+        check_pattern(pattern_, src, dst)
+        made = pattern_.instantiate(request)
+        for key, region in theirs.items():
+            region.copy_(before[key])
+        took = seconds(lambda: execute_request(made, ours, theirs)) if gpu.type == "cuda" \
+            else 0.0
+        if gpu.type != "cuda":
+            execute_request(made, ours, theirs)
+        differ = sum(int((theirs[key] != after[key]).sum()) for key in theirs)
+        check("transfer: the proved pattern's instance, batched per pattern row "
+              "(execute_request), writes what the program's rows wrote", differ == 0,
+              f"{made.entries} entries, {len(pattern_.rows)} pattern rows"
+              + (f", {made.bytes / took / 1e9:.2f} GB/s" if took else "")
+              + (f"; {differ} bytes differ" if differ else ""))
 
 
 def main() -> int:
