@@ -168,8 +168,8 @@ def _selection_fault(link: PatternLink, tokens: int, selected: tuple[int, int]) 
 
 
 def _probe_tokens(pattern: TransferPattern) -> list[int]:
-    """Two requests of one period of every link; two more past every window and chunk
-    where the pools hold them."""
+    """Two requests of one period of every link (or of all the pools hold, if less); two
+    more past every window and chunk where the pools hold them."""
     period = 1
     reach = 0
     for link in pattern.links:
@@ -179,7 +179,10 @@ def _probe_tokens(pattern: TransferPattern) -> list[int]:
     longer = _ceil(reach + period, period) * period
     if reach and longer <= _capacity(pattern):
         found += [longer, longer]
-    return [tokens for tokens in found if tokens <= _capacity(pattern)] or [1, 1]
+    # Pools smaller than a period: every request the pools admit is at most their capacity,
+    # and a request of that many tokens selects every row any of them selects.
+    capacity = max(_capacity(pattern), 1)
+    return [tokens for tokens in found if tokens <= capacity] or [capacity, capacity]
 
 
 def _capacity(pattern: TransferPattern) -> int:
