@@ -159,6 +159,32 @@ def test_an_integer_window_pattern_is_read_as_transformers_reads_it(
     assert [getattr(s, "sliding_window", None) for s in request.layers.values()] == windows
 
 
+@pytest.mark.parametrize("use_transformers", [False, True], ids=["fallback", "transformers"])
+def test_exaone4_as_published_reads_layer_types_not_its_string_pattern(
+    use_transformers: bool,
+) -> None:
+    """Issue 40: EXAONE-4.0-32B's config.json carries `"sliding_window_pattern": "LLLG"` beside
+    `layer_types`; transformers (and so vLLM's exaone4.py) take the kinds from layer_types and
+    never read the string. The reader gives the layers vLLM built for the fixture (its pin)."""
+    if use_transformers and not transformers_available():
+        pytest.skip("transformers is not installed")
+    kinds = ["sliding_attention"] * 3 + ["full_attention"]
+    fields = {**config("exaone-4.0-32b"), "sliding_window_pattern": "LLLG",
+              "layer_types": kinds * 16}
+    arch = model_from_config(fields, origin="exaone", use_transformers=use_transformers)
+    request = build_request(arch, Settings(max_model_len=4096))
+    ours = {layer: {key: value for key, value
+                    in spec.model_dump(mode="json", exclude_none=True).items()
+                    if key in MODEL_FACTS}
+            for layer, spec in request.layers.items()}
+    assert first_difference(ours, vllm_layers(pinned("exaone-4.0-32b"))) is None
+    # Without layer_types, transformers cannot derive kinds from the string (its own
+    # Exaone4Config raises, as it would under vLLM): refused.
+    del fields["layer_types"]
+    with pytest.raises(ConfigError, match=r"sliding_window_pattern|Exaone4Config refuses"):
+        model_from_config(fields, origin="exaone", use_transformers=use_transformers)
+
+
 def test_exaone4_without_a_window_is_all_full_and_without_the_field_is_refused() -> None:
     fields = {**config("exaone-4.0-32b"), "sliding_window": None}
     arch = model_from_config(fields, origin="exaone", use_transformers=False)
