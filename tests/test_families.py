@@ -274,7 +274,7 @@ def test_kimi_linear_takes_vllms_config_defaults_and_refuses_contradictions() ->
                               use_transformers=False)
 
 
-@pytest.mark.parametrize("model_type", ["mamba2", "zamba2", "gemma4_text", "olmo_hybrid"])
+@pytest.mark.parametrize("model_type", ["zamba2", "gemma4_text", "olmo_hybrid"])
 def test_layouts_no_family_reads_are_refused_by_name(model_type: str) -> None:
     fields = {**config("llama-3.1-8b-instruct"), "model_type": model_type}
     with pytest.raises(ConfigError, match=f"model_type: vLLM 0.34's code for '{model_type}' "
@@ -331,3 +331,36 @@ def test_mla_beside_kda_takes_vllms_hybrid_block() -> None:
     assert kda.num_prefill_checkpoint_blocks == 0
     plan = hp.plan(request)
     hp.check_plan(plan, request=request)
+
+
+@pytest.mark.parametrize(("name", "page", "checkpoints"), [
+    # Mamba-1: conv [4 - 1, 512] + temporal [512, 16], bf16: 3072 + 16384 bytes.
+    ("mamba-small", 3 * 512 * 2 + 512 * 16 * 2, 0),
+    ("falcon-mamba-small", 3 * 512 * 2 + 512 * 16 * 2, 0),
+    # Mamba-2: conv [3, 512 + 2 * 2 groups * 64] + temporal [8 heads, 64, 64], bf16.
+    ("mamba2-small", 3 * 768 * 2 + 8 * 64 * 64 * 2, 1),
+])
+def test_mamba_layers_alone_plan_as_vllm_builds_them(name: str, page: int,
+                                                     checkpoints: int) -> None:
+    """Issue 40: a model of Mamba layers alone. vLLM 0.34's meta build of these configs
+    (transformers' MambaConfig, FalconMambaConfig and Mamba2Config at small sizes) gave, at
+    max_model_len 4096: MambaSpec pages of 19456 and 70144 bytes, block_size 4096 (an
+    attention-free model runs without prefix caching: one state block of max_model_len),
+    mamba_cache_mode none, no padded page, one prefill checkpoint block for MambaMixer2."""
+    request = reader_request(name, use_transformers=False)
+    specs = list(request.layers.values())
+    assert len(specs) == 4
+    assert all(isinstance(spec, MambaSpec) for spec in specs)
+    spec = specs[0]
+    assert isinstance(spec, MambaSpec)
+    assert (spec.page_size_bytes, spec.block_size, spec.page_size_padded) == (page, 4096, None)
+    assert spec.num_prefill_checkpoint_blocks == checkpoints
+    assert request.model.mamba_cache_mode in (None, "none")
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    # No length in these configs: vLLM's _get_and_verify_max_len takes 2048, or the one chosen.
+    arch = load_config_file(CONFIGS / name / "config.json", use_transformers=False)
+    assert build_request(arch, Settings()).model.max_model_len == 2048
+    assert build_request(arch, Settings(max_model_len=65536)).model.max_model_len == 65536
+    with pytest.raises(ConfigError, match=r"prefix_caching: vLLM 0\.34 does not cache"):
+        build_request(arch, Settings(max_model_len=4096, prefix_caching=True))

@@ -75,6 +75,10 @@ KINDS: dict[str, Expected] = {
     "lfm2-8b-a1b": {"conv": 18, "full": 6},
     "minimax-m2": {"full": 62},
     "qwen3.5-35b-a3b": {"linear": 30, "full": 10},
+    # Issue 40: Mamba layers alone, from transformers' own config classes at small sizes.
+    "falcon-mamba-small": {"mamba": 4},
+    "mamba-small": {"mamba": 4},
+    "mamba2-small": {"mamba": 4},
 }
 WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     **KINDS,

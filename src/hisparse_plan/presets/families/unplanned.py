@@ -15,9 +15,6 @@ from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
 
 BUILDS: Final[dict[str, str]] = {
-    "mamba": "Mamba-1 state layers only, no attention (mamba.py)",
-    "falcon_mamba": "Mamba-1 state layers only, no attention (mamba.py)",
-    "mamba2": "Mamba-2 state layers only, no attention (mamba2.py)",
     "zamba2": "Mamba-2 layers with attention blocks shared between layers (zamba2.py)",
     "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
     "zaya": "state layers beside sliding-window attention (zaya.py)",
@@ -51,7 +48,7 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM", "Zamba2ForCausalLM",
+        "Zamba2ForCausalLM",
         "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
