@@ -274,7 +274,7 @@ def test_kimi_linear_takes_vllms_config_defaults_and_refuses_contradictions() ->
                               use_transformers=False)
 
 
-@pytest.mark.parametrize("model_type", ["zamba2", "gemma4_text", "olmo_hybrid"])
+@pytest.mark.parametrize("model_type", ["gemma4_text", "olmo_hybrid"])
 def test_layouts_no_family_reads_are_refused_by_name(model_type: str) -> None:
     fields = {**config("llama-3.1-8b-instruct"), "model_type": model_type}
     with pytest.raises(ConfigError, match=f"model_type: vLLM 0.34's code for '{model_type}' "
@@ -364,3 +364,25 @@ def test_mamba_layers_alone_plan_as_vllm_builds_them(name: str, page: int,
     assert build_request(arch, Settings(max_model_len=65536)).model.max_model_len == 65536
     with pytest.raises(ConfigError, match=r"prefix_caching: vLLM 0\.34 does not cache"):
         build_request(arch, Settings(max_model_len=4096, prefix_caching=True))
+
+
+def test_zamba2_numbers_its_shared_blocks_caches_as_vllm_does() -> None:
+    """Issue 40: Zamba2's k-th hybrid layer keeps its cache in block k % M's Attention
+    `model.attn.{j}`, j = b * (H + M - 1) // M + k // M. vLLM 0.34's meta build of a Zamba2Config
+    with hybrid layers 0, 2, 4, 5, 8 and num_mem_blocks 3 named them model.attn.0 to 4 in that
+    order, before every mixer `{5 + i}.mixer`, and agreed layer by layer with this reading."""
+    from hisparse_plan.presets.families.zamba2 import attention_slots
+
+    assert attention_slots([0, 2, 4, 5, 8], 3) == {0: 0, 2: 2, 4: 4, 5: 1, 8: 3}
+    # The fixture: hybrid layers 2, 5, 7 over 2 blocks (start of block 1: (3 + 1) // 2 = 2).
+    assert attention_slots([2, 5, 7], 2) == {2: 0, 5: 2, 7: 1}
+    request = reader_request("zamba2-small", use_transformers=False)
+    assert list(request.layers)[:4] == ["model.attn.0", "model.attn.1", "model.attn.2",
+                                        "3.mixer"]
+    attention = request.layers["model.attn.0"]
+    # 4 KV heads (the query heads) of 2 * 256 / 4 = 128, whatever num_key_value_heads says.
+    assert (attention.num_kv_heads, attention.head_size) == (4, 128)  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"pp: vLLM 0\.34's model for this architecture"):
+        build_request(load_config_file(CONFIGS / "zamba2-small" / "config.json",
+                                       use_transformers=False),
+                      Settings(max_model_len=4096, pp=2))

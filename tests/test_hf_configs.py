@@ -79,6 +79,7 @@ KINDS: dict[str, Expected] = {
     "falcon-mamba-small": {"mamba": 4},
     "mamba-small": {"mamba": 4},
     "mamba2-small": {"mamba": 4},
+    "zamba2-small": {"mamba": 5, "full_and_mamba": 3},
 }
 WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     **KINDS,

@@ -147,7 +147,8 @@ def model_from_config(
     # vLLM's multimodal models keep the language model under `language_model.`.
     prefix = WRAPPER_PREFIX if "vision_config" in config else ""
     names = {**LayerNames().model_dump(), **layout.names}
-    merged["layer_names"] = LayerNames(**{key: prefix + value for key, value in names.items()})
+    merged["layer_names"] = LayerNames.model_validate({
+        key: prefix + value if isinstance(value, str) else value for key, value in names.items()})
     return _validated(RegularArchitecture, merged, origin, missing_why)
 
 

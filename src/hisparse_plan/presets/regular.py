@@ -76,7 +76,8 @@ LINEAR_FIELDS: Final = (
 
 class LayerNames(BaseModel):
     """How vLLM names a model's cache layers: templates formatted with `i`, the decoder layer,
-    and `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so)."""
+    `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so), `hi`, `offset + i`,
+    and `a`, layer i's attention slot (Zamba2: see `attention_slots`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -84,9 +85,16 @@ class LayerNames(BaseModel):
     linear: str = "model.layers.{i}.linear_attn"
     mamba: str = "model.layers.{i}.mixer"
     conv: str = "model.layers.{i}.short_conv"
+    offset: int = 0
+    """Added to i for `hi` (Zamba2 names layer i's mixer `{hybrid layers + i}.mixer`)."""
+    attention_slots: dict[int, int] | None = None
+    """Decoder layer -> the index of its attention cache where vLLM builds the attention
+    caches apart from the decoder layers and before them (Zamba2's shared blocks): the
+    request then lists them first, in slot order, as vLLM's model does."""
 
     def name(self, template: str, i: int, layers: int) -> str:
-        return template.format(i=i, ni=layers + i)
+        slot = (self.attention_slots or {}).get(i, i)
+        return template.format(i=i, ni=layers + i, hi=self.offset + i, a=slot)
 
 
 class RegularArchitecture(BaseModel):

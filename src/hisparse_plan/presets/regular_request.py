@@ -35,7 +35,7 @@ from typing import Any, Final
 from hisparse_plan.models import DType, PlanRequest, dtype_size
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import REGULAR_DTYPES
-from hisparse_plan.presets.regular import LayerKind, RegularArchitecture
+from hisparse_plan.presets.regular import LayerKind, LayerNames, RegularArchitecture
 from hisparse_plan.presets.settings import (
     DEFAULTS,
     Settings,
@@ -106,11 +106,31 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
         decoder_layers.append(caches)
+    if names.attention_slots:
+        decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
     return regular_plan_request(
         decoder_layers, max_model_len, settings,
         mamba_cache_mode="align" if states is not None and align_mode else None,
         chunked_local="chunked" in kinds,
     )
+
+
+def _attention_first(
+    decoder_layers: list[dict[str, Any]], names: LayerNames, layers: int, settings: Settings,
+) -> list[dict[str, Any]]:
+    """The attention caches first, in slot order, then each decoder layer's others: the order
+    in which Zamba2's model (vLLM's zamba2.py) builds them, shared blocks before the layers.
+    vLLM's Zamba2ForCausalLM supports no pipeline parallelism (no SupportsPP)."""
+    if (settings.pp or 1) > 1:
+        raise ConfigError("pp: vLLM 0.34's model for this architecture (zamba2.py) does not "
+                          "support pipeline parallelism; expected pp 1", field="pp")
+    slots = names.attention_slots or {}
+    order = sorted(slots, key=lambda i: slots[i])
+    attention = {names.name(names.attention, i, layers): i for i in order}
+    first = {name: decoder_layers[i][name] for name, i in attention.items()}
+    rest = [{name: spec for name, spec in caches.items() if name not in attention}
+            for caches in decoder_layers]
+    return [first, *rest]
 
 
 def _attention_free_request(

@@ -15,7 +15,6 @@ from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
 
 BUILDS: Final[dict[str, str]] = {
-    "zamba2": "Mamba-2 layers with attention blocks shared between layers (zamba2.py)",
     "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
     "zaya": "state layers beside sliding-window attention (zaya.py)",
     "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
@@ -48,7 +47,6 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "Zamba2ForCausalLM",
         "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
