@@ -386,3 +386,47 @@ def test_zamba2_numbers_its_shared_blocks_caches_as_vllm_does() -> None:
         build_request(load_config_file(CONFIGS / "zamba2-small" / "config.json",
                                        use_transformers=False),
                       Settings(max_model_len=4096, pp=2))
+
+
+@pytest.mark.parametrize("use_transformers", [False, True], ids=["fallback", "transformers"])
+def test_smollm3_reads_layer_types_as_transformers_derives_them(use_transformers: bool) -> None:
+    """Issue 40: SmolLM3 (vLLM's Transformers backend) slides only where layer_types says so;
+    transformers' SmolLM3Config derives it from use_sliding_window, sliding_window and the NoPE
+    layers, and max_window_layers (in the published config) changes nothing."""
+    if use_transformers and not transformers_available():
+        pytest.skip("transformers is not installed")
+    fields = {**config("smollm3-small"), "max_window_layers": 1}
+    arch = model_from_config(fields, origin="smollm3", use_transformers=use_transformers)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.layer_kinds() == ["full"] * 4
+    # A window on: the NoPE layers (no_rope_layers [1, 1, 1, 0]) slide.
+    fields.update(use_sliding_window=True, sliding_window=512)
+    arch = model_from_config(fields, origin="smollm3", use_transformers=use_transformers)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.layer_kinds() == ["full", "full", "full", "sliding"]
+
+
+@pytest.mark.parametrize("architecture", ["Dots1ForCausalLM", "BambaForCausalLM"])
+def test_architectures_vllm_retired_are_refused_with_its_reason(architecture: str) -> None:
+    """Issue 40: vLLM 0.34's registry refuses these (`_PREVIOUSLY_SUPPORTED_MODELS`: supported
+    until v0.23.0); the reader says so instead of naming a field vLLM never reads."""
+    fields = {**config("llama-3.1-8b-instruct"), "architectures": [architecture],
+              "max_window_layers": 61, "use_sliding_window": False}
+    with pytest.raises(ConfigError, match=rf"vLLM 0\.34 does not serve {architecture}: it was "
+                                          r"supported until vLLM v0\.23\.0") as caught:
+        model_from_config(fields, origin="retired", use_transformers=False)
+    assert caught.value.field == "architectures"
+
+
+def test_minicpm3_caches_per_head_keys_whatever_its_kv_head_count() -> None:
+    """Issue 40: vLLM's minicpm3.py keeps K and V of num_attention_heads heads of
+    qk_nope_head_dim + qk_rope_head_dim (64 + 32 = 96) in every layer; num_key_value_heads and
+    the latent rank change nothing (vLLM's meta build: 4 heads of 96, page 64 * 2 * 4 * 96 * 2
+    = 98304 bytes at its block of 64)."""
+    fields = {**config("minicpm3-small"), "num_key_value_heads": 1, "kv_lora_rank": 512}
+    arch = model_from_config(fields, origin="minicpm3", use_transformers=False)
+    request = build_request(arch, Settings(max_model_len=4096, block_size=64))
+    spec = request.layers["model.layers.0.self_attn.attn"]
+    assert (spec.kind, spec.num_kv_heads, spec.head_size) == (  # type: ignore[union-attr]
+        "full_attention", 4, 96)
+    assert spec.page_size_bytes == 98304

@@ -23,6 +23,7 @@ from hisparse_plan.presets.families import layer_layout
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
+from hisparse_plan.presets.retired import refuse_retired
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
 SPARSE_MARKER = "kv_lora_rank"
@@ -121,6 +122,7 @@ def model_from_config(
     """
     fields = _text_config(config, origin)
     _refuse_odd_model_type(fields, origin)
+    refuse_retired(config, origin)
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
         return architecture_from_config(config, origin=origin)

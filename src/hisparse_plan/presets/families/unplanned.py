@@ -24,7 +24,6 @@ BUILDS: Final[dict[str, str]] = {
               "caches (gemma4.py)",
     "gemma4_text": "sliding and full layers, the last num_kv_shared_layers reading earlier "
                    "layers' caches (gemma4.py)",
-    "minicpm3": "MLA layers (minicpm3.py), not checked against the MLA reader yet",
     "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
     "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
@@ -50,7 +49,7 @@ UNPLANNED = base.Family(
         "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-        "MiniCPM3ForCausalLM", "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
+        "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
         "MiniMaxM3SparseForConditionalGeneration",
     ),
     read=refuse_unplanned,
