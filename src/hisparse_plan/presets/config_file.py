@@ -19,7 +19,7 @@ from hisparse_plan.errors import PlanError
 from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families import layer_layout
+from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
@@ -138,6 +138,10 @@ def model_from_config(
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]
+    try:
+        refuse_unplanned_early(merged)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}", field=error.field) from None
     layers = _layer_count(merged, origin)
     try:
         layout = layer_layout(merged, layers)

@@ -73,6 +73,14 @@ def family_of(model_type: str | None) -> Family:
     return BY_MODEL_TYPE.get(model_type or "", GENERIC)
 
 
+def refuse_unplanned_early(fields: Fields) -> None:
+    """A model_type vLLM serves with a layout no family reads is refused by name before any
+    field is read (Whisper's config has no num_hidden_layers to count)."""
+    model_type = fields.get("model_type")
+    if isinstance(model_type, str) and family_of(model_type) is UNPLANNED and UNPLANNED.read:
+        UNPLANNED.read(fields, 0)
+
+
 def _set(fields: Fields, name: str) -> bool:
     return given(fields, name) and not (name in ZERO_IS_ABSENT and fields.get(name) == 0)
 
@@ -112,4 +120,5 @@ __all__ = [
     "SGLangRule",
     "family_of",
     "layer_layout",
+    "refuse_unplanned_early",
 ]
