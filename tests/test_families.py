@@ -33,6 +33,7 @@ NOT_BUILT_HERE = {
     "deepseek_v4": "no fixture: benchmarks/vllm_v4_flash.py checks the preset on vLLM",
     "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
     "unplanned": "refused by name, nothing to compare",
+    "falcon": "pinned by the registry sweep's FalconConfig (tests/vllm_registry.json)",
 }
 """Families no fixture is pinned for, and why."""
 

@@ -20,6 +20,7 @@ from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
+from hisparse_plan.presets.families.vllm_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
@@ -31,7 +32,6 @@ SPARSE_MARKER = "kv_lora_rank"
 INDEXER_FIELDS: Final = ("index_topk", "index_head_dim", "indexer_types", "index_topk_pattern")
 SPARSE_TYPES: Final = frozenset({"deepseek_v32", "glm_moe_dsa"})
 V4_FIELDS: Final = ("compress_ratios", "compress_rates")
-WRAPPER_PREFIX: Final = "language_model."
 NO_TRANSFORMERS: Final = (
     "transformers would default it; install hisparse-plan[hf] (transformers) to read this config "
     "with transformers' defaults, or add the field"
@@ -133,6 +133,8 @@ def model_from_config(
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
     merged = dict(fields)
+    if "num_nextn_predict_layers" in merged and merged["num_nextn_predict_layers"] is None:
+        del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
     if _is_deepseek_v4(merged):
         return _validated(RegularArchitecture, merged, origin, missing_why)
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
@@ -150,8 +152,7 @@ def model_from_config(
     merged.update(layout.fields)
     merged["kinds"], merged["states"] = layout.kinds, layout.states
     merged["kv_sharing"] = dict(layout.reads_cache_of) or None
-    # vLLM's multimodal models keep the language model under `language_model.`.
-    prefix = WRAPPER_PREFIX if "vision_config" in config else ""
+    prefix = language_model_prefix(config)
     names = {**LayerNames().model_dump(), **layout.names}
     merged["layer_names"] = LayerNames.model_validate({
         key: prefix + value if isinstance(value, str) else value for key, value in names.items()})

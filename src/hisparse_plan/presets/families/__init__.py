@@ -24,6 +24,7 @@ from hisparse_plan.presets.families.base import (
     given,
 )
 from hisparse_plan.presets.families.dense import GENERIC, QWEN
+from hisparse_plan.presets.families.falcon import FALCON
 from hisparse_plan.presets.families.gemma import GEMMA, GEMMA3N
 from hisparse_plan.presets.families.kimi_linear import KIMI_LINEAR
 from hisparse_plan.presets.families.lfm2 import LFM2
@@ -48,7 +49,7 @@ FAMILIES: Final[tuple[Family, ...]] = (
     GENERIC, QWEN, GEMMA, GEMMA3N, GPT_OSS, COHERE2, EXAONE4, LLAMA4, MLA, SPARSE_MLA,
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
-    UNPLANNED,
+    FALCON, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {
