@@ -20,7 +20,7 @@ from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
-from hisparse_plan.presets.families.vllm_names import language_model_prefix
+from hisparse_plan.presets.families.layer_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture

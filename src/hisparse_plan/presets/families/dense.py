@@ -22,7 +22,7 @@ from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
-from hisparse_plan.presets.families.vllm_names import ATTENTION_BY_MODEL_TYPE
+from hisparse_plan.presets.families.layer_names import ATTENTION_BY_MODEL_TYPE
 from hisparse_plan.presets.regular import LayerKind
 
 QWEN_TYPES: Final = (

@@ -8,7 +8,7 @@ class.
 from __future__ import annotations
 
 from hisparse_plan.presets.families import base
-from hisparse_plan.presets.families.vllm_names import ATTENTION_BY_MODEL_TYPE
+from hisparse_plan.presets.families.layer_names import ATTENTION_BY_MODEL_TYPE
 
 
 def read_falcon(fields: base.Fields, layers: int) -> base.Layout:
