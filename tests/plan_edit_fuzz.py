@@ -5,7 +5,7 @@ validation and `check_plan`; every edit check_plan accepts is judged twice:
    docstrings define soundness): an accepted edit it finds unsound is a checker hole;
 2. by `check_plan(plan, request=...)` with the seed's request: a changed plan must be refused.
 
-Shared by tests/test_plan_edit_fuzz.py and benchmarks/fuzz_plan_edits.py."""
+Shared by tests/test_plan_edit_fuzz.py and references/fuzz_plan_edits.py."""
 
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
     ("speculative MTP, DSA draft pools", "deepseek-v3.2", {0, 1},
      {"speculative_algorithm": "NEXTN", **SPEC}, {}),
     ("speculative MTP with HiSparse", "deepseek-v3.2", {0, 1},
-     # SGLang's speculative swap wants top_k >= 1024 (hisparse_spec.py).
+     # SGLang's speculative swap wants top_k >= 1024 (targets/sglang/hisparse/speculative.py).
      {"speculative_algorithm": "NEXTN", "enable_hisparse": True, "hisparse_top_k": 1024, **SPEC},
      {"index_topk": 1024}),
     ("speculative MTP with decode context parallelism", "deepseek-v3.2", {0, 1},

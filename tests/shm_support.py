@@ -91,9 +91,9 @@ def truncated_rank(connection: Any, plan_json: str, name: str, when: str) -> Non
     or "no error". Dies by SIGBUS (sending nothing) if the cut pool is touched."""
     import hisparse_plan as hp
     from hisparse_plan.torch import BackendError, allocate, verify
-    from hisparse_plan.torch.host import OS_PAGE, HostBuffer
-    from hisparse_plan.torch.shm import pool_path
-    from hisparse_plan.torch.tasks import Progress
+    from hisparse_plan.torch.hostmem.mapping import OS_PAGE, HostBuffer
+    from hisparse_plan.torch.hostmem.shm import pool_path
+    from hisparse_plan.torch.hostmem.tasks import Progress
 
     plan = hp.KVCachePlan.model_validate_json(plan_json)
     prefault = HostBuffer.prefault

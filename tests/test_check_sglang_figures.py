@@ -310,7 +310,7 @@ def test_the_cell_size_is_the_counted_pools_bytes_a_token(case: str, factor: flo
     _refused(case, _cell(factor), "cell_size_bytes")
 
 
-# --- the fuzzer's findings (benchmarks/fuzz_plan_edits.py): each edit was accepted ---------------
+# --- the fuzzer's findings (references/fuzz_plan_edits.py): each edit was accepted ---------------
 
 
 def _tensor(plan: dict[str, Any], pool: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """check_plan's proofs for SGLang's modes that the plan-edit fuzzer found missing
-(benchmarks/fuzz_plan_edits.py --engine sglang): each test edits the planner's own plan as the
+(references/fuzz_plan_edits.py --engine sglang): each test edits the planner's own plan as the
 fuzzer did and expects a refusal, after the unedited plan passes."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """vLLM plans: each Mamba state viewable in its own dtype (the planner refuses a page vLLM
 could not view, check_plan a plan that moves a state off its elements), a padded page inside
 its pool, and pipeline stages that list every device layer once. The edits here were accepted
-before (benchmarks/fuzz_plan_edits.py found them); offsets are worked out by hand."""
+before (references/fuzz_plan_edits.py found them); offsets are worked out by hand."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_one_listed_stage_lists_every_layer() -> None:
 
 
 def test_every_stage_states_the_one_override() -> None:
-    # Found by benchmarks/fuzz_plan_edits.py --seed 3: one stage's own override was accepted.
+    # Found by references/fuzz_plan_edits.py --seed 3: one stage's own override was accepted.
     plan = _staged([["l0", "l1"], ["l2", "l3"]])
     hp.check_plan(plan)
     plan["device_pools"][1]["num_blocks_override"] = plan["num_blocks"]

@@ -128,8 +128,8 @@ def test_config_fields_of_the_wrong_type_are_refused_by_name(
     cli: Run, tmp_path: Path, name: str, edits: dict[str, Any], fragment: str, engine: str
 ) -> None:
     """Each reached the internal error (AttributeError, TypeError, ZeroDivisionError). SGLang
-    reads the config its own way first (targets/sglang/hf_config.py): a model_type that is not
-    a string, or an architecture its registry lacks (Jamba), is refused there by name."""
+    reads the config its own way first (targets/sglang/served/hf_config.py): a model_type that is
+    not a string, or an architecture its registry lacks (Jamba), is refused there by name."""
     code, out, err = cli("plan", "--hf-config", _config(name, tmp_path, **edits),
                          "--engine", engine, "--json")
     answered(code, out, err)

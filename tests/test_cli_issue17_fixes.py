@@ -82,7 +82,7 @@ def test_verify_of_a_plan_without_host_pool_does_not_advise_a_host_pool(
 ) -> None:
     pytest.importorskip("torch")
     from hisparse_plan.torch import HostMemory, HostMemoryError, allocate
-    from hisparse_plan.torch import pools as pools_module
+    from hisparse_plan.torch.vllm import pools as pools_module
 
     plan = hp.plan(build_request(load_preset("llama-3-8b").architecture,
                                  Settings(gpu_mem_bytes=2 * 2**30)))

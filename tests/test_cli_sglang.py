@@ -90,7 +90,7 @@ def test_qwen3_next_mamba_pools(cli: Run) -> None:
 def test_sglang_server_modes_under_sglangs_flag_names(cli: Run) -> None:
     # DeepSeek-V3.2 on 8 H200s as SGLang documents it: --tp 8 --dp 8 --enable-dp-attention.
     # SGLang's default fraction keeps DP attention's graph padding back (0.758, as SGLang
-    # resolves benchmarks/sglang_cases/dsv32_tp8_h200_default_fraction.json with DP 8), and
+    # resolves references/sglang_cases/dsv32_tp8_h200_default_fraction.json with DP 8), and
     # a given --max-running-requests is shared by the 8 groups.
     plain = planned(cli, "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype",
                     "fp8", "--context-length", "8192")

@@ -151,7 +151,7 @@ def test_hf_config_plans_like_the_preset(cli: Run, tmp_path: Path) -> None:
 
 # vLLM 0.33's own planner (get_global_kv_cache_groups, then get_kv_cache_configs; BLNHC, 60 GiB,
 # max_model_len 65536, 8192 batched tokens) on the 167 specs its DeepSeek-V4 modules register
-# for DeepSeek-V4-Flash (benchmarks/vllm_v4_flash.py derives them and runs it again):
+# for DeepSeek-V4-Flash (references/vllm_v4_flash.py derives them and runs it again):
 # five packed uniform_type groups, as (block size, page bytes, layers, first layer) ...
 VLLM_GROUPS = [
     (64, 823680, 22, "model.layers.0.attn.swa_cache"),

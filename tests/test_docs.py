@@ -209,7 +209,7 @@ def test_request_models_and_fields_are_described(model: type[BaseModel]) -> None
         assert field.description, f"{model.__name__}.{name}"
 
 
-PUBLIC_MODULES = ("hisparse_plan", "hisparse_plan.planning", "hisparse_plan.checking",
+PUBLIC_MODULES = ("hisparse_plan", "hisparse_plan.targets.vllm", "hisparse_plan.checking",
                   "hisparse_plan.views", "hisparse_plan.exchange", "hisparse_plan.operator",
                   "hisparse_plan.presets", "hisparse_plan.rules", "hisparse_plan.adapters.vllm")
 

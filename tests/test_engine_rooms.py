@@ -41,13 +41,6 @@ def in_room(module: str) -> bool:
             or any(module == room or module.startswith(f"{room}.") for room in ROOMS))
 
 
-def _old_path(tree: ast.Module) -> bool:
-    """Whether the module is an old import path (hisparse_plan._moved): it imports its new home."""
-    return any(isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-               and isinstance(node.value.func, ast.Name)
-               and node.value.func.id in {"moved", "deprecated_path"} for node in tree.body)
-
-
 def _prose(tree: ast.Module) -> set[int]:
     """The ids of string constants that name without branching: docstrings (a string
     statement) and the members of a `Literal[...]` type."""
@@ -78,8 +71,6 @@ def findings(module: str, source: str, *, package: bool = False) -> list[str]:
     """Where the module's code names an engine: an engine's name as a value, or an import
     from an engine's module."""
     tree = ast.parse(source)
-    if _old_path(tree):
-        return []
     prose = _prose(tree)
     here = module if package else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
@@ -161,8 +152,6 @@ def pick(engine: str) -> int:
         "line 5: import hisparse_plan.cli.commands.sglang_render.summary",
         "line 10: 'SGLang'",
     ]
-    assert findings("hisparse_plan.old", 'from x import moved\nimport hisparse_plan.torch.vllm\n'
-                    'moved(__name__, "hisparse_plan.torch.vllm")\n') == []
 
 
 def test_each_registry_is_a_module_that_names_an_engine() -> None:

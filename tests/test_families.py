@@ -1,6 +1,6 @@
 """The config reader's families (presets/families) against what vLLM 0.34's own model classes
 build. tests/hf_configs/NAME/vllm-layers.json holds each fixture's cache layers as
-benchmarks/vllm_family_sweep.py --pin recorded them from vLLM's meta build (name, kind, KV heads,
+references/vllm_family_sweep.py --pin recorded them from vLLM's meta build (name, kind, KV heads,
 head sizes, dtype, window or chunk, MLA row, state shapes and dtypes; tensor parallel size 1):
 checked here without vLLM, through transformers and without it. Then each family's rules that
 the fixtures do not show: refusals, vLLM's defaults, and state and page sizes, each worked out
@@ -30,7 +30,7 @@ PIN = "vllm-layers.json"
 PINNED = sorted(path.parent.name for path in CONFIGS.glob(f"*/{PIN}"))
 NOT_BUILT_HERE = {
     "sparse_mla": "DSA layers are built on a GPU only (vLLM's sparse MLA backends)",
-    "deepseek_v4": "no fixture: benchmarks/vllm_v4_flash.py checks the preset on vLLM",
+    "deepseek_v4": "no fixture: references/vllm_v4_flash.py checks the preset on vLLM",
     "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
     "unplanned": "refused by name, nothing to compare",
     "falcon": "pinned by the registry sweep's FalconConfig (tests/vllm_registry.json)",

@@ -99,7 +99,7 @@ def test_a_refusal_is_one_error_line_on_the_command_line(cli: Run) -> None:
 def test_gemma3n_keeps_a_buffer_for_every_layer_as_sglang_does() -> None:
     """SGLang's gemma3n_causal.py points layers 20 to 34 at layers 18 and 19's buffers, but
     its KV pool holds all 35 layers: a token costs 35 x 2 (K, V) x 2 heads x 256 x 2 bytes =
-    71,680 bytes. SGLang 0.5.23's own sizing (benchmarks/sglang_reference.py, 8 GiB, tp 1,
+    71,680 bytes. SGLang 0.5.23's own sizing (references/sglang_reference.py, 8 GiB, tp 1,
     context 4096) gives 118,374 tokens."""
     args = {"tp_size": 1, "context_length": 4096}
     request = request_from_server_args(path("gemma-3n-e4b-it"), args, MEMORY)

@@ -192,7 +192,7 @@ def test_the_walker_sees_from_and_deferred_imports_not_annotation_ones() -> None
     # `from a.b import c` to the submodule a.b.c:
     assert "hisparse_plan.targets.vllm.pipeline" in graph["hisparse_plan.targets.vllm"]
     # Not the names for annotations only:
-    assert "hisparse_plan.models.plan" not in graph["hisparse_plan.models.fingerprint"]
+    assert "hisparse_plan.operator.refit" not in graph["hisparse_plan"]
 
 
 def test_the_walker_resolves_relative_imports(tmp_path: Path) -> None:
@@ -235,6 +235,64 @@ def room_violations(graph: dict[str, set[str]]) -> list[str]:
     return wrong
 
 
+SGLANG = f"{PACKAGE}.targets.sglang"
+SGLANG_STAGES = frozenset({"pipeline", "read", "resolve", "size", "place", "report"})
+"""The SGLang target's stages (and `pipeline.py`, which runs them), at its top."""
+SGLANG_CONCERNS: dict[str, frozenset[str]] = {
+    "modes": frozenset(),
+    "hisparse": frozenset(),
+    "served": frozenset(),
+    "deepseek_v4": frozenset({"modes"}),
+}
+"""docs/architecture.md: each of SGLang's concerns (a subpackage) and the other concerns it may
+import; each may import the top's rules, none a stage."""
+
+
+def sglang_part(module: str) -> str | None:
+    """Where a module of the SGLang target sits: a concern's name, "stage", "rule" (the other
+    modules at the top) or "package" (its `__init__`); None outside the target."""
+    if module == SGLANG:
+        return "package"
+    if not module.startswith(f"{SGLANG}."):
+        return None
+    parts = module.removeprefix(f"{SGLANG}.").split(".")
+    if parts[0] in SGLANG_CONCERNS:
+        return parts[0]
+    return "stage" if parts[0] in SGLANG_STAGES else "rule"
+
+
+def sglang_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of an SGLang concern that docs/architecture.md does not allow it."""
+    wrong = []
+    for name, edges in sorted(graph.items()):
+        part = sglang_part(name)
+        if part not in SGLANG_CONCERNS:
+            continue
+        allowed = {part, "rule", *SGLANG_CONCERNS[part]}
+        wrong += [f"{name} -> {edge}" for edge in sorted(edges)
+                  if sglang_part(edge) not in allowed and sglang_part(edge) is not None]
+    return wrong
+
+
+def test_sglang_concerns_import_the_top_rules_never_a_stage() -> None:
+    assert set(SGLANG_CONCERNS) == {path.parent.name for path in
+                                    (SRC / PACKAGE / "targets" / "sglang").glob("*/__init__.py")}
+    assert sglang_violations(import_graph()) == []
+
+
+def test_an_sglang_concern_importing_a_stage_or_another_concern_is_found() -> None:
+    graph = {
+        f"{SGLANG}.modes.radix": {f"{SGLANG}.sizing", f"{SGLANG}.size", f"{SGLANG}.served.llama4"},
+        f"{SGLANG}.deepseek_v4.model": {f"{SGLANG}.model", f"{SGLANG}.modes.parallel",
+                                        f"{PACKAGE}.models"},
+        f"{SGLANG}.size": {f"{SGLANG}.modes.radix"},
+    }
+    assert sglang_violations(graph) == [
+        f"{SGLANG}.modes.radix -> {SGLANG}.served.llama4",
+        f"{SGLANG}.modes.radix -> {SGLANG}.size",
+    ]
+
+
 def test_each_room_imports_only_the_rooms_it_may() -> None:
     assert room_violations(import_graph()) == []
 
@@ -269,3 +327,17 @@ def test_no_module_over_400_lines() -> None:
     long = {name for name, lines in lengths.items() if lines > MAX_LINES}
     assert long <= KNOWN_LONG, {name: lengths[name] for name in long - KNOWN_LONG}
     assert long >= KNOWN_LONG, f"{sorted(KNOWN_LONG - long)} fit now: remove them from the list"
+
+
+def test_each_package_says_in_two_lines_what_it_holds_and_may_import() -> None:
+    """A package's `__init__` docstring opens with two lines: what it holds, and what it may
+    import (the rooms above, or nothing)."""
+    wrong = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        opening = doc.split("\n\n")[0].splitlines()
+        if len(opening) != 2 or "import" not in opening[1]:
+            wrong[name] = opening
+    assert wrong == {}

@@ -83,7 +83,7 @@ def test_layout_traits(layout: str, outermost: bool, compact: bool, layer_compac
 
 def test_planning_shares_equal_specs() -> None:
     """Equal layer specs become one object when planning starts: grouping compares identity."""
-    from hisparse_plan.planning.pipeline import request_layers
+    from hisparse_plan.targets.vllm.pipeline import request_layers
 
     request = hp.PlanRequest.model_validate(load("deepseek_v32_fp8")[0])
     sources = [s for _, s in request_layers(request) if isinstance(s, hp.MLASpec)

@@ -1,7 +1,7 @@
 """Plan-edit fuzzing: random single edits of the planner's own plans (both engines), each edit
 check_plan accepts judged sound by an oracle of independent arithmetic (plan_edit_oracle_*), and
 refused by check_plan given the request when it changes the plan. Then the oracle itself, on tiny
-hand-written plans, so that it cannot pass vacuously. benchmarks/fuzz_plan_edits.py runs the
+hand-written plans, so that it cannot pass vacuously. references/fuzz_plan_edits.py runs the
 same fuzzer at 20,000+ edits."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 import hisparse_plan as hp
 from golden import load
 from hisparse_plan.models import MLASpec
-from hisparse_plan.rules.hot import HotPack, hot_packs
+from hisparse_plan.targets.vllm.rules.hot import HotPack, hot_packs
 
 BASE = load("bf16_small_with_full_attention")[0]
 

@@ -12,9 +12,9 @@ import pytest
 from doc_examples import REPO, blocks
 
 RECIPES = {
-    "vllm": (REPO / "docs" / "recipe-vllm.md", REPO / "benchmarks" / "recipes" / "vllm_recipe.py"),
+    "vllm": (REPO / "docs" / "recipe-vllm.md", REPO / "references" / "recipes" / "vllm_recipe.py"),
     "sglang": (REPO / "docs" / "recipe-sglang.md",
-               REPO / "benchmarks" / "recipes" / "sglang_recipe.py"),
+               REPO / "references" / "recipes" / "sglang_recipe.py"),
 }
 
 
@@ -41,7 +41,7 @@ def test_the_recipe_runs_in_its_engine(engine: str) -> None:
     _, script = RECIPES[engine]
     paths = [str(REPO / "src")]
     if engine == "sglang":
-        paths.append(str(REPO / "benchmarks" / "sglang_stubs"))
+        paths.append(str(REPO / "references" / "sglang_stubs"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, check=False, timeout=600)

@@ -10,10 +10,11 @@ import pytest
 import hisparse_plan as hp
 from golden import load
 from hisparse_plan.models import FullAttentionSpec, KVCacheLayout, PlanRequest
-from hisparse_plan.planning.groups import Layer
-from hisparse_plan.planning.pipeline import request_layers
-from hisparse_plan.planning.regular_groups import regular_groups
-from hisparse_plan.planning.trace import Trace
+from hisparse_plan.targets.trace import Trace
+from hisparse_plan.targets.vllm import plan_traced
+from hisparse_plan.targets.vllm.groups import Layer
+from hisparse_plan.targets.vllm.pipeline import request_layers
+from hisparse_plan.targets.vllm.regular_groups import regular_groups
 
 GIB = 2**30
 ATTN = {"kind": "full_attention", "block_size": 16, "num_kv_heads": 8, "head_size": 128}
@@ -233,7 +234,7 @@ def test_required_blocks_by_kind() -> None:
     }
     request = _request(layers, "LBNHC")
     request["scheduler"] = {"max_num_batched_tokens": 64, "num_prefill_lookahead_tokens": 3}
-    traced = hp.planning.plan_traced(request)
+    traced = plan_traced(request)
     required = {d.subject: d.value for d in traced.trace.decisions if d.stage == "admit"}
     plan = traced.plan
     kinds = [g.spec.kind for g in plan.groups]

@@ -1,5 +1,5 @@
 """SGLang 0.5.23's default mem_fraction_static (targets/sglang/memory_rule.py) against the
-fractions SGLang itself resolved (benchmarks/sglang_reference.py with the case's GPU memory:
+fractions SGLang itself resolved (references/sglang_reference.py with the case's GPU memory:
 ServerArgs' own rule ran), each rule on its own, and the plan's budget when the fraction is left
 to SGLang. SGLang is not imported."""
 
@@ -42,8 +42,8 @@ def settings(gpu: int | None, **extra: Any) -> SGLangSettings:
     return SGLangSettings(name="sglang", gpu_memory_bytes=gpu, **extra)
 
 
-# --- SGLang's own runs: benchmarks/sglang_cases/*_default_fraction.json and single points of
-# benchmarks/sglang_fraction_sweep.py (1800 points agree) --------------------------------------
+# --- SGLang's own runs: references/sglang_cases/*_default_fraction.json and single points of
+# references/sglang_fraction_sweep.py (1800 points agree) --------------------------------------
 
 @pytest.mark.parametrize(
     ("gpu", "tp", "mla", "extra", "fraction"),

@@ -3,12 +3,12 @@ its host pool and its allocator allocate outside the budget, in the plan, in che
 the CLI; and the two HiSparse configurations the planner refuses though SGLang builds their
 pools, each because SGLang's own code cannot run them.
 
-Every pinned number was computed by SGLang's own code: benchmarks/sglang_reference.py builds
+Every pinned number was computed by SGLang's own code: references/sglang_reference.py builds
 the pools with KVCacheConfigurator and then SGLang's HiSparseCoordinator (on device=meta, as
 ModelRunner.maybe_init_hisparse_coordinator builds it) and lists its tensors:
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASE.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASE.json
 
 with the case each test builds."""
 

@@ -2,13 +2,13 @@
 speculative swap (HiSparseSpecSwapManager) allocates beside the budget, in the plan and in
 check_plan's proof, and the startup checks SGLang runs on it after building the pools.
 
-Every pinned number was computed by SGLang's own code: benchmarks/sglang_reference.py builds
+Every pinned number was computed by SGLang's own code: references/sglang_reference.py builds
 the pools with KVCacheConfigurator and then HiSparseCoordinator on device=meta, handed the
 resolved speculative_num_draft_tokens as ModelRunner.maybe_init_hisparse_coordinator hands it,
 and lists its tensors (or, where the coordinator raises, reports the case unusable):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py - < CASES.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py - < CASES.json
 
 with the cases the tests below build (dsv32_h200 of test_sglang_hisparse_meta: DeepSeek-V3.2,
 TP 8, H200, SGLang's default fraction and HiSparse defaults: top_k 2048, a 4096-row buffer)."""

@@ -5,8 +5,8 @@ the window the chunk size (or a sliding_window key); Llama4ForCausalLM keeps one
 Every pinned number was computed by SGLang's own code (ServerArgs -> ModelConfig ->
 KVCacheConfigurator.configure on device=meta):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASE.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASE.json
 
 with the case each test builds (`case(...)` below is that JSON: TP 8, context 8192,
 mem_fraction_static 0.88, a 40 GiB budget)."""

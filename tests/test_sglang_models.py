@@ -5,8 +5,8 @@ top-k, the configs SGLang refuses to load and the longer-context guard.
 Every pinned number was computed by SGLang's own code (ServerArgs -> ModelConfig ->
 KVCacheConfigurator.configure on device=meta):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASE.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASE.json
 
 with the case each test builds (`case(...)` below is that JSON)."""
 
@@ -22,9 +22,9 @@ from cli_support import Run
 from hisparse_plan.adapters.sglang import report_for_case, request_from_server_args
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.targets.sglang import plan_sglang
-from hisparse_plan.targets.sglang.hf_config import read_sglang_config
-from hisparse_plan.targets.sglang.served import HYBRID_SWA_ARCHITECTURES
-from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.architectures import HYBRID_SWA_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.hf_config import read_sglang_config
+from hisparse_plan.targets.sglang.served.registry import SERVED_ARCHITECTURES
 
 GIB = 1 << 30
 FIXTURES = Path(__file__).resolve().parent / "hf_configs"

@@ -1,6 +1,6 @@
 """SGLang's server modes (DP attention, DeepEP's all-to-all, ...) planned as SGLang 0.5.23
 sizes them. Every number below is SGLang's own, computed by its code through
-benchmarks/sglang_reference.py (the case in each test's comment, in that harness's format);
+references/sglang_reference.py (the case in each test's comment, in that harness's format);
 the test plans the same case on our side and compares."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang import plan_sglang
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
-from hisparse_plan.targets.sglang.parallel import attn_tp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.parallel import attn_tp_size, requests_per_worker
 
 DSV32 = "tests/hf_configs/deepseek-v3.2-exp/config.json"
 LLAMA = "tests/hf_configs/llama-3.1-8b-instruct/config.json"
@@ -28,7 +28,7 @@ H200_BYTES = 150754820096
 H200 = {"total_memory_bytes": H200_BYTES, "name": "NVIDIA H200"}
 H200_MEMORY = {"pre_model_load_free_bytes": 149250113536,
                "post_weights_free_bytes": 63350767616}
-"""DeepSeek-V3.2's weights on one of 8 H200s (benchmarks/sglang_cases/dsv32_tp8_h200*)."""
+"""DeepSeek-V3.2's weights on one of 8 H200s (references/sglang_cases/dsv32_tp8_h200*)."""
 DSV32_TP8 = {"tp_size": 8, "context_length": 8192, "kv_cache_dtype": "fp8_e4m3",
              "dsa_backend": "flashmla_kv"}
 
@@ -315,7 +315,7 @@ def test_check_plan_reads_the_mamba_slots_a_request() -> None:
 @pytest.mark.parametrize(("dcp", "tokens", "cell", "index_rows"), [
     # {"config": DSV32, "server_args": {"tp_size": 8, "context_length": 8192,
     #  "mem_fraction_static": 0.9, "kv_cache_dtype": "fp8_e4m3", "dsa_backend": "flashmla_kv",
-    #  "dcp_size": dcp}, "memory": H200_MEMORY} (benchmarks/sglang_cases/dsv32_tp8_h200.json
+    #  "dcp_size": dcp}, "memory": H200_MEMORY} (references/sglang_cases/dsv32_tp8_h200.json
     # with dcp_size). 61 layers: 656-byte latent rows + 132 index bytes x dcp a token; the
     # index pool holds (tokens + 64) x dcp - 64 rows.
     (1, 1007424, 48068, 1007424),

@@ -1,7 +1,7 @@
 """SGLang 0.5.23's default mem_fraction_static for a model served multimodal: no prefill graphs
 unless the architecture is listed as safe for them, then the fraction scaled by the vision
 encoder's size (adjust_mem_fraction_for_vlm). Figures are SGLang's own, from its code through
-benchmarks/sglang_reference.py on the case below (`sglang_diff.py --dump --cases ...` in the
+references/sglang_reference.py on the case below (`sglang_diff.py --dump --cases ...` in the
 SGLang 0.5.23 venv)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hisparse_plan import PlanError, check_plan
 from hisparse_plan.adapters.sglang import report, request_from_server_args
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang import plan_sglang
-from hisparse_plan.targets.sglang.hf_config import vision_encoder_size
-from hisparse_plan.targets.sglang.multimodal import multimodal_fraction
+from hisparse_plan.targets.sglang.served.hf_config import vision_encoder_size
+from hisparse_plan.targets.sglang.served.multimodal import multimodal_fraction
 
 H200 = {"total_memory_bytes": 150754820096, "name": "NVIDIA H200"}
 MEMORY = {"pre_model_load_free_bytes": 149250113536, "post_weights_free_bytes": 120000000000}

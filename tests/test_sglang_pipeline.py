@@ -4,11 +4,11 @@ agreeing on the fewest tokens. The figures are literals, computed with SGLang's 
 the reference harness (every rank configured, a process-group stub answering the ranks' MIN
 all-reduce), SGLang not imported here:
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASES.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASES.json
 
 with CASES.json the `CASES` below as `{"name", "config", "server_args", "memory"[, "gpu"]}`
-(`python benchmarks/sglang_diff.py --cases ...` compares them field by field: all agree)."""
+(`python references/sglang_diff.py --cases ...` compares them field by field: all agree)."""
 
 from __future__ import annotations
 
@@ -353,11 +353,11 @@ def test_only_the_last_rank_runs_the_draft_worker() -> None:
 
 
 def test_a_window_pool_capped_for_requests_under_stages_and_speculative_decoding() -> None:
-    # benchmarks/sglang_cases/swa_pp4_eagle3_radix_off.json (sglang_diff.py seed 103, case
+    # references/sglang_cases/swa_pp4_eagle3_radix_off.json (sglang_diff.py seed 103, case
     # swa-103-81): pipeline stages turn SGLang's overlap scheduler off, so a request's window
     # cap holds one non-overlap decode step (spec_decode_alloc_len_per_request), not two
     # overlapped ones. SGLang's own figure: 61,359,148 tokens (we planned 61,359,020).
-    case = json.loads(Path("benchmarks/sglang_cases/swa_pp4_eagle3_radix_off.json").read_text())
+    case = json.loads(Path("references/sglang_cases/swa_pp4_eagle3_radix_off.json").read_text())
     report = report_for_case(case)
     assert "error" not in report, report.get("error")
     assert report["max_total_num_tokens"] == 61_359_148

@@ -1,7 +1,7 @@
-"""SGLang 0.5.23's own reports (benchmarks/sglang_reference.py) against hand-checked numbers.
+"""SGLang 0.5.23's own reports (references/sglang_reference.py) against hand-checked numbers.
 
 Needs SGLang: run in its venv, e.g.
-``PYTHONPATH=benchmarks/sglang_stubs:benchmarks:tests:src /work/sglang/bin/python -m pytest
+``PYTHONPATH=references/sglang_stubs:references:tests:src /work/sglang/bin/python -m pytest
 -q tests/test_sglang_reference.py``.  Elsewhere the whole module skips.
 """
 
@@ -22,8 +22,8 @@ if importlib.util.find_spec("sglang") is None:
         allow_module_level=True,
     )
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+REFERENCES = Path(__file__).resolve().parent.parent / "references"
+sys.path.insert(0, str(REFERENCES))
 reference: Any = importlib.import_module("sglang_reference")
 
 GIB = 1 << 30
@@ -127,7 +127,7 @@ def test_a_request_from_sglangs_own_server_args_plans_what_sglang_allocates(
     from hisparse_plan.adapters.sglang import report, request_from_sglang
     from hisparse_plan.targets.sglang import plan_sglang
 
-    data = json.loads((BENCHMARKS / "sglang_cases" / f"{case}.json").read_text())
+    data = json.loads((REFERENCES / "sglang_cases" / f"{case}.json").read_text())
     config = reference._load_config(data["config"])
     model_dir = reference._write_model_dir(config, tmp_path)
     server_args = reference._resolve(data, model_dir, [])
@@ -151,7 +151,7 @@ def test_a_window_draft_gets_its_own_swa_pool_on_the_targets_tokens(
     prices the draft's window layers at the ratio: 24 x 2048 + 0.8 x 24 x 2048 bytes."""
     import json
 
-    data = json.loads((BENCHMARKS / "sglang_cases" / "gptoss20b_eagle_self.json").read_text())
+    data = json.loads((REFERENCES / "sglang_cases" / "gptoss20b_eagle_self.json").read_text())
     data["server_args"]["disable_radix_cache"] = radix_off
     report = _report(data)
     assert report["draft"]["token_to_kv_pool"] == "SWAKVPool"

@@ -6,25 +6,25 @@ Every pinned figure came from SGLang's own classes on the meta device, the targe
 `KVCacheConfigurator(is_draft_worker=True)` handed the target's memory_pool_config,
 req_to_token_pool and allocator, as `EAGLEWorkerV2.alloc_memory_pool` does:
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py benchmarks/sglang_cases/dsv32_tp8_dp8_h200.json \\
-        benchmarks/sglang_cases/dsv32_tp8_dp8_mtp_h200.json \\
-        benchmarks/sglang_cases/dsv32_tp8_dp8_b200.json \\
-        benchmarks/sglang_cases/dsv32_tp8_dp8_mtp_b200.json \\
-        benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
-        benchmarks/sglang_cases/gptoss120b_tp8_eagle3.json \\
-        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
-        benchmarks/sglang_cases/dsv32_tp8_dcp2_mtp.json \\
-        benchmarks/sglang_cases/gptoss120b_tp8_eagle3_radix_off.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py references/sglang_cases/dsv32_tp8_dp8_h200.json \\
+        references/sglang_cases/dsv32_tp8_dp8_mtp_h200.json \\
+        references/sglang_cases/dsv32_tp8_dp8_b200.json \\
+        references/sglang_cases/dsv32_tp8_dp8_mtp_b200.json \\
+        references/sglang_cases/qwen3next_tp4_eagle.json \\
+        references/sglang_cases/gptoss120b_tp8_eagle3.json \\
+        references/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
+        references/sglang_cases/dsv32_tp8_dcp2_mtp.json \\
+        references/sglang_cases/gptoss120b_tp8_eagle3_radix_off.json
 
 and the whole reports (every buffer's shape, strides and bytes, the draft's pools included)
 agree with ours field by field:
 
-    python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/dsv32_tp8_dp8_*.json \\
-        benchmarks/sglang_cases/qwen3next_tp4_eagle.json \\
-        benchmarks/sglang_cases/gptoss120b_tp8_eagle3*.json \\
-        benchmarks/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
-        benchmarks/sglang_cases/dsv32_tp8_dcp2_mtp.json
+    python references/sglang_diff.py --cases references/sglang_cases/dsv32_tp8_dp8_*.json \\
+        references/sglang_cases/qwen3next_tp4_eagle.json \\
+        references/sglang_cases/gptoss120b_tp8_eagle3*.json \\
+        references/sglang_cases/dsv32_tp8_hisparse_mtp.json \\
+        references/sglang_cases/dsv32_tp8_dcp2_mtp.json
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang, plan_traced
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = REPO / "benchmarks" / "sglang_cases"
+CASES = REPO / "references" / "sglang_cases"
 
 
 def case(name: str) -> dict[str, Any]:

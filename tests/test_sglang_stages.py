@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import json
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +32,9 @@ from test_sglang_v4 import v4_request
 GIB = 1 << 30
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "hisparse_plan" / "targets" / "sglang"
 STAGES = ("read", "resolve", "size", "place", "report")
-RULE_MODULES = ("settings", "model", "model_v4", "defaults", "defaults_v4", "sizing", "sizing_v4",
-                "served", "platform", "multimodal",
-                "layout", "capacity", "memory_rule")
+RULE_MODULES = ("settings", "model", "deepseek_v4/model", "defaults", "deepseek_v4/defaults",
+                "sizing", "deepseek_v4/sizing", "served/architectures", "platform",
+                "served/multimodal", "layout", "capacity", "memory_rule")
 
 
 def mha_request(**engine: Any) -> PlanRequest:
@@ -266,12 +263,3 @@ def test_stages_import_only_the_stages_before_them() -> None:
         later = set(STAGES[index:]) & imported
         assert later == set(), f"{stage} imports {sorted(later)}"
 
-
-def test_the_old_planner_path_still_imports_with_a_warning() -> None:
-    sys.modules.pop("hisparse_plan.targets.sglang.planner", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        planner = importlib.import_module("hisparse_plan.targets.sglang.planner")
-    assert planner.plan_sglang is plan_sglang
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "hisparse_plan.targets.sglang.pipeline" in str(caught[0].message)

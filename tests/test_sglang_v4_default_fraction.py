@@ -1,8 +1,8 @@
 """SGLang 0.5.23's default mem_fraction_static for DeepSeek-V4: the same rule as any MLA model,
 without the prefill graphs SGLang turns off for V4 (cuda_graph_hook's breakable-graph
 blockers). Every figure is SGLang's own, computed by its code through
-benchmarks/sglang_reference.py (`run_case_safely` and `memory_defaults` on the case below, in
-the SGLang 0.5.23 venv with benchmarks/sglang_stubs on PYTHONPATH)."""
+references/sglang_reference.py (`run_case_safely` and `memory_defaults` on the case below, in
+the SGLang 0.5.23 venv with references/sglang_stubs on PYTHONPATH)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hisparse_plan import check_plan
 from hisparse_plan.adapters.sglang import report, request_from_server_args
 from hisparse_plan.targets.sglang import plan_sglang
 
-V4 = "benchmarks/sglang_cases/deepseek_v4_flash_config.json"
+V4 = "references/sglang_cases/deepseek_v4_flash_config.json"
 H200 = {"total_memory_bytes": 150754820096, "name": "NVIDIA H200"}
 B200 = {"total_memory_bytes": 183359 << 20, "name": "NVIDIA B200", "capability": [10, 0]}
 MEMORY = {"pre_model_load_free_bytes": 149250113536, "post_weights_free_bytes": 110000000000}

@@ -2,8 +2,8 @@
 and the DeepSeekV4PagedHostPool its HiSparseCoordinator builds. The figures are literals,
 computed with SGLang's own code by the reference harness (SGLang not imported here):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py CASE.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py CASE.json
 
 with CASE.json `{"config": V4_CONFIG, "server_args": SERVER_ARGS, "memory": MEMORY}`."""
 
@@ -19,7 +19,7 @@ from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang
 
-V4_CONFIG = "benchmarks/sglang_cases/deepseek_v4_flash_config.json"
+V4_CONFIG = "references/sglang_cases/deepseek_v4_flash_config.json"
 SERVER_ARGS: dict[str, Any] = {
     "tp_size": 8, "context_length": 8192, "mem_fraction_static": 0.9, "enable_hisparse": True,
     "hisparse_config": {"top_k": 512, "device_buffer_size": 1024, "host_to_device_ratio": 4},

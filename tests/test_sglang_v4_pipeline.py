@@ -5,9 +5,9 @@ compression ratio of the model its layers lack. The figures are literals compute
 own code by the reference harness (every rank configured, a process-group stub answering the
 ranks' MIN all-reduce), SGLang not imported here:
 
-    PYTHONPATH=$PWD/src python benchmarks/sglang_diff.py --dump --cases \
-        benchmarks/sglang_cases/dsv4_flash_tp8_pp2.json \
-        benchmarks/sglang_cases/dsv4_flash_tp8_pp2_hisparse.json
+    PYTHONPATH=$PWD/src python references/sglang_diff.py --dump --cases \
+        references/sglang_cases/dsv4_flash_tp8_pp2.json \
+        references/sglang_cases/dsv4_flash_tp8_pp2_hisparse.json
 
 (and the other cases `case()` below builds, written to a file); the same command without
 --dump compares every field of every rank: all agree."""
@@ -28,7 +28,7 @@ from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.targets.sglang import plan_sglang, plan_traced
 
-V4_CONFIG = Path("benchmarks/sglang_cases/deepseek_v4_flash_config.json")
+V4_CONFIG = Path("references/sglang_cases/deepseek_v4_flash_config.json")
 GIB = 1 << 30
 HISPARSE: dict[str, Any] = {"enable_hisparse": True,
                              "hisparse_config": {"top_k": 512, "device_buffer_size": 1024,
@@ -49,7 +49,7 @@ def case(layers: int | None, pp: int, memory: dict[str, int] | None = None,
             "memory": memory or {"available_bytes": 8 * GIB}}
 
 
-CASES = Path("benchmarks/sglang_cases")
+CASES = Path("references/sglang_cases")
 FLASH_PP2: dict[str, Any] = json.loads((CASES / "dsv4_flash_tp8_pp2.json").read_text())
 
 

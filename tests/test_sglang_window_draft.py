@@ -7,15 +7,15 @@ The pinned figures came from SGLang's own classes on the meta device: the target
 with the radix cache off) and the draft worker's by `KVCacheConfigurator(is_draft_worker=True)`
 handed the target's memory_pool_config, req_to_token_pool and allocator (its SWAKVPool):
 
-    PYTHONPATH=benchmarks/sglang_stubs:benchmarks /work/sglang/bin/python \\
-        benchmarks/sglang_reference.py benchmarks/sglang_cases/gptoss20b_eagle_self.json \\
-        benchmarks/sglang_cases/gptoss20b_eagle_self_radix_off.json \\
-        benchmarks/sglang_cases/gptoss20b_pp2_eagle_self_radix_off.json \\
-        benchmarks/sglang_cases/llama4_scout_tp8_eagle_self.json
+    PYTHONPATH=references/sglang_stubs:references /work/sglang/bin/python \\
+        references/sglang_reference.py references/sglang_cases/gptoss20b_eagle_self.json \\
+        references/sglang_cases/gptoss20b_eagle_self_radix_off.json \\
+        references/sglang_cases/gptoss20b_pp2_eagle_self_radix_off.json \\
+        references/sglang_cases/llama4_scout_tp8_eagle_self.json
 
 and the whole reports (every buffer of the target's and the draft's pools) agree with ours:
 
-    python benchmarks/sglang_diff.py --cases benchmarks/sglang_cases/*eagle_self*.json
+    python references/sglang_diff.py --cases references/sglang_cases/*eagle_self*.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ layers only sized as SGLang's all-window pool (no full pool, no ratio), and the 
 cannot run refused. The figures are literals computed with SGLang's own code by the reference
 harness, every rank configured, SGLang not imported here:
 
-    python benchmarks/sglang_diff.py --cases CASE.json --dump
+    python references/sglang_diff.py --cases CASE.json --dump
 
 with CASE.json `{"name", "config", "server_args", "memory"}` as `case()` below writes it
 (all agree, or both refuse, field by field)."""

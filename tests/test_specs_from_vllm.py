@@ -75,7 +75,7 @@ def test_the_plan_is_the_config_readings_when_vllm_builds_the_same_layers(
 ])
 def test_issue_27_families_plan_as_vllm_builds_them(model: str, tp: str) -> None:
     """Qwen3.5 is left out here: its multimodal wrapper imports torchvision, which a CPU-only
-    venv may lack (benchmarks/vllm_family_sweep.py stands it in and checks it)."""
+    venv may lack (references/vllm_family_sweep.py stands it in and checks it)."""
     argv = ["plan", "--hf-config", str(CONFIGS / model / "config.json"), "-tp", tp,
             "--max-model-len", "4096", "--json"]
     checked, plain = _cli(*argv, "--specs-from-vllm"), _cli(*argv)
@@ -84,7 +84,7 @@ def test_issue_27_families_plan_as_vllm_builds_them(model: str, tp: str) -> None
 
 
 HAS_TIMM = importlib.util.find_spec("timm") is not None
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+REFERENCES = Path(__file__).parent.parent / "references"
 
 
 @needs_vllm
@@ -93,13 +93,13 @@ BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 def test_gemma3n_plans_as_vllm_allocates_it(tmp_path: Path) -> None:
     """20 of 35 layers allocate (vLLM gives the 15 that read layers 18 and 19's caches no
     spec); the meta build's sharing targets must be the reading's. timm imports torchvision,
-    which no cache layer needs: benchmarks/vllm_hf_layers.py's stand-in takes its place (a
+    which no cache layer needs: references/vllm_hf_layers.py's stand-in takes its place (a
     CPU-only torch has no torchvision that loads beside it)."""
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path.insert(0, str(REFERENCES))
     try:
         from vllm_hf_layers import STUBS
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(REFERENCES))
     (tmp_path / "sitecustomize.py").write_text(STUBS)
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     argv = ["plan", "--hf-config", str(CONFIGS / "gemma-3n-e4b-it" / "config.json"),

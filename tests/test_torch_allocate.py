@@ -19,8 +19,8 @@ from hisparse_plan.torch import (
     allocate,
     available_host_memory,
 )
-from hisparse_plan.torch import pools as pools_module
-from hisparse_plan.torch.host import HostBuffer
+from hisparse_plan.torch.hostmem.mapping import HostBuffer
+from hisparse_plan.torch.vllm import pools as pools_module
 from torch_support import golden_plan, shrunk_plan, small_plan, tampered, torch
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA refusals")
@@ -73,7 +73,8 @@ def test_without_prefault_pages_stay_uncommitted() -> None:
 
 def test_prefault_without_populate_touches_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
     # Kernels before 5.14 lack MADV_POPULATE_WRITE: the fallback writes a byte per page.
-    monkeypatch.setattr("hisparse_plan.torch.host._populate_supported", lambda address: False)
+    monkeypatch.setattr("hisparse_plan.torch.hostmem.mapping._populate_supported",
+                        lambda address: False)
     buffer = HostBuffer(3 * 2**20 + 100, huge_pages=False)
     before = rss_bytes()
     buffer.prefault(2)

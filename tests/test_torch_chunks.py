@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, Chunk, host_trains, plan_chunks
-from hisparse_plan.torch.chunks import CHUNK_BYTES, MAX_REGISTRATION_BYTES, lowest_crossing
+from hisparse_plan.torch.hostmem.chunks import CHUNK_BYTES, MAX_REGISTRATION_BYTES, lowest_crossing
 from hisparse_plan.views import Train
 from torch_support import golden_plan, small_plan
 

@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import Chunk, RegistrationError, allocate
-from hisparse_plan.torch import pools as pools_module
-from hisparse_plan.torch.host import HostBuffer
-from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.registration import Registration
-from hisparse_plan.torch.tasks import run_tasks
+from hisparse_plan.torch.hostmem.mapping import HostBuffer
+from hisparse_plan.torch.hostmem.registration import Registration
+from hisparse_plan.torch.hostmem.tasks import run_tasks
+from hisparse_plan.torch.vllm import pools as pools_module
+from hisparse_plan.torch.vllm.host import host_pool_bytes
 from torch_support import FakeRegistrar, mapped, small_plan
 
 CHUNK = 4 * 2**20

@@ -73,7 +73,7 @@ def test_allocation_steps_are_logged_and_nothing_is_printed(
 def test_a_long_verify_logs_its_passes_without_a_progress_callback(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hisparse_plan.torch import verification
+    from hisparse_plan.torch.vllm import verification
 
     monkeypatch.setattr(verification, "LOG_EVERY_S", 0.0)  # every pass counts as long
     plan = small_plan()

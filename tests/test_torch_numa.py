@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import BackendError, allocate
-from hisparse_plan.torch import numa as numa_module
-from hisparse_plan.torch.host import HostBuffer
-from hisparse_plan.torch.numa import (
+from hisparse_plan.torch.hostmem import numa as numa_module
+from hisparse_plan.torch.hostmem.mapping import HostBuffer
+from hisparse_plan.torch.hostmem.numa import (
     NumaPlacement,
     memory_policy,
     normalize_bus_id,

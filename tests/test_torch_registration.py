@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import Chunk, Pools, RegistrationError, allocate, host_trains
-from hisparse_plan.torch.chunks import lowest_crossing
-from hisparse_plan.torch.host import HostBuffer
-from hisparse_plan.torch.hostpool import STRANDED
-from hisparse_plan.torch.registration import register_chunks
+from hisparse_plan.torch.hostmem.chunks import lowest_crossing
+from hisparse_plan.torch.hostmem.mapping import HostBuffer
+from hisparse_plan.torch.hostmem.registration import register_chunks
+from hisparse_plan.torch.hostmem.state import STRANDED
 from torch_support import FakeRegistrar, mapped, small_plan, torch
 
 PAGE = 4096
@@ -166,7 +166,7 @@ def test_a_failed_cuda_call_leaves_no_last_error_behind(
     torch does with an unread "last error" (seen on an H200)."""
     from contextlib import nullcontext
 
-    from hisparse_plan.torch import registration
+    from hisparse_plan.torch.hostmem import registration
 
     cudart = RecordingCudart(code)
     monkeypatch.setattr(registration, "_cudart", lambda: cudart)

@@ -17,7 +17,7 @@ from hisparse_plan.torch import (
     meta_check,
     verify,
 )
-from hisparse_plan.torch import pools as pools_module
+from hisparse_plan.torch.vllm import pools as pools_module
 from hisparse_plan.views import plan_views
 from torch_support import (
     MIB,

@@ -1,16 +1,12 @@
 """The torch backend's shape (docs/architecture.md): `torch/hostmem/` is host memory for a number
 of bytes and knows no plan; each engine's plans are bound and verified in its own part
 (`torch/vllm/`, `torch/sglang/`), and only those parts and the entry points name an engine;
-`allocate`'s keywords are listed once; every module path that moved still imports."""
+`allocate`'s keywords are listed once."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -45,12 +41,6 @@ def torch_modules() -> dict[str, Path]:
             if name == TORCH or name.startswith(f"{TORCH}.")}
 
 
-def old_paths() -> set[str]:
-    """The backend's modules kept at a path they moved from: each imports `_moved`."""
-    graph = import_graph()
-    return {name for name in torch_modules() if f"{PACKAGE}._moved" in graph[name]}
-
-
 def test_hostmem_imports_nothing_of_the_package_but_itself_and_the_errors() -> None:
     graph = import_graph()
     allowed = {f"{TORCH}.errors"}
@@ -62,11 +52,10 @@ def test_hostmem_imports_nothing_of_the_package_but_itself_and_the_errors() -> N
 
 
 def test_only_the_engines_parts_and_the_entry_points_name_an_engine() -> None:
-    shims = old_paths()
     named = []
     for name, path in sorted(torch_modules().items()):
         part = name.removeprefix(f"{TORCH}.").split(".")[0]
-        if part in ENGINE_PARTS or name in ENTRY_POINTS or name in shims:
+        if part in ENGINE_PARTS or name in ENTRY_POINTS:
             continue
         text = path.read_text(encoding="utf-8").lower()
         named += [f"{name} names {engine}" for engine in ENGINE_PARTS if engine in text]
@@ -145,82 +134,3 @@ def test_a_shared_pool_is_held_to_the_ram_figure_it_is_given(
               allocate_devices=lambda: None)
     assert list(tmp_path.iterdir()) == []
 
-
-# --- old module paths ------------------------------------------------------------------------
-
-ALIASED: dict[str, str] = {
-    **{f"{TORCH}.{old}": f"{HOSTMEM}.{new}" for old, new in (
-        ("host", "mapping"), ("numa", "numa"), ("registration", "registration"), ("shm", "shm"),
-        ("shmfiles", "shmfiles"), ("locks", "locks"), ("tasks", "tasks"))},
-    **{f"{TORCH}.{old}": f"{TORCH}.vllm.{old}" for old in (
-        "pools", "binding", "stages", "verification")},
-    f"{TORCH}.sglang_pools": f"{TORCH}.sglang.pools",
-    f"{TORCH}.sglang_verify": f"{TORCH}.sglang.verify",
-}
-"""Old path -> the module it now is (one module under two names)."""
-
-SPLIT: dict[str, tuple[str, dict[str, str]]] = {
-    f"{TORCH}.hostpool": (f"{HOSTMEM}.state and {TORCH}.vllm.host", {
-        "STRANDED": f"{HOSTMEM}.state", "HostState": f"{HOSTMEM}.state",
-        "attached_placement": f"{HOSTMEM}.numa", "host_pool_bytes": f"{TORCH}.vllm.host"}),
-    f"{TORCH}.chunks": (f"{HOSTMEM}.chunks and {TORCH}.vllm.host", {
-        "Chunk": f"{HOSTMEM}.chunks", "lowest_crossing": f"{HOSTMEM}.chunks",
-        "host_trains": f"{TORCH}.vllm.host"}),
-    f"{TORCH}.meta": (f"{TORCH}.engines, {TORCH}.vllm.meta and {TORCH}.sglang.meta", {
-        "meta_check": f"{TORCH}.engines", "MetaReport": f"{TORCH}.vllm.meta",
-        "SGLangMetaReport": f"{TORCH}.sglang.meta"}),
-}
-"""Old path of a module split up -> (where it went, as its warning says; some names it held ->
-the module each now lives in)."""
-
-PROBE = """
-import importlib, json, sys, warnings
-aliased, split = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {}
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    import hisparse_plan.torch
-    out["own imports"] = [str(w.message) for w in caught]
-    for old, new in aliased.items():
-        del caught[:]
-        exec(f"import {old}")
-        out[old] = [sys.modules[old] is sys.modules[new], [str(w.message) for w in caught]]
-    for old, (_, names) in split.items():
-        del caught[:]
-        module = importlib.import_module(old)
-        same = all(getattr(module, name) is getattr(importlib.import_module(home), name)
-                   for name, home in names.items())
-        out[old] = [same, [str(w.message) for w in caught]]
-print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def probed() -> dict[str, Any]:
-    # A fresh interpreter: a module warns only the first time it is imported.
-    result = subprocess.run([sys.executable, "-c", PROBE, json.dumps(ALIASED), json.dumps(SPLIT)],
-                            capture_output=True, text=True, check=True)
-    found: dict[str, Any] = json.loads(result.stdout)
-    return found
-
-
-def test_every_old_path_is_listed_here() -> None:
-    assert old_paths() == set(ALIASED) | set(SPLIT)
-
-
-def test_the_backend_imports_no_old_path(probed: dict[str, Any]) -> None:
-    assert probed["own imports"] == []
-
-
-@pytest.mark.parametrize("old", sorted(ALIASED))
-def test_a_moved_module_is_its_new_one_and_warns(old: str, probed: dict[str, Any]) -> None:
-    same, warned = probed[old]
-    assert same
-    assert warned == [f"{old} moved to {ALIASED[old]}; import it from there"]
-
-
-@pytest.mark.parametrize("old", sorted(SPLIT))
-def test_a_split_module_reexports_its_names_and_warns(old: str, probed: dict[str, Any]) -> None:
-    same, warned = probed[old]
-    assert same
-    assert warned == [f"{old} moved to {SPLIT[old][0]}; import it from there"]

@@ -27,9 +27,10 @@ from hisparse_plan.torch import (
     meta_check,
     verify,
 )
-from hisparse_plan.torch import sglang_pools as pools_module
-from hisparse_plan.torch import sglang_verify as verify_module
-from hisparse_plan.torch.sglang_pools import BUFFER_TORCH_DTYPES
+from hisparse_plan.torch.sglang import binding as binding_module
+from hisparse_plan.torch.sglang import pools as pools_module
+from hisparse_plan.torch.sglang import verify as verify_module
+from hisparse_plan.torch.sglang.binding import BUFFER_TORCH_DTYPES
 from hisparse_plan.torch.verify_layers import read_raw
 from test_check_pools import HALF, PAGE, ROW_BYTES, ROWS, mha_plan
 from test_sglang_target import dsa_layers, latent, mamba, mha, request, swa
@@ -86,18 +87,18 @@ def test_tensors_bind_inside_an_allocation_that_starts_inside_a_larger_buffer(ca
     # allocation's own first byte, whatever its offset in the storage.
     plan = real_plan(case)
     lead = 64
-    for placed in pools_module.placed_views(plan):
+    for placed in binding_module.placed_views(plan):
         pool = next(p for p in plan.pools if p.name == placed.allocation[0])
         backing = torch.zeros(lead + pool.size, dtype=torch.uint8)
         allocation = backing[lead:]
-        tensor = pools_module.bind_buffer(placed, allocation)
-        pools_module.check_buffer(placed, tensor, allocation)
+        tensor = binding_module.bind_buffer(placed, allocation)
+        binding_module.check_buffer(placed, tensor, allocation)
         itemsize = tensor.element_size()
         assert tensor.data_ptr() == (allocation.data_ptr()
                                      + placed.view.storage_offset * itemsize)
-        shifted = pools_module.bind_buffer(placed, backing)  # the same view, lead bytes earlier
+        shifted = binding_module.bind_buffer(placed, backing)  # the same view, lead bytes earlier
         with pytest.raises(BackendError, match="start byte"):
-            pools_module.check_buffer(placed, shifted, allocation)
+            binding_module.check_buffer(placed, shifted, allocation)
 
 
 def test_a_per_layer_pool_is_one_buffer_per_layer() -> None:
@@ -394,7 +395,7 @@ def test_a_view_across_two_pages_is_caught() -> None:
 def test_a_tensor_that_reads_elsewhere_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The raw side never uses the bound tensor: heads and dims swapped is caught on the bytes
     # (the structural check, which would name it first, is switched off here).
-    bind = pools_module.bind_buffer
+    bind = binding_module.bind_buffer
 
     def swapped(placed: Any, allocation: torch.Tensor) -> torch.Tensor:
         tensor = bind(placed, allocation)
@@ -410,7 +411,7 @@ def test_a_tensor_that_reads_elsewhere_is_caught(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_structural_check_names_a_wrong_stride(monkeypatch: pytest.MonkeyPatch) -> None:
-    bind = pools_module.bind_buffer
+    bind = binding_module.bind_buffer
 
     def wrong(placed: Any, allocation: torch.Tensor) -> torch.Tensor:
         tensor = bind(placed, allocation)

@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import BackendError, HostMemory, HostMemoryError, allocate, verify
-from hisparse_plan.torch import pools as pools_module
-from hisparse_plan.torch import shm as shm_module
-from hisparse_plan.torch.host import OS_PAGE, HostBuffer
-from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.shm import lock_path, pool_path
+from hisparse_plan.torch.hostmem import shm as shm_module
+from hisparse_plan.torch.hostmem.mapping import OS_PAGE, HostBuffer
+from hisparse_plan.torch.hostmem.shm import lock_path, pool_path
+from hisparse_plan.torch.vllm import pools as pools_module
+from hisparse_plan.torch.vllm.host import host_pool_bytes
 from torch_support import (
     FakeRegistrar,
     mapped,

@@ -21,16 +21,16 @@ import pytest
 pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 from hisparse_plan.torch import BackendError, Pools, allocate
-from hisparse_plan.torch import locks as locks_module
-from hisparse_plan.torch.host import OS_PAGE, HostBuffer
-from hisparse_plan.torch.hostpool import host_pool_bytes
-from hisparse_plan.torch.locks import (
+from hisparse_plan.torch.hostmem import locks as locks_module
+from hisparse_plan.torch.hostmem.locks import (
     DEFAULT_LOCK_TIMEOUT_S,
     LockTimeoutError,
     lock_holder,
     note_holder,
 )
-from hisparse_plan.torch.shm import lock_path, pool_path
+from hisparse_plan.torch.hostmem.mapping import OS_PAGE, HostBuffer
+from hisparse_plan.torch.hostmem.shm import lock_path, pool_path
+from hisparse_plan.torch.vllm.host import host_pool_bytes
 from shm_support import NOBODY, Intruder, remove, truncated_rank
 from torch_support import FakeRegistrar, shared_memory_usable, shared_plan
 

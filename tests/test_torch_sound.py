@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, UnsoundPlanError, allocate, meta_check
-from hisparse_plan.torch import pools as pools_module
+from hisparse_plan.torch.vllm import pools as pools_module
 from planning_support import plan_or_none
 from strategies import hisparse_requests
 from torch_support import small_plan, tampered, tensor_index

@@ -18,7 +18,7 @@ from hisparse_plan.torch import (
     bind_views,
     verify,
 )
-from hisparse_plan.torch import pools as pools_module
+from hisparse_plan.torch.vllm import pools as pools_module
 from hisparse_plan.views import plan_views
 from torch_support import pipeline_small_request, plan_of, small_plan, tampered, torch
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import hisparse_plan as hp
 from hisparse_plan.torch import BackendError, VerifyError, VerifyReport, allocate, verify
-from hisparse_plan.torch import verification as verify_module
-from hisparse_plan.torch.binding import bind_views
-from hisparse_plan.torch.hostpool import host_pool_bytes
 from hisparse_plan.torch.verify_layers import read_raw, select_blocks
+from hisparse_plan.torch.vllm import verification as verify_module
+from hisparse_plan.torch.vllm.binding import bind_views
+from hisparse_plan.torch.vllm.host import host_pool_bytes
 from hisparse_plan.views import plan_views
 from planning_support import plan_or_none
 from strategies import hisparse_requests

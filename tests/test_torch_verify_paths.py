@@ -9,8 +9,6 @@ pytest.importorskip("torch")  # the backend is an extra: skip without it
 
 import hisparse_plan as hp
 from hisparse_plan.torch import allocate
-from hisparse_plan.torch.binding import bind_views
-from hisparse_plan.torch.pools import Pools
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Scratch,
@@ -20,6 +18,8 @@ from hisparse_plan.torch.verify_layers import (
     select_blocks,
     write_raw,
 )
+from hisparse_plan.torch.vllm.binding import bind_views
+from hisparse_plan.torch.vllm.pools import Pools
 from hisparse_plan.views import plan_views
 from torch_support import qwen3_next_small_request, small_plan, torch
 

@@ -178,7 +178,7 @@ def test_bad_configs_are_one_clean_line(
     for engine in ([], ["--engine", "sglang"]):
         line = one_error(*cli("plan", "--hf-config", str(path), *engine))
         if engine and fragment == "num_hidden_layers: missing":
-            # SGLang's own reading (targets/sglang/hf_config.py) wants a model_type first.
+            # SGLang's own reading (targets/sglang/served/hf_config.py) wants a model_type first.
             assert "model_type: SGLang loads config.json through" in line, line
         else:
             assert fragment in line, line

@@ -192,7 +192,7 @@ def test_hybrid_manager_off_promotes_a_window_mla_layer_into_one_mla_spec(aligne
     beside an mla layer MLA; `MLAAttentionSpec.merge` then compares the pages, not the
     `alignment` that pads them (576 leaves a 576-byte row's page of 16 rows as it is), so both
     layers are one mla spec: one group, one tensor. vLLM 0.34's figures for this request (its
-    engine flow on CPU, benchmarks/vllm_diff.py's): 29127 blocks, page 18432, concurrency
+    engine flow on CPU, references/vllm_diff.py's): 29127 blocks, page 18432, concurrency
     56.888672 at max_model_len 8192. The planner kept two specs in a uniform_type group."""
     latent = {"block_size": 16, "head_size": 576, "dtype": "bfloat16", "num_kv_heads": 1}
     layers = {"a": {**latent, "kind": "mla"},

@@ -1,7 +1,7 @@
 """vLLM 0.34's whole registry against the config reader, pinned without vLLM.
 
 tests/vllm_registry.json holds, for every text-generation and multimodal architecture of vLLM
-0.34's registry, what benchmarks/vllm_family_sweep.py --registry-build found: the config it used
+0.34's registry, what references/vllm_family_sweep.py --registry-build found: the config it used
 (transformers' own class at small size, or a fixture), and where vLLM's model class built on the
 meta device, the cache layers it built (facts of `MODEL_FACTS`, layers that read another's
 cache) and whether the reader agreed. Here the reader reads each stored config again: where it

@@ -252,8 +252,8 @@ def rank(connection: Any, plan_json: str, name: str) -> None:
 def numa_binding_works() -> bool:
     """Whether this process may bind memory to node 0: mbind needs a NUMA kernel, and some
     container sandboxes (Docker's default seccomp profile without CAP_SYS_NICE) refuse it."""
-    from hisparse_plan.torch.host import HostBuffer
-    from hisparse_plan.torch.numa import MPOL_PREFERRED, mbind, memory_policy
+    from hisparse_plan.torch.hostmem.mapping import HostBuffer
+    from hisparse_plan.torch.hostmem.numa import MPOL_PREFERRED, mbind, memory_policy
 
     if not Path("/sys/devices/system/node/node0").exists():
         return False
@@ -267,6 +267,6 @@ def numa_binding_works() -> bool:
 
 def shared_memory_usable() -> bool:
     """Whether /dev/shm is there to hold shared pools."""
-    from hisparse_plan.torch.shm import SHM_DIR
+    from hisparse_plan.torch.hostmem.shm import SHM_DIR
 
     return os.access(SHM_DIR, os.W_OK | os.X_OK)

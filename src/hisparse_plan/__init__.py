@@ -1,5 +1,5 @@
-"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, for
-regular models and for HiSparse sparse-MLA models (the full history in pinned host memory).
+"""hisparse_plan: where every byte of an LLM's KV cache lives, planned for vLLM and SGLang, regular
+and HiSparse sparse-MLA models alike. Its public names, imported lazily from any room.
 
 The names below are imported on first use, so that `import hisparse_plan.cli.launch` (the
 command's first code) costs nothing: the command imports the rest inside its Ctrl-C guard.
@@ -8,7 +8,6 @@ command's first code) costs nothing: the command imports the rest inside its Ctr
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -34,7 +33,6 @@ _HOMES: dict[str, str] = {
 
 if TYPE_CHECKING:
     # `X as X`: each name is this package's to export (`__all__` is built from _HOMES)
-    from hisparse_plan import planning as planning  # the old name, read lazily below
     from hisparse_plan.checking import check_plan as check_plan
     from hisparse_plan.errors import CapacityError as CapacityError
     from hisparse_plan.errors import HisparsePlanError as HisparsePlanError
@@ -72,24 +70,12 @@ if TYPE_CHECKING:
 else:
 
     def __getattr__(name: str) -> object:
-        if name == "planning":
-            return _old_planning()
         home = _HOMES.get(name)
         if home is None:
             raise AttributeError(f"module 'hisparse_plan' has no attribute {name!r}")
         value = getattr(importlib.import_module(home), name)
         globals()[name] = value  # looked up once
         return value
-
-    def _old_planning() -> object:
-        """`hisparse_plan.planning`, vLLM's planner's old name, imported when first read."""
-        from hisparse_plan._moved import deprecated_path
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # warned once below, at the reader
-            module = importlib.import_module("hisparse_plan.planning")
-        deprecated_path("hisparse_plan.planning", "hisparse_plan.targets.vllm", depth=1)
-        return module
 
 
 def __dir__() -> list[str]:

@@ -1,5 +1,5 @@
-"""`check_plan`: prove a plan sound (docs/planning-rules.md#invariants) and, given its
-request, that it answers it."""
+"""`check_plan`: prove any engine's plan sound and, given its request, that it answers it.
+May import models, rules, views and targets (vLLM's rules, `plan_for_engine`)."""
 
 from __future__ import annotations
 

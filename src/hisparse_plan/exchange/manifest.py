@@ -13,7 +13,6 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
-from hisparse_plan.exchange.fingerprint import fingerprint
 from hisparse_plan.models import (
     HOT_SUFFIX,
     RESIDENT_SUFFIX,
@@ -23,6 +22,7 @@ from hisparse_plan.models import (
     dtype_size,
 )
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt, is_empty
+from hisparse_plan.models.fingerprint import fingerprint
 from hisparse_plan.views import LayerView, plan_views, pool_name
 
 MANIFEST_VERSION: Final = 1

@@ -1,4 +1,5 @@
-"""The pydantic models: requests in, plans out."""
+"""The pydantic models: requests in, plans out, each validated, and a plan's layout fingerprint.
+May import nothing of the package but `errors` and `rule_docs`."""
 
 from hisparse_plan.models.base import GIB, INT64_MAX
 from hisparse_plan.models.dtypes import DTYPE_SIZE, DType, dtype_size

@@ -11,17 +11,68 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
 
-from hisparse_plan.models.group_specs import UniformTypeSpec
-
-if TYPE_CHECKING:  # a plan's own property calls this module: names for the types only
-    from hisparse_plan.models.group_specs import GroupSpec
-    from hisparse_plan.models.layer_specs import LayerSpec
-    from hisparse_plan.models.plan import KVCachePlan
+from hisparse_plan.models.group_specs import GroupSpec, UniformTypeSpec
+from hisparse_plan.models.layer_specs import LayerSpec
+from hisparse_plan.models.layout import KVCacheLayout
+from hisparse_plan.models.tensors import KVCacheTensor
 
 FINGERPRINT_VERSION: Final = 1
 """Part of the hashed text: a change to what is hashed changes every fingerprint."""
+
+
+# What the hash reads of a plan, as protocols: `KVCachePlan.fingerprint` (models/plan.py) calls
+# this module, so naming the plan's classes here would make the two modules import each other.
+class _Group(Protocol):
+    @property
+    def layer_names(self) -> Sequence[str]: ...
+    @property
+    def host_resident(self) -> bool: ...
+    @property
+    def spec(self) -> GroupSpec: ...
+
+
+class _HostPool(Protocol):
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def block_stride(self) -> int: ...
+    @property
+    def bytes_per_block(self) -> int: ...
+    @property
+    def shared(self) -> bool: ...
+    @property
+    def layout(self) -> KVCacheLayout: ...
+
+
+class _DevicePool(Protocol):
+    @property
+    def layout(self) -> KVCacheLayout: ...
+    @property
+    def bytes_per_block(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def layers(self) -> Sequence[str] | None: ...
+
+
+class LaidOutPlan(Protocol):
+    """The fields of a plan (`KVCachePlan`) that decide where its bytes live."""
+
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def groups(self) -> Sequence[_Group]: ...
+    @property
+    def tensors(self) -> Sequence[KVCacheTensor]: ...
+    @property
+    def host_pool(self) -> _HostPool | None: ...
+    @property
+    def device_pools(self) -> Sequence[_DevicePool]: ...
+    @property
+    def kv_sharing(self) -> Mapping[str, str]: ...
 
 
 def _spec_document(spec: GroupSpec | LayerSpec) -> dict[str, Any]:
@@ -36,7 +87,7 @@ def _spec_document(spec: GroupSpec | LayerSpec) -> dict[str, Any]:
     return document
 
 
-def layout_document(plan: KVCachePlan) -> dict[str, Any]:
+def layout_document(plan: LaidOutPlan) -> dict[str, Any]:
     """The fingerprint's input as a JSON-ready dict (public plan fields only). Cross-layer KV
     sharing (whose pages a layer reads) is hashed only when the plan has some, so that the
     fingerprints of plans without it stay as they were."""
@@ -46,7 +97,7 @@ def layout_document(plan: KVCachePlan) -> dict[str, Any]:
     return document
 
 
-def _layout_document(plan: KVCachePlan) -> dict[str, Any]:
+def _layout_document(plan: LaidOutPlan) -> dict[str, Any]:
     host = plan.host_pool
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
@@ -95,7 +146,7 @@ def canonical_json(document: object) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def fingerprint(plan: KVCachePlan) -> str:
+def fingerprint(plan: LaidOutPlan) -> str:
     """The sha256 (hex) of the plan's layout document in canonical JSON."""
     text = canonical_json(layout_document(plan))
     return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -1,6 +1,8 @@
-"""Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, deployments
-side by side, and plans explained number by number. Pure functions returning models; nothing
-here prints."""
+"""Operator logic: capacity against the all-GPU baseline, sweeps, host-pool tuning, deployments,
+plans explained. May import models, presets, checking and targets (the default engine's).
+
+Pure functions returning models; nothing here prints.
+"""
 
 from hisparse_plan.operator.baseline import (
     BaselineCapacity,

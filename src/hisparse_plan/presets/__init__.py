@@ -1,7 +1,9 @@
-"""Model presets: the `config.json` fields of known models, and plan requests built from them
-(or from a user's own `config.json`). Sparse-MLA models (DeepSeek-V3.2, GLM-5) plan with
-HiSparse unless told not to; regular models (Llama, Gemma, gpt-oss,
-Qwen3-Next, DeepSeek-V4-Flash) without."""
+"""Model presets: known models' `config.json` fields, and plan requests built from them or from a
+user's own `config.json`. May import models only.
+
+Sparse-MLA models (DeepSeek-V3.2, GLM-5) plan with HiSparse unless told not to; regular models
+(Llama, Gemma, gpt-oss, Qwen3-Next, DeepSeek-V4-Flash) without.
+"""
 
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.catalog import Preset, Weights, load_preset, preset_names, presets

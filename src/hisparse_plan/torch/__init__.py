@@ -1,4 +1,5 @@
 """The torch backend: allocate a plan's pools, bind its layer views, verify them on real bytes.
+The one importer of torch; may import models, rules, views, checking and exchange.
 
 This subpackage is the only place `hisparse_plan` imports torch (the `torch` extra). `allocate`,
 `verify` and `meta_check` (`engines.py`) hand a plan to its engine's part, `vllm/` or `sglang/`;

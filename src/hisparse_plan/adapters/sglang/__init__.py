@@ -1,7 +1,9 @@
-"""hisparse_plan for SGLang 0.5.23: requests from SGLang's server arguments (a dict, or its
-own ServerArgs object: `request_from_sglang`), plans as the
-reference report SGLang's own pools give (`report`), and the keyword arguments SGLang's pool
-classes take for a plan (`pool_kwargs`).
+"""hisparse_plan for SGLang 0.5.23: requests from its server arguments, plans as its own report,
+its pool classes' kwargs. May import what adapters/ may, never SGLang (it works without it).
+
+Server arguments come as a dict or as SGLang's own ServerArgs object (`request_from_sglang`);
+`report` gives the report SGLang's own pools give, `pool_kwargs` the keyword arguments its pool
+classes take for a plan.
 
 SGLang is never imported here: this package works without it.
 """

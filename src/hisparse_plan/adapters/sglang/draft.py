@@ -16,7 +16,7 @@ from typing import Any, Final
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.config_file import read_config_file
-from hisparse_plan.targets.sglang.served import HYBRID_SWA_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.architectures import HYBRID_SWA_ARCHITECTURES
 
 TARGET_CHECKPOINT: Final = "@model"
 """`speculative_draft_model_path` naming the target's own checkpoint."""

@@ -1,6 +1,6 @@
 """An SGLangPlan projected onto the reference report: what SGLang's own pool objects would
 show (pools, each buffer's layer id, dtype, shape, strides, storage), so that a plan and a run
-of SGLang compare field by field (benchmarks/sglang_diff.py)."""
+of SGLang compare field by field (references/sglang_diff.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferView, Pool
 from hisparse_plan.models.sglang_plan import SGLangDeepSeekV4, SGLangPlan
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES
-from hisparse_plan.targets.sglang.speculative import DRAFT_PREFIX
+from hisparse_plan.targets.sglang.modes.speculative import DRAFT_PREFIX
 
 _LAYER_ID: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 _ANY_NUMBER: Final = re.compile(r"\d+")

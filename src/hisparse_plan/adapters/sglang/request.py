@@ -28,8 +28,8 @@ from hisparse_plan.presets import (
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.families import family_of
 from hisparse_plan.presets.kv_dtypes import KVDtype
-from hisparse_plan.targets.sglang.hf_config import SGLangConfigFacts, read_sglang_config
-from hisparse_plan.targets.sglang.parallel import attn_tp_size
+from hisparse_plan.targets.sglang.modes.parallel import attn_tp_size
+from hisparse_plan.targets.sglang.served.hf_config import SGLangConfigFacts, read_sglang_config
 
 SERVER_ARGS: Final[dict[str, str]] = {
     "page_size": "page_size",
@@ -195,7 +195,7 @@ def sglang_request(
     data = request.model_dump(mode="json")
     data["engine"] = engine.model_dump(mode="json")
     # Which window layers get a pool of their own is the target's rule, by
-    # engine.architecture (targets/sglang/served.py, windows_in_full_pool).
+    # engine.architecture (targets/sglang/served/architectures.py, windows_in_full_pool).
     if isinstance(arch, ModelArchitecture):
         # SGLang's HiSparse coordinator runs the model's index_topk.
         data["model"]["index_topk"] = arch.index_topk

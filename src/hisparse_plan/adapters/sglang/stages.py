@@ -1,6 +1,6 @@
 """A pipeline-parallel SGLang request as the reference report gives it: every rank planned
 (`engine.pp_rank` 0 to pp_size - 1), rank 0's figures on top and each rank's pools, figures
-and decoder layers [start, end) under `stages` (benchmarks/sglang_reference.py's shape)."""
+and decoder layers [start, end) under `stages` (references/sglang_reference.py's shape)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""hisparse_plan for vLLM 0.33 and 0.34 (the `vllm` extra): requests from vLLM's objects, plans
-as vLLM's `KVCacheConfig`, and a `KVCacheConfigBuilder` that plans through hisparse_plan.
+"""hisparse_plan for vLLM 0.33 and 0.34: requests from its objects, plans as its KVCacheConfig, a
+builder. May import what adapters/ may; vLLM itself only inside a call (the `vllm` extra).
+
+The builder is a `KVCacheConfigBuilder` that plans through hisparse_plan inside vLLM.
 
 vLLM is imported only inside these functions, so this module imports without it.
 """

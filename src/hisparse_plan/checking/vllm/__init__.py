@@ -1,5 +1,5 @@
-"""The invariants of a vLLM plan (docs/planning-rules.md#invariants): its groups' meaning, every
-derived number, its pools, and that no two pages share a byte they may not."""
+"""The invariants of a vLLM plan: its groups' meaning, every derived number, its pools, its bytes.
+May import what checking/ may (models, rules, views, targets) and checking/'s shared modules."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from hisparse_plan.errors import PlanError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.presets import Architecture
-from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
 from hisparse_plan.targets.sglang.model import read_model
+from hisparse_plan.targets.sglang.served.llama4 import is_llama4_hybrid, read_llama4_model
 
 TARGET_CONFIG: Final = "_target_config"
 """The facts' key of the target's config (popped before the settings are built)."""

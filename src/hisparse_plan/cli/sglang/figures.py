@@ -10,8 +10,8 @@ from hisparse_plan.cli.figures import Figures
 from hisparse_plan.cli.sglang.source import resolve_sglang_source
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
-from hisparse_plan.targets.sglang.parallel import attn_dp_size
+from hisparse_plan.targets.sglang.hisparse.meta import metadata_bytes
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size
 from hisparse_plan.targets.sglang.pipeline import plan_traced as plan_sglang_traced
 
 

@@ -12,7 +12,7 @@ from hisparse_plan.cli.sglang.figures import (
 )
 from hisparse_plan.cli.sizes import format_size
 from hisparse_plan.models.sglang_plan import SGLangPlan
-from hisparse_plan.targets.sglang.hisparse_meta import metadata_bytes
+from hisparse_plan.targets.sglang.hisparse.meta import metadata_bytes
 
 
 def _shape(values: Sequence[int]) -> str:

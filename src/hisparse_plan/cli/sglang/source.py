@@ -35,7 +35,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.config_file import read_config_file
 from hisparse_plan.presets.hardware import find_gpu, weight_bytes
-from hisparse_plan.targets.sglang.parallel import attn_dp_size, attn_tp_size
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, attn_tp_size
 
 SGLANG_KV_CACHE_DTYPES: Final[dict[str, str]] = {
     "auto": "auto", "bfloat16": "bfloat16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",

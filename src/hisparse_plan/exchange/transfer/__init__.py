@@ -1,6 +1,8 @@
-"""A transfer program between two plans (see docs/transfer.md): build it from the source and
-destination instances' plans and a request's blocks, prove it with check_transfer, and post it
-with an executor (`reference.execute` over buffers in one process)."""
+"""A transfer program between two plans (docs/transfer.md): built, proved by check_transfer, posted
+by an executor (`reference.execute` in one process). May import models, views, checking.
+
+A program is built from the source and destination instances' plans and a request's blocks.
+"""
 
 from hisparse_plan.exchange.transfer.build import build_transfer
 from hisparse_plan.exchange.transfer.check import TransferProof, check_transfer

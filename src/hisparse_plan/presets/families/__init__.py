@@ -1,5 +1,7 @@
-"""The config.json reader as a registry of architecture families: `model_type` -> the family
-whose reader lays the model's layers out as vLLM 0.34's model code builds them. One module a
+"""The config.json reader as a registry of architecture families: `model_type` -> its family's
+layer layout, as vLLM 0.34's model code builds it. May import models and presets/ only.
+
+One module a
 family (or a few alike), each stating the vLLM 0.34 and SGLang 0.5.23 model files it follows and
 the layer kinds, heads, head sizes, windows and states those files create.
 

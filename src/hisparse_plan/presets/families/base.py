@@ -47,7 +47,7 @@ class Layout:
 @dataclass(frozen=True)
 class SGLangRule:
     """Whether the SGLang target plans a family (which window layers get a pool of their own
-    is the target's rule, by architecture: targets/sglang/served.py)."""
+    is the target's rule, by architecture: targets/sglang/served/architectures.py)."""
 
     refusal: str | None = None
     """Why the SGLang target does not plan the family (None: it does)."""

@@ -6,7 +6,7 @@ layer, `model.layers.{i}.self_attn.attn` (under `language_model.` in the multimo
 the list every `no_rope_layer_interval`-th, default 4th) is full attention, every other layer
 chunked local attention over `attention_chunk_size` tokens when the model sets one. SGLang
 0.5.23 keeps Llama4ForConditionalGeneration's window layers (every layer but each 4th) in its
-window pool: the SGLang target's rule, targets/sglang/llama4.py.
+window pool: the SGLang target's rule, targets/sglang/served/llama4.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Architectures vLLM 0.34 serves whose cache layout differs from plain attention but which no
-family reads yet (found by benchmarks/vllm_family_sweep.py's registry sweep): each `model_type`
+family reads yet (found by references/vllm_family_sweep.py's registry sweep): each `model_type`
 is refused by name with what vLLM's code builds, rather than read by the generic (Llama-like)
 rule, which would plan attention layers that are not there.
 

@@ -1,7 +1,11 @@
-"""SGLang 0.5.23 as a planning target: the pools, tensors and figures its own classes would
-allocate for a request, computed without SGLang or torch, through named stages (pipeline.py:
-read, resolve, size, place, report), by SGLang's own rules, one function each (entry point
-`plan_sglang`; `plan_traced` with each stage's decisions)."""
+"""SGLang 0.5.23 as a planning target: the stages and common rules at the top, a concern a
+subpackage. May import models, rules, targets/'s shared modules; a concern never a stage.
+
+The pools, tensors and figures SGLang's own classes would allocate for a request, computed
+without SGLang or torch, through named stages (pipeline.py: read, resolve, size, place, report),
+by SGLang's own rules, one function each (entry point `plan_sglang`; `plan_traced` with each
+stage's decisions).
+"""
 
 from hisparse_plan.targets.sglang.pipeline import (
     STAGE_TITLES,

@@ -18,9 +18,9 @@ from hisparse_plan.targets.sglang.buffers import (
     TEMPORAL_STATE,
     V_BUFFER,
 )
+from hisparse_plan.targets.sglang.deepseek_v4.sizing import v4_page_bytes, v4_pages
 from hisparse_plan.targets.sglang.model import INDEX_ROW_BYTES, HeadGroup, MambaGroup
 from hisparse_plan.targets.sglang.sizing import element_size
-from hisparse_plan.targets.sglang.sizing_v4 import v4_page_bytes, v4_pages
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ batch themselves default by the GPU's memory.
 
 DP attention keeps 3 MiB (4.5 above a batch of 300) per decode batch slot and attention group
 more, and DeepEP's all-to-all 2 GiB more (on top of the 10 GiB floor) with 1 GiB more with
-prefill graphs (parallel.py). The chunk is the one before DP attention divides it.
+prefill graphs (modes/parallel.py). The chunk is the one before DP attention divides it.
 
 Pipeline stages keep tp x pp / 8 GiB for the parallel groups and capture no prefill graphs by
-default (pipeline_stages.py).
+default (modes/pipeline_stages.py).
 
 Modelled: CUDA GPUs, no disaggregated prefill/decode roles, text-only models, SGLang's
 environment defaults (no post-capture KV sizing, no KV-cache sharding), and chunked prefill on.
@@ -27,13 +27,16 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.multimodal import multimodal_fraction, prefill_graphs_allowed
-from hisparse_plan.targets.sglang.parallel import (
+from hisparse_plan.targets.sglang.modes.parallel import (
     deepep_a2a_mib,
     deepep_prefill_graph_mib,
     dp_attention_graph_mib,
 )
-from hisparse_plan.targets.sglang.pipeline_stages import prefill_graphs_by_default
+from hisparse_plan.targets.sglang.modes.pipeline_stages import prefill_graphs_by_default
+from hisparse_plan.targets.sglang.served.multimodal import (
+    multimodal_fraction,
+    prefill_graphs_allowed,
+)
 
 MIB: Final = 1 << 20
 
@@ -156,8 +159,8 @@ def prefill_graphs_captured(settings: SGLangSettings, *, deepseek_v4: bool = Fal
     or one of cuda_graph_hook's breakable-graph blockers holds: decode context parallelism
     (its capture has no DCP metadata), DeepSeek-V4 (its c4 indexer scratch would be pinned
     in the capture pool; V4's prefill context parallelism, which lifts that, is not planned),
-    a multimodal model SGLang has not validated prefill graphs for (multimodal.py), or
-    pipeline stages (pipeline_stages.py)."""
+    a multimodal model SGLang has not validated prefill graphs for (served/multimodal.py), or
+    pipeline stages (modes/pipeline_stages.py)."""
     return (not settings.disable_prefill_cuda_graph and settings.dcp_size == 1
             and not deepseek_v4 and prefill_graphs_allowed(settings)
             and prefill_graphs_by_default(settings))

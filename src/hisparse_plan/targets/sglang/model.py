@@ -107,12 +107,12 @@ class SGLangModel:
     @property
     def window_layers_only(self) -> bool:
         """A pipeline rank keeping window layers and no full-attention or latent layer
-        (window_only.py)."""
+        (modes/window_only.py)."""
         return self.swa is not None and self.full is None and self.latent is None
 
     @property
     def mamba_layers_only(self) -> bool:
-        """A pipeline rank keeping Mamba layers and no KV layer (pipeline_stages.py)."""
+        """A pipeline rank keeping Mamba layers and no KV layer (modes/pipeline_stages.py)."""
         return self.mamba is not None and self.full is None and self.swa is None and (
             self.latent is None)
 
@@ -287,7 +287,7 @@ def read_model(
     request: PlanRequest, *, windows_as_full: bool = False, stage_of_hybrid: bool = False
 ) -> SGLangModel:
     """Sort the request's layers (model order kept) into SGLang's pools, refusing what SGLang
-    cannot hold: chunked-local layers (a Llama-4 window hybrid is read by llama4.py), layers
+    cannot hold: chunked-local layers (a Llama-4 window hybrid is read by served/llama4.py), layers
     promoted to full blocks, MLA beside window or Mamba layers, Mamba beside window layers, and
     a model of window layers only (with `stage_of_hybrid`, the request is a pipeline rank's
     share of a model with full-attention layers, which other ranks may keep). With

@@ -5,9 +5,9 @@ decided before this stage. Hands the next stage the `Placed` pools and tensors."
 from __future__ import annotations
 
 from hisparse_plan.models.base import built_for
-from hisparse_plan.targets.sglang import speculative
 from hisparse_plan.targets.sglang.bounds import budget_field, pools_built
-from hisparse_plan.targets.sglang.hisparse_v4 import v4_host_pool
+from hisparse_plan.targets.sglang.deepseek_v4.hisparse import v4_host_pool
+from hisparse_plan.targets.sglang.deepseek_v4.sizing import STATE_RING
 from hisparse_plan.targets.sglang.layout import (
     Placed,
     hisparse_host_pool,
@@ -20,11 +20,11 @@ from hisparse_plan.targets.sglang.layout import (
     v4_state_pool,
 )
 from hisparse_plan.targets.sglang.model import index_row_bytes
-from hisparse_plan.targets.sglang.pipeline_stages import hosts_draft_worker
+from hisparse_plan.targets.sglang.modes import speculative
+from hisparse_plan.targets.sglang.modes.pipeline_stages import hosts_draft_worker
+from hisparse_plan.targets.sglang.modes.speculative_mamba import intermediate_pools
+from hisparse_plan.targets.sglang.modes.speculative_window import split_draft_group
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
-from hisparse_plan.targets.sglang.sizing_v4 import STATE_RING
-from hisparse_plan.targets.sglang.speculative_mamba import intermediate_pools
-from hisparse_plan.targets.sglang.speculative_window import split_draft_group
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "place"

@@ -1,7 +1,7 @@
 """Stage 1, read the model: the request's SGLang settings (settings.py) and its layers sorted
-into the pools SGLang keeps (model.py; DeepSeek-V4's caches into its own pools, model_v4.py).
-Hands the next stage a `Read`, or a `ReadV4` for DeepSeek-V4, whose rules differ at every stage
-after this one."""
+into the pools SGLang keeps (model.py; DeepSeek-V4's caches into its own pools,
+deepseek_v4/model.py). Hands the next stage a `Read`, or a `ReadV4` for DeepSeek-V4, whose rules
+differ at every stage after this one."""
 
 from __future__ import annotations
 
@@ -9,31 +9,34 @@ from dataclasses import dataclass, replace
 
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
+from hisparse_plan.targets.sglang.deepseek_v4.model import V4Model, is_deepseek_v4, read_v4_model
+from hisparse_plan.targets.sglang.deepseek_v4.pipeline_stages import (
+    model_ratios,
+    refuse_hisparse_without_c4,
+)
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
-from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
-from hisparse_plan.targets.sglang.pipeline_stages import (
+from hisparse_plan.targets.sglang.modes.pipeline_stages import (
     Stage,
     has_full_attention,
     has_window_layers,
     stage_of,
     stage_request,
 )
-from hisparse_plan.targets.sglang.pipeline_v4 import model_ratios, refuse_hisparse_without_c4
-from hisparse_plan.targets.sglang.served import (
+from hisparse_plan.targets.sglang.modes.speculative import refuse_without_algorithm
+from hisparse_plan.targets.sglang.modes.window_only import (
+    refuse_full_only_rank,
+    refuse_unlike_full_shape,
+)
+from hisparse_plan.targets.sglang.served.architectures import (
     refuse_longer_context,
     refuse_unserved_architecture,
     windows_in_full_pool,
 )
+from hisparse_plan.targets.sglang.served.llama4 import is_llama4_hybrid, read_llama4_model
 from hisparse_plan.targets.sglang.settings import (
     refuse_v4_settings,
     refuse_vllm_sections,
     sglang_settings,
-)
-from hisparse_plan.targets.sglang.speculative import refuse_without_algorithm
-from hisparse_plan.targets.sglang.window_only import (
-    refuse_full_only_rank,
-    refuse_unlike_full_shape,
 )
 from hisparse_plan.targets.trace import Trace
 

@@ -13,15 +13,15 @@ from hisparse_plan.models.sglang_plan import (
     SGLangSpeculative,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
-from hisparse_plan.targets.sglang.hisparse_meta import (
+from hisparse_plan.targets.sglang.deepseek_v4.hisparse import v4_capacity
+from hisparse_plan.targets.sglang.deepseek_v4.pipeline_stages import empty_pools
+from hisparse_plan.targets.sglang.hisparse.meta import (
     HisparseShape,
     hisparse_metadata,
     metadata_bytes,
 )
-from hisparse_plan.targets.sglang.hisparse_v4 import v4_capacity
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
-from hisparse_plan.targets.sglang.pipeline_stages import pp_indices
-from hisparse_plan.targets.sglang.pipeline_v4 import empty_pools
+from hisparse_plan.targets.sglang.modes.pipeline_stages import pp_indices
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
 
@@ -99,7 +99,7 @@ def _speculative(sized: Sized) -> SGLangSpeculative | None:
 
 
 def _with_metadata(sized: Sized) -> SGLangHisparse | None:
-    """HiSparse's figures with its tensors beside the budget (hisparse_meta.py)."""
+    """HiSparse's figures with its tensors beside the budget (hisparse/meta.py)."""
     hisparse, latent = sized.hisparse, sized.defaults.read.model.latent
     if hisparse is None or latent is None:
         return hisparse
@@ -114,7 +114,7 @@ def _with_metadata(sized: Sized) -> SGLangHisparse | None:
 
 
 def _trace_spec_swap(hisparse: SGLangHisparse, sized: Sized, trace: Trace) -> None:
-    """The speculative swap's share of the metadata (hisparse_spec.py)."""
+    """The speculative swap's share of the metadata (hisparse/speculative.py)."""
     swap = [b for b in hisparse.metadata if b.owner == "spec_swap"]
     spec = sized.defaults.speculative
     if swap and spec is not None:

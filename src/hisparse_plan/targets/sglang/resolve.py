@@ -1,14 +1,19 @@
 """Stage 2, resolve the server defaults: every setting SGLang fills in when it is not given,
-for this model (defaults.py; DeepSeek-V4's own defaults, defaults_v4.py), and the settings the
-model refuses. Hands the next stage `Defaults` (or `DefaultsV4`), with the `Read` it came
-from."""
+for this model (defaults.py; DeepSeek-V4's own defaults, deepseek_v4/defaults.py), and the
+settings the model refuses. Hands the next stage `Defaults` (or `DefaultsV4`), with the `Read`
+it came from."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hisparse_plan.models.sglang_settings import SGLangSettings
-from hisparse_plan.targets.sglang.dcp import refuse_dcp
+from hisparse_plan.targets.sglang.deepseek_v4.defaults import (
+    v4_page_size,
+    v4_requested_requests,
+    v4_static_fraction,
+    v4_swa_ratio,
+)
 from hisparse_plan.targets.sglang.defaults import (
     DSA_PAGE_SIZE,
     MAMBA_CONV_DTYPE,
@@ -26,16 +31,9 @@ from hisparse_plan.targets.sglang.defaults import (
     static_fraction,
     swa_full_tokens_ratio,
 )
-from hisparse_plan.targets.sglang.defaults_v4 import (
-    v4_page_size,
-    v4_requested_requests,
-    v4_static_fraction,
-    v4_swa_ratio,
-)
 from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.platform import blackwell_mla, platform_defaults
-from hisparse_plan.targets.sglang.read import Read, ReadV4
-from hisparse_plan.targets.sglang.speculative import (
+from hisparse_plan.targets.sglang.modes.dcp import refuse_dcp
+from hisparse_plan.targets.sglang.modes.speculative import (
     SPECULATIVE_MAX_RUNNING_REQUESTS,
     Speculative,
     refuse_tree_on_paged_backend,
@@ -43,6 +41,8 @@ from hisparse_plan.targets.sglang.speculative import (
     resolve_speculative,
     tree_keeps_unpaged,
 )
+from hisparse_plan.targets.sglang.platform import blackwell_mla, platform_defaults
+from hisparse_plan.targets.sglang.read import Read, ReadV4
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "resolve"

@@ -60,7 +60,7 @@ def refuse_v4_settings(settings: SGLangSettings) -> None:
     a kv dtype other than fp8 (SGLang's paged V4 pools store uint8 rows only), a DSA backend
     (V4 has its own attention backend). Refused before the caches are read, so a V4 request
     with such a setting is refused for the setting whatever its caches. (HiSparse is planned:
-    hisparse_v4.py.)"""
+    deepseek_v4/hisparse.py.)"""
     if settings.kv_cache_dtype not in ("auto", "fp8_e4m3"):
         raise UnsupportedRequestError(
             "engine.kv_cache_dtype: SGLang's paged DeepSeek-V4 pools store fp8 rows; expected "

@@ -1,6 +1,6 @@
 """Stage 3, size: the KV budget, what one token costs, the pools' tokens, the running requests
 and the request-to-token table, as SGLang computes them (sizing.py; DeepSeek-V4's split of the
-budget, sizing_v4.py). Hands the next stage `Sized` (or `SizedV4`), with the `Defaults` it
+budget, deepseek_v4/sizing.py). Hands the next stage `Sized` (or `SizedV4`), with the `Defaults` it
 came from."""
 
 from __future__ import annotations
@@ -9,26 +9,25 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hisparse_plan.models.sglang_plan import SGLangHisparse
-from hisparse_plan.targets.sglang import (
-    bounds,
+from hisparse_plan.targets.sglang import bounds, sizing
+from hisparse_plan.targets.sglang.deepseek_v4 import hisparse as hisparse_v4
+from hisparse_plan.targets.sglang.deepseek_v4 import sizing as sizing_v4
+from hisparse_plan.targets.sglang.deepseek_v4.sizing import V4Sizes
+from hisparse_plan.targets.sglang.defaults import CacheDtype, refuse_hot_buffer_below_top_k
+from hisparse_plan.targets.sglang.hisparse import speculative as hisparse_spec
+from hisparse_plan.targets.sglang.model import SGLangModel
+from hisparse_plan.targets.sglang.modes import (
     dcp,
-    hisparse_spec,
-    hisparse_v4,
     pipeline_stages,
     radix,
-    sizing,
-    sizing_v4,
     speculative,
     window_only,
 )
-from hisparse_plan.targets.sglang.defaults import CacheDtype, refuse_hot_buffer_below_top_k
-from hisparse_plan.targets.sglang.model import SGLangModel
-from hisparse_plan.targets.sglang.multimodal import mm_reservation_gb
-from hisparse_plan.targets.sglang.parallel import attn_dp_size
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size
+from hisparse_plan.targets.sglang.modes.speculative_mamba import speculative_mamba_budget
 from hisparse_plan.targets.sglang.resolve import Defaults, DefaultsV4
+from hisparse_plan.targets.sglang.served.multimodal import mm_reservation_gb
 from hisparse_plan.targets.sglang.sizing import CellSize
-from hisparse_plan.targets.sglang.sizing_v4 import V4Sizes
-from hisparse_plan.targets.sglang.speculative_mamba import speculative_mamba_budget
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "size"
@@ -165,7 +164,8 @@ def _pool_tokens(
     over the cell size (capped, and the fewest of the pipeline ranks'), the window pool
     swa_full_tokens_ratio of the full one; with the radix cache off and the running requests
     given, the window pool sized for them first and the full pool the rest (true last); a
-    pipeline rank of window layers only puts every token in its window pool (window_only.py)."""
+    pipeline rank of window layers only puts every token in its window pool
+    (modes/window_only.py)."""
     read, page = defaults.read, defaults.page_size
     settings, model = read.settings, read.model
     if cell.window_only:
@@ -213,7 +213,7 @@ def _cache(dtype: CacheDtype | None) -> str | None:
 
 def _refuse_hisparse_startup(defaults: Defaults, slots: int) -> None:
     """What HiSparse refuses after the pools, in SGLang's order: its coordinator when SGLang
-    starts (hisparse_spec.py: the speculative swap's limits, the allocator's whole pages),
+    starts (hisparse/speculative.py: the speculative swap's limits, the allocator's whole pages),
     then the first decode step (a hot buffer below the top-k)."""
     buffer, spec = defaults.hisparse_buffer, defaults.speculative
     if buffer is None:

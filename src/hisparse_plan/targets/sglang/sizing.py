@@ -14,7 +14,6 @@ from hisparse_plan.errors import CapacityError, UnsupportedRequestError
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.bounds import refuse_table_past_int64, refuse_unbounded
-from hisparse_plan.targets.sglang.dcp import index_token_scale
 from hisparse_plan.targets.sglang.model import (
     INDEX_ROW_BYTES,
     HeadGroup,
@@ -23,9 +22,10 @@ from hisparse_plan.targets.sglang.model import (
     SGLangModel,
     state_elements,
 )
-from hisparse_plan.targets.sglang.parallel import attn_dp_size, requests_per_worker
-from hisparse_plan.targets.sglang.pipeline_stages import zero_cell_tokens
-from hisparse_plan.targets.sglang.radix import mamba_slots_per_request, radix_off_mamba_slots
+from hisparse_plan.targets.sglang.modes.dcp import index_token_scale
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.pipeline_stages import zero_cell_tokens
+from hisparse_plan.targets.sglang.modes.radix import mamba_slots_per_request, radix_off_mamba_slots
 
 GIB: Final = 1 << 30
 REQUESTS_PER_CONTEXT: Final = 512
@@ -87,7 +87,8 @@ def cell_size(
             full += index_token_bytes(model.latent, ratio, settings.enable_hisparse)
         return CellSize(full, 0, full)
     if model.window_layers_only and model.swa is not None and swa_dtype is not None:
-        swa = mha_token_bytes(model.swa, swa_dtype)  # window_only.py: a rank's all-window cell
+        # modes/window_only.py: a rank's all-window cell
+        swa = mha_token_bytes(model.swa, swa_dtype)
         return CellSize(0, swa, swa, window_only=True)
     if model.mamba_layers_only:
         return CellSize(0, 0, 0)  # no KV layer on the rank

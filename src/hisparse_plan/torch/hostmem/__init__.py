@@ -1,4 +1,5 @@
 """Host memory for a pool of a given number of bytes, from the RAM it may take to its release.
+Knows no plan: imports nothing of the package but itself and `torch/errors.py`.
 
 Nothing in this package knows a plan: it takes sizes, the runs of bytes a registration chunk
 must not cut, a NUMA node, a shared pool's name. Its life, in the order it runs (module
@@ -12,9 +13,6 @@ must not cut, a NUMA node, a shared pool's name. Its life, in the order it runs 
                             `locks`: waits with a deadline)
 6. register `chunks`, `registration`  pinned with CUDA in chunks no page crosses, all or nothing
 7. release  `state`         unregister, then unmap, then let go of a shared pool
-
-`hisparse_plan.torch.hostmem` was also the name of the module now at `hostmem.ram`; its names
-still import from here.
 """
 
 from hisparse_plan.torch.hostmem.chunks import CHUNK_BYTES, Chunk, plan_chunks

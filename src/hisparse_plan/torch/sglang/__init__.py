@@ -1,2 +1,2 @@
 """SGLang plans (`SGLangPlan`) on the torch backend: the pools, SGLang's buffers bound on them,
-and their verification."""
+their verification. May import what torch/ may, torch/'s shared modules; never `torch/vllm/`."""

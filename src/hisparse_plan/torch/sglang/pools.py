@@ -33,13 +33,11 @@ from hisparse_plan.torch.hostmem.shm import SharedPool
 from hisparse_plan.torch.hostmem.state import HostState, close_all, describe
 from hisparse_plan.torch.hostmem.tasks import LOG
 from hisparse_plan.torch.sglang.binding import (
-    BUFFER_TORCH_DTYPES,
     AllocationKey,
     BufferKey,
     allocations,
     bind_buffer,
     bind_pages,
-    check_buffer,
     describe_allocation,
     host_layer_offsets,
     host_trains,
@@ -47,20 +45,7 @@ from hisparse_plan.torch.sglang.binding import (
     placed_views,
 )
 
-__all__ = [
-    "BUFFER_TORCH_DTYPES",
-    "SGLangPools",
-    "allocate_sglang",
-    "allocations",
-    "bind_buffer",
-    "bind_pages",
-    "check_buffer",
-    "describe_allocation",
-    "page_trains",
-    "placed_views",
-]
-"""This module's own names, and what its old path `hisparse_plan.torch.sglang_pools` held that
-now lives in `binding`: that path is this module, so they are still read there."""
+__all__ = ["SGLangPools", "allocate_sglang"]
 
 
 class SGLangPools:

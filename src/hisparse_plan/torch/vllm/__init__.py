@@ -1,2 +1,2 @@
 """vLLM plans (`KVCachePlan`) on the torch backend: the pools, the layer views bound on them,
-and their verification."""
+their verification. May import what torch/ may, torch/'s shared modules; never `torch/sglang/`."""

@@ -1,7 +1,0 @@
-"""Moved to `hisparse_plan.targets.vllm.regular_groups`:
-this old path imports it, with a DeprecationWarning."""
-
-from hisparse_plan._moved import moved
-from hisparse_plan.targets.vllm.regular_groups import *  # noqa: F403
-
-moved(__name__, "hisparse_plan.targets.vllm.regular_groups")

@@ -1,7 +1,0 @@
-"""Moved to `hisparse_plan.targets.vllm.rules.block_bytes`:
-this old path imports it, with a DeprecationWarning."""
-
-from hisparse_plan._moved import moved
-from hisparse_plan.targets.vllm.rules.block_bytes import *  # noqa: F403
-
-moved(__name__, "hisparse_plan.targets.vllm.rules.block_bytes")

@@ -1,7 +1,0 @@
-"""Moved to `hisparse_plan.targets.vllm.rules.window_merges`:
-this old path imports it, with a DeprecationWarning."""
-
-from hisparse_plan._moved import moved
-from hisparse_plan.targets.vllm.rules.window_merges import *  # noqa: F403
-
-moved(__name__, "hisparse_plan.targets.vllm.rules.window_merges")

@@ -1,0 +1,107 @@
+"""SGLang with its radix cache off (`--disable-radix-cache`, how prefill and decode nodes run):
+no prefix is kept beyond a running request, so a Mamba hybrid keeps one state slot a request,
+and a window model whose max_running_requests is given sizes its window pool for that many
+requests (SGLang's SWARequestCapPoolConfigurator) and gives the rest of the budget to the
+full pool. Rules of the size stage (size.py), one function each."""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from hisparse_plan.errors import UnsupportedRequestError
+from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.memory_rule import default_chunked_prefill_size, gpu_memory_mib
+from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, requests_per_worker
+from hisparse_plan.targets.sglang.modes.pipeline_stages import overlap_schedule
+
+MAMBA_SLOTS_RADIX_ON: Final[Literal[5]] = 5
+"""State slots SGLang keeps per running request with the radix cache on (its default): 3, plus
+the 2 tracking slots of the extra_buffer Mamba strategy SGLang picks on CUDA by default (with
+the overlap scheduler on)."""
+MAMBA_SLOTS_RADIX_OFF: Final[Literal[1]] = 1
+MAMBA_SLOTS_NO_OVERLAP: Final[Literal[4]] = 4
+"""... and 4 with the overlap scheduler off (pipeline stages): one tracking slot, not two."""
+SWA_EVICTION_INTERVAL: Final = 128
+"""SGLANG_SWA_EVICTION_INTERVAL's default: decode steps between window evictions."""
+CHUNKS_IN_FLIGHT: Final = 2
+"""Prefill chunks the overlap scheduler (on by default) keeps in flight."""
+UNKNOWN_GPU_CHUNK: Final = 4096
+"""SGLang's chunked_prefill_size when it cannot read the GPU's memory."""
+
+
+def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 4, 5]:
+    """State slots one running request may hold: 5 with the radix cache (4 without the
+    overlap scheduler), 1 without the cache."""
+    if settings.disable_radix_cache:
+        return MAMBA_SLOTS_RADIX_OFF
+    return MAMBA_SLOTS_RADIX_ON if overlap_schedule(settings) else MAMBA_SLOTS_NO_OVERLAP
+
+
+def radix_off_mamba_slots(settings: SGLangSettings) -> int | None:
+    """With the radix cache off and max_running_requests given (and no max_mamba_cache_size),
+    SGLang keeps exactly one slot per request of one attention DP group; else None (the slots
+    come from the memory ratio)."""
+    given = settings.max_running_requests
+    if not settings.disable_radix_cache or given is None:
+        return None
+    return requests_per_worker(settings, given)
+
+
+def resolved_chunked_prefill_size(settings: SGLangSettings) -> int:
+    """The prefill chunk SGLang runs with: the given one, else its default for the GPU's
+    memory (4096 when the memory is unknown), divided among the attention DP groups."""
+    chunk = settings.chunked_prefill_size
+    if chunk is None:
+        total = settings.gpu_memory_bytes
+        chunk = (UNKNOWN_GPU_CHUNK if total is None
+                 else default_chunked_prefill_size(gpu_memory_mib(total)))
+    return chunk // attn_dp_size(settings)
+
+
+def swa_request_cap(
+    settings: SGLangSettings, window: int, page_size: int,
+    draft_tokens: int = 1, decode_allocation: int | None = None,
+) -> int | None:
+    """The window pool's tokens with the radix cache off and max_running_requests given:
+    each request of one DP group holds its window, an eviction interval's tokens (an interval
+    a draft token with speculative decoding) and a trailing page, and the next decode's
+    allocation (a page; with speculative decoding `decode_allocation`), plus the prefill chunks
+    in flight and a page (pool_configurator.compute_swa_request_cap). None: the
+    swa_full_tokens_ratio rule applies."""
+    given = settings.max_running_requests
+    if not settings.disable_radix_cache or given is None:
+        return None
+    decode = page_size if decode_allocation is None else decode_allocation
+    per_request = window + SWA_EVICTION_INTERVAL * draft_tokens + page_size + decode
+    chunks = (CHUNKS_IN_FLIGHT if overlap_schedule(settings) else 1) * (
+        resolved_chunked_prefill_size(settings))
+    return per_request * requests_per_worker(settings, given) + chunks + page_size
+
+
+def ceil_page(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size) * page_size
+
+
+def full_tokens_beside_cap(
+    available_bytes: int, swa_tokens: int, full_bytes: int, swa_bytes: int, page_size: int
+) -> int:
+    """The full pool's tokens once the capped window pool (swa_tokens of swa_bytes each) is
+    set aside: the rest over a full token's bytes, floored to a page."""
+    return (available_bytes - swa_tokens * swa_bytes) // full_bytes // page_size * page_size
+
+
+def refuse_unaligned_capped_window(swa: int, page_size: int) -> None:
+    """SGLang caps the request-sized window pool by max_total_tokens as given
+    (calculate_pool_sizes_from_max_tokens: min(cap, max_total_tokens)), so an unaligned cap
+    leaves the pool's rows in no whole number of pages: its K rows end mid-page before the V
+    half. The plan's page layout keeps spare rows past every page only, so such a pool is
+    refused (a planner limit, not SGLang's: its allocator hands out the whole pages)."""
+    if swa % page_size:
+        raise UnsupportedRequestError(
+            f"engine.max_total_tokens: with the radix cache off SGLang sizes the window pool "
+            f"min(request cap, max_total_tokens) = {swa} tokens, not a whole number of "
+            f"{page_size}-token pages, which the planner's page layout does not describe; "
+            f"expected max_total_tokens a multiple of page_size (see "
+            f"docs/planning-rules.md#sglang-server-modes)",
+            field="engine.max_total_tokens",
+        )
