@@ -34,6 +34,7 @@ NOT_BUILT_HERE = {
     "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
     "unplanned": "refused by name, nothing to compare",
     "falcon": "pinned by the registry sweep's FalconConfig (tests/vllm_registry.json)",
+    "cohere2_moe": "pinned by the registry sweep's Cohere2MoeConfig (tests/vllm_registry.json)",
 }
 """Families no fixture is pinned for, and why."""
 

@@ -44,14 +44,14 @@ from hisparse_plan.presets.families.qwen_linear import QWEN3_5, QWEN3_NEXT
 from hisparse_plan.presets.families.smollm3 import SMOLLM3
 from hisparse_plan.presets.families.state_only import MAMBA1, MAMBA2
 from hisparse_plan.presets.families.unplanned import UNPLANNED
-from hisparse_plan.presets.families.windows import COHERE2, EXAONE4, GPT_OSS
+from hisparse_plan.presets.families.windows import COHERE2, COHERE2_MOE, EXAONE4, GPT_OSS
 from hisparse_plan.presets.families.zamba2 import ZAMBA2
 
 FAMILIES: Final[tuple[Family, ...]] = (
     GENERIC, QWEN, GEMMA, GEMMA3N, GPT_OSS, COHERE2, EXAONE4, LLAMA4, MLA, SPARSE_MLA,
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
-    FALCON, UNPLANNED,
+    FALCON, COHERE2_MOE, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {

@@ -84,6 +84,19 @@ def read_cohere2(fields: base.Fields, layers: int) -> base.Layout:
                   fields=overrides)
 
 
+def read_cohere2_moe(fields: base.Fields, layers: int) -> base.Layout:
+    """Cohere2-MoE (vLLM's `models/cohere2_moe.py`): Cohere2's windows (`sliding_window + 1`
+    where `layer_types` slides), but heads of the config's `head_dim` where it has one."""
+    kinds = _pattern_kinds(fields, layers, "Cohere2-MoE")
+    overrides: dict[str, object] = dict(UNREAD_PATTERN)
+    if "sliding" in kinds:
+        overrides["sliding_window"] = base.positive(
+            fields, "sliding_window", "Cohere2-MoE's sliding layers keep sliding_window + 1 "
+            "tokens") + 1
+    return base.Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+                       fields=overrides)
+
+
 def read_exaone4(fields: base.Fields, layers: int) -> base.Layout:
     return base.Layout(_pattern_kinds(fields, layers, "EXAONE-4"),
                        ("layer_types", "sliding_window", "sliding_window_pattern"),
@@ -103,6 +116,15 @@ COHERE2 = base.Family(
     architectures=("Cohere2ForCausalLM",),
     read=read_cohere2,
     vllm="models/commandr.py",
+)
+COHERE2_MOE = base.Family(
+    name="cohere2_moe",
+    model_types=("cohere2_moe",),
+    architectures=("Cohere2MoeForCausalLM",),
+    read=read_cohere2_moe,
+    vllm="models/cohere2_moe.py",
+    sglang=base.SGLangRule(refusal="SGLang 0.5.23's srt/models/cohere2_moe.py is not yet "
+                                   "checked against the SGLang target's window pools"),
 )
 EXAONE4 = base.Family(
     name="exaone4",
