@@ -24,6 +24,14 @@ stood in for like the other packages below.
    modules' source for the layer kinds whose KV layout differs from plain attention (state
    layers, MLA, cross-layer sharing, chunked local attention, sliding windows): each such
    architecture that no family names is listed with what its code has.
+4. `--registry-build [ARCH ...]`: every text-generation and multimodal architecture of vLLM's
+   registry gets a config (transformers' own config class for the model_type whose class
+   transformers names so, with its defaults and at most REGISTRY_LAYERS decoder layers; else a
+   tests/hf_configs fixture naming the architecture) and is built with vLLM's class on meta and
+   with the reader, compared as in 1. Several architectures a process (batches restart after a
+   crash); the table goes to docs/vllm-registry.md and tests/vllm_registry.json
+   (tests/test_vllm_registry.py pins it without vLLM). `--registry-table` rewrites both from the
+   last run's results without building.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -217,15 +225,267 @@ def sweep_registry() -> None:
         print(f"- {kind} ({len(archs)}): {'; '.join(archs)}")
 
 
+REGISTRY_LAYERS = 4
+"""Decoder layers of a registry config (fewer where the class defaults to fewer)."""
+REGISTRY_BATCH = 16
+REGISTRY_SECONDS = 240
+RESULTS = Path(tempfile.gettempdir()) / "hisparse-vllm-registry.jsonl"
+
+TABLE_DOC = REPO / "docs" / "vllm-registry.md"
+TABLE_PIN = REPO / "tests" / "vllm_registry.json"
+
+
+def registry_architectures() -> list[str]:
+    from vllm.model_executor.models import registry  # type: ignore[import-not-found, unused-ignore]
+
+    return sorted({**registry._TEXT_GENERATION_MODELS, **registry._MULTIMODAL_MODELS})
+
+
+def model_type_of(arch: str) -> str | None:
+    """The model_type whose transformers model class is named `arch`, if any; where several
+    are (DeepSeek-V3.2 reuses DeepseekV3ForCausalLM), the one whose config class names it."""
+    auto = importlib.import_module("transformers.models.auto.modeling_auto")
+    configs = importlib.import_module("transformers.models.auto.configuration_auto")
+    found: list[str] = []
+    for name in sorted(dir(auto)):
+        if not name.endswith("_MAPPING_NAMES"):
+            continue
+        for model_type, classes in getattr(auto, name).items():
+            if arch in (classes if isinstance(classes, (tuple, list)) else (classes,)):
+                found.append(str(model_type))
+    stem = arch.lower()
+    named = [t for t in found if stem.startswith(
+        configs.CONFIG_MAPPING_NAMES.get(t, "").removesuffix("Config").lower() or "\0")]
+
+    def fit(model_type: str) -> tuple[int, bool]:
+        config = configs.CONFIG_MAPPING_NAMES[model_type].removesuffix("Config").lower()
+        return len(config), model_type.replace("-", "").replace("_", "") == config
+
+    return max(named, key=fit) if named else (found[0] if found else None)
+
+
+def small_config(config_class: type) -> object:
+    """The class's defaults with at most REGISTRY_LAYERS decoder layers (the text config's, for
+    a multimodal class); the defaults as they are where the class refuses fewer layers."""
+    probe = config_class()
+    text = probe.get_text_config()
+    layers = getattr(text, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers <= REGISTRY_LAYERS:
+        return probe
+    try:
+        if text is probe:
+            return config_class(num_hidden_layers=REGISTRY_LAYERS)
+        return config_class(text_config={**text.to_dict(), "num_hidden_layers": REGISTRY_LAYERS,
+                                         "layer_types": None})
+    except Exception:  # a class that ties other fields to its layer count: keep its defaults
+        return probe
+
+
+def registry_config(arch: str) -> tuple[dict[str, Any] | None, str]:
+    """A config for `arch` and where it came from, or None and why there is none."""
+    model_type = model_type_of(arch)
+    if model_type is not None:
+        auto = importlib.import_module("transformers.models.auto.configuration_auto")
+        try:
+            config = small_config(auto.CONFIG_MAPPING[model_type]).to_dict()  # type: ignore[attr-defined]
+        except Exception as error:  # the class fails to import or to build its defaults
+            return None, f"transformers' {model_type} config: {type(error).__name__}: {error}"
+        return {**config, "architectures": [arch]}, f"transformers {model_type}"
+    for folder in sorted(CONFIGS.iterdir()):
+        data = json.loads((folder / "config.json").read_text())
+        if arch in (data.get("architectures") or []):
+            return data, f"fixture {folder.name}"
+    return None, ("no config: transformers has no class of that name (remote code) and no "
+                  "fixture names it")
+
+
+def registry_one(arch: str) -> dict[str, Any]:
+    """One architecture: vLLM's meta build and the reader's layers, compared."""
+    from hisparse_plan.adapters.vllm.layers import layer_dicts
+    from hisparse_plan.adapters.vllm.meta_model import kv_cache_specs
+    from hisparse_plan.errors import PlanError
+
+    config, source = registry_config(arch)
+    result: dict[str, Any] = {"name": arch, "source": source}
+    if config is None:
+        return {**result, "status": "no_config"}
+    result["config"] = config
+    # vLLM sizes its parallel groups by the first model a process builds (an expert-parallel
+    # group only for MoE models): start each architecture afresh.
+    from vllm.distributed import parallel_state  # type: ignore[import-not-found, unused-ignore]
+
+    parallel_state.destroy_model_parallel()
+    parallel_state.destroy_distributed_environment()
+    length = 4096
+    for length in (4096, 2048, 448):  # the longest vLLM derives for the config
+        try:
+            meta = kv_cache_specs(config, max_model_len=length)
+            break
+        except PlanError as error:
+            if "greater than the derived" not in str(error) or length == 448:
+                return {**result, "status": "vllm_cannot_build", "why": str(error)[:300]}
+    result.update(model_class=meta.model_class, vllm=meta.vllm_version, length=length,
+                  shared=meta.shared)
+    try:
+        result["layers"] = facts(layer_dicts(meta.specs, 0))
+    except PlanError as error:  # a spec kind the planner does not model (CrossAttentionSpec)
+        kinds = sorted({type(spec).__name__ for spec in meta.specs.values()})
+        return {**result, "status": "unmodelled_kind", "kinds": kinds,
+                "why": f"vLLM builds {', '.join(kinds)}: {error}"[:300]}
+    return {**result, **reader_verdict(result)}
+
+
+def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
+    """The reader on a built entry's stored config, without transformers (the config is
+    transformers' whole to_dict already, so the verdict does not hang on its version), against
+    the layers vLLM built: same, differ (the first difference) or reader_refuses (why)."""
+    from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
+    from hisparse_plan.errors import PlanError
+    from hisparse_plan.presets import Settings, build_request
+    from hisparse_plan.presets.config_file import model_from_config
+
+    try:
+        request = build_request(
+            model_from_config(entry["config"], origin=entry["name"], use_transformers=False),
+            Settings(max_model_len=entry["length"]))
+    except PlanError as error:
+        return {"status": "reader_refuses", "why": f"{error.field}: {error}"[:300]}
+    ours = {name: {key: value for key, value
+                   in spec.model_dump(mode="json", exclude_none=True).items()
+                   if key in MODEL_FACTS}
+            for name, spec in request.layers.items()
+            if getattr(spec, "kv_sharing_target", None) is None}
+    shared = {name: str(target) for name, spec in request.layers.items()
+              if (target := getattr(spec, "kv_sharing_target", None)) is not None}
+    theirs = entry["layers"]
+    if list(ours) != list(theirs):
+        return {"status": "differ", "why": f"layer names: reader {list(ours)[:2]}..., vLLM "
+                                           f"{list(theirs)[:2]}... ({len(ours)} / {len(theirs)})"}
+    for name, facts_of in theirs.items():
+        if ours[name] != facts_of:
+            return {"status": "differ", "why": f"{name}: reader {ours[name]}, vLLM {facts_of}"}
+    if shared != entry.get("shared", {}):
+        return {"status": "differ", "why": f"cache sharing: reader {shared}, vLLM "
+                                           f"{entry.get('shared', {})}"}
+    return {"status": "same"}
+
+
+def registry_batch(archs: list[str]) -> None:
+    """Child: one JSON line per architecture, each bounded by REGISTRY_SECONDS."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        del signum, frame
+        raise TimeoutError(f"no answer in {REGISTRY_SECONDS} s")
+
+    signal.signal(signal.SIGALRM, stop)
+    for arch in archs:
+        signal.alarm(REGISTRY_SECONDS)
+        try:
+            line = registry_one(arch)
+        except Exception as error:  # anything vLLM's model code raises, named
+            line = {"name": arch, "status": "sweep_error",
+                    "why": f"{type(error).__name__}: {error}"[:300]}
+        signal.alarm(0)
+        print(json.dumps(line), flush=True)
+
+
+def sweep_registry_build(chosen: list[str], env: dict[str, str]) -> None:
+    """Parent: batches of architectures, each batch restarted past an architecture that took
+    its process down; results appended to RESULTS."""
+    archs = chosen or registry_architectures()
+    done = {json.loads(line)["name"] for line in RESULTS.read_text().splitlines()} if (
+        RESULTS.exists()) else set()
+    left = [arch for arch in archs if arch not in done]
+    while left:
+        batch, left = left[:REGISTRY_BATCH], left[REGISTRY_BATCH:]
+        run = subprocess.run([sys.executable, __file__, "--registry-batch", ",".join(batch)],
+                             env=env, capture_output=True, text=True, check=False,
+                             timeout=REGISTRY_SECONDS * len(batch) + 120)
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        with RESULTS.open("a") as out:
+            for line in lines:
+                out.write(json.dumps(line) + "\n")
+                print(f"{line['name']}: {line['status']}", flush=True)
+        if len(lines) < len(batch):
+            crashed = batch[len(lines)]
+            with RESULTS.open("a") as out:
+                out.write(json.dumps({"name": crashed, "status": "sweep_error",
+                                      "why": run.stderr.strip()[-300:]}) + "\n")
+            left = batch[len(lines) + 1:] + left
+    write_registry_table()
+
+
+def write_registry_table() -> None:
+    """docs/vllm-registry.md and tests/vllm_registry.json from RESULTS (the last line of each
+    architecture)."""
+    results: dict[str, dict[str, Any]] = {}
+    for line in RESULTS.read_text().splitlines():
+        entry = json.loads(line)
+        if "layers" in entry:  # the reader as it is now, on what vLLM built then
+            entry.pop("why", None)
+            entry.update(reader_verdict(entry))
+        results[entry["name"]] = entry
+    counts = Counter(entry["status"] for entry in results.values())
+    built = sum(counts[s] for s in ("same", "differ", "reader_refuses", "unmodelled_kind"))
+    rows = ["| architecture | config | vLLM 0.34 on meta | reader | first difference or why |",
+            "|---|---|---|---|---|"]
+    for arch, entry in sorted(results.items()):
+        status = entry["status"]
+        vllm = (f"{entry['model_class']}, {len(entry['layers'])} cache layers"
+                if "layers" in entry else f"{entry['model_class']}: {', '.join(entry['kinds'])}"
+                if "kinds" in entry else status.replace("_", " "))
+        reader = {"same": "equal", "differ": "DIFFERS", "reader_refuses": "refuses",
+                  "unmodelled_kind": "not compared"}.get(status, "")
+        why = " ".join(str(entry.get("why", "")).split()).replace("|", "/")[:220]
+        rows.append(f"| {arch} | {entry.get('source', '')} | {vllm} | {reader} | {why} |")
+    TABLE_DOC.write_text(
+        "# vLLM 0.34's registry, architecture by architecture\n\n"
+        "Written by `references/vllm_family_sweep.py --registry-build` (vLLM 0.34 venv): every "
+        "text-generation and multimodal architecture of vLLM 0.34's registry, with a config from "
+        "transformers' own class for it (defaults, at most 4 decoder layers) or a "
+        "tests/hf_configs fixture, built with vLLM's model class on the meta device and read by "
+        "the config reader, compared layer by layer (kinds, heads, head sizes, dtypes, windows, "
+        "chunks, MLA rows, state shapes and dtypes, cross-layer sharing, names). "
+        "tests/test_vllm_registry.py pins this table without vLLM.\n\n"
+        f"{len(results)} architectures: {built} built on meta, {counts['same']} equal, "
+        f"{counts['reader_refuses']} refused by the reader, {counts['differ']} differing; "
+        f"{len(results) - built} not built ("
+        + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())
+                    if s not in ("same", "differ", "reader_refuses", "unmodelled_kind"))
+        + ").\n\n"
+        + "\n".join(rows) + "\n")
+    # Configs only where vLLM built something for the reader to be checked against.
+    keys = ("source", "status", "model_class", "length", "layers", "shared", "config")
+    pinned = {arch: {key: entry[key] for key in keys if key in entry
+                     and (key != "config" or "layers" in entry)}
+              for arch, entry in sorted(results.items())}
+    TABLE_PIN.write_text("{\n" + ",\n".join(f"{json.dumps(arch)}: {json.dumps(entry)}"
+                                              for arch, entry in pinned.items()) + "\n}\n")
+    print(f"{len(results)} architectures: {built} built, {counts['same']} equal; "
+          f"{dict(counts)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("families", nargs="*", help="only these families (default: all)")
     parser.add_argument("--pin", action="store_true", help="write tests/hf_configs/*/" + PIN)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--no-registry", action="store_true", help="skip the registry sweep")
+    parser.add_argument("--registry-build", action="store_true",
+                        help="build every registry architecture (or those named) and compare")
+    parser.add_argument("--registry-table", action="store_true",
+                        help="rewrite the registry table from the last run's results")
+    parser.add_argument("--registry-batch", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(compare_one(args.one)), flush=True)
+        return 0
+    if args.registry_batch:
+        registry_batch(args.registry_batch.split(","))
+        return 0
+    if args.registry_table:
+        write_registry_table()
         return 0
     from vllm_hf_layers import STUBS
 
@@ -234,6 +494,9 @@ def main() -> int:
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join(
                [str(stubs), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    if args.registry_build:
+        sweep_registry_build(args.families, env)
+        return 0
     sweep_families(args.families, env, args.pin)
     if not args.no_registry:
         sweep_registry()

@@ -33,6 +33,8 @@ NOT_BUILT_HERE = {
     "deepseek_v4": "no fixture: references/vllm_v4_flash.py checks the preset on vLLM",
     "minimax": "vLLM 0.34 serves no MiniMax lightning hybrid",
     "unplanned": "refused by name, nothing to compare",
+    "falcon": "pinned by the registry sweep's FalconConfig (tests/vllm_registry.json)",
+    "cohere2_moe": "pinned by the registry sweep's Cohere2MoeConfig (tests/vllm_registry.json)",
 }
 """Families no fixture is pinned for, and why."""
 
@@ -159,6 +161,32 @@ def test_an_integer_window_pattern_is_read_as_transformers_reads_it(
     assert [getattr(s, "sliding_window", None) for s in request.layers.values()] == windows
 
 
+@pytest.mark.parametrize("use_transformers", [False, True], ids=["fallback", "transformers"])
+def test_exaone4_as_published_reads_layer_types_not_its_string_pattern(
+    use_transformers: bool,
+) -> None:
+    """Issue 40: EXAONE-4.0-32B's config.json carries `"sliding_window_pattern": "LLLG"` beside
+    `layer_types`; transformers (and so vLLM's exaone4.py) take the kinds from layer_types and
+    never read the string. The reader gives the layers vLLM built for the fixture (its pin)."""
+    if use_transformers and not transformers_available():
+        pytest.skip("transformers is not installed")
+    kinds = ["sliding_attention"] * 3 + ["full_attention"]
+    fields = {**config("exaone-4.0-32b"), "sliding_window_pattern": "LLLG",
+              "layer_types": kinds * 16}
+    arch = model_from_config(fields, origin="exaone", use_transformers=use_transformers)
+    request = build_request(arch, Settings(max_model_len=4096))
+    ours = {layer: {key: value for key, value
+                    in spec.model_dump(mode="json", exclude_none=True).items()
+                    if key in MODEL_FACTS}
+            for layer, spec in request.layers.items()}
+    assert first_difference(ours, vllm_layers(pinned("exaone-4.0-32b"))) is None
+    # Without layer_types, transformers cannot derive kinds from the string (its own
+    # Exaone4Config raises, as it would under vLLM): refused.
+    del fields["layer_types"]
+    with pytest.raises(ConfigError, match=r"sliding_window_pattern|Exaone4Config refuses"):
+        model_from_config(fields, origin="exaone", use_transformers=use_transformers)
+
+
 def test_exaone4_without_a_window_is_all_full_and_without_the_field_is_refused() -> None:
     fields = {**config("exaone-4.0-32b"), "sliding_window": None}
     arch = model_from_config(fields, origin="exaone", use_transformers=False)
@@ -248,7 +276,7 @@ def test_kimi_linear_takes_vllms_config_defaults_and_refuses_contradictions() ->
                               use_transformers=False)
 
 
-@pytest.mark.parametrize("model_type", ["mamba2", "zamba2", "gemma4_text", "olmo_hybrid"])
+@pytest.mark.parametrize("model_type", ["gemma4_text", "olmo_hybrid", "whisper"])
 def test_layouts_no_family_reads_are_refused_by_name(model_type: str) -> None:
     fields = {**config("llama-3.1-8b-instruct"), "model_type": model_type}
     with pytest.raises(ConfigError, match=f"model_type: vLLM 0.34's code for '{model_type}' "
@@ -305,3 +333,102 @@ def test_mla_beside_kda_takes_vllms_hybrid_block() -> None:
     assert kda.num_prefill_checkpoint_blocks == 0
     plan = hp.plan(request)
     hp.check_plan(plan, request=request)
+
+
+@pytest.mark.parametrize(("name", "page", "checkpoints"), [
+    # Mamba-1: conv [4 - 1, 512] + temporal [512, 16], bf16: 3072 + 16384 bytes.
+    ("mamba-small", 3 * 512 * 2 + 512 * 16 * 2, 0),
+    ("falcon-mamba-small", 3 * 512 * 2 + 512 * 16 * 2, 0),
+    # Mamba-2: conv [3, 512 + 2 * 2 groups * 64] + temporal [8 heads, 64, 64], bf16.
+    ("mamba2-small", 3 * 768 * 2 + 8 * 64 * 64 * 2, 1),
+])
+def test_mamba_layers_alone_plan_as_vllm_builds_them(name: str, page: int,
+                                                     checkpoints: int) -> None:
+    """Issue 40: a model of Mamba layers alone. vLLM 0.34's meta build of these configs
+    (transformers' MambaConfig, FalconMambaConfig and Mamba2Config at small sizes) gave, at
+    max_model_len 4096: MambaSpec pages of 19456 and 70144 bytes, block_size 4096 (an
+    attention-free model runs without prefix caching: one state block of max_model_len),
+    mamba_cache_mode none, no padded page, one prefill checkpoint block for MambaMixer2."""
+    request = reader_request(name, use_transformers=False)
+    specs = list(request.layers.values())
+    assert len(specs) == 4
+    assert all(isinstance(spec, MambaSpec) for spec in specs)
+    spec = specs[0]
+    assert isinstance(spec, MambaSpec)
+    assert (spec.page_size_bytes, spec.block_size, spec.page_size_padded) == (page, 4096, None)
+    assert spec.num_prefill_checkpoint_blocks == checkpoints
+    assert request.model.mamba_cache_mode in (None, "none")
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    # No length in these configs: vLLM's _get_and_verify_max_len takes 2048, or the one chosen.
+    arch = load_config_file(CONFIGS / name / "config.json", use_transformers=False)
+    assert build_request(arch, Settings()).model.max_model_len == 2048
+    assert build_request(arch, Settings(max_model_len=65536)).model.max_model_len == 65536
+    with pytest.raises(ConfigError, match=r"prefix_caching: vLLM 0\.34 does not cache"):
+        build_request(arch, Settings(max_model_len=4096, prefix_caching=True))
+
+
+def test_zamba2_numbers_its_shared_blocks_caches_as_vllm_does() -> None:
+    """Issue 40: Zamba2's k-th hybrid layer keeps its cache in block k % M's Attention
+    `model.attn.{j}`, j = b * (H + M - 1) // M + k // M. vLLM 0.34's meta build of a Zamba2Config
+    with hybrid layers 0, 2, 4, 5, 8 and num_mem_blocks 3 named them model.attn.0 to 4 in that
+    order, before every mixer `{5 + i}.mixer`, and agreed layer by layer with this reading."""
+    from hisparse_plan.presets.families.zamba2 import attention_slots
+
+    assert attention_slots([0, 2, 4, 5, 8], 3) == {0: 0, 2: 2, 4: 4, 5: 1, 8: 3}
+    # The fixture: hybrid layers 2, 5, 7 over 2 blocks (start of block 1: (3 + 1) // 2 = 2).
+    assert attention_slots([2, 5, 7], 2) == {2: 0, 5: 2, 7: 1}
+    request = reader_request("zamba2-small", use_transformers=False)
+    assert list(request.layers)[:4] == ["model.attn.0", "model.attn.1", "model.attn.2",
+                                        "3.mixer"]
+    attention = request.layers["model.attn.0"]
+    # 4 KV heads (the query heads) of 2 * 256 / 4 = 128, whatever num_key_value_heads says.
+    assert (attention.num_kv_heads, attention.head_size) == (4, 128)  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"pp: vLLM 0\.34's model for this architecture"):
+        build_request(load_config_file(CONFIGS / "zamba2-small" / "config.json",
+                                       use_transformers=False),
+                      Settings(max_model_len=4096, pp=2))
+
+
+@pytest.mark.parametrize("use_transformers", [False, True], ids=["fallback", "transformers"])
+def test_smollm3_reads_layer_types_as_transformers_derives_them(use_transformers: bool) -> None:
+    """Issue 40: SmolLM3 (vLLM's Transformers backend) slides only where layer_types says so;
+    transformers' SmolLM3Config derives it from use_sliding_window, sliding_window and the NoPE
+    layers, and max_window_layers (in the published config) changes nothing."""
+    if use_transformers and not transformers_available():
+        pytest.skip("transformers is not installed")
+    fields = {**config("smollm3-small"), "max_window_layers": 1}
+    arch = model_from_config(fields, origin="smollm3", use_transformers=use_transformers)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.layer_kinds() == ["full"] * 4
+    # A window on: the NoPE layers (no_rope_layers [1, 1, 1, 0]) slide.
+    fields.update(use_sliding_window=True, sliding_window=512)
+    arch = model_from_config(fields, origin="smollm3", use_transformers=use_transformers)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.layer_kinds() == ["full", "full", "full", "sliding"]
+
+
+@pytest.mark.parametrize("architecture", ["Dots1ForCausalLM", "BambaForCausalLM"])
+def test_architectures_vllm_retired_are_refused_with_its_reason(architecture: str) -> None:
+    """Issue 40: vLLM 0.34's registry refuses these (`_PREVIOUSLY_SUPPORTED_MODELS`: supported
+    until v0.23.0); the reader says so instead of naming a field vLLM never reads."""
+    fields = {**config("llama-3.1-8b-instruct"), "architectures": [architecture],
+              "max_window_layers": 61, "use_sliding_window": False}
+    with pytest.raises(ConfigError, match=rf"vLLM 0\.34 does not serve {architecture}: it was "
+                                          r"supported until vLLM v0\.23\.0") as caught:
+        model_from_config(fields, origin="retired", use_transformers=False)
+    assert caught.value.field == "architectures"
+
+
+def test_minicpm3_caches_per_head_keys_whatever_its_kv_head_count() -> None:
+    """Issue 40: vLLM's minicpm3.py keeps K and V of num_attention_heads heads of
+    qk_nope_head_dim + qk_rope_head_dim (64 + 32 = 96) in every layer; num_key_value_heads and
+    the latent rank change nothing (vLLM's meta build: 4 heads of 96, page 64 * 2 * 4 * 96 * 2
+    = 98304 bytes at its block of 64)."""
+    fields = {**config("minicpm3-small"), "num_key_value_heads": 1, "kv_lora_rank": 512}
+    arch = model_from_config(fields, origin="minicpm3", use_transformers=False)
+    request = build_request(arch, Settings(max_model_len=4096, block_size=64))
+    spec = request.layers["model.layers.0.self_attn.attn"]
+    assert (spec.kind, spec.num_kv_heads, spec.head_size) == (  # type: ignore[union-attr]
+        "full_attention", 4, 96)
+    assert spec.page_size_bytes == 98304

@@ -111,3 +111,18 @@ def test_gemma3n_keeps_a_buffer_for_every_layer_as_sglang_does() -> None:
     assert len(plan.warnings) == 1
     assert "15 of 35 layers" in plan.warnings[0]
     assert "never written" in plan.warnings[0]
+
+
+@pytest.mark.parametrize(("name", "field", "why"), [
+    ("mamba-small", "model_type", "Mamba layers alone"),
+    ("falcon-mamba-small", "model_type", "Mamba layers alone"),
+    ("mamba2-small", "model_type", "Mamba layers alone"),
+    ("minicpm3-small", "model_type", "keeps MLA latent rows where vLLM keeps per-head K and V"),
+    ("zamba2-small", "architectures[0]", "registry has no 'Zamba2ForCausalLM'"),
+    ("smollm3-small", "architectures[0]", "registry has no 'SmolLM3ForCausalLM'"),
+])
+def test_issue40_families_are_refused_for_sglang_naming_why(name: str, field: str,
+                                                            why: str) -> None:
+    with pytest.raises(UnsupportedRequestError, match=why) as caught:
+        request_from_server_args(path(name), {"tp_size": 1, "context_length": 2048}, MEMORY)
+    assert caught.value.field == field

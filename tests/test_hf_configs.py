@@ -48,7 +48,8 @@ KINDS: dict[str, Expected] = {
     "llama-3.1-8b-instruct": {"full": 32},
     "llama-4-maverick-17b-128e-instruct": {"chunked": 36, "full": 12},
     "llama-4-scout-17b-16e-instruct": {"chunked": 36, "full": 12},
-    "minimax-m1-40k": "attn_type_list",
+    # vLLM 0.34 retired MiniMaxM1ForCausalLM (v0.23.0 was the last to serve it).
+    "minimax-m1-40k": "architectures",
     "mistral-7b-instruct-v0.3": {"full": 32},
     "mistral-7b-v0.1": {"sliding": 32},
     "mixtral-8x7b-instruct-v0.1": {"full": 32},
@@ -75,6 +76,18 @@ KINDS: dict[str, Expected] = {
     "lfm2-8b-a1b": {"conv": 18, "full": 6},
     "minimax-m2": {"full": 62},
     "qwen3.5-35b-a3b": {"linear": 30, "full": 10},
+    # Issue 40: Mamba layers alone, from transformers' own config classes at small sizes.
+    "falcon-mamba-small": {"mamba": 4},
+    "mamba-small": {"mamba": 4},
+    "mamba2-small": {"mamba": 4},
+    "zamba2-small": {"mamba": 5, "full_and_mamba": 3},
+    # Read through transformers' backend: layer_types from use_sliding_window and NoPE layers;
+    # max_window_layers is read by neither transformers' SmolLM3Config nor vLLM.
+    "smollm3-small": {"full": 4},
+    # MiniCPM3's MLA fields, but vLLM's minicpm3.py caches per-head K and V.
+    "minicpm3-small": {"full": 4},
+    # Cross-attention caches (vLLM's CrossAttentionSpec): refused by name (families.unplanned).
+    "whisper-small": "model_type",
 }
 WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     **KINDS,

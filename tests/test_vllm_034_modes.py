@@ -186,6 +186,30 @@ def test_hybrid_manager_off_refuses_two_chunk_or_window_sizes(
                      disable_hybrid_kv_cache_manager=True))
 
 
+@pytest.mark.parametrize("aligned", ["mla", "sliding_window_mla"])
+def test_hybrid_manager_off_promotes_a_window_mla_layer_into_one_mla_spec(aligned: str) -> None:
+    """Issue 40: vLLM 0.34's `_promote_local_kv_cache_specs` makes a sliding_window_mla layer
+    beside an mla layer MLA; `MLAAttentionSpec.merge` then compares the pages, not the
+    `alignment` that pads them (576 leaves a 576-byte row's page of 16 rows as it is), so both
+    layers are one mla spec: one group, one tensor. vLLM 0.34's figures for this request (its
+    engine flow on CPU, references/vllm_diff.py's): 29127 blocks, page 18432, concurrency
+    56.888672 at max_model_len 8192. The planner kept two specs in a uniform_type group."""
+    latent = {"block_size": 16, "head_size": 576, "dtype": "bfloat16", "num_kv_heads": 1}
+    layers = {"a": {**latent, "kind": "mla"},
+              "b": {**latent, "kind": "sliding_window_mla", "sliding_window": 1024}}
+    layers["a" if aligned == "mla" else "b"]["alignment"] = 576
+    request = {**_request(layers, disable_hybrid_kv_cache_manager=True),
+               "model": {"max_model_len": 8192},
+               "device": {"available_bytes": GIB, "kv_cache_layout": "BLNHC"}}
+    plan = hp.plan(request)
+    hp.check_plan(plan, request=request)
+    (group,) = plan.groups
+    assert (group.spec.kind, group.spec.page_size_bytes, plan.num_blocks) == ("mla", 18432, 29127)
+    assert [(t.layers, t.layer_stride, t.block_stride) for t in plan.tensors] == [
+        (["a", "b"], 18432, 36864)]
+    assert plan.capacity.max_concurrency == pytest.approx(56.888672, abs=1e-6)
+
+
 def test_hisparse_auto_fit_stops_at_the_host_pool() -> None:
     request, _ = load("deepseek_v32_fp8")
     request = copy.deepcopy(request)

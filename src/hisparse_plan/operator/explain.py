@@ -176,10 +176,10 @@ def _regular_config_section(request: PlanRequest, arch: RegularArchitecture) -> 
         steps += [
             _step("kv heads per rank", attention.num_kv_heads,
                   "num_key_value_heads / tp (one, replicated, when tp exceeds them)",
-                  num_key_value_heads=arch.num_key_value_heads),
+                  num_key_value_heads=arch.kv_heads),
             _step("head_size", attention.head_size,
                   "head_dim, else hidden_size / num_attention_heads",
-                  hidden_size=arch.hidden_size, num_attention_heads=arch.num_attention_heads),
+                  hidden_size=arch.hidden_size, num_attention_heads=arch.attention_heads),
             _step(f"token bytes ({attention.dtype})", 2 * attention.num_kv_heads
                   * attention.head_size * dtype_bytes,
                   "2 (K and V) * kv heads * head_size * dtype bytes", dtype_bytes=dtype_bytes),

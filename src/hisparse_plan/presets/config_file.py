@@ -19,10 +19,12 @@ from hisparse_plan.errors import PlanError
 from hisparse_plan.models import untrusted_json
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families import layer_layout
+from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
+from hisparse_plan.presets.families.layer_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
+from hisparse_plan.presets.retired import refuse_retired
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
 SPARSE_MARKER = "kv_lora_rank"
@@ -30,7 +32,6 @@ SPARSE_MARKER = "kv_lora_rank"
 INDEXER_FIELDS: Final = ("index_topk", "index_head_dim", "indexer_types", "index_topk_pattern")
 SPARSE_TYPES: Final = frozenset({"deepseek_v32", "glm_moe_dsa"})
 V4_FIELDS: Final = ("compress_ratios", "compress_rates")
-WRAPPER_PREFIX: Final = "language_model."
 NO_TRANSFORMERS: Final = (
     "transformers would default it; install hisparse-plan[hf] (transformers) to read this config "
     "with transformers' defaults, or add the field"
@@ -121,6 +122,7 @@ def model_from_config(
     """
     fields = _text_config(config, origin)
     _refuse_odd_model_type(fields, origin)
+    refuse_retired(config, origin)
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
         return architecture_from_config(config, origin=origin)
@@ -131,11 +133,17 @@ def model_from_config(
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
     merged = dict(fields)
+    if "num_nextn_predict_layers" in merged and merged["num_nextn_predict_layers"] is None:
+        del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
     if _is_deepseek_v4(merged):
         return _validated(RegularArchitecture, merged, origin, missing_why)
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]
+    try:
+        refuse_unplanned_early(merged)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}", field=error.field) from None
     layers = _layer_count(merged, origin)
     try:
         layout = layer_layout(merged, layers)
@@ -144,10 +152,10 @@ def model_from_config(
     merged.update(layout.fields)
     merged["kinds"], merged["states"] = layout.kinds, layout.states
     merged["kv_sharing"] = dict(layout.reads_cache_of) or None
-    # vLLM's multimodal models keep the language model under `language_model.`.
-    prefix = WRAPPER_PREFIX if "vision_config" in config else ""
+    prefix = language_model_prefix(config)
     names = {**LayerNames().model_dump(), **layout.names}
-    merged["layer_names"] = LayerNames(**{key: prefix + value for key, value in names.items()})
+    merged["layer_names"] = LayerNames.model_validate({
+        key: prefix + value if isinstance(value, str) else value for key, value in names.items()})
     return _validated(RegularArchitecture, merged, origin, missing_why)
 
 

@@ -109,9 +109,9 @@ def _refuse_unplannable(arch: RegularArchitecture, settings: Settings) -> None:
             field="index_head_dim",
         )
     tp = settings.tp or 1
-    if arch.num_attention_heads % tp:
+    if arch.attention_heads % tp:
         raise ConfigError(
-            f"tp: num_attention_heads ({arch.num_attention_heads}) must be a multiple of the "
+            f"tp: num_attention_heads ({arch.attention_heads}) must be a multiple of the "
             f"tensor-parallel ranks ({tp}); every rank keeps the same caches",
             field="tp",
         )

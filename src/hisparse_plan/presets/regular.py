@@ -64,6 +64,8 @@ COMPRESSED_KINDS: Final[dict[int, LayerKind]] = {1: "sliding_mla", 4: "csa", 128
 V4_COMPRESS_RATES: Final = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
 """transformers' default `compress_rates` of DeepseekV4Config."""
 V4_LAYER_TYPES: Final = ("sliding_attention", *V4_COMPRESS_RATES)
+STATE_ONLY_KINDS: Final[frozenset[LayerKind]] = frozenset({"mamba", "linear", "conv", "none"})
+"""Kinds that keep no attention cache: a model of these alone has no heads to read."""
 NOPE_INTERVAL: Final = 4
 """transformers' default `no_rope_layer_interval` for Llama 4."""
 LINEAR_FIELDS: Final = (
@@ -74,7 +76,8 @@ LINEAR_FIELDS: Final = (
 
 class LayerNames(BaseModel):
     """How vLLM names a model's cache layers: templates formatted with `i`, the decoder layer,
-    and `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so)."""
+    `ni`, `num_hidden_layers + i` (Falcon-H1 names its Mamba mixers so), `hi`, `offset + i`,
+    and `a`, layer i's attention slot (Zamba2: see `attention_slots`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -82,9 +85,16 @@ class LayerNames(BaseModel):
     linear: str = "model.layers.{i}.linear_attn"
     mamba: str = "model.layers.{i}.mixer"
     conv: str = "model.layers.{i}.short_conv"
+    offset: int = 0
+    """Added to i for `hi` (Zamba2 names layer i's mixer `{hybrid layers + i}.mixer`)."""
+    attention_slots: dict[int, int] | None = None
+    """Decoder layer -> the index of its attention cache where vLLM builds the attention
+    caches apart from the decoder layers and before them (Zamba2's shared blocks): the
+    request then lists them first, in slot order, as vLLM's model does."""
 
     def name(self, template: str, i: int, layers: int) -> str:
-        return template.format(i=i, ni=layers + i)
+        slot = (self.attention_slots or {}).get(i, i)
+        return template.format(i=i, ni=layers + i, hi=self.offset + i, a=slot)
 
 
 class RegularArchitecture(BaseModel):
@@ -98,11 +108,16 @@ class RegularArchitecture(BaseModel):
     """The weights' dtype (`torch_dtype`, or transformers 5's `dtype`): a float16 model keeps
     float16 caches under `auto`, anything else bfloat16 (vLLM's auto dtype)."""
     num_hidden_layers: LayerCount
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
+    num_attention_heads: PositiveInt | None
+    num_key_value_heads: PositiveInt | None
+    """Required fields; None only where a reader found no attention layer at all (a Mamba-1 or
+    Mamba-2 model: `families.state_only`)."""
     hidden_size: PositiveInt
     head_dim: PositiveInt | None = None
     max_position_embeddings: PositiveInt
+    length_assumed: bool = False
+    """max_position_embeddings is vLLM's 2048 for a config that names no length, not the
+    model's: a chosen max_model_len is then taken as it is (`_get_and_verify_max_len`)."""
     layer_types: list[str] | None = None
     sliding_window: PositiveInt | None = None
     sliding_window_pattern: PositiveInt | None = None
@@ -223,7 +238,13 @@ class RegularArchitecture(BaseModel):
 
     @model_validator(mode="after")
     def _heads_have_a_size(self) -> RegularArchitecture:
-        """Without head_dim a head is hidden_size / num_attention_heads wide: at least 1."""
+        """Without head_dim a head is hidden_size / num_attention_heads wide: at least 1. Only
+        a model without attention layers may have no heads."""
+        if self.num_attention_heads is None or self.num_key_value_heads is None:
+            if set(self.layer_kinds()) - STATE_ONLY_KINDS:
+                raise ValueError("num_attention_heads: attention layers need their heads and "
+                                 "num_key_value_heads; got none")
+            return self
         if self.head_dim is None and self.num_attention_heads > self.hidden_size:
             raise ValueError(
                 f"num_attention_heads: without head_dim a head is hidden_size / "
@@ -234,7 +255,21 @@ class RegularArchitecture(BaseModel):
 
     @property
     def head_size(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
+        return self.head_dim or self.hidden_size // self.attention_heads
+
+    @property
+    def attention_heads(self) -> int:
+        """`num_attention_heads` of a model with attention layers (the validator's promise)."""
+        if self.num_attention_heads is None:
+            raise ValueError("num_attention_heads: a model without attention has no heads")
+        return self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """`num_key_value_heads` of a model with attention layers (the validator's promise)."""
+        if self.num_key_value_heads is None:
+            raise ValueError("num_key_value_heads: a model without attention has no KV heads")
+        return self.num_key_value_heads
 
     def layer_kinds(self) -> list[LayerKind]:
         """Each decoder layer's cache kind, in model order."""

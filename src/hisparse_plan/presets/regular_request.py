@@ -35,7 +35,7 @@ from typing import Any, Final
 from hisparse_plan.models import DType, PlanRequest, dtype_size
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.kv_dtypes import REGULAR_DTYPES
-from hisparse_plan.presets.regular import LayerKind, RegularArchitecture
+from hisparse_plan.presets.regular import LayerKind, LayerNames, RegularArchitecture
 from hisparse_plan.presets.settings import (
     DEFAULTS,
     Settings,
@@ -73,8 +73,12 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     cache_dtype: DType = (arch.auto_cache_dtype if settings.kv_dtype is None
                           else DTYPE if settings.kv_dtype == DTYPE else FP8_STORAGE)
     tp = settings.tp or 1
-    max_model_len = context_length(arch.max_position_embeddings, settings)
+    max_model_len = (settings.max_model_len
+                     if arch.length_assumed and settings.max_model_len is not None
+                     else context_length(arch.max_position_embeddings, settings))
     mla = "mla" in kinds
+    if arch.num_key_value_heads is None:
+        return _attention_free_request(arch, kinds, tp, max_model_len, settings)
     attention = (_latent_row(arch, kinds, settings, cache_dtype) if mla
                  else _kv_rows(arch, tp, settings, cache_dtype))
     align_mode = settings.prefix_caching is not False
@@ -102,6 +106,8 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
         decoder_layers.append(caches)
+    if names.attention_slots:
+        decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
     return regular_plan_request(
         decoder_layers, max_model_len, settings,
         mamba_cache_mode="align" if states is not None and align_mode else None,
@@ -109,12 +115,52 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     )
 
 
+def _attention_first(
+    decoder_layers: list[dict[str, Any]], names: LayerNames, layers: int, settings: Settings,
+) -> list[dict[str, Any]]:
+    """The attention caches first, in slot order, then each decoder layer's others: the order
+    in which Zamba2's model (vLLM's zamba2.py) builds them, shared blocks before the layers.
+    vLLM's Zamba2ForCausalLM supports no pipeline parallelism (no SupportsPP)."""
+    if (settings.pp or 1) > 1:
+        raise ConfigError("pp: vLLM 0.34's model for this architecture (zamba2.py) does not "
+                          "support pipeline parallelism; expected pp 1", field="pp")
+    slots = names.attention_slots or {}
+    order = sorted(slots, key=lambda i: slots[i])
+    attention = {names.name(names.attention, i, layers): i for i in order}
+    first = {name: decoder_layers[i][name] for name, i in attention.items()}
+    rest = [{name: spec for name, spec in caches.items() if name not in attention}
+            for caches in decoder_layers]
+    return [first, *rest]
+
+
+def _attention_free_request(
+    arch: RegularArchitecture, kinds: list[LayerKind], tp: int, max_model_len: int,
+    settings: Settings,
+) -> PlanRequest:
+    """A model of state layers alone (Mamba-1, Mamba-2): vLLM 0.34 serves an attention-free
+    model without prefix caching (`ModelConfig.is_prefix_caching_supported`), so
+    `MambaModelConfig` makes each state one block of max_model_len tokens, with no attention
+    page to pad it to."""
+    if settings.prefix_caching:
+        raise ConfigError(
+            "prefix_caching: vLLM 0.34 does not cache prefixes of an attention-free model "
+            "(its is_prefix_caching_supported); expected it unset or off",
+            field="prefix_caching",
+        )
+    states, _ = _mamba_spec(arch, tp, 1, 1, max_model_len, mla=False)
+    states.pop("page_size_padded", None)  # nothing to match: the page is the states' own
+    names = arch.layer_names
+    decoder_layers = [{names.name(names.mamba, i, len(kinds)): states} if kind != "none" else {}
+                      for i, kind in enumerate(kinds)]
+    return regular_plan_request(decoder_layers, max_model_len, settings)
+
+
 def _kv_rows(
     arch: RegularArchitecture, tp: int, settings: Settings, cache_dtype: DType,
 ) -> dict[str, Any]:
     """An attention layer's K and V rows on one rank, in the vLLM version's default block."""
     return {"block_size": default_block_size(settings),
-            "num_kv_heads": _per_rank(arch.num_key_value_heads, tp, "num_key_value_heads"),
+            "num_kv_heads": _per_rank(arch.kv_heads, tp, "num_key_value_heads"),
             "head_size": arch.head_size, "dtype": cache_dtype}
 
 

@@ -26,6 +26,7 @@ from hisparse_plan.presets.families.base import (
     given,
 )
 from hisparse_plan.presets.families.dense import GENERIC, QWEN
+from hisparse_plan.presets.families.falcon import FALCON
 from hisparse_plan.presets.families.gemma import GEMMA, GEMMA3N
 from hisparse_plan.presets.families.kimi_linear import KIMI_LINEAR
 from hisparse_plan.presets.families.lfm2 import LFM2
@@ -36,16 +37,21 @@ from hisparse_plan.presets.families.mamba_hybrids import (
     JAMBA,
     NEMOTRON_H,
 )
+from hisparse_plan.presets.families.minicpm3 import MINICPM3
 from hisparse_plan.presets.families.minimax import MINIMAX, MINIMAX_M2, refuse_lightning
 from hisparse_plan.presets.families.mla import DEEPSEEK_V4, MLA, SPARSE_MLA
 from hisparse_plan.presets.families.qwen_linear import QWEN3_5, QWEN3_NEXT
+from hisparse_plan.presets.families.smollm3 import SMOLLM3
+from hisparse_plan.presets.families.state_only import MAMBA1, MAMBA2
 from hisparse_plan.presets.families.unplanned import UNPLANNED
-from hisparse_plan.presets.families.windows import COHERE2, EXAONE4, GPT_OSS
+from hisparse_plan.presets.families.windows import COHERE2, COHERE2_MOE, EXAONE4, GPT_OSS
+from hisparse_plan.presets.families.zamba2 import ZAMBA2
 
 FAMILIES: Final[tuple[Family, ...]] = (
     GENERIC, QWEN, GEMMA, GEMMA3N, GPT_OSS, COHERE2, EXAONE4, LLAMA4, MLA, SPARSE_MLA,
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
-    KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, UNPLANNED,
+    KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
+    FALCON, COHERE2_MOE, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {
@@ -68,6 +74,14 @@ ZERO_IS_ABSENT: Final = frozenset({"num_kv_shared_layers"})
 def family_of(model_type: str | None) -> Family:
     """The family whose reader lays out `model_type` (GENERIC for one no family claims)."""
     return BY_MODEL_TYPE.get(model_type or "", GENERIC)
+
+
+def refuse_unplanned_early(fields: Fields) -> None:
+    """A model_type vLLM serves with a layout no family reads is refused by name before any
+    field is read (Whisper's config has no num_hidden_layers to count)."""
+    model_type = fields.get("model_type")
+    if isinstance(model_type, str) and family_of(model_type) is UNPLANNED and UNPLANNED.read:
+        UNPLANNED.read(fields, 0)
 
 
 def _set(fields: Fields, name: str) -> bool:
@@ -109,4 +123,5 @@ __all__ = [
     "SGLangRule",
     "family_of",
     "layer_layout",
+    "refuse_unplanned_early",
 ]

@@ -31,8 +31,9 @@ class Layout:
     """The kind-deciding fields (`MARKERS`) this family's rule reads; any other is refused."""
     states: StateGeometry | None = None
     """The state layers' geometry (Mamba, Gated DeltaNet, short convolution, KDA)."""
-    names: Mapping[str, str] = field(default_factory=dict)
-    """`LayerNames` templates where vLLM's code for the model names layers otherwise."""
+    names: Mapping[str, object] = field(default_factory=dict)
+    """`LayerNames` fields (templates, Zamba2's offset and slots) where vLLM's code for the
+    model names layers otherwise."""
     fields: Mapping[str, Any] = field(default_factory=dict)
     """Config fields as vLLM's code for the family uses them, in place of the file's: Cohere's
     window + 1, a head size vLLM derives whatever `head_dim` says, vLLM's own config class's

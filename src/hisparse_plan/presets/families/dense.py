@@ -22,6 +22,7 @@ from typing import Final
 
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
+from hisparse_plan.presets.families.layer_names import ATTENTION_BY_MODEL_TYPE
 from hisparse_plan.presets.regular import LayerKind
 
 QWEN_TYPES: Final = (
@@ -32,11 +33,13 @@ QWEN_TYPES: Final = (
 
 def read_generic(fields: base.Fields, layers: int) -> base.Layout:
     reads = ("layer_types", "sliding_window")
+    template = ATTENTION_BY_MODEL_TYPE.get(str(fields.get("model_type")))
+    names = {} if template is None else {"attention": template}
     if base.given(fields, "layer_types"):
         kinds = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "this model's")
-        return base.Layout(kinds, reads)
+        return base.Layout(kinds, reads, names=names)
     kind: LayerKind = "sliding" if base.given(fields, "sliding_window") else "full"
-    return base.Layout([kind] * layers, reads)
+    return base.Layout([kind] * layers, reads, names=names)
 
 
 def read_qwen(fields: base.Fields, layers: int) -> base.Layout:
@@ -54,7 +57,10 @@ def read_qwen(fields: base.Fields, layers: int) -> base.Layout:
             "vLLM's Qwen code gives every layer the model's one window and refuses this",
             field="max_window_layers",
         )
-    return base.Layout(["sliding" if all(sliding) else "full"] * layers, reads)
+    if all(sliding):
+        return base.Layout(["sliding"] * layers, reads)
+    # No layer slides: the window field is left unread (Qwen2-MoE's class writes 0 there).
+    return base.Layout(["full"] * layers, reads, fields={"sliding_window": None})
 
 
 GENERIC = base.Family(

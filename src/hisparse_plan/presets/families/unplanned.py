@@ -15,10 +15,6 @@ from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
 
 BUILDS: Final[dict[str, str]] = {
-    "mamba": "Mamba-1 state layers only, no attention (mamba.py)",
-    "falcon_mamba": "Mamba-1 state layers only, no attention (mamba.py)",
-    "mamba2": "Mamba-2 state layers only, no attention (mamba2.py)",
-    "zamba2": "Mamba-2 layers with attention blocks shared between layers (zamba2.py)",
     "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
     "zaya": "state layers beside sliding-window attention (zaya.py)",
     "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
@@ -28,11 +24,13 @@ BUILDS: Final[dict[str, str]] = {
               "caches (gemma4.py)",
     "gemma4_text": "sliding and full layers, the last num_kv_shared_layers reading earlier "
                    "layers' caches (gemma4.py)",
-    "minicpm3": "MLA layers (minicpm3.py), not checked against the MLA reader yet",
     "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
     "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
     "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
+    "whisper": "decoder layers of self-attention beside cross-attention to the encoder's "
+               "output (whisper.py: CrossAttentionSpec caches, a block table of their own "
+               "sized by the encoder's length)",
 }
 """What vLLM's code builds, by model_type."""
 
@@ -51,12 +49,11 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM", "Zamba2ForCausalLM",
         "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-        "MiniCPM3ForCausalLM", "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
-        "MiniMaxM3SparseForConditionalGeneration",
+        "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
+        "MiniMaxM3SparseForConditionalGeneration", "WhisperForConditionalGeneration",
     ),
     read=refuse_unplanned,
     vllm="see BUILDS",

@@ -14,8 +14,9 @@
 - `exaone4` (EXAONE-4.0): vLLM's `models/exaone4.py` slides by `sliding_window` where
   `layer_types` says `sliding_attention`; transformers' Exaone4Config writes it out from an
   integer `sliding_window_pattern` (default 4; layer i slides unless i + 1 is a multiple) when
-  the model has a window, and every layer is full without one. SGLang's `srt/models/exaone4.py`:
-  one pool.
+  the model has a window, and every layer is full without one. Where `layer_types` is given,
+  neither reads `sliding_window_pattern` (EXAONE-4.0-32B publishes `"LLLG"` beside its
+  `layer_types`), so its value is left unread. SGLang's `srt/models/exaone4.py`: one pool.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def read_gpt_oss(fields: base.Fields, layers: int) -> base.Layout:
 def _pattern_kinds(fields: base.Fields, layers: int, model: str) -> list[LayerKind]:
     """`layer_types`, else transformers' reading of an integer `sliding_window_pattern`."""
     if base.given(fields, "layer_types"):
+        # transformers (and so vLLM) derive nothing from the pattern once layer_types is set.
         return base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, model)
     if "sliding_window" not in fields:
         raise ConfigError(f"sliding_window: {TRANSFORMERS_DEFAULTS}", field="sliding_window")
@@ -60,15 +62,20 @@ def _pattern_kinds(fields: base.Fields, layers: int, model: str) -> list[LayerKi
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ConfigError(
             f"sliding_window_pattern: {model}'s layers are read through transformers' config "
-            f"class, which takes a positive integer (every n-th layer full); got {every!r}",
+            f"class, which derives layer_types from a positive integer (every n-th layer full) "
+            f"and cannot from {every!r}; expected an integer, or layer_types beside it",
             field="sliding_window_pattern",
         )
     return base.every_nth(layers, every, "full", "sliding")
 
 
+UNREAD_PATTERN: Final = {"sliding_window_pattern": None}
+"""The kinds are decided (`_pattern_kinds`): the pattern, whatever its type, is not read again."""
+
+
 def read_cohere2(fields: base.Fields, layers: int) -> base.Layout:
     kinds = _pattern_kinds(fields, layers, "Cohere2")
-    overrides: dict[str, object] = {"head_dim": None}
+    overrides: dict[str, object] = {"head_dim": None, **UNREAD_PATTERN}
     if "sliding" in kinds:
         overrides["sliding_window"] = base.positive(
             fields, "sliding_window", "Cohere2's sliding layers keep sliding_window + 1 tokens"
@@ -77,9 +84,23 @@ def read_cohere2(fields: base.Fields, layers: int) -> base.Layout:
                   fields=overrides)
 
 
+def read_cohere2_moe(fields: base.Fields, layers: int) -> base.Layout:
+    """Cohere2-MoE (vLLM's `models/cohere2_moe.py`): Cohere2's windows (`sliding_window + 1`
+    where `layer_types` slides), but heads of the config's `head_dim` where it has one."""
+    kinds = _pattern_kinds(fields, layers, "Cohere2-MoE")
+    overrides: dict[str, object] = dict(UNREAD_PATTERN)
+    if "sliding" in kinds:
+        overrides["sliding_window"] = base.positive(
+            fields, "sliding_window", "Cohere2-MoE's sliding layers keep sliding_window + 1 "
+            "tokens") + 1
+    return base.Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+                       fields=overrides)
+
+
 def read_exaone4(fields: base.Fields, layers: int) -> base.Layout:
     return base.Layout(_pattern_kinds(fields, layers, "EXAONE-4"),
-                  ("layer_types", "sliding_window", "sliding_window_pattern"))
+                       ("layer_types", "sliding_window", "sliding_window_pattern"),
+                       fields=UNREAD_PATTERN)
 
 
 GPT_OSS = base.Family(
@@ -95,6 +116,15 @@ COHERE2 = base.Family(
     architectures=("Cohere2ForCausalLM",),
     read=read_cohere2,
     vllm="models/commandr.py",
+)
+COHERE2_MOE = base.Family(
+    name="cohere2_moe",
+    model_types=("cohere2_moe",),
+    architectures=("Cohere2MoeForCausalLM",),
+    read=read_cohere2_moe,
+    vllm="models/cohere2_moe.py",
+    sglang=base.SGLangRule(refusal="SGLang 0.5.23's srt/models/cohere2_moe.py is not yet "
+                                   "checked against the SGLang target's window pools"),
 )
 EXAONE4 = base.Family(
     name="exaone4",

@@ -3,7 +3,10 @@
 Equal specs merge. vLLM also merges full-attention specs that differ only in the window or chunk
 a promoted local layer remembers (at most one of each, not both), and mla specs that differ only
 in the window a promoted sliding_window_mla layer remembers; the merged spec carries that one
-window or chunk (an mla merge keeps none).
+window or chunk (an mla merge keeps none). An mla merge (vLLM's `MLAAttentionSpec.merge`)
+compares the padded page an `alignment` gives, not the alignment itself: a promoted
+sliding_window_mla layer of another alignment but the same page merges, into a spec without
+alignment that keeps the first layer's padded page.
 """
 
 from __future__ import annotations
@@ -46,7 +49,19 @@ def merged_spec(distinct: Sequence[LayerSpec]) -> LayerSpec | None:
 
 
 def _merged_fields(spec: FullAttentionSpec | MLASpec) -> dict[str, object]:
-    return {key: value for key, value in spec.__dict__.items() if key not in _REMEMBERED}
+    fields = {key: value for key, value in spec.__dict__.items() if key not in _REMEMBERED}
+    if isinstance(spec, MLASpec):
+        # vLLM's MLAAttentionSpec.merge compares the page an alignment pads to, not the
+        # alignment (a field of its own that the merge leaves out).
+        fields["alignment"] = None
+        fields["page_size_padded"] = _padded_page(spec)
+    return fields
+
+
+def _padded_page(spec: MLASpec) -> int | None:
+    """The padded page (explicit, or from `alignment`), None when the page is natural."""
+    page = spec.page_size_bytes
+    return None if page == spec.natural_page_bytes and spec.page_size_padded is None else page
 
 
 def refuse_mixed_windows(layers: Sequence[tuple[str, LayerSpec]], field: str) -> None:
