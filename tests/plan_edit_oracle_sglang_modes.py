@@ -184,6 +184,7 @@ def _speculative(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
         return
     _draft_pools(plan, pools, drafts, faults)
     _draft_price(plan, pools, faults)
+    _draft_beyond_budget(plan, pools, faults)
     if mids:
         _intermediates(plan, pools, faults)
 
@@ -233,6 +234,28 @@ def _draft_price(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
     if spec.draft_cell_size_bytes * plan.page_size != price:
         faults.add("draft price", f"draft_cell_size_bytes {spec.draft_cell_size_bytes}, the "
                    f"target's geometry gives {price / plan.page_size}")
+
+
+def _draft_beyond_budget(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> None:
+    """The budget pays draft_cell_size_bytes a target token, scale draft ids of it; the draft
+    pools hold their own shape a draft token: what they take beyond the price, over every
+    token they hold beside the padding page, is the plan's stated excess (0 if none)."""
+    spec = plan.speculative
+    if spec is None:
+        return
+    beyond = Fraction(0)
+    if "draft_kv" in pools:
+        pool = pools["draft_kv"]
+        block = pool.block_tokens or 1
+        own = sum(Fraction(page_bytes(plan, name), block)
+                  for name in ("draft_kv", "draft_kv_v", "draft_index"))
+        scale = dcp(plan) if plan.hisparse is None else plan.hisparse.host_to_device_ratio
+        paid = Fraction(spec.draft_cell_size_bytes, scale)
+        beyond = max(Fraction(0), own - paid) * (pool.num_blocks - 1) * block
+    if spec.draft_beyond_budget_bytes != beyond:
+        faults.add("draft past the budget", f"draft_beyond_budget_bytes "
+                   f"{spec.draft_beyond_budget_bytes}, the draft's own shape takes {beyond} "
+                   "beyond its price")
 
 
 def _slot_bytes(plan: SGLangPlan, pool: str) -> Fraction:

@@ -229,6 +229,23 @@ SGLANG_MODES: list[tuple[str, str, set[int], dict[str, Any], dict[str, int]]] = 
      {"speculative_algorithm": "EAGLE", **SPEC, **TREE}, {}),
     ("speculative EAGLE3, window hybrid", "gpt-oss-120b", {0, 1},
      {"speculative_algorithm": "EAGLE3", **SPEC}, {"window": 16}),
+    # Drafts of their own shape (issue 36): priced at the target's layer, pooled in their own.
+    ("speculative EAGLE, a draft wider than the target", "llama-3-8b", {0, 1},
+     {"speculative_algorithm": "EAGLE", **SPEC, "speculative_draft_kv_heads": 8}, {}),
+    ("speculative EAGLE, a narrower draft of its own head_dim", "llama-3-8b", {0, 1},
+     {"speculative_algorithm": "EAGLE", **SPEC, "speculative_draft_kv_heads": 1,
+      "speculative_draft_head_dim": 64}, {}),
+    ("speculative EAGLE tree on pages, a wider draft of its own head_dim", "llama-3-8b",
+     {0, 1}, {"speculative_algorithm": "EAGLE", "page_size": 4, **SPEC, **TREE,
+              "speculative_draft_kv_heads": 4, "speculative_draft_head_dim": 256}, {}),
+    ("pipeline rank with a wider draft", "llama-3-8b", {0, 1, 2, 3},
+     {"pp_size": 2, "pp_rank": 1, "speculative_algorithm": "EAGLE", **SPEC,
+      "speculative_draft_kv_heads": 6}, {}),
+    ("DP attention with a wider draft", "llama-3-8b", {0, 1},
+     {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2, "speculative_algorithm": "EAGLE",
+      **SPEC, "speculative_draft_kv_heads": 3}, {}),
+    ("window hybrid with a wider draft", "gpt-oss-120b", {0, 1},
+     {"speculative_algorithm": "EAGLE3", **SPEC, "speculative_draft_kv_heads": 4}, {"window": 16}),
 ]
 """Seeds of SGLang's server modes, each the planner's own plan of a preset cut to a few layers;
 `tweaks` shrink what would need a large budget (the indexer's top-k, a window) or give V its

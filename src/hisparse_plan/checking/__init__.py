@@ -36,3 +36,9 @@ def check_plan(
         # A rule shared with the planner refused part of the plan; callers catch
         # PlanInvariantError for every broken invariant.
         raise PlanInvariantError(str(error)) from error
+    except (IndexError, KeyError, ZeroDivisionError, OverflowError) as error:
+        # Every rule bounds what it indexes first; should one still meet a plan inconsistent
+        # in a way no earlier rule caught, the caller gets a refusal, not an internal error.
+        raise PlanInvariantError(
+            f"the plan is inconsistent where check_plan reads it ({type(error).__name__}: "
+            f"{str(error)[:120]}); expected a plan the planner could have written") from error

@@ -24,7 +24,7 @@ from hisparse_plan.checking.sglang_budget import check_budget, check_cell_size
 from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
 from hisparse_plan.checking.sglang_modes import check_modes
-from hisparse_plan.checking.sglang_pipeline import check_pipeline
+from hisparse_plan.checking.sglang_pipeline import check_pipeline, check_pipeline_ranks
 from hisparse_plan.checking.sglang_roles import (
     SGLANG_POOL_ROLES,
     check_layer_sets,
@@ -52,6 +52,7 @@ def check_sglang_plan(
     plan: SGLangPlan, request: PlanRequest | Mapping[str, object] | None
 ) -> None:
     """Raise `PlanInvariantError` at the first broken invariant of an SGLang plan."""
+    check_pipeline_ranks(plan)  # every later rule indexes the stage lists by pp_rank
     pools = check_pool_names(plan.pools, plan.tensors)
     check_pool_roles(plan, pools)
     check_view_names(plan, pools)

@@ -100,6 +100,7 @@ def check_draft(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 "(the draft shares the target's allocator and its token ids)")
     _check_draft_layers(plan, spec)
     _check_draft_cell(plan, spec)
+    _check_beyond_budget(plan, spec, pools)
 
 
 def _check_draft_layers(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
@@ -156,6 +157,37 @@ def _check_draft_cell(plan: SGLangPlan, spec: SGLangSpeculative) -> None:
             f"speculative.draft_cell_size_bytes is {spec.draft_cell_size_bytes}; expected "
             f"{want // plan.page_size}: the target's {page_bytes // plan.page_size} bytes a "
             f"layer and token over {full_layers} draft full layers")
+
+
+FULL_DRAFT_POOLS: Final = ("draft_kv", "draft_kv_v", "draft_index")
+"""The draft pools priced in the full part of the cell."""
+
+
+def _check_beyond_budget(plan: SGLangPlan, spec: SGLangSpeculative, pools: dict[str, Pool]
+                         ) -> None:
+    """The draft's full pools pass what the cell charges for them by exactly
+    speculative.draft_beyond_budget_bytes: their blocks (padding aside) times what a block of
+    every draft layer takes over what the price pays a draft block (draft_cell_size_bytes a
+    target token, a target token standing for `scale` draft ids). Without that record a plan
+    whose draft is larger than its price passes its budget unannounced."""
+    beyond = 0
+    if "draft_kv" in pools:
+        scale = (plan.budget.dcp_size if plan.hisparse is None
+                 else plan.hisparse.host_to_device_ratio)
+        own = 0
+        for tensor in plan.tensors:
+            if tensor.pool in FULL_DRAFT_POOLS:
+                own += sum(part.size for part in tensor.ranges or []) * len(tensor.layers)
+        draft = pools["draft_kv"]  # under decode context parallelism a block is dcp pages
+        paid = spec.draft_cell_size_bytes * (draft.block_tokens or plan.page_size) // scale
+        beyond = max(0, own - paid) * (draft.num_blocks - 1)
+    if spec.draft_beyond_budget_bytes != beyond:
+        raise PlanInvariantError(
+            f"speculative.draft_beyond_budget_bytes is {spec.draft_beyond_budget_bytes}; the "
+            f"draft's pools take {beyond} bytes beyond what draft_cell_size_bytes "
+            f"{spec.draft_cell_size_bytes} charges the budget "
+            f"{plan.budget.available_bytes} for them; expected the two equal (a plan's pools "
+            "pass its budget only by the rule it records)")
 
 
 def draft_window_page_bytes(plan: SGLangPlan) -> int:

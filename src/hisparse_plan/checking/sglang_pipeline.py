@@ -35,6 +35,13 @@ def check_pipeline(plan: SGLangPlan) -> None:
     _check_tokens(plan, pipeline)
 
 
+def check_pipeline_ranks(plan: SGLangPlan) -> None:
+    """pp_rank and the per-rank lists bounded before any rule reads them by rank (the
+    DeepSeek-V4 and draft rules run before check_pipeline)."""
+    if plan.pipeline is not None:
+        _check_ranks(plan.pipeline)
+
+
 def _check_ranks(pipeline: SGLangPipeline) -> None:
     size, counts = pipeline.pp_size, pipeline.stage_layers
     if pipeline.pp_rank >= size:

@@ -28,9 +28,10 @@ class CheckFailed(Exception):
 def validation_line(error: ValidationError) -> str:
     """`path: message (got value)` for the first error, the value cut to a short excerpt."""
     first = error.errors(include_url=False)[0]
-    path = "".join(path_step(part) for part in first["loc"]).lstrip(".") or "request"
+    whole = "request" if error.title == "PlanRequest" else error.title  # an empty loc
+    path = "".join(path_step(part) for part in first["loc"]).lstrip(".") or whole
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    message = cut(first["msg"], EXCERPT_CHARS)
+    message = cut(first["msg"].removeprefix("Value error, "), EXCERPT_CHARS)
     got = first.get("input")
     # A whole object is no help in one line (and may be the whole request).
     shown = "" if isinstance(got, dict | list) or first["type"] == "json_invalid" else (

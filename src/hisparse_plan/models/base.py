@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Final, NoReturn, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    model_validator,
 )
 
 from hisparse_plan.errors import PlanError
@@ -30,6 +31,20 @@ INT64_MAX = 2**63 - 1
 PositiveInt = Annotated[int, Field(ge=1, le=INT64_MAX)]
 ByteCount = Annotated[int, Field(ge=0, le=INT64_MAX)]
 LayerName = Annotated[str, StringConstraints(min_length=1)]
+MAX_LAYER_NAMES: Final = 2**18
+"""Layers one request, or one tensor or group of a plan, may name: four for each of the 2^16
+decoder layers a config may count (presets/layer_count.py), and past the 100,000 layers the
+planner is measured at (benchmarks/bench_scale.py). Checked on the list's length before any
+name is validated, so a file of a million layers is refused at the cost of reading it."""
+MAX_PLAN_LAYER_NAMES: Final = 2**19
+"""Layer names a plan's tensors may hold in all: a 100,000-layer HiSparse request's plan
+names each layer and its derived ones (about three each) well inside it."""
+
+
+def excerpt_key(key: object) -> str:
+    """A key as an error quotes it: its repr, cut to 40 characters."""
+    text = repr(key)
+    return text if len(text) <= 40 else text[:30] + "...'"
 
 
 def _kind_of(value: object) -> str | None:
@@ -51,10 +66,43 @@ BY_KIND = Discriminator(
 which the planner passes around."""
 
 
+UNKNOWN_KEYS_NAMED: Final = 3
+"""Unknown keys an error names; the rest are counted."""
+_KNOWN_KEYS: dict[type[BaseModel], frozenset[str]] = {}
+
+
+def _known_keys(model: type[BaseModel]) -> frozenset[str]:
+    known = _KNOWN_KEYS.get(model)
+    if known is None:
+        fields = model.model_fields
+        known = frozenset(fields) | {f.alias for f in fields.values() if f.alias}
+        _KNOWN_KEYS[model] = known
+    return known
+
+
 class Model(BaseModel):
     """Frozen, strict, closed: JSON in and out without surprises."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_keys(cls, data: object) -> object:
+        """Keys no field names, refused before any field is validated, in one error naming
+        the first few and their count: pydantic's own refusal makes an error object a key,
+        so two million unknown keys would cost gigabytes before the first line is shown."""
+        if type(data) is not dict:
+            return data
+        known = _known_keys(cls)
+        if data.keys() <= known:  # one set comparison, in C
+            return data
+        unknown = [key for key, _ in zip(
+            (key for key in data if key not in known), range(UNKNOWN_KEYS_NAMED), strict=False)]
+        count = sum(key not in known for key in data)  # counted, not copied
+        named = ", ".join(excerpt_key(key) for key in unknown)
+        more = f" and {count - len(unknown)} more" if count > len(unknown) else ""
+        raise ValueError(f"Extra inputs are not permitted: unknown key{'s' if count > 1 else ''} "
+                         f"{named}{more}; expected only {cls.__name__}'s fields")
 
 
 class FrozenDict(dict[K, V]):
@@ -122,6 +170,11 @@ def is_empty(value: object) -> bool:
     """`exclude_if` of a collection field a later version added: left out of the JSON when
     empty, for the same reason as `is_none`."""
     return not value
+
+
+def is_zero(value: object) -> bool:
+    """`exclude_if` of a count a later version added whose 0 is what plans before it meant."""
+    return value == 0
 
 
 def empty_frozen_list() -> list[V]:

@@ -12,6 +12,7 @@ as many keys as the text has ':' characters dropped none.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
@@ -98,6 +99,29 @@ def nested_deeper(data: object, limit: int) -> bool:
     return False
 
 
+def proven_parse(text: str | bytes) -> dict[str, Any] | None:
+    """The object in `text` by pydantic's parser (faster than `json`'s, and lighter: no list
+    of pairs an object) when that parse provably dropped no key: every member of every object
+    has its own ':' outside strings, so a parse that kept as many keys as the text has ':'
+    characters kept them all (a key named twice loses a member). None otherwise: text it
+    refuses, another top level, or a ':' inside a string; the strict reading decides. NaN
+    reads as json reads it: the models refuse it naming the field."""
+    try:
+        if isinstance(text, bytes) and json.detect_encoding(text) == "utf-8":
+            data = from_json(text)
+            colons = text.count(b":")
+        else:
+            decoded = text if isinstance(text, str) else text.decode(
+                json.detect_encoding(text), "surrogatepass")
+            data = from_json(decoded)
+            colons = decoded.count(":")
+    except (ValueError, RecursionError):
+        return None
+    if type(data) is not dict or _keys_at_most_kept(data) != colons:
+        return None
+    return data
+
+
 def load_json_object(
     text: str | bytes, *, what: str = "request", max_depth: int | None = None
 ) -> dict[str, Any]:
@@ -125,8 +149,15 @@ def load_json_object(
         marked.key = key
         return marked
 
+    refuse_byte_order_mark(text, what)
     deepest = f"a {what} nests a few levels" if max_depth is None else (
         f"expected at most {max_depth} levels")
+    proven = proven_parse(text)
+    if proven is not None:
+        if max_depth is not None and nested_deeper(proven, max_depth):
+            raise PlanError(f"{what}: nested more than {max_depth} levels deep; {deepest}",
+                            field=what)
+        return proven
     try:
         data = json.loads(text, object_pairs_hook=pairs_hook)
     except json.JSONDecodeError as error:
@@ -164,6 +195,17 @@ def load_json_object(
     return data
 
 
+def refuse_byte_order_mark(text: str | bytes, what: str) -> None:
+    """UTF-8 JSON text starts without a byte order mark (RFC 8259): refused from bytes as from
+    the CLI's decoded text (json reads a str with one as invalid, and would strip it from
+    bytes). UTF-16 and UTF-32 bytes keep theirs: it is how their encoding is told."""
+    marked = (text.startswith(codecs.BOM_UTF8) if isinstance(text, bytes)
+              else text.startswith("\ufeff"))
+    if marked:
+        raise PlanError(f"{what}: Invalid JSON: Unexpected byte order mark at line 1 column 1; "
+                        "expected UTF-8 JSON text without one", field=what)
+
+
 def load_request_json(text: str | bytes) -> dict[str, Any]:
     """A request's JSON text as a dict: `load_json_object` for a request."""
     return load_json_object(text, what="request")
@@ -191,29 +233,8 @@ def _keys_at_most_kept(data: object) -> int:
 
 def validate_request_json(text: str | bytes, validate: Callable[[dict[str, Any]], T]) -> T:
     """`validate(load_request_json(text))`, without the per-object duplicate check where the
-    parse provably dropped no key.
-
-    The text is parsed as plain JSON (by pydantic's parser, about twice as fast as `json`'s; any
-    text it refuses is read by `json` below, so what is accepted and how errors read is decided by
-    `load_request_json` alone) and validated; then if the parse kept as many keys as the text has
-    ':' characters, no key was named twice (each member has one ':' of its own, and a
-    repeated key loses one member). Otherwise, or when parsing or `validate` fails, the text is
-    read again by `load_request_json`, so that a duplicate key or bad JSON is reported exactly as
-    that function reports it, and before any error it caused.
-    """
-    try:
-        decoded = text if isinstance(text, str) else text.decode(
-            json.detect_encoding(text), "surrogatepass")
-        data = from_json(decoded)
-    except (ValueError, RecursionError):  # the strict reading below names the problem
-        return validate(load_request_json(text))
-    if type(data) is not dict:
-        return validate(load_request_json(text))
-    try:
-        result = validate(data)
-    except Exception:
-        load_request_json(text)  # a duplicate key is named first: it may be what broke
-        raise
-    if _keys_at_most_kept(data) != decoded.count(":"):
-        load_request_json(text)  # not proven here: read strictly (refuses a duplicate)
-    return result
+    parse provably dropped no key (`proven_parse`): a duplicate key or bad JSON is reported as
+    `load_request_json` reports it, before anything it may have caused."""
+    refuse_byte_order_mark(text, "request")
+    data = proven_parse(text)
+    return validate(load_request_json(text) if data is None else data)

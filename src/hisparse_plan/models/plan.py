@@ -23,7 +23,13 @@ from hisparse_plan.models.fingerprint import fingerprint as layout_fingerprint
 from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.models.pools import Pool
-from hisparse_plan.models.tensors import Capacity, Concurrency, KVCacheTensor, LayerNames
+from hisparse_plan.models.tensors import (
+    Capacity,
+    Concurrency,
+    KVCacheTensor,
+    LayerNames,
+    refuse_layer_floods,
+)
 from hisparse_plan.models.version_1 import upgrade_version_1
 
 __all__ = [
@@ -205,7 +211,7 @@ class KVCachePlan(Model):
     @model_validator(mode="before")
     @classmethod
     def _read_version_1(cls, data: object) -> object:
-        return upgrade_version_1(data)
+        return refuse_layer_floods(upgrade_version_1(data))
 
     @property
     def device_pool(self) -> DevicePool:

@@ -10,6 +10,7 @@ from pydantic.config import ExtraValues
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.base import (
+    MAX_LAYER_NAMES,
     READ_ONLY,
     ByteCount,
     LayerName,
@@ -134,7 +135,8 @@ class PlanRequest(Model):
     """Layers in model order (the order is significant), then the budgets (see
     docs/planning-rules.md#requests)."""
 
-    layers: Annotated[dict[LayerName, LayerSpec], Field(min_length=1)] = Field(
+    layers: Annotated[dict[LayerName, LayerSpec],
+                      Field(min_length=1, max_length=MAX_LAYER_NAMES)] = Field(
         description="Layer name -> how it stores its cache, in model order."
     )
     model: ModelConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hisparse_plan.models.base import (
     READ_ONLY,
@@ -13,9 +13,10 @@ from hisparse_plan.models.base import (
     Model,
     PositiveInt,
     empty_frozen_list,
+    is_zero,
 )
 from hisparse_plan.models.pools import BufferView, Pool
-from hisparse_plan.models.tensors import Capacity, KVCacheTensor
+from hisparse_plan.models.tensors import Capacity, KVCacheTensor, refuse_layer_floods
 
 
 class SGLangBudget(Model):
@@ -152,6 +153,16 @@ class SGLangSpeculative(Model):
     draft_cell_size_bytes: ByteCount = Field(
         description="Bytes the draft's layers add to budget.cell_size_bytes (a full token's)."
     )
+    draft_beyond_budget_bytes: ByteCount = Field(
+        default=0, exclude_if=is_zero,
+        description="Bytes the draft's full pools (`draft_kv`, `draft_kv_v`, `draft_index`) "
+        "take, padding page aside, beyond what draft_cell_size_bytes charges the budget for "
+        "them: SGLang prices every draft layer at the target's per-layer bytes "
+        "(DefaultPoolConfigurator) while the draft worker builds its pools in the draft's own "
+        "shape, so a draft with more heads (or a wider head) than the target's passes the "
+        "budget by this much; 0 when its shape costs no more. The one engine rule by which "
+        "an SGLang plan's pools pass its budget beyond their padding pages.",
+    )
     draft_window_layers: Annotated[list[str], READ_ONLY] = Field(
         default_factory=list,
         description="Of draft_layers, a hybrid-window draft's window layers: its pool "
@@ -190,6 +201,12 @@ class SGLangPlan(Model):
 
     schema_version: Literal[2] = Field(default=2, description="2.")
     engine: Literal["sglang"] = Field(default="sglang", description="sglang.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: object) -> object:
+        return refuse_layer_floods(data)
+
     pools: Annotated[list[Pool], Field(min_length=1), READ_ONLY] = Field(
         description="SGLang's pools (kv, swa, index, mamba_*, hisparse_host, v4_*)."
     )

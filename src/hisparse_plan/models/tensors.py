@@ -7,11 +7,36 @@ from typing import Annotated
 
 from pydantic import Field
 
-from hisparse_plan.models.base import READ_ONLY, ByteCount, LayerName, Model, empty_frozen_list
+from hisparse_plan.models.base import (
+    MAX_LAYER_NAMES,
+    MAX_PLAN_LAYER_NAMES,
+    READ_ONLY,
+    ByteCount,
+    LayerName,
+    Model,
+    empty_frozen_list,
+)
 from hisparse_plan.models.pools import BufferView, PageRange, PoolName
 
-LayerNames = Annotated[list[LayerName], Field(min_length=1), READ_ONLY]
+LayerNames = Annotated[
+    list[LayerName], Field(min_length=1, max_length=MAX_LAYER_NAMES), READ_ONLY]
 Concurrency = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def refuse_layer_floods(data: object) -> object:
+    """A plan's tensors name at most MAX_PLAN_LAYER_NAMES layers in all (a plan's `before`
+    validator): counted on the JSON's lists, before any is validated, so a plan of a million
+    layers spread over many tensors costs its reading, not a proof of each layer."""
+    tensors = data.get("tensors") if isinstance(data, dict) else None
+    if not isinstance(tensors, list):
+        return data
+    named = sum(len(tensor["layers"]) for tensor in tensors
+                if isinstance(tensor, dict) and isinstance(tensor.get("layers"), list))
+    if named > MAX_PLAN_LAYER_NAMES:
+        raise ValueError(f"the tensors name {named} layers; expected at most "
+                         f"{MAX_PLAN_LAYER_NAMES} (a 100,000-layer model's plan names about "
+                         "300,000)")
+    return data
 
 
 class KVCacheTensor(Model):

@@ -9,6 +9,7 @@ leaves out a field transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import untrusted_json
+from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
@@ -112,6 +114,10 @@ def _refuse_odd_model_type(fields: Mapping[str, Any], origin: str) -> None:
     if model_type is not None and not isinstance(model_type, str):
         raise ConfigError(f"{origin}: model_type: expected a name such as 'llama', got "
                           f"{type(model_type).__name__}", field="model_type")
+    # A name picks a transformers class; a control character is no name any loader knows.
+    if isinstance(model_type, str) and not model_type.isprintable():
+        raise ConfigError(f"{origin}: model_type: expected a name such as 'llama', got "
+                          f"{excerpt(model_type, 60)}", field="model_type")
 
 
 def model_from_config(
@@ -174,10 +180,38 @@ def read_config_file(path: str | Path, *, label: str | None = None) -> dict[str,
     """The JSON object of a `config.json` file, read as any untrusted file is
     (`untrusted_json`): ConfigError, naming `label` (default: the path), when it cannot be."""
     try:
-        return untrusted_json.read_json_file(
+        config = untrusted_json.read_json_file(
             path, what="config", label=label, max_bytes=untrusted_json.MAX_CONFIG_BYTES)
     except PlanError as error:
         raise ConfigError(str(error), field=error.field) from None
+    screen_config(config, label or str(path))
+    return config
+
+
+MAX_CONFIG_KEYS: Final = 4096
+"""Keys a config.json object may have: the Hub's carry a few hundred at most. A config's
+unknown keys are normal (each model adds its own), so they cannot be refused one by one; a
+flood of them is refused whole, before transformers makes an attribute of each."""
+
+
+def screen_config(config: Mapping[str, Any], origin: str) -> None:
+    """The config, its text_config and vision_config hold at most MAX_CONFIG_KEYS keys each
+    (counted: the cost does not grow with them), and no NaN or infinity among their values
+    (Python's json reads them; no loader past this one should be handed them)."""
+    for where, part in (("", config), ("text_config", config.get("text_config")),
+                        ("vision_config", config.get("vision_config"))):
+        if not isinstance(part, Mapping):
+            continue
+        if len(part) > MAX_CONFIG_KEYS:
+            raise ConfigError(
+                f"{origin}: {where or 'config'}: {len(part)} keys; expected at most "
+                f"{MAX_CONFIG_KEYS} (a model's config.json has a few hundred)",
+                field=where or "config")
+        for key, value in part.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                field = f"{where}.{key}" if where else str(key)
+                raise ConfigError(f"{origin}: {excerpt(field, 80)}: expected a finite number, "
+                                  f"got {value}", field=field)
 
 
 def load_config_file(

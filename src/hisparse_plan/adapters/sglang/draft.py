@@ -15,7 +15,8 @@ from typing import Any, Final
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.json_input import excerpt
-from hisparse_plan.presets.config_file import read_config_file
+from hisparse_plan.presets.config_file import model_from_config, read_config_file
+from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.targets.sglang.served.architectures import HYBRID_SWA_ARCHITECTURES
 
 TARGET_CHECKPOINT: Final = "@model"
@@ -111,6 +112,18 @@ def _draft_config(
     return read_config_file(Path(path) / "config.json")
 
 
+def _read_as_a_model(config: Mapping[str, Any]) -> None:
+    """A separate draft's config.json passes the bounds a target's does (`model_from_config`:
+    its layer counts, heads, hidden size, head_dim, vocabulary, window, text_config and
+    model_type), before any figure is taken from it: SGLang's draft worker builds its pools
+    from this config, so an absurd head count would size absurd pools."""
+    try:
+        model_from_config(config, origin="draft_config")
+    except ConfigError as error:
+        field = f"draft_config.{error.field}" if error.field else "draft_config"
+        raise PlanError(str(error), field=field) from None
+
+
 def draft_settings(
     target: Mapping[str, Any], server_args: Mapping[str, Any],
     draft_config: Mapping[str, Any] | str | Path | None, attn_tp: int,
@@ -124,6 +137,8 @@ def draft_settings(
     if config is None:
         layers = _count(target, "num_nextn_predict_layers") or None
         return {} if layers is None else {"speculative_draft_num_layers": layers}
+    if config is not target:
+        _read_as_a_model(config)
     fields: dict[str, Any] = {}
     layers = draft_layer_count(config)
     if layers is not None:

@@ -34,7 +34,7 @@ def load_side(path: str) -> KVCachePlan | TransferManifest:
     is_manifest = "manifest_version" in data
     what = TransferManifest if is_manifest else KVCachePlan
     try:
-        side = what.model_validate_json(raw)
+        side = what.model_validate(data)  # the text parsed once, above
     except ValidationError as error:
         kind = "manifest" if is_manifest else "plan (or a manifest with manifest_version)"
         raise CommandError(f"{path}: not a valid {kind}: {validation_line(error)}") from None

@@ -128,8 +128,8 @@ def _stage_option(plan: KVCachePlan, stage: int | None) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     _refuse_conflicts(args)
+    source = resolve_source(args)  # a bad input is refused before torch is loaded
     backend = _backend()
-    source = resolve_source(args)
     plan = make_plan(source.request)
     device = args.device or backend.default_device()
     if device == "meta":

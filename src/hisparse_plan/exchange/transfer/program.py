@@ -14,13 +14,14 @@ from typing import Annotated, Final, Literal
 from pydantic import Field
 
 from hisparse_plan.models.base import READ_ONLY, ByteCount, Model, PositiveInt
+from hisparse_plan.models.json_model import JsonTextModel
 
 PROGRAM_VERSION: Final = 1
 BlockIds = Annotated[list[Annotated[int, Field(ge=0, le=2**62)]], READ_ONLY]
 Rank = Annotated[int, Field(ge=0, le=2**20)]
 
 
-class TransferRequest(Model):
+class TransferRequest(JsonTextModel):
     """One request's blocks on each side: per block table (`tables()` names them), the block
     ids in token order, block `i` holding the table's tokens `[i * B, (i + 1) * B)`. A state
     table (Mamba) moves the state in its last block."""
@@ -70,7 +71,7 @@ class TransferRow(Model):
         return self.length * self.count
 
 
-class TransferProgram(Model):
+class TransferProgram(JsonTextModel):
     """Every row that moves one request's KV between two instances, with the regions they
     address (see docs/transfer.md#the-program)."""
 

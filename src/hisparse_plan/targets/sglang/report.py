@@ -3,6 +3,9 @@ put together from the finished values of the stages before."""
 
 from __future__ import annotations
 
+import math
+
+from hisparse_plan.models.base import FrozenList
 from hisparse_plan.models.plan import Capacity
 from hisparse_plan.models.sglang_plan import (
     SGLangBudget,
@@ -13,6 +16,12 @@ from hisparse_plan.models.sglang_plan import (
     SGLangSpeculative,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
+from hisparse_plan.targets.sglang.modes.draft_budget import (
+    beyond_budget_warning,
+    draft_beyond_budget,
+    refuse_draft_past_device,
+    refuse_past_budget,
+)
 from hisparse_plan.targets.sglang.deepseek_v4.hisparse import v4_capacity
 from hisparse_plan.targets.sglang.deepseek_v4.pipeline_stages import empty_pools
 from hisparse_plan.targets.sglang.hisparse.meta import (
@@ -23,6 +32,7 @@ from hisparse_plan.targets.sglang.hisparse.meta import (
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
 from hisparse_plan.targets.sglang.modes.pipeline_stages import pp_indices
 from hisparse_plan.targets.sglang.size import Sized, SizedV4
+from hisparse_plan.targets.sglang.modes.speculative import draft_token_scale
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "report"
@@ -53,7 +63,13 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         logical=None if hisparse is None else hisparse.logical_tokens,
         hot_rows=None if hisparse is None else hisparse.hot_rows_per_request,
     )
-    return _plan(
+    beyond = draft_beyond_budget(placed, sized.draft_cell_bytes, page,
+                                 draft_token_scale(settings))
+    refuse_draft_past_device(beyond, sized.available_bytes)
+    if not sized.swa_sized_for_requests:
+        refuse_past_budget(sized.available_bytes, math.ceil(sized.tokens * sized.cell.total),
+                           beyond)
+    plan = _plan(
         placed, tokens, trace, sized.tokens, sized.req_to_token,
         budget=SGLangBudget(
             available_bytes=sized.available_bytes,
@@ -65,9 +81,14 @@ def report(sized: Sized | SizedV4, placed: Placed, trace: Trace) -> SGLangPlan:
         ),
         hisparse=hisparse,
         index_placeholder_layers=_placeholders(sized),
-        speculative=_speculative(sized),
+        speculative=_speculative(sized, beyond),
         pipeline=_pipeline(sized),
     )
+    if not beyond:
+        return plan
+    note = beyond_budget_warning(beyond, sized.available_bytes, sized.draft_cell_bytes)
+    trace.add(STAGE, "sglang.speculative", "speculative.draft_beyond_budget_bytes", beyond, note)
+    return plan.model_copy(update={"warnings": FrozenList([*plan.warnings, note])})
 
 
 def _pipeline(sized: Sized | SizedV4) -> SGLangPipeline | None:
@@ -86,14 +107,14 @@ def _pipeline(sized: Sized | SizedV4) -> SGLangPipeline | None:
     )
 
 
-def _speculative(sized: Sized) -> SGLangSpeculative | None:
+def _speculative(sized: Sized, beyond: int) -> SGLangSpeculative | None:
     spec = sized.defaults.speculative
     if spec is None:
         return None
     return SGLangSpeculative(
         algorithm=spec.algorithm, num_steps=spec.num_steps, eagle_topk=spec.eagle_topk,
         num_draft_tokens=spec.num_draft_tokens, draft_layers=list(spec.layer_names()),
-        draft_cell_size_bytes=sized.draft_cell_bytes,
+        draft_cell_size_bytes=sized.draft_cell_bytes, draft_beyond_budget_bytes=beyond,
         draft_window_layers=list(spec.window_layer_names()),
     )
 

@@ -6,6 +6,7 @@ dict; the adapters and the CLI put its facts into the request's SGLang settings.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -68,7 +69,11 @@ def derived_context_length(config: Mapping[str, Any]) -> int | None:
             if not isinstance(value, int | float) or isinstance(value, bool) or not isinstance(
                     factor, int | float) or isinstance(factor, bool):
                 raise PlanError(f"{key}: expected a number, got {value!r}", field=key)
-            return int(factor * value)
+            length = factor * value
+            if not math.isfinite(length):  # NaN or infinity: JSON lets Python read them
+                raise PlanError(f"{key}: expected a finite number (times the rope scaling "
+                                f"factor {factor!r}), got {value!r}", field=key)
+            return int(length)
     return None
 
 
