@@ -16,12 +16,6 @@ from hisparse_plan.models.sglang_plan import (
     SGLangSpeculative,
 )
 from hisparse_plan.targets.sglang.capacity import PoolTokens, sglang_capacity
-from hisparse_plan.targets.sglang.modes.draft_budget import (
-    beyond_budget_warning,
-    draft_beyond_budget,
-    refuse_draft_past_device,
-    refuse_past_budget,
-)
 from hisparse_plan.targets.sglang.deepseek_v4.hisparse import v4_capacity
 from hisparse_plan.targets.sglang.deepseek_v4.pipeline_stages import empty_pools
 from hisparse_plan.targets.sglang.hisparse.meta import (
@@ -30,9 +24,15 @@ from hisparse_plan.targets.sglang.hisparse.meta import (
     metadata_bytes,
 )
 from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
+from hisparse_plan.targets.sglang.modes.draft_budget import (
+    beyond_budget_warning,
+    draft_beyond_budget,
+    refuse_draft_past_device,
+    refuse_past_budget,
+)
 from hisparse_plan.targets.sglang.modes.pipeline_stages import pp_indices
-from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.sglang.modes.speculative import draft_token_scale
+from hisparse_plan.targets.sglang.size import Sized, SizedV4
 from hisparse_plan.targets.trace import Trace
 
 STAGE = "report"
