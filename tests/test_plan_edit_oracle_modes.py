@@ -102,6 +102,10 @@ EDITS: list[tuple[str, Callable[[Data], None], str]] = [
     ("hisparse metadata", _metadata_bytes, "hisparse metadata"),
     ("hisparse metadata, shared-index miss plan", _drop_miss_count, "hisparse metadata"),
     ("shared-index placeholders", _swap_placeholder, "index placeholders"),
+    ("speculative EAGLE, a draft wider than the target", lambda d: d["speculative"].pop(
+        "draft_beyond_budget_bytes"), "draft past the budget"),
+    ("speculative EAGLE, a narrower draft of its own head_dim", lambda d: d["speculative"].update(
+        draft_beyond_budget_bytes=4096), "draft past the budget"),
 ]
 
 
