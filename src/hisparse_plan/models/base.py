@@ -81,9 +81,12 @@ def _known_keys(model: type[BaseModel]) -> frozenset[str]:
 
 
 class Model(BaseModel):
-    """Frozen, strict, closed: JSON in and out without surprises."""
+    """Frozen, strict, closed: JSON in and out without surprises. A ValidationError's text
+    leaves the input out (its `errors()` keep it): printing a two-million-key object costs
+    more than reading it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True,
+                              hide_input_in_errors=True)
 
     @model_validator(mode="before")
     @classmethod
