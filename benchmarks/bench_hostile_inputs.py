@@ -135,14 +135,14 @@ def main() -> int:
                 continue  # the text loaders take bytes; nothing reads a FIFO for them
             ok, what, peak, seconds = _run_measured("loader", loader, paths[name, kind])
             rows.append((name, loader, ok, what, peak, seconds))
-    print(f"{'input':<16} {'command / loader':<36} {'outcome':<8} {'peak MiB':>8} "
+    print(f"{'input':<24} {'command / loader':<36} {'outcome':<8} {'peak MiB':>8} "
           f"{'time s':>7}  first line")
     failed = 0
     for name, where, ok, what, peak, seconds in rows:
         over = peak > LIMIT_MIB
         failed += (not ok) or over
         outcome = ("refused" if ok else "NOT REFUSED") + (" >300" if over else "")
-        print(f"{name:<16} {where:<36} {outcome:<8} {peak:>8.0f} {seconds:>7.2f}  {what[:90]}")
+        print(f"{name:<24} {where:<36} {outcome:<8} {peak:>8.0f} {seconds:>7.2f}  {what[:90]}")
     worst = max((row[4] for row in rows), default=0.0)
     print(f"\n{len(rows)} runs, {failed} not refused or above {LIMIT_MIB} MiB; "
           f"highest peak {worst:.0f} MiB; {args.keys} unknown keys, {args.layers}-layer plan")
