@@ -96,6 +96,13 @@ def post(source: Endpoint, remote_metadata: bytes, program: TransferProgram,
     local = source.agent.get_xfer_descs(local_descs, source.mem_type)
     theirs = source.agent.get_xfer_descs(remote_descs, source.mem_type)
     handle = source.agent.initialize_xfer("WRITE", local, theirs, remote, b"transfer done")
+    run_to_done(source, handle, timeout_s=timeout_s)
+    return len(local_descs)
+
+
+def run_to_done(source: Endpoint, handle: object, *, timeout_s: float) -> None:
+    """Start a made transfer, poll it until NIXL says done (polling also drives an agent
+    without its progress thread), and release it."""
     state = source.agent.transfer(handle)
     deadline = time.monotonic() + timeout_s
     while state == "PROC":
@@ -105,4 +112,3 @@ def post(source: Endpoint, remote_metadata: bytes, program: TransferProgram,
     if state != "DONE":
         raise TransferCheckError(f"NIXL reported the transfer as {state}")
     source.agent.release_xfer_handle(handle)
-    return len(local_descs)

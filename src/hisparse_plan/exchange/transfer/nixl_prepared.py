@@ -14,7 +14,6 @@ the compact one. NIXL is imported with nixl_executor, never by the package."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from numpy.typing import NDArray
 
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
 from hisparse_plan.exchange.transfer.instance import Instantiated
-from hisparse_plan.exchange.transfer.nixl_executor import Addresses, Endpoint
+from hisparse_plan.exchange.transfer.nixl_executor import Addresses, Endpoint, run_to_done
 from hisparse_plan.exchange.transfer.pattern import TransferPattern
 
 Ints = NDArray[np.int64]
@@ -180,14 +179,5 @@ def make(source: Endpoint, prepared: Prepared, request: Instantiated,
 def post(source: Endpoint, prepared: Prepared, request: Instantiated, *,
          timeout_s: float = 60.0) -> int:
     """Write the request's rows and wait until NIXL says done; returns the copies posted."""
-    handle = make(source, prepared, request)
-    state = source.agent.transfer(handle)
-    deadline = time.monotonic() + timeout_s
-    while state == "PROC":
-        if time.monotonic() > deadline:
-            raise TransferCheckError(f"NIXL did not finish the transfer in {timeout_s} s")
-        state = source.agent.check_xfer_state(handle)
-    if state != "DONE":
-        raise TransferCheckError(f"NIXL reported the transfer as {state}")
-    source.agent.release_xfer_handle(handle)
+    run_to_done(source, make(source, prepared, request), timeout_s=timeout_s)
     return request.chunks
