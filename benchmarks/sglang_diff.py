@@ -254,7 +254,7 @@ def modes_of(case: Case) -> list[str]:
         modes.append("pipeline")
     if args.get("enable_hisparse"):
         modes.append("hisparse")
-    if "gpu" in case:
+    if "total_memory_bytes" in case.get("gpu", {}):
         modes.append("default_fraction")
     if str(case.get("name", "")).startswith("preset:"):
         modes.append("preset")
@@ -686,6 +686,16 @@ def _preset_side(request: PlanRequest) -> Callable[[Case], dict[str, Any]]:
     return report
 
 
+GPUS: dict[str, tuple[int, int]] = {"sm90": (9, 0), "sm100": (10, 0)}
+"""`--gpu`: the compute capability SGLang resolves its server arguments for."""
+
+
+def on_gpu(case: Case, capability: tuple[int, int]) -> None:
+    """The case on a GPU of `capability`, unless it names its own."""
+    gpu = case.setdefault("gpu", {})
+    gpu.setdefault("capability", list(capability))
+
+
 def fixed_case(path: Path) -> Case:
     """A case file, named by its stem."""
     case: Case = json.loads(path.read_text(encoding="utf-8"))
@@ -703,6 +713,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
                         help="these case files (e.g. benchmarks/sglang_cases/*.json) instead of "
                              "random ones")
+    parser.add_argument("--gpu", choices=sorted(GPUS), default=None,
+                        help="the GPU every case without one of its own runs on (SGLang's "
+                             "CUDA resolution for that compute capability; default: each "
+                             "case's own, else an H200, SM90)")
     parser.add_argument("--presets", action="store_true",
                         help="also every preset as `plan PRESET --engine sglang` plans it "
                              "(sglang_presets.py), beside SGLang on its published config")
@@ -722,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
         for case, request in sglang_presets.preset_cases():
             cases.append(case)
             preset_requests[case["name"]] = request
+    if args.gpu is not None:
+        for case in cases:
+            on_gpu(case, GPUS[args.gpu])
     refs = reference_reports(cases, args.sglang_python)
     if refs is None:
         print(

@@ -94,6 +94,8 @@ import warnings
 from pathlib import Path
 from typing import Any, TypeAlias
 
+import sglang_cuda_host
+
 SGLangObject: TypeAlias = Any
 """An object of SGLang or torch (both untyped in the project venv)."""
 
@@ -613,45 +615,6 @@ def _gpu_memory(gpu: dict[str, Any], patched: list[str], torch: SGLangObject) ->
     )
 
 
-_PLATFORM_FACTS = (
-    "is_cuda", "is_sm90", "is_hopper_with_cuda_12_3", "is_sm100", "is_sm100_or_sm110",
-    "is_sm110", "is_sm120", "is_blackwell", "device_sm", "device_capability",
-)
-
-
-def _platform_facts(capability: tuple[int, ...] | None, patched: list[str]) -> None:
-    """A case's `"gpu": {"capability": [major, minor]}`: SGLang's platform facts (`is_sm100`,
-    `is_blackwell`, `is_hopper_with_cuda_12_3`, `device_sm`, ...) answer as on a CUDA GPU of
-    that compute capability with CUDA 12.8, so the hooks that read `get_platform()` (default
-    attention backend, its page constraints) run their GPU branch; without the key they keep
-    this machine's answers (no CUDA: every fact false), as before.  Functions imported
-    straight from ``utils.common`` (``is_sm100_supported()`` in a few hooks) are not covered."""
-    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-    overrides = object.__getattribute__(rc.get_platform(), "_overrides")
-    for name in _PLATFORM_FACTS:
-        overrides.pop(name, None)  # an earlier case's GPU
-    if capability is None:
-        return
-    major, minor = int(capability[0]), int(capability[1])
-    facts = {
-        # A GPU of that capability is a CUDA device (hooks such as the DCP all-to-all
-        # backend's check it beside the capability).
-        "is_cuda": True,
-        "is_sm90": major == 9,
-        "is_hopper_with_cuda_12_3": major == 9,
-        "is_sm100": major == 10,
-        "is_sm100_or_sm110": major in (10, 11),
-        "is_sm110": major == 11,
-        "is_sm120": major == 12,
-        "is_blackwell": major in (10, 11, 12),
-        "device_sm": major * 10 + minor,
-        "device_capability": (major, minor),
-    }
-    rc.get_platform()._install(**facts)
-    patched.append(f"platform facts for SM{major}{minor}: " + ", ".join(
-        name for name, value in facts.items() if value is True))
-
-
 def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
     model_dir = tmp / "model"
     model_dir.mkdir()
@@ -679,10 +642,9 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
     fields.setdefault("skip_tokenizer_init", True)
     _draft_model_path(case, fields, model_dir)
     _cuda_only_registrations(patched)
-    capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
-    torch.cuda.get_device_capability = lambda device=None: capability
-    patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
-    _platform_facts(capability if "capability" in case.get("gpu", {}) else None, patched)
+    capability = case.get("gpu", {}).get("capability")
+    patched.append(sglang_cuda_host.install(None if capability is None else tuple(capability),
+                                            torch))
     _gpu_memory(case.get("gpu", {}), patched, torch)
     server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
     server_args.resolve_once()

@@ -16,6 +16,7 @@ from typing import Any, Final
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.config_file import read_config_file
+from hisparse_plan.targets.sglang.hf_config import derived_context_length
 from hisparse_plan.targets.sglang.served import HYBRID_SWA_ARCHITECTURES
 
 TARGET_CHECKPOINT: Final = "@model"
@@ -134,6 +135,11 @@ def draft_settings(
         fields["speculative_draft_window_layer_ids"] = windows
     if config is target:
         return fields
+    # SGLang hands the draft's ModelConfig the server's context_length when one is given
+    # (else the draft derives its own, and nothing is refused): draft_context.py's rule.
+    context = derived_context_length(config)
+    if context is not None and server_args.get("context_length") is not None:
+        fields["speculative_draft_context_length"] = context
     if config.get("torch_dtype", target.get("torch_dtype")) != target.get("torch_dtype"):
         raise PlanError(
             f"draft_config.torch_dtype: the draft's KV pool follows its own dtype; expected the "

@@ -60,6 +60,8 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "enable_hisparse": "enable_hisparse",
     "allow_overwrite_longer_context_len": "allow_overwrite_longer_context_len",
     "enable_multimodal": "enable_multimodal",
+    "deepep_mode": "deepep_mode",
+    "disable_overlap_schedule": "disable_overlap_schedule",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
 LAYER_ARGS: Final = frozenset({"hisparse_config", "speculative_draft_model_path"})

@@ -52,13 +52,28 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return text if isinstance(text, Mapping) else config
 
 
+ROPE_BY_LAYER_TYPE: Final = frozenset({"gemma3", "gemma3_text"})
+"""Text-config model types whose transformers 5 config class keys its rope parameters by layer
+type (`Gemma3TextConfig.convert_rope_params_to_dict`: {"full_attention": {...},
+"sliding_attention": {...}}), so the object SGLang reads has no top-level rope factor."""
+
+
+def rope_keyed_by_layer_type(text: Mapping[str, Any]) -> bool:
+    """Whether SGLang's get_context_length (utils/hf_transformers/common.py), reading
+    `rope_scaling.get("factor", 1)` off the config object transformers 5 builds, finds no
+    factor: the model type's rope parameters are one mapping a layer type (Gemma-3), so its
+    context is max_position_embeddings unscaled (Gemma-3 27B: 131,072, not 8 x that)."""
+    return text.get("model_type") in ROPE_BY_LAYER_TYPE
+
+
 def derived_context_length(config: Mapping[str, Any]) -> int | None:
     """SGLang's get_context_length: the first context key the text config sets, times a rope
-    scaling factor (1 for llama3 rope and where original_max_position_embeddings is given)."""
+    scaling factor (1 for llama3 rope, where original_max_position_embeddings is given, and
+    where transformers keys the rope by layer type: rope_keyed_by_layer_type)."""
     text = text_config(config)
     rope = text.get("rope_scaling")
     factor: Any = 1
-    if isinstance(rope, Mapping) and rope:
+    if isinstance(rope, Mapping) and rope and not rope_keyed_by_layer_type(text):
         factor = rope.get("factor", 1)
         if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
             factor = 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.draft_context import refuse_shorter_draft_context
 from hisparse_plan.targets.sglang.llama4 import is_llama4_hybrid, read_llama4_model
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
 from hisparse_plan.targets.sglang.model_v4 import V4Model, is_deepseek_v4, read_v4_model
@@ -84,6 +85,7 @@ def read(
     refuse_vllm_sections(request)
     refuse_unserved_architecture(settings)
     refuse_longer_context(settings)
+    refuse_shorter_draft_context(settings)
     available = request.device.available_bytes
     v4_request = is_deepseek_v4(request)
     if v4_request:
