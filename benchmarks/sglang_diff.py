@@ -636,7 +636,8 @@ UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build"
                   "coordinator startup: HiSparse spec request capacity": "request slots",
                   "coordinator startup: HiSparse spec scratch and device buffer sizes": (
                       "multiples of page_size"),
-                  "draft full-layer write": "full part then holds no token"}
+                  "draft full-layer write": "full part then holds no token",
+                  "model layers: Qwen3-Next": "full_attention_interval"}
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 

@@ -533,6 +533,30 @@ def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
     return None
 
 
+def _qwen3_next_layers_probe(model_config: SGLangObject) -> str | None:
+    """What SGLang's Qwen3-Next model class builds against the checkpoint's layer_types:
+    models/qwen3_next.py makes each decoder layer by its config's `layers_block_type`
+    (configs/qwen3_next.py: every full_attention_interval-th layer attention), and the pools
+    follow the same interval (ModelConfig.full_attention_interval); a config.json whose
+    layer_types lists other layers is served as another model than the checkpoint's (its
+    weights do not fit the layers built)."""
+    config = model_config.hf_text_config
+    archs = list(getattr(model_config.hf_config, "architectures", None) or [])
+    # SGLang's Qwen3NextConfig takes layer_types and keeps none: read the checkpoint's file.
+    raw = json.loads((Path(model_config.model_path) / "config.json").read_text())
+    types = raw.get("layer_types")
+    if archs[:1] != ["Qwen3NextForCausalLM"] or not types:
+        return None
+    every = int(getattr(config, "full_attention_interval", 4) or 4)
+    built = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+             for i in range(int(config.num_hidden_layers))]
+    if list(types) == built:
+        return None
+    first = next(i for i, (a, b) in enumerate(zip(types, built, strict=False)) if a != b)
+    return (f"model layers: Qwen3-Next builds layer {first} as {built[first]} "
+            f"(full_attention_interval {every}), the checkpoint's layer_types say {types[first]}")
+
+
 def _v4_hisparse_host(col: _Collector, allocator: SGLangObject, patched: list[str]) -> None:
     """The c4 host pool HiSparseCoordinator builds for DeepSeek-V4 (``is_dsv4_hisparse``),
     with the coordinator's own arguments, on meta: a DeepSeekV4PagedHostPool mirroring the
@@ -897,7 +921,7 @@ def _configure(
     schedule = rc.get_schedule()
     metadata: list[dict[str, Any]] | None = None
     # SGLang builds the model before its pools, and the HiSparse coordinator after them.
-    unusable = _dsa_model_build_probe(model_config)
+    unusable = _dsa_model_build_probe(model_config) or _qwen3_next_layers_probe(model_config)
     if rc.get_memory().enable_hisparse and type(result.token_to_kv_pool).__name__.startswith(
             "DeepSeekV4"):
         _v4_hisparse_host(col, result.token_to_kv_pool_allocator, patched)

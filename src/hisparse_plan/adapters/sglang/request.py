@@ -293,7 +293,13 @@ def request_from_server_args(
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
     # With DP attention the heads split over one attention group's ranks, tp / dp.
-    return sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
+    request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
+    if facts is not None and facts.index_topk is not None and request.model.index_topk is None:
+        # A model the project reads without an indexer (DeepSeek-V4) still hands SGLang's
+        # HiSparse coordinator its config's index_topk.
+        model = request.model.model_copy(update={"index_topk": facts.index_topk})
+        request = request.model_copy(update={"model": model})
+    return request
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:

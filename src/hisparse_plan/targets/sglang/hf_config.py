@@ -17,6 +17,7 @@ from hisparse_plan.targets.sglang.multimodal import (
     VIT_BASELINE_HIDDEN,
     VIT_BASELINE_LAYERS,
 )
+from hisparse_plan.targets.sglang.qwen3_next_layers import refuse_unlike_layer_types
 from hisparse_plan.targets.sglang.served_archs import SERVED_ARCHITECTURES
 
 CONTEXT_LENGTH_KEYS: Final = (
@@ -44,6 +45,19 @@ class SGLangConfigFacts:
     vision_encoder: tuple[int, int] | None = None
     """The vision_config's (num_hidden_layers, hidden_size) as SGLang's default-fraction rule
     reads them (`vision_encoder_size`); None without a vision_config."""
+    index_topk: int | None = None
+    """The text config's index_topk (hisparse_top_k_of): the top-k SGLang's HiSparse
+    coordinator runs."""
+
+
+def hisparse_top_k_of(config: Mapping[str, Any]) -> int | None:
+    """The top-k ModelRunner.maybe_init_hisparse_coordinator hands SGLang's HiSparse
+    coordinator: the text config's index_topk (DeepSeek-V3.2, GLM-5, DeepSeek-V4: 512),
+    else None (hisparse_config's top_k runs)."""
+    value = text_config(config).get("index_topk")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,11 +134,12 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
             "cannot load this model; expected an architecture it serves",
             field="architectures[0]",
         )
+    refuse_unlike_layer_types(text_config(config), arch)
     multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
         config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
     served = served_llama4_config(served_config(config, arch), arch)
     return SGLangConfigFacts(arch, derived_context_length(config), served, multimodal,
-                             vision_encoder_size(config))
+                             vision_encoder_size(config), hisparse_top_k_of(config))
 
 
 def vision_encoder_size(config: Mapping[str, Any]) -> tuple[int, int] | None:
