@@ -95,18 +95,24 @@ def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
 
 def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
     """SGLang's server modes, each drawn on its own: DP attention (dp_size a divisor of
-    tp_size, or plain dp replicas), DeepEP's all-to-all, the radix cache off (mostly with the
-    running requests given, which its window and Mamba rules read)."""
+    tp_size, or plain dp replicas), DeepEP's all-to-all (with a deepep_mode now and then),
+    the radix cache off (mostly with the running requests given, which its window and Mamba
+    rules read), the overlap scheduler off (SGLang's Mamba strategy and window chunks read
+    it)."""
     tp = args["tp_size"]
     if tp > 1 and rng.random() < 0.5:
         args["dp_size"] = rng.choice([d for d in (2, 4, 8) if tp % d == 0])
         args["enable_dp_attention"] = rng.random() < 0.8
     if rng.random() < 0.15:
         args["moe_a2a_backend"] = "deepep"
+        if rng.random() < 0.5:
+            args["deepep_mode"] = rng.choice(["auto", "normal", "low_latency"])
     if rng.random() < 0.3:
         args["disable_radix_cache"] = True
         if "max_running_requests" not in args and rng.random() < 0.7:
             args["max_running_requests"] = rng.choice([1, 8, 64, 256])
+    if rng.random() < 0.12:
+        args["disable_overlap_schedule"] = True
 
 
 def _on_default_fraction(rng: random.Random, case: Case) -> Case:
@@ -124,7 +130,9 @@ def _on_default_fraction(rng: random.Random, case: Case) -> Case:
 
 def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
     """An EAGLE3 draft for a target: a Llama-architecture draft of one or two layers with the
-    target's dtype and KV heads, sometimes another head count (its own pool's shape)."""
+    target's dtype and KV heads, sometimes another head count (its own pool's shape), and now
+    and then a context of its own shorter than the server's (published EAGLE-3 drafts train
+    on 2K to 8K; SGLang refuses them unless allowed)."""
     draft = _fixture("llama-3.1-8b-instruct")
     heads = target.get("num_key_value_heads", 8)
     draft.update(
@@ -133,6 +141,9 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
         num_attention_heads=target.get("num_attention_heads", 32),
         head_dim=target.get("head_dim", 128), torch_dtype=target.get("torch_dtype", "bfloat16"),
     )
+    if rng.random() < 0.3:
+        draft.pop("rope_scaling", None)
+        draft["max_position_embeddings"] = rng.choice([2048, 4096, 8192])
     return draft
 
 
@@ -190,6 +201,8 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     else:
         args["speculative_algorithm"] = "EAGLE3"
         case["draft_config"] = _eagle_draft(rng, cfg)
+        if rng.random() < 0.3:
+            args["allow_overwrite_longer_context_len"] = True
     if rng.random() < 0.4:
         steps = rng.choice([1, 2, 3, 4, 5] if kind == "hisparse" else [1, 2, 3, 5])
         topk = 1 if args.get("page_size", 64 if kind != "mha" else 1) > 1 else rng.choice([1, 2])
@@ -293,9 +306,18 @@ def case_swa(rng: random.Random) -> Case:
 
 
 def case_mamba(rng: random.Random) -> Case:
+    """Qwen3-Next: sometimes with an explicit layer_types (SGLang's own interval layers, or
+    another pattern, which SGLang does not build), sometimes a page given."""
     cfg = _fixture("qwen3-next-80b-a3b-instruct")
     cfg.update(num_hidden_layers=4 * rng.randrange(1, 13))
+    if rng.random() < 0.2:
+        every = cfg["full_attention_interval"]
+        offset = rng.choice([0, 0, 1])
+        cfg["layer_types"] = ["full_attention" if (i + 1 + offset) % every == 0
+                              else "linear_attention" for i in range(cfg["num_hidden_layers"])]
     args = _common_args(rng, [1, 2, 4, 8])
+    if rng.random() < 0.2:
+        args["page_size"] = rng.choice([16, 64])
     if rng.random() < 0.4:
         args["max_mamba_cache_size"] = rng.randrange(8, 400)
     if rng.random() < 0.4:
@@ -337,6 +359,10 @@ def _dsa(rng: random.Random, hisparse: bool) -> Case:
                                    else 1)
     if attn_tp > 1 and rng.random() < (0.1 if hisparse else 0.35):  # both refuse HiSparse's
         args["dcp_size"] = rng.choice([d for d in (2, 4, 8) if attn_tp % d == 0])
+        if fp8 and rng.random() < 0.5:  # DCP's own backends (trtllm) where none is given
+            args.pop("dsa_backend")
+    if rng.random() < 0.15:  # a page SGLang rewrites to the DSA page (64)
+        args["page_size"] = rng.choice([1, 16, 32, 128])
     if hisparse:
         args["dsa_backend"] = "flashmla_kv"
         args["enable_hisparse"] = True
@@ -397,6 +423,9 @@ def case_gemma(rng: random.Random) -> Case:
     args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
     if rng.random() < 0.4:
         args["page_size"] = rng.choice([1, 16, 64])
+    if rng.random() < 0.2:  # the context SGLang derives (Gemma-3: its layer-typed rope)
+        args.pop("context_length")
+        args["max_running_requests"] = rng.choice([1, 4])
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
 
 
@@ -471,7 +500,8 @@ def case_llama4(rng: random.Random) -> Case:
 
 def case_blackwell(rng: random.Random) -> Case:
     """Another kind's case on a GPU of compute capability 10.0 (B200) or 9.0 (H200)."""
-    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4"])
+    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4",
+                       "hybrid"])
     case = KINDS[kind](rng)
     if kind in ("dsa", "hisparse") and rng.random() < 0.6:
         case["server_args"].pop("dsa_backend", None)
