@@ -45,15 +45,16 @@ def pool(report: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 QWEN3_NEXT = "qwen3-next-80b-a3b-instruct"
-MTP = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": "@model",
-       "speculative_eagle_topk": 1, "speculative_num_steps": 2,
-       "speculative_num_draft_tokens": 3}
+MTP: dict[str, Any] = {
+    "speculative_algorithm": "EAGLE", "speculative_draft_model_path": "@model",
+    "speculative_eagle_topk": 1, "speculative_num_steps": 2, "speculative_num_draft_tokens": 3}
 
 
 def test_sm100_hybrid_linear_attention_pages_by_64() -> None:
     """Qwen3-Next with MTP (top-k 1) on a B200: `_qwen3_5_hybrid_overrides` keeps trtllm_mha
     and its 64-token page; on an H200 the same server pages by 1."""
-    args = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85, **MTP}
+    args: dict[str, Any] = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85,
+                            **MTP}
     got = report_for_case(case(fixture(QWEN3_NEXT), gpu={"capability": [10, 0]}, **args))
     assert figures(got) == (64, 316_544, 24, 13_312)
     assert pool(got, "mamba_conv0")["tokens"] == 120
@@ -65,7 +66,8 @@ def test_sm100_hybrid_linear_attention_pages_by_64() -> None:
 def test_sm100_hybrid_override_sets_the_page_over_a_given_one() -> None:
     """On SM100 the radix cache on without drafts leaves triton, whose page (1) the override
     sets over the 16 given; with the radix cache off trtllm_mha's 64."""
-    args = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85, "page_size": 16}
+    args: dict[str, Any] = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85,
+                            "page_size": 16}
     blackwell = {"capability": [10, 0]}
     assert report_for_case(case(fixture(QWEN3_NEXT), gpu=blackwell, **args))["page_size"] == 1
     off = report_for_case(case(fixture(QWEN3_NEXT), gpu=blackwell, disable_radix_cache=True,
@@ -74,8 +76,8 @@ def test_sm100_hybrid_override_sets_the_page_over_a_given_one() -> None:
 
 
 DSV32 = fixture("deepseek-v3.2-exp", num_hidden_layers=6)
-DSV32_ARGS = {"tp_size": 8, "context_length": 4096, "mem_fraction_static": 0.85,
-              "kv_cache_dtype": "fp8_e4m3"}
+DSV32_ARGS: dict[str, Any] = {"tp_size": 8, "context_length": 4096,
+                              "mem_fraction_static": 0.85, "kv_cache_dtype": "fp8_e4m3"}
 
 
 def test_dcp_runs_trtllm_dsa_backends_with_raw_rows() -> None:
@@ -162,7 +164,7 @@ def test_qwen3_next_layer_types_sglang_does_not_build_are_refused() -> None:
     layer_types as its interval is planned."""
     types = ["full_attention", "linear_attention", "linear_attention", "linear_attention"] * 2
     config = fixture(QWEN3_NEXT, num_hidden_layers=8, layer_types=types)
-    args = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85}
+    args: dict[str, Any] = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85}
     got = report_for_case(case(config, **args))
     assert "layer_types[0]" in got["error"]
     assert "full_attention_interval" in got["error"]
