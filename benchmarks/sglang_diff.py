@@ -251,6 +251,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("deepep")
     if args.get("disable_radix_cache"):
         modes.append("radix_off")
+    if args.get("disable_overlap_schedule"):
+        modes.append("overlap_off")
     if args.get("dcp_size", 1) > 1:
         modes.append("dcp")
     if args.get("speculative_algorithm"):
@@ -271,7 +273,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("default_fraction")
     if str(case.get("name", "")).startswith("preset:"):
         modes.append("preset")
-    return modes or ["plain"]
+    capability = case.get("gpu", {}).get("capability")
+    return (modes or ["plain"]) + ([] if capability is None else [f"sm{capability[0]}0"])
 
 
 def case_mha(rng: random.Random) -> Case:
