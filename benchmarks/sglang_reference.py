@@ -52,6 +52,10 @@ allocations) are among the target's pools.
 
 What is patched (the report's ``patched`` list says which ones were used):
 
+* the platform: SGLang's platform queries answer as a CUDA host with one GPU of the case's
+  ``gpu.capability`` (SM90, an H200, when none is given), so ``ServerArgs`` resolves through
+  its CUDA branches (``sglang_cuda_host.py``, which lists the stand-ins that remain: the
+  memory figures below, CUDA 12.8, FlashInfer present, pools on meta).
 * ``get_available_gpu_memory`` in ``kv_cache_configurator``: returns the case's
   post-weights free memory (GB = bytes / 2**30, what ``torch.cuda.mem_get_info``
   would give); ``pre_model_load_memory`` is the case's pre-load figure in GB.
