@@ -20,7 +20,9 @@ CUDA 13 paths, FlashInfer's GDN prefill on SM100, are not taken); FlashInfer cou
 installed (SGLang's CUDA wheels depend on it); the pools are built on ``meta``, and
 ``torch.cuda.is_available()`` and ``utils.common.is_cuda()`` stay False: the modules that
 test them at import choose their kernels by it (``_is_cuda = is_cuda()`` then ``sgl_kernel``,
-which is not installed here); no sizing rule reads them, the hooks ask ``get_platform()``.
+which is not installed here); the resolution hooks ask ``get_platform()`` instead. The other
+stand-ins (the model registry read from source, a bare model namespace, the process groups)
+are sglang_reference.py's, listed there.
 """
 
 from __future__ import annotations
