@@ -528,7 +528,7 @@ def case_long_context(rng: random.Random) -> Case:
     case = KINDS[rng.choice(["mha", "gemma", "mla"])](rng)
     args = case["server_args"]
     if rng.random() < 0.25:
-        args.pop("context_length")
+        args.pop("context_length", None)
         args.pop("max_running_requests", None)
         args["max_running_requests"] = rng.choice([1, 8])
         return case
