@@ -95,18 +95,24 @@ def _common_args(rng: random.Random, tp_choices: list[int]) -> dict[str, Any]:
 
 def _draw_modes(rng: random.Random, args: dict[str, Any]) -> None:
     """SGLang's server modes, each drawn on its own: DP attention (dp_size a divisor of
-    tp_size, or plain dp replicas), DeepEP's all-to-all, the radix cache off (mostly with the
-    running requests given, which its window and Mamba rules read)."""
+    tp_size, or plain dp replicas), DeepEP's all-to-all (with a deepep_mode now and then),
+    the radix cache off (mostly with the running requests given, which its window and Mamba
+    rules read), the overlap scheduler off (SGLang's Mamba strategy and window chunks read
+    it)."""
     tp = args["tp_size"]
     if tp > 1 and rng.random() < 0.5:
         args["dp_size"] = rng.choice([d for d in (2, 4, 8) if tp % d == 0])
         args["enable_dp_attention"] = rng.random() < 0.8
     if rng.random() < 0.15:
         args["moe_a2a_backend"] = "deepep"
+        if rng.random() < 0.5:
+            args["deepep_mode"] = rng.choice(["auto", "normal", "low_latency"])
     if rng.random() < 0.3:
         args["disable_radix_cache"] = True
         if "max_running_requests" not in args and rng.random() < 0.7:
             args["max_running_requests"] = rng.choice([1, 8, 64, 256])
+    if rng.random() < 0.12:
+        args["disable_overlap_schedule"] = True
 
 
 def _on_default_fraction(rng: random.Random, case: Case) -> Case:
@@ -124,7 +130,9 @@ def _on_default_fraction(rng: random.Random, case: Case) -> Case:
 
 def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
     """An EAGLE3 draft for a target: a Llama-architecture draft of one or two layers with the
-    target's dtype and KV heads, sometimes another head count (its own pool's shape)."""
+    target's dtype and KV heads, sometimes another head count (its own pool's shape), and now
+    and then a context of its own shorter than the server's (published EAGLE-3 drafts train
+    on 2K to 8K; SGLang refuses them unless allowed)."""
     draft = _fixture("llama-3.1-8b-instruct")
     heads = target.get("num_key_value_heads", 8)
     draft.update(
@@ -133,6 +141,9 @@ def _eagle_draft(rng: random.Random, target: dict[str, Any]) -> dict[str, Any]:
         num_attention_heads=target.get("num_attention_heads", 32),
         head_dim=target.get("head_dim", 128), torch_dtype=target.get("torch_dtype", "bfloat16"),
     )
+    if rng.random() < 0.3:
+        draft.pop("rope_scaling", None)
+        draft["max_position_embeddings"] = rng.choice([2048, 4096, 8192])
     return draft
 
 
@@ -190,6 +201,8 @@ def _speculative(rng: random.Random, case: Case, kind: str) -> Case:
     else:
         args["speculative_algorithm"] = "EAGLE3"
         case["draft_config"] = _eagle_draft(rng, cfg)
+        if rng.random() < 0.3:
+            args["allow_overwrite_longer_context_len"] = True
     if rng.random() < 0.4:
         steps = rng.choice([1, 2, 3, 4, 5] if kind == "hisparse" else [1, 2, 3, 5])
         topk = 1 if args.get("page_size", 64 if kind != "mha" else 1) > 1 else rng.choice([1, 2])
@@ -238,6 +251,8 @@ def modes_of(case: Case) -> list[str]:
         modes.append("deepep")
     if args.get("disable_radix_cache"):
         modes.append("radix_off")
+    if args.get("disable_overlap_schedule"):
+        modes.append("overlap_off")
     if args.get("dcp_size", 1) > 1:
         modes.append("dcp")
     if args.get("speculative_algorithm"):
@@ -254,11 +269,12 @@ def modes_of(case: Case) -> list[str]:
         modes.append("pipeline")
     if args.get("enable_hisparse"):
         modes.append("hisparse")
-    if "gpu" in case:
+    if "total_memory_bytes" in case.get("gpu", {}):
         modes.append("default_fraction")
     if str(case.get("name", "")).startswith("preset:"):
         modes.append("preset")
-    return modes or ["plain"]
+    capability = case.get("gpu", {}).get("capability")
+    return (modes or ["plain"]) + ([] if capability is None else [f"sm{capability[0]}0"])
 
 
 def case_mha(rng: random.Random) -> Case:
@@ -293,9 +309,18 @@ def case_swa(rng: random.Random) -> Case:
 
 
 def case_mamba(rng: random.Random) -> Case:
+    """Qwen3-Next: sometimes with an explicit layer_types (SGLang's own interval layers, or
+    another pattern, which SGLang does not build), sometimes a page given."""
     cfg = _fixture("qwen3-next-80b-a3b-instruct")
     cfg.update(num_hidden_layers=4 * rng.randrange(1, 13))
+    if rng.random() < 0.2:
+        every = cfg["full_attention_interval"]
+        offset = rng.choice([0, 0, 1])
+        cfg["layer_types"] = ["full_attention" if (i + 1 + offset) % every == 0
+                              else "linear_attention" for i in range(cfg["num_hidden_layers"])]
     args = _common_args(rng, [1, 2, 4, 8])
+    if rng.random() < 0.2:
+        args["page_size"] = rng.choice([16, 64])
     if rng.random() < 0.4:
         args["max_mamba_cache_size"] = rng.randrange(8, 400)
     if rng.random() < 0.4:
@@ -337,6 +362,10 @@ def _dsa(rng: random.Random, hisparse: bool) -> Case:
                                    else 1)
     if attn_tp > 1 and rng.random() < (0.1 if hisparse else 0.35):  # both refuse HiSparse's
         args["dcp_size"] = rng.choice([d for d in (2, 4, 8) if attn_tp % d == 0])
+        if fp8 and rng.random() < 0.5:  # DCP's own backends (trtllm) where none is given
+            args.pop("dsa_backend")
+    if rng.random() < 0.15:  # a page SGLang rewrites to the DSA page (64)
+        args["page_size"] = rng.choice([1, 16, 32, 128])
     if hisparse:
         args["dsa_backend"] = "flashmla_kv"
         args["enable_hisparse"] = True
@@ -397,6 +426,9 @@ def case_gemma(rng: random.Random) -> Case:
     args["kv_cache_dtype"] = rng.choice(["auto", "auto", "fp8_e4m3"])
     if rng.random() < 0.4:
         args["page_size"] = rng.choice([1, 16, 64])
+    if rng.random() < 0.2:  # the context SGLang derives (Gemma-3: its layer-typed rope)
+        args.pop("context_length")
+        args["max_running_requests"] = rng.choice([1, 4])
     return {"config": cfg, "server_args": args, "memory": _memory(rng, 10)}
 
 
@@ -471,7 +503,8 @@ def case_llama4(rng: random.Random) -> Case:
 
 def case_blackwell(rng: random.Random) -> Case:
     """Another kind's case on a GPU of compute capability 10.0 (B200) or 9.0 (H200)."""
-    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4"])
+    kind = rng.choice(["mha", "swa", "mla", "dsa", "hisparse", "gemma", "mamba", "llama4",
+                       "hybrid"])
     case = KINDS[kind](rng)
     if kind in ("dsa", "hisparse") and rng.random() < 0.6:
         case["server_args"].pop("dsa_backend", None)
@@ -495,7 +528,7 @@ def case_long_context(rng: random.Random) -> Case:
     case = KINDS[rng.choice(["mha", "gemma", "mla"])](rng)
     args = case["server_args"]
     if rng.random() < 0.25:
-        args.pop("context_length")
+        args.pop("context_length", None)
         args.pop("max_running_requests", None)
         args["max_running_requests"] = rng.choice([1, 8])
         return case
@@ -636,7 +669,8 @@ UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build"
                   "coordinator startup: HiSparse spec request capacity": "request slots",
                   "coordinator startup: HiSparse spec scratch and device buffer sizes": (
                       "multiples of page_size"),
-                  "draft full-layer write": "full part then holds no token"}
+                  "draft full-layer write": "full part then holds no token",
+                  "model layers: Qwen3-Next": "full_attention_interval"}
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 
@@ -686,6 +720,16 @@ def _preset_side(request: PlanRequest) -> Callable[[Case], dict[str, Any]]:
     return report
 
 
+GPUS: dict[str, tuple[int, int]] = {"sm90": (9, 0), "sm100": (10, 0)}
+"""`--gpu`: the compute capability SGLang resolves its server arguments for."""
+
+
+def on_gpu(case: Case, capability: tuple[int, int]) -> None:
+    """The case on a GPU of `capability`, unless it names its own."""
+    gpu = case.setdefault("gpu", {})
+    gpu.setdefault("capability", list(capability))
+
+
 def fixed_case(path: Path) -> Case:
     """A case file, named by its stem."""
     case: Case = json.loads(path.read_text(encoding="utf-8"))
@@ -703,6 +747,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", type=Path, metavar="CASE.json",
                         help="these case files (e.g. references/sglang_cases/*.json) instead of "
                              "random ones")
+    parser.add_argument("--gpu", choices=sorted(GPUS), default=None,
+                        help="the GPU every case without one of its own runs on (SGLang's "
+                             "CUDA resolution for that compute capability; default: each "
+                             "case's own, else an H200, SM90)")
     parser.add_argument("--presets", action="store_true",
                         help="also every preset as `plan PRESET --engine sglang` plans it "
                              "(sglang_presets.py), beside SGLang on its published config")
@@ -722,6 +770,9 @@ def main(argv: list[str] | None = None) -> int:
         for case, request in sglang_presets.preset_cases():
             cases.append(case)
             preset_requests[case["name"]] = request
+    if args.gpu is not None:
+        for case in cases:
+            on_gpu(case, GPUS[args.gpu])
     refs = reference_reports(cases, args.sglang_python)
     if refs is None:
         print(

@@ -52,6 +52,10 @@ allocations) are among the target's pools.
 
 What is patched (the report's ``patched`` list says which ones were used):
 
+* the platform: SGLang's platform queries answer as a CUDA host with one GPU of the case's
+  ``gpu.capability`` (SM90, an H200, when none is given), so ``ServerArgs`` resolves through
+  its CUDA branches (``sglang_cuda_host.py``, which lists the stand-ins that remain: the
+  memory figures below, CUDA 12.8, FlashInfer present, pools on meta).
 * ``get_available_gpu_memory`` in ``kv_cache_configurator``: returns the case's
   post-weights free memory (GB = bytes / 2**30, what ``torch.cuda.mem_get_info``
   would give); ``pre_model_load_memory`` is the case's pre-load figure in GB.
@@ -93,6 +97,8 @@ import types
 import warnings
 from pathlib import Path
 from typing import Any, TypeAlias
+
+import sglang_cuda_host
 
 SGLangObject: TypeAlias = Any
 """An object of SGLang or torch (both untyped in the project venv)."""
@@ -531,6 +537,30 @@ def _dsa_model_build_probe(model_config: SGLangObject) -> str | None:
     return None
 
 
+def _qwen3_next_layers_probe(model_config: SGLangObject) -> str | None:
+    """What SGLang's Qwen3-Next model class builds against the checkpoint's layer_types:
+    models/qwen3_next.py makes each decoder layer by its config's `layers_block_type`
+    (configs/qwen3_next.py: every full_attention_interval-th layer attention), and the pools
+    follow the same interval (ModelConfig.full_attention_interval); a config.json whose
+    layer_types lists other layers is served as another model than the checkpoint's (its
+    weights do not fit the layers built)."""
+    config = model_config.hf_text_config
+    archs = list(getattr(model_config.hf_config, "architectures", None) or [])
+    # SGLang's Qwen3NextConfig takes layer_types and keeps none: read the checkpoint's file.
+    raw = json.loads((Path(model_config.model_path) / "config.json").read_text())
+    types = raw.get("layer_types")
+    if archs[:1] != ["Qwen3NextForCausalLM"] or not types:
+        return None
+    every = int(getattr(config, "full_attention_interval", 4) or 4)
+    built = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+             for i in range(int(config.num_hidden_layers))]
+    if list(types) == built:
+        return None
+    first = next(i for i, (a, b) in enumerate(zip(types, built, strict=False)) if a != b)
+    return (f"model layers: Qwen3-Next builds layer {first} as {built[first]} "
+            f"(full_attention_interval {every}), the checkpoint's layer_types say {types[first]}")
+
+
 def _v4_hisparse_host(col: _Collector, allocator: SGLangObject, patched: list[str]) -> None:
     """The c4 host pool HiSparseCoordinator builds for DeepSeek-V4 (``is_dsv4_hisparse``),
     with the coordinator's own arguments, on meta: a DeepSeekV4PagedHostPool mirroring the
@@ -613,45 +643,6 @@ def _gpu_memory(gpu: dict[str, Any], patched: list[str], torch: SGLangObject) ->
     )
 
 
-_PLATFORM_FACTS = (
-    "is_cuda", "is_sm90", "is_hopper_with_cuda_12_3", "is_sm100", "is_sm100_or_sm110",
-    "is_sm110", "is_sm120", "is_blackwell", "device_sm", "device_capability",
-)
-
-
-def _platform_facts(capability: tuple[int, ...] | None, patched: list[str]) -> None:
-    """A case's `"gpu": {"capability": [major, minor]}`: SGLang's platform facts (`is_sm100`,
-    `is_blackwell`, `is_hopper_with_cuda_12_3`, `device_sm`, ...) answer as on a CUDA GPU of
-    that compute capability with CUDA 12.8, so the hooks that read `get_platform()` (default
-    attention backend, its page constraints) run their GPU branch; without the key they keep
-    this machine's answers (no CUDA: every fact false), as before.  Functions imported
-    straight from ``utils.common`` (``is_sm100_supported()`` in a few hooks) are not covered."""
-    rc: SGLangObject = importlib.import_module("sglang.srt.runtime_context")
-    overrides = object.__getattribute__(rc.get_platform(), "_overrides")
-    for name in _PLATFORM_FACTS:
-        overrides.pop(name, None)  # an earlier case's GPU
-    if capability is None:
-        return
-    major, minor = int(capability[0]), int(capability[1])
-    facts = {
-        # A GPU of that capability is a CUDA device (hooks such as the DCP all-to-all
-        # backend's check it beside the capability).
-        "is_cuda": True,
-        "is_sm90": major == 9,
-        "is_hopper_with_cuda_12_3": major == 9,
-        "is_sm100": major == 10,
-        "is_sm100_or_sm110": major in (10, 11),
-        "is_sm110": major == 11,
-        "is_sm120": major == 12,
-        "is_blackwell": major in (10, 11, 12),
-        "device_sm": major * 10 + minor,
-        "device_capability": (major, minor),
-    }
-    rc.get_platform()._install(**facts)
-    patched.append(f"platform facts for SM{major}{minor}: " + ", ".join(
-        name for name, value in facts.items() if value is True))
-
-
 def _write_model_dir(config: dict[str, Any], tmp: Path) -> Path:
     model_dir = tmp / "model"
     model_dir.mkdir()
@@ -679,10 +670,9 @@ def _resolve(case: dict[str, Any], model_dir: Path, patched: list[str]) -> SGLan
     fields.setdefault("skip_tokenizer_init", True)
     _draft_model_path(case, fields, model_dir)
     _cuda_only_registrations(patched)
-    capability = tuple(case.get("gpu", {}).get("capability", (9, 0)))
-    torch.cuda.get_device_capability = lambda device=None: capability
-    patched.append(f"torch.cuda.get_device_capability -> {capability} (H200 by default)")
-    _platform_facts(capability if "capability" in case.get("gpu", {}) else None, patched)
+    capability = case.get("gpu", {}).get("capability")
+    patched.append(sglang_cuda_host.install(None if capability is None else tuple(capability),
+                                            torch))
     _gpu_memory(case.get("gpu", {}), patched, torch)
     server_args = server_args_mod.ServerArgs(model_path=str(model_dir), **fields)
     server_args.resolve_once()
@@ -935,7 +925,7 @@ def _configure(
     schedule = rc.get_schedule()
     metadata: list[dict[str, Any]] | None = None
     # SGLang builds the model before its pools, and the HiSparse coordinator after them.
-    unusable = _dsa_model_build_probe(model_config)
+    unusable = _dsa_model_build_probe(model_config) or _qwen3_next_layers_probe(model_config)
     if rc.get_memory().enable_hisparse and type(result.token_to_kv_pool).__name__.startswith(
             "DeepSeekV4"):
         _v4_hisparse_host(col, result.token_to_kv_pool_allocator, patched)

@@ -44,9 +44,9 @@ least the rank's own Mamba layers and at most the largest rank's layers. A rank 
 layers only (no `kv`, a `swa` pool) is SGLang's all-window pool: 1-token pages, the window
 pool holds max_total_num_tokens, the cell is its bytes a token, no draft.
 
-Mamba slots. budget.mamba_slots_per_request is null exactly without Mamba pools (null means 5);
-4 (the overlap scheduler off) only with pipeline stages; max_running_requests x that many
-slots fit the pools' slots (a running request holds them).
+Mamba slots. budget.mamba_slots_per_request is null exactly without Mamba pools (null means 5;
+4 with the overlap scheduler off, by pipeline stages or by hand, 1 with the radix cache off);
+max_running_requests x that many slots fit the pools' slots (a running request holds them).
 
 Decode context parallelism: dcp_size > 1 only for a DSA model (an `index` pool) without
 HiSparse; the index keys cover every rank's ids, (full + page) x dcp - page tokens beside the
@@ -379,8 +379,6 @@ def _mamba_slots(plan: SGLangPlan, pools: dict[str, Pool], faults: Faults) -> No
             faults.add("mamba slots", f"mamba_slots_per_request {stated} without Mamba pools")
         return
     per = 5 if stated is None else stated
-    if per == 4 and plan.pipeline is None:
-        faults.add("mamba slots", "4 slots a request (no overlap scheduler) without stages")
     if plan.max_running_requests * per > slots.num_blocks - 1:
         faults.add("mamba slots", f"{plan.max_running_requests} requests x {per} slots, the "
                    f"pools hold {slots.num_blocks - 1}")

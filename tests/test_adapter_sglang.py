@@ -94,7 +94,8 @@ def test_window_model_layer_ids_split_between_pools() -> None:
 
 
 def test_refusals_are_error_entries() -> None:
-    assert "DSA" in report_for_case(case(DSV32, H200, **{**DSV32_TP8, "page_size": 16}))["error"]
+    assert "enable_hisparse" in report_for_case(case(
+        LLAMA, {"available_bytes": 2**30}, tp_size=1, enable_hisparse=True))["error"]
     bad = report_for_case(case(LLAMA, {"available_bytes": 2**30}, tp_size=1, bogus=1))
     assert "server_args.bogus" in bad["error"]
     assert "memory" in report_for_case({"config": LLAMA, "server_args": {}})["error"]

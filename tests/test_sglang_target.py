@@ -329,9 +329,10 @@ def test_refuses_a_window_pool_below_one_request() -> None:
     assert info.value.field == "engine.swa_full_tokens_ratio"
 
 
-def test_refuses_dsa_page_other_than_64() -> None:
-    with pytest.raises(UnsupportedRequestError, match="expected 64, got 32"):
-        plan_sglang(request(dsa_layers(1), page_size=32))
+def test_a_dsa_page_other_than_64_is_rewritten_to_64() -> None:
+    """SGLang's _deepseek_family_overrides sets a DSA model's page to 64 over the given one
+    (with a warning), so a plan with page 32 asked is SGLang's 64-token plan."""
+    assert plan_sglang(request(dsa_layers(1), page_size=32)).page_size == 64
 
 
 def test_refuses_hot_buffer_below_top_k() -> None:

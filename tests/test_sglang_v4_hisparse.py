@@ -63,7 +63,17 @@ def test_matches_sglangs_own_pools() -> None:
     # The coordinator runs the model's index_topk; its hot buffer is padded by one c4 page.
     assert (hisparse.top_k, hisparse.device_buffer_size, hisparse.hot_rows_per_request) == (
         512, 1024, 1088)
-    assert (hisparse.host_tokens, hisparse.logical_tokens) == (5_756_160, 5_756_160)
+    # SGLang's HiSparse allocator hands out full-token ids (size_full = max_total_num_tokens);
+    # the host pool mirrors the compressed quarter of them.
+    assert (hisparse.host_tokens, hisparse.logical_tokens) == (5_756_160, 23_024_640)
+
+
+def test_top_k_is_the_configs_index_topk() -> None:
+    """ModelRunner hands the coordinator hf_text_config.index_topk (512 on V4-Flash), whatever
+    hisparse_config's top_k says (it only sets the default device buffer)."""
+    plan = v4_plan(hisparse_config={"top_k": 2048, "host_to_device_ratio": 4})
+    assert plan.hisparse is not None
+    assert (plan.hisparse.top_k, plan.hisparse.device_buffer_size) == (512, 4096)
 
 
 def test_hisparse_shrinks_only_the_c4_rows() -> None:
@@ -95,7 +105,7 @@ def _edited(plan: SGLangPlan, where: str, value: Any) -> dict[str, Any]:
     ("where", "value", "match"),
     [
         ("hisparse.host_tokens", 5_756_224, "hisparse.host_tokens"),
-        ("hisparse.logical_tokens", 5_756_161, "hisparse.logical_tokens"),
+        ("hisparse.logical_tokens", 5_756_160, "hisparse.logical_tokens"),
         ("hisparse.hot_rows_per_request", 1280, "hot_rows_per_request"),
         ("deepseek_v4.c4_tokens", 5_756_160, "c4_tokens"),
         ("pools.padding_blocks", 1, "padding blocks"),

@@ -284,9 +284,7 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     if "mamba_conv0" in pools:
         bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
     if plan.hisparse is not None:
-        # DeepSeek-V4's logical ids are compressed: a quarter of a request's tokens.
-        per_request = need if plan.deepseek_v4 is None else need / 4
-        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / per_request
+        bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
     return bounds
 
 

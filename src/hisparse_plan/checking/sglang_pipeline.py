@@ -15,20 +15,15 @@ from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.sglang_plan import SGLangPipeline, SGLangPlan
 
 DECODER_LAYER: Final = re.compile(r"\blayers\.(\d{1,9})\b")
-NO_OVERLAP_SLOTS: Final = 4
-"""Mamba slots a request with the radix cache on and the overlap scheduler off, which only
-pipeline stages turn off."""
 
 
 def check_pipeline(plan: SGLangPlan) -> None:
     """Raise `PlanInvariantError` at the first broken pipeline invariant (none without
-    `pipeline`, beyond its Mamba slots)."""
+    `pipeline`). A request's 4 Mamba slots (the overlap scheduler off) are not one: pipeline
+    stages turn the scheduler off, and so does `--disable-overlap-schedule`, which a plan
+    does not record."""
     pipeline = plan.pipeline
     if pipeline is None:
-        if plan.budget.mamba_slots_per_request == NO_OVERLAP_SLOTS:
-            raise PlanInvariantError(
-                "budget.mamba_slots_per_request is 4 (the overlap scheduler off) in a plan "
-                "without pipeline stages; expected 1 or 5")
         return
     _check_ranks(pipeline)
     _check_layers(plan, pipeline)

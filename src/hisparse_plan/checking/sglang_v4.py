@@ -133,7 +133,8 @@ def _c4_shrink(plan: SGLangPlan) -> int:
 
 
 def _check_v4_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
-    """HiSparse on DeepSeek-V4: the host pool mirrors every compressed token (full // 4) in
+    """HiSparse on DeepSeek-V4: the allocator hands out full-token ids (logical_tokens is
+    max_total_num_tokens); the host pool mirrors every compressed token (full // 4) in
     whole c4 pages of the device pool's page bytes, handing out every page; the hot buffer is
     the device buffer and one c4 page; it holds at least the top-k."""
     hisparse = plan.hisparse
@@ -144,10 +145,9 @@ def _check_v4_hisparse(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
             "hisparse on DeepSeek-V4 without the v4_c4 and v4_hisparse_host pools; expected "
             "both (HiSparse moves the c4 rows)")
     slots = plan.page_size // 4
-    logical = plan.max_total_num_tokens // 4
-    host_tokens = -(-logical // slots) * slots
-    _expect("hisparse.logical_tokens", hisparse.logical_tokens, logical,
-            "the compressed token ids, max_total_num_tokens // 4")
+    host_tokens = -(-(plan.max_total_num_tokens // 4) // slots) * slots
+    _expect("hisparse.logical_tokens", hisparse.logical_tokens, plan.max_total_num_tokens,
+            "the HiSparse allocator's full-token ids (size_full), max_total_num_tokens")
     _expect("hisparse.host_tokens", hisparse.host_tokens, host_tokens,
             f"the compressed tokens in whole {slots}-slot c4 pages")
     _expect("pool 'v4_hisparse_host' slots", pools["v4_hisparse_host"].num_blocks * slots,

@@ -45,12 +45,13 @@ class SGLangBudget(Model):
         "dcp_size token ids, and the index keys cover them all (charged dcp_size times a "
         "token).",
     )
-    mamba_slots_per_request: Literal[1, 4, 5] | None = Field(
+    mamba_slots_per_request: Literal[1, 3, 4, 5] | None = Field(
         default=None,
         description="Mamba hybrids: the state slots one running request may hold, 5 with the "
         "radix cache on (SGLang's default; 4 without its overlap scheduler, as with pipeline "
-        "stages), 1 with it off; null without Mamba layers (and in "
-        "plans written before it was recorded, which mean 5).",
+        "stages; 3 with its no_buffer strategy, --disable-overlap-schedule on 1-token pages), "
+        "1 with it off; null without Mamba layers (and in plans written before it was "
+        "recorded, which mean 5).",
     )
 
 

@@ -92,6 +92,18 @@ class SGLangSettings(Model):
         description="`--moe-a2a-backend`: deepep keeps 2 GiB (and 1 GiB more with prefill "
         "graphs) out of SGLang's default fraction for its all-to-all buffers.",
     )
+    deepep_mode: Literal["auto", "normal", "low_latency"] = Field(
+        default="auto",
+        description="`--deepep-mode`: taken and left alone. With moe_a2a_backend deepep, "
+        "normal turns SGLang's CUDA graphs off in its MoE hook, after its default "
+        "mem_fraction_static was resolved with them, so no pool moves.",
+    )
+    disable_overlap_schedule: bool = Field(
+        default=False,
+        description="`--disable-overlap-schedule`: the overlap scheduler off (as pipeline "
+        "stages turn it off): a Mamba hybrid's radix cache keeps one tracking slot a request, "
+        "not two, and a window pool one prefill chunk in flight.",
+    )
     dcp_size: PositiveInt = Field(
         default=1,
         description="`--dcp-size` (DSA models): decode context parallelism over dcp_size "
@@ -193,6 +205,14 @@ class SGLangSettings(Model):
         default=None,
         description="An MHA draft's head_dim (K and V); null: the target's full-attention "
         "head size.",
+    )
+    speculative_draft_context_length: PositiveInt | None = Field(
+        default=None,
+        description="A separate draft checkpoint's own context length as SGLang derives it "
+        "from its config.json; a context_length above it is refused unless "
+        "allow_overwrite_longer_context_len (SGLang's draft ModelConfig, handed a given "
+        "context_length, refuses it); null: the target's own checkpoint, no context_length "
+        "given (the draft derives its own), or unknown.",
     )
     enable_hisparse: bool = Field(default=False, description="`--enable-hisparse`.")
     hisparse_top_k: PositiveInt = Field(default=2048, description="HiSparse top_k.")

@@ -18,6 +18,7 @@ from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.config_file import model_from_config, read_config_file
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.targets.sglang.served.architectures import HYBRID_SWA_ARCHITECTURES
+from hisparse_plan.targets.sglang.served.hf_config import derived_context_length
 
 TARGET_CHECKPOINT: Final = "@model"
 """`speculative_draft_model_path` naming the target's own checkpoint."""
@@ -149,6 +150,11 @@ def draft_settings(
         fields["speculative_draft_window_layer_ids"] = windows
     if config is target:
         return fields
+    # SGLang hands the draft's ModelConfig the server's context_length when one is given
+    # (else the draft derives its own, and nothing is refused): draft_context.py's rule.
+    context = derived_context_length(config)
+    if context is not None and server_args.get("context_length") is not None:
+        fields["speculative_draft_context_length"] = context
     if config.get("torch_dtype", target.get("torch_dtype")) != target.get("torch_dtype"):
         raise PlanError(
             f"draft_config.torch_dtype: the draft's KV pool follows its own dtype; expected the "

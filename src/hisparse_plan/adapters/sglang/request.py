@@ -60,6 +60,8 @@ SERVER_ARGS: Final[dict[str, str]] = {
     "enable_hisparse": "enable_hisparse",
     "allow_overwrite_longer_context_len": "allow_overwrite_longer_context_len",
     "enable_multimodal": "enable_multimodal",
+    "deepep_mode": "deepep_mode",
+    "disable_overlap_schedule": "disable_overlap_schedule",
 }
 """SGLang server arguments that are SGLangSettings fields under the same name."""
 LAYER_ARGS: Final = frozenset({"hisparse_config", "speculative_draft_model_path"})
@@ -291,7 +293,13 @@ def request_from_server_args(
         raise PlanError("memory: expected available_bytes, or pre_model_load_free_bytes with "
                         "post_weights_free_bytes", field="memory")
     # With DP attention the heads split over one attention group's ranks, tp / dp.
-    return sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
+    request = sglang_request(arch, engine, tp=attn_tp_size(engine), available_bytes=available)
+    if facts is not None and facts.index_topk is not None and request.model.index_topk is None:
+        # A model the project reads without an indexer (DeepSeek-V4) still hands SGLang's
+        # HiSparse coordinator its config's index_topk.
+        model = request.model.model_copy(update={"index_topk": facts.index_topk})
+        request = request.model_copy(update={"model": model})
+    return request
 
 
 def with_engine(request: PlanRequest, engine: SGLangSettings) -> PlanRequest:

@@ -1,7 +1,7 @@
 """SGLang's server defaults, one function each, the resolve stage's (resolve.py): the page
 size, each pool's element type, the latent row's width, mem_fraction_static (memory_rule.py's
 rule when none is given), the window pool's ratio, the Mamba states' dtypes, and HiSparse's hot
-buffer; and the settings a model refuses (HiSparse without DSA, a DSA page other than 64)."""
+buffer; and the settings a model refuses (HiSparse without DSA)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MAMBA_CONV_DTYPE: Final = "bfloat16"
 MAMBA_SSM_DTYPE: Final = "float32"
 """SGLang's temporal-state dtype unless the model config or settings say otherwise."""
 DSA_PAGE_SIZE: Final = 64
-"""DSA models page their index keys by 64 tokens; SGLang asserts the page on CUDA."""
+"""DSA models page their index keys by 64 tokens; SGLang sets that page on CUDA."""
 DEFAULT_SWA_FULL_TOKENS_RATIO: Final = 0.8
 _KV_DTYPE_SETTING: Final[dict[str, str]] = {
     "bfloat16": "bfloat16", "float16": "float16",
@@ -40,15 +40,23 @@ _FP8: Final = frozenset({"float8_e4m3fn", "float8_e5m2"})
 
 
 def default_page_size(settings: SGLangSettings, model: SGLangModel) -> int:
-    """Tokens per page: `--page-size` when given, else SGLang's default for the model: 64 for
-    DSA models (their index-key page), else 1; then the page Blackwell's default trtllm
-    attention backends force (blackwell_page). A backend given by hand that forces a page
-    (flashmla's 64 for MLA) must be given as page_size."""
-    page = settings.page_size
-    if page is None:
-        latent = model.latent
-        page = DSA_PAGE_SIZE if latent is not None and latent.is_dsa else 1
+    """Tokens per page: a DSA model's 64 whatever was given (dsa_page_size), else
+    `--page-size` when given, else 1; then the page Blackwell's default trtllm attention
+    backends force (blackwell_page). A backend given by hand that forces a page (flashmla's 64
+    for MLA) must be given as page_size."""
+    if model.latent is not None and model.latent.is_dsa:
+        return dsa_page_size(settings)
+    page = 1 if settings.page_size is None else settings.page_size
     return blackwell_page(settings, model, page)
+
+
+def dsa_page_size(settings: SGLangSettings) -> int:
+    """A DSA model's page on a CUDA GPU: SGLang's `_deepseek_family_overrides`
+    (arg_groups/model_overrides/deepseek_v2.py) sets page_size to 64 x index_kpool (1 on the
+    configs planned) whatever `--page-size` says, logging "Setting page size to 64 for
+    DeepSeek DSA"; a page given otherwise is rewritten, not refused (the trace says so)."""
+    del settings  # the override does not read the given page
+    return DSA_PAGE_SIZE
 
 
 def kv_dtype(settings: SGLangSettings, layer_dtype: str) -> str:
@@ -93,16 +101,6 @@ def static_fraction(settings: SGLangSettings, model: SGLangModel) -> float | Non
     if settings.gpu_memory_bytes is None:
         return None
     return default_mem_fraction_static(settings, mla=model.latent is not None)
-
-
-def refuse_dsa_page(page_size: int) -> None:
-    """SGLang's DSA index keys are paged by exactly 64 tokens on CUDA."""
-    if page_size != DSA_PAGE_SIZE:
-        raise UnsupportedRequestError(
-            f"engine.page_size: SGLang's DSA models page by {DSA_PAGE_SIZE} tokens; expected "
-            f"{DSA_PAGE_SIZE}, got {page_size}",
-            field="engine.page_size",
-        )
 
 
 def hisparse_device_buffer(settings: SGLangSettings, top_k: int | None = None) -> int:

@@ -11,6 +11,7 @@ from typing import Final
 
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.model import SGLangModel
+from hisparse_plan.targets.sglang.modes.dcp import dcp_dsa_backends
 
 HOPPER: Final = (9, 0)
 """The capability assumed when the request names none (the project's H200 default)."""
@@ -46,12 +47,16 @@ def dsa_kv_cache_dtype(settings: SGLangSettings, model: SGLangModel) -> str:
 
 
 def dsa_backends(settings: SGLangSettings, kv_cache_dtype: str) -> tuple[str, str]:
-    """(prefill, decode) DSA backends: the given one for both; with HiSparse flashmla_kv (fp8)
+    """(prefill, decode) DSA backends: the given one for both; under decode context
+    parallelism trtllm for both (dcp_dsa_backends); with HiSparse flashmla_kv (fp8)
     or flashmla_sparse; an fp8 cache trtllm from capability 10 on, else flashmla_kv (GLM-5 fp8
     on SM12x: flashinfer_sparse_mla); a bfloat16 cache flashmla_sparse to prefill, trtllm
     (capability 10 on) or fa3 to decode."""
     if settings.dsa_backend is not None:
         return settings.dsa_backend, settings.dsa_backend
+    dcp = dcp_dsa_backends(settings)
+    if dcp is not None:
+        return dcp
     major = capability(settings)[0]
     fp8 = kv_cache_dtype == "fp8_e4m3"
     if major == 12 and fp8 and settings.architecture == "GlmMoeDsaForCausalLM":
@@ -91,7 +96,8 @@ def platform_defaults(
         rows = "raw kv_lora_rank + rope rows" if raw_latent_row((prefill, decode)) or (
             kv != "fp8_e4m3") else "packed fp8 rows (nope, scales, bf16 rope)"
         out.append(("dsa backends", f"{prefill}/{decode}", (
-            "given" if settings.dsa_backend is not None else "SGLang's default for "
+            "given" if settings.dsa_backend is not None else
+            "decode context parallelism's" if settings.dcp_size > 1 else "SGLang's default for "
             + ("HiSparse" if settings.enable_hisparse else f"{kv} at SM{major}x"))
             + f": {rows}"))
     moved = blackwell_page(settings, model, page)

@@ -15,6 +15,7 @@ from hisparse_plan.targets.sglang.deepseek_v4.pipeline_stages import (
     refuse_hisparse_without_c4,
 )
 from hisparse_plan.targets.sglang.model import SGLangModel, read_model
+from hisparse_plan.targets.sglang.modes.draft_context import refuse_shorter_draft_context
 from hisparse_plan.targets.sglang.modes.pipeline_stages import (
     Stage,
     has_full_attention,
@@ -87,6 +88,7 @@ def read(
     refuse_vllm_sections(request)
     refuse_unserved_architecture(settings)
     refuse_longer_context(settings)
+    refuse_shorter_draft_context(settings)
     available = request.device.available_bytes
     v4_request = is_deepseek_v4(request)
     if v4_request:

@@ -25,12 +25,12 @@ from hisparse_plan.targets.sglang.defaults import (
     hisparse_device_buffer,
     hisparse_top_k,
     latent_row,
-    refuse_dsa_page,
     refuse_hisparse_without_dsa,
     ssm_dtype,
     static_fraction,
     swa_full_tokens_ratio,
 )
+from hisparse_plan.targets.sglang.linear_attention_page import hybrid_linear_page
 from hisparse_plan.targets.sglang.model import SGLangModel
 from hisparse_plan.targets.sglang.modes.dcp import refuse_dcp
 from hisparse_plan.targets.sglang.modes.speculative import (
@@ -91,8 +91,8 @@ class DefaultsV4:
 
 
 def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
-    """The refusals in SGLang's order: HiSparse on a model without DSA, its hot buffer, the
-    page, then the default fraction (whose rule refuses a GPU too small for its reserve)."""
+    """The refusals in SGLang's order: HiSparse on a model without DSA, its hot buffer, then
+    the default fraction (whose rule refuses a GPU too small for its reserve)."""
     if isinstance(read, ReadV4):
         return _resolve_v4(read, trace)
     settings, model = read.settings, read.model
@@ -101,10 +101,10 @@ def resolve(read: Read | ReadV4, trace: Trace) -> Defaults | DefaultsV4:
     top_k = hisparse_top_k(settings, read.index_topk)
     # Checked against top_k after the pools (size.py), where SGLang's first decode fails.
     buffer = hisparse_buffer_size(settings) if settings.enable_hisparse else None
-    page = (_unforced_page(settings, model) if tree_keeps_unpaged(settings, model)
-            else default_page_size(settings, model))
-    if model.latent is not None and model.latent.is_dsa:
-        refuse_dsa_page(page)
+    page = hybrid_linear_page(settings, model)
+    if page is None:
+        page = (_unforced_page(settings, model) if tree_keeps_unpaged(settings, model)
+                else default_page_size(settings, model))
     if settings.speculative_algorithm is not None:
         refuse_unplanned_speculative(settings, model)
     speculative = resolve_speculative(settings)
@@ -185,9 +185,17 @@ def _trace_fraction(settings: SGLangSettings, fraction: float | None, trace: Tra
 def _trace_defaults(defaults: Defaults, trace: Trace) -> None:
     settings, model = defaults.read.settings, defaults.read.model
     dsa = model.latent is not None and model.latent.is_dsa
-    trace.add(STAGE, POOLS, "page_size", defaults.page_size, _given(settings, "page_size") or (
-        "64: a DSA model's index keys are paged by 64 tokens" if dsa
-        else "1: SGLang's default for a model without DSA layers"))
+    if dsa:
+        why = ("64: a DSA model's index keys are paged by 64 tokens" + (
+            "" if settings.page_size in (None, defaults.page_size) else
+            f"; SGLang rewrites the given {settings.page_size} to it with a warning"))
+    elif hybrid_linear_page(settings, model) is not None:
+        backend = "trtllm_mha" if defaults.page_size > 1 else "triton"
+        why = (f"SM100's hybrid linear-attention override: the {backend} attention backend it "
+               "picks, whose page it sets over any given")
+    else:
+        why = _given(settings, "page_size") or "1: SGLang's default for a model without DSA layers"
+    trace.add(STAGE, POOLS, "page_size", defaults.page_size, why)
     for pool, group, dtype in (("kv", model.full, defaults.full_dtype),
                                ("swa", model.swa, defaults.swa_dtype)):
         if group is not None and dtype is not None:

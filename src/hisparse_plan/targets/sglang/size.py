@@ -47,7 +47,7 @@ class Sized:
     """max_total_num_tokens: the full (or latent) pool's tokens."""
     swa_tokens: int | None
     mamba_slots: int | None
-    mamba_slots_per_request: Literal[1, 4, 5] | None
+    mamba_slots_per_request: Literal[1, 3, 4, 5] | None
     """State slots a running request may hold (None without Mamba layers)."""
     max_running_requests: int
     req_to_token: tuple[int, int]

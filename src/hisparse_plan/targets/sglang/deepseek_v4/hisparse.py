@@ -43,7 +43,9 @@ def v4_hisparse(
 ) -> SGLangHisparse:
     """HiSparse's figures on DeepSeek-V4: the top-k and device buffer as on DSA models, a hot
     buffer padded by one c4 page (the coordinator's padded_buffer_size), the host pool's
-    tokens, and the compressed token ids it mirrors (full // 4)."""
+    tokens (the full pool's compressed tokens, full // 4, in whole c4 pages), and the token
+    ids the HiSparse allocator hands out: full-token ids, its size_full, which is
+    max_total_num_tokens (logical_tokens; the host pool mirrors a quarter of them)."""
     slots = c4_page_slots(page_size)
     return SGLangHisparse(
         top_k=top_k,
@@ -51,7 +53,7 @@ def v4_hisparse(
         hot_rows_per_request=device_buffer + slots,
         host_to_device_ratio=settings.hisparse_host_to_device_ratio,
         host_tokens=host_pages(full_tokens, page_size) * slots,
-        logical_tokens=full_tokens // C4_RATIO,
+        logical_tokens=full_tokens,
     )
 
 
@@ -67,11 +69,10 @@ def v4_capacity(
     base: Capacity, hisparse: SGLangHisparse, c4_tokens: int, context_length: int,
     page_size: int, max_running_requests: int,
 ) -> Capacity:
-    """Requests of context_length tokens with HiSparse on DeepSeek-V4: at most what the host
-    pool's compressed ids hold (a request's pages of full tokens, a quarter of them
-    compressed), beside the pools' own bound; steady state, each request keeping only its
-    hot buffer in the shrunk c4 pool."""
-    need = -(-context_length // page_size) * page_size / C4_RATIO
+    """Requests of context_length tokens with HiSparse on DeepSeek-V4: at most what the
+    allocator's full-token ids hold (a request's pages of full tokens), beside the pools' own
+    bound; steady state, each request keeping only its hot buffer in the shrunk c4 pool."""
+    need = -(-context_length // page_size) * page_size
     host = hisparse.logical_tokens / need
     steady = min(host, c4_tokens / hisparse.hot_rows_per_request, float(max_running_requests))
     return Capacity(max_concurrency=min(base.max_concurrency, host),

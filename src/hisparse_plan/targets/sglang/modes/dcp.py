@@ -1,7 +1,8 @@
 """SGLang's decode context parallelism for DSA models (`--dcp-size N`): each rank of a group of
 N keeps every Nth token of a request in its latent pool, so the allocator hands out N token ids
 a stored row (and its page is N pages wide), while the index keys stay replicated: every rank
-keeps them for all N x tokens ids. Rules of the resolve stage (the refusal) and the size stage
+keeps them for all N x tokens ids; the DSA backends it sets. Rules of the resolve stage (the
+refusal, the backends) and the size stage
 (the index keys' share of a token, their tokens), one function each."""
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def refuse_dcp(settings: SGLangSettings, model: SGLangModel) -> None:
             f"expected a divisor of its {attn_tp} ranks, got {dcp}",
             field="engine.dcp_size",
         )
+
+
+def dcp_dsa_backends(settings: SGLangSettings) -> tuple[str, str] | None:
+    """(prefill, decode) DSA backends under decode context parallelism: SGLang's
+    `_dsa_dcp_overrides` (arg_groups/model_overrides/deepseek_v2.py) sets every unset DSA
+    backend to trtllm when dcp_size > 1, so an fp8 cache keeps raw 576-byte latent rows; None
+    without DCP or with a backend given (the given one runs both)."""
+    if settings.dcp_size <= 1 or settings.dsa_backend is not None:
+        return None
+    return "trtllm", "trtllm"
 
 
 def index_token_scale(settings: SGLangSettings) -> int:

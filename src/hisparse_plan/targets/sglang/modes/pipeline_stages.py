@@ -183,7 +183,8 @@ def prefill_graphs_by_default(settings: SGLangSettings) -> bool:
 
 
 def overlap_schedule(settings: SGLangSettings) -> bool:
-    """SGLang's overlap scheduler is on unless pipeline stages turn it off
-    (overrides._pipeline_parallel_overlap_disable): a Mamba request then keeps one tracking
-    slot, not two, and a window pool one prefill chunk in flight, not two."""
-    return settings.pp_size == 1
+    """SGLang's overlap scheduler is on unless `--disable-overlap-schedule` is given or
+    pipeline stages turn it off (overrides._pipeline_parallel_overlap_disable): a Mamba
+    request then keeps one tracking slot, not two, and a window pool one prefill chunk in
+    flight, not two."""
+    return settings.pp_size == 1 and not settings.disable_overlap_schedule

@@ -21,6 +21,9 @@ the overlap scheduler on)."""
 MAMBA_SLOTS_RADIX_OFF: Final[Literal[1]] = 1
 MAMBA_SLOTS_NO_OVERLAP: Final[Literal[4]] = 4
 """... and 4 with the overlap scheduler off (pipeline stages): one tracking slot, not two."""
+MAMBA_SLOTS_NO_BUFFER: Final[Literal[3]] = 3
+"""... and 3 with the no_buffer strategy (no tracking slot;
+MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO in kv_cache_configurator)."""
 SWA_EVICTION_INTERVAL: Final = 128
 """SGLANG_SWA_EVICTION_INTERVAL's default: decode steps between window evictions."""
 CHUNKS_IN_FLIGHT: Final = 2
@@ -29,12 +32,25 @@ UNKNOWN_GPU_CHUNK: Final = 4096
 """SGLang's chunked_prefill_size when it cannot read the GPU's memory."""
 
 
-def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 4, 5]:
-    """State slots one running request may hold: 5 with the radix cache (4 without the
-    overlap scheduler), 1 without the cache."""
+def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 3, 4, 5]:
+    """State slots one running request may hold (KVCacheConfigurator._calculate_mamba_ratio):
+    1 without the radix cache; with it 3, plus the extra_buffer strategy's tracking slots
+    (mamba_extra_buffer): 2 with the overlap scheduler on, 1 without it."""
     if settings.disable_radix_cache:
         return MAMBA_SLOTS_RADIX_OFF
+    if not mamba_extra_buffer(settings):
+        return MAMBA_SLOTS_NO_BUFFER
     return MAMBA_SLOTS_RADIX_ON if overlap_schedule(settings) else MAMBA_SLOTS_NO_OVERLAP
+
+
+def mamba_extra_buffer(settings: SGLangSettings) -> bool:
+    """Whether SGLang's radix cache keeps Mamba states with the extra_buffer strategy
+    (overrides._mamba_radix_cache_resolution, strategy auto): when the overlap scheduler is
+    wanted (`--disable-overlap-schedule` not given; pipeline stages turn it off only after
+    this choice) or a page above one token is given; else no_buffer. (The hybrid linear models
+    planned all take extra_buffer on the triton linear-attention backend.)"""
+    page = settings.page_size
+    return not settings.disable_overlap_schedule or (page is not None and page > 1)
 
 
 def radix_off_mamba_slots(settings: SGLangSettings) -> int | None:

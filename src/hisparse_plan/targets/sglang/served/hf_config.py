@@ -18,6 +18,7 @@ from hisparse_plan.targets.sglang.served.multimodal import (
     VIT_BASELINE_HIDDEN,
     VIT_BASELINE_LAYERS,
 )
+from hisparse_plan.targets.sglang.served.qwen3_next_layers import refuse_unlike_layer_types
 from hisparse_plan.targets.sglang.served.registry import SERVED_ARCHITECTURES
 
 CONTEXT_LENGTH_KEYS: Final = (
@@ -45,6 +46,19 @@ class SGLangConfigFacts:
     vision_encoder: tuple[int, int] | None = None
     """The vision_config's (num_hidden_layers, hidden_size) as SGLang's default-fraction rule
     reads them (`vision_encoder_size`); None without a vision_config."""
+    index_topk: int | None = None
+    """The text config's index_topk (hisparse_top_k_of): the top-k SGLang's HiSparse
+    coordinator runs."""
+
+
+def hisparse_top_k_of(config: Mapping[str, Any]) -> int | None:
+    """The top-k ModelRunner.maybe_init_hisparse_coordinator hands SGLang's HiSparse
+    coordinator: the text config's index_topk (DeepSeek-V3.2, GLM-5, DeepSeek-V4: 512),
+    else None (hisparse_config's top_k runs)."""
+    value = text_config(config).get("index_topk")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -53,13 +67,28 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return text if isinstance(text, Mapping) else config
 
 
+ROPE_BY_LAYER_TYPE: Final = frozenset({"gemma3", "gemma3_text"})
+"""Text-config model types whose transformers 5 config class keys its rope parameters by layer
+type (`Gemma3TextConfig.convert_rope_params_to_dict`: {"full_attention": {...},
+"sliding_attention": {...}}), so the object SGLang reads has no top-level rope factor."""
+
+
+def rope_keyed_by_layer_type(text: Mapping[str, Any]) -> bool:
+    """Whether SGLang's get_context_length (utils/hf_transformers/common.py), reading
+    `rope_scaling.get("factor", 1)` off the config object transformers 5 builds, finds no
+    factor: the model type's rope parameters are one mapping a layer type (Gemma-3), so its
+    context is max_position_embeddings unscaled (Gemma-3 27B: 131,072, not 8 x that)."""
+    return text.get("model_type") in ROPE_BY_LAYER_TYPE
+
+
 def derived_context_length(config: Mapping[str, Any]) -> int | None:
     """SGLang's get_context_length: the first context key the text config sets, times a rope
-    scaling factor (1 for llama3 rope and where original_max_position_embeddings is given)."""
+    scaling factor (1 for llama3 rope, where original_max_position_embeddings is given, and
+    where transformers keys the rope by layer type: rope_keyed_by_layer_type)."""
     text = text_config(config)
     rope = text.get("rope_scaling")
     factor: Any = 1
-    if isinstance(rope, Mapping) and rope:
+    if isinstance(rope, Mapping) and rope and not rope_keyed_by_layer_type(text):
         factor = rope.get("factor", 1)
         if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
             factor = 1
@@ -110,11 +139,12 @@ def read_sglang_config(config: Mapping[str, Any]) -> SGLangConfigFacts:
             "cannot load this model; expected an architecture it serves",
             field="architectures[0]",
         )
+    refuse_unlike_layer_types(text_config(config), arch)
     multimodal = (arch in MULTIMODAL_ARCHITECTURES or isinstance(
         config.get("text_config"), Mapping)) and not config.get("language_model_only", False)
     served = served_llama4_config(served_config(config, arch), arch)
     return SGLangConfigFacts(arch, derived_context_length(config), served, multimodal,
-                             vision_encoder_size(config))
+                             vision_encoder_size(config), hisparse_top_k_of(config))
 
 
 def vision_encoder_size(config: Mapping[str, Any]) -> tuple[int, int] | None:
