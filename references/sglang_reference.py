@@ -13,7 +13,8 @@ The SGLang venv (CPU torch; SGLang and triton without their CUDA dependencies)::
         pydantic requests tqdm regex orjson msgspec pybase64 pillow starlette anyio pyzmq \
         IPython traitlets pygments aiohttp multidict attrs yarl propcache idna aiosignal \
         frozenlist aiohappyeyeballs dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
-        compressed_tensors loguru gguf pytest hypothesis
+        compressed_tensors loguru gguf pytest hypothesis pluggy iniconfig \
+        urllib3 charset-normalizer certifi sortedcontainers
 
 ``references/sglang_stubs`` on PYTHONPATH stands in for torchvision, which cannot load
 beside that torch and which pool sizing never calls.
