@@ -170,3 +170,17 @@ def test_qwen3_next_layer_types_sglang_does_not_build_are_refused() -> None:
     assert "full_attention_interval" in got["error"]
     same = fixture(QWEN3_NEXT, num_hidden_layers=8, layer_types=types[1:] + types[:1])
     assert "error" not in report_for_case(case(same, **args))
+
+
+def test_sm100_override_page_decides_the_mamba_strategy() -> None:
+    """Qwen3-Next with EAGLE (no top-k) on a B200, overlap off, page 16 given: the hybrid
+    override sets triton's page 1 before SGLang resolves the Mamba radix strategy, which then
+    reads that page and takes no_buffer, 3 slots a request (SGLang: 81 slots, 27 requests;
+    the given 16 would have made it extra_buffer's 4)."""
+    got = report_for_case(case(fixture(QWEN3_NEXT), gpu={"capability": [10, 0]}, tp_size=4,
+                               context_length=4096, mem_fraction_static=0.85, page_size=16,
+                               disable_overlap_schedule=True, speculative_algorithm="EAGLE",
+                               speculative_draft_model_path="@model"))
+    assert figures(got) == (1, 319_452, 27, 13_312)
+    assert pool(got, "mamba_conv0")["tokens"] == 81
+    assert pool(got, "mamba_intermediate_ssm")["tokens"] == 27

@@ -47,3 +47,13 @@ def hybrid_linear_page(settings: SGLangSettings, model: SGLangModel) -> int | No
     trtllm = default_backend_is_trtllm_mha(settings, model) and (
         settings.disable_radix_cache or settings.speculative_algorithm is not None)
     return TRTLLM_MHA_PAGE if trtllm else 1
+
+
+def mamba_strategy_page(settings: SGLangSettings, model: SGLangModel) -> int | None:
+    """The page SGLang's Mamba radix strategy resolution reads (arg_groups/overrides.py,
+    `_mamba_radix_cache_resolution`, "using the current page size"): it runs after the model
+    overrides, so on SM100 a Qwen3.5-style hybrid's is the page `_qwen3_5_hybrid_overrides`
+    set (hybrid_linear_page: 1 on triton over a given 16 makes a no-overlap run no_buffer);
+    else the given one (None when not given)."""
+    page = hybrid_linear_page(settings, model)
+    return settings.page_size if page is None else page

@@ -15,6 +15,7 @@ from hisparse_plan.targets.sglang.deepseek_v4 import sizing as sizing_v4
 from hisparse_plan.targets.sglang.deepseek_v4.sizing import V4Sizes
 from hisparse_plan.targets.sglang.defaults import CacheDtype, refuse_hot_buffer_below_top_k
 from hisparse_plan.targets.sglang.hisparse import speculative as hisparse_spec
+from hisparse_plan.targets.sglang.linear_attention_page import mamba_strategy_page
 from hisparse_plan.targets.sglang.model import SGLangModel
 from hisparse_plan.targets.sglang.modes import (
     dcp,
@@ -118,12 +119,13 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     slots = None
     spec = defaults.speculative
     serving = speculative.speculative_requests(settings, spec)
+    strategy_page = mamba_strategy_page(settings, model)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = pipeline_stages.stage_slot_bytes(
             sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
             len(model.mamba.names))
         budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
-                  speculative_mamba_budget(serving, rest_gb, slot_bytes, spec))
+                  speculative_mamba_budget(serving, rest_gb, slot_bytes, spec, strategy_page))
         slots, rest_gb = budget.slots, budget.rest_gb
     available = sizing.kv_budget_bytes(rest_gb)
     bounds.refuse_budget_past_int64(available, settings)
@@ -137,13 +139,14 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
         speculative.window_layer_bytes(model, dtypes[1]), defaults.swa_full_tokens_ratio)
     own, tokens, swa, for_requests = _pool_tokens(defaults, available, cell)
     bounds.refuse_token_ids_past_int32(tokens + defaults.page_size, bounds.budget_field(settings))
-    requests = sizing.max_running_requests(serving, tokens, slots)
+    requests = sizing.max_running_requests(serving, tokens, slots, strategy_page)
     table = sizing.req_to_token_shape(settings, requests, speculative.req_to_token_extra(
         spec, defaults.page_size * settings.dcp_size))
     sized = Sized(
         defaults=defaults, mem_fraction_static=fraction, available_bytes=available, cell=cell,
         tokens=tokens, swa_tokens=swa, mamba_slots=slots, max_running_requests=requests,
-        mamba_slots_per_request=None if slots is None else radix.mamba_slots_per_request(settings),
+        mamba_slots_per_request=None if slots is None else radix.mamba_slots_per_request(
+            settings, strategy_page),
         req_to_token=table, hisparse=_hisparse(defaults, tokens),
         swa_sized_for_requests=for_requests,
         token_ids=dcp.token_ids(settings, tokens),

@@ -240,7 +240,8 @@ def refuse_empty_pool(tokens: int, page_size: int) -> None:
 
 
 def max_running_requests(
-    settings: SGLangSettings, token_capacity: int, mamba_slots: int | None
+    settings: SGLangSettings, token_capacity: int, mamba_slots: int | None,
+    strategy_page: int | None,
 ) -> int:
     """Requests SGLang runs at once (also the request-to-token rows, less the padding row).
     Given: min(--max-running-requests // attention DP groups, tokens // 2); else SGLang's estimate
@@ -253,7 +254,7 @@ def max_running_requests(
     given = None if given is None else requests_per_worker(settings, given)
     requests = min(estimated if given is None else given, token_capacity // 2)
     if mamba_slots is not None:
-        requests = min(requests, mamba_slots // mamba_slots_per_request(settings))
+        requests = min(requests, mamba_slots // mamba_slots_per_request(settings, strategy_page))
     if requests <= 0:
         raise CapacityError(
             f"engine: SGLang would run no request; expected at least one, got {requests} "

@@ -32,24 +32,27 @@ UNKNOWN_GPU_CHUNK: Final = 4096
 """SGLang's chunked_prefill_size when it cannot read the GPU's memory."""
 
 
-def mamba_slots_per_request(settings: SGLangSettings) -> Literal[1, 3, 4, 5]:
+def mamba_slots_per_request(
+    settings: SGLangSettings, page: int | None
+) -> Literal[1, 3, 4, 5]:
     """State slots one running request may hold (KVCacheConfigurator._calculate_mamba_ratio):
     1 without the radix cache; with it 3, plus the extra_buffer strategy's tracking slots
-    (mamba_extra_buffer): 2 with the overlap scheduler on, 1 without it."""
+    (mamba_extra_buffer, `page` the one its resolution reads): 2 with the overlap scheduler
+    on, 1 without it."""
     if settings.disable_radix_cache:
         return MAMBA_SLOTS_RADIX_OFF
-    if not mamba_extra_buffer(settings):
+    if not mamba_extra_buffer(settings, page):
         return MAMBA_SLOTS_NO_BUFFER
     return MAMBA_SLOTS_RADIX_ON if overlap_schedule(settings) else MAMBA_SLOTS_NO_OVERLAP
 
 
-def mamba_extra_buffer(settings: SGLangSettings) -> bool:
+def mamba_extra_buffer(settings: SGLangSettings, page: int | None) -> bool:
     """Whether SGLang's radix cache keeps Mamba states with the extra_buffer strategy
     (overrides._mamba_radix_cache_resolution, strategy auto): when the overlap scheduler is
     wanted (`--disable-overlap-schedule` not given; pipeline stages turn it off only after
-    this choice) or a page above one token is given; else no_buffer. (The hybrid linear models
-    planned all take extra_buffer on the triton linear-attention backend.)"""
-    page = settings.page_size
+    this choice) or `page`, the page the resolution reads (mamba_strategy_page), is above one
+    token; else no_buffer. (The hybrid linear models planned all take extra_buffer on the
+    triton linear-attention backend.)"""
     return not settings.disable_overlap_schedule or (page is not None and page > 1)
 
 

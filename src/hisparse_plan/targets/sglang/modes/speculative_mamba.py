@@ -21,7 +21,8 @@ INTERMEDIATE_CONV = "mamba_intermediate_conv0"
 
 
 def speculative_mamba_budget(
-    settings: SGLangSettings, rest_gb: float, slot_bytes: int, spec: Speculative
+    settings: SGLangSettings, rest_gb: float, slot_bytes: int, spec: Speculative,
+    strategy_page: int | None,
 ) -> MambaBudget:
     """The state slots and what is left for the KV cache when each running request also keeps
     `num_draft_tokens` intermediate states (one slot's bytes each). `settings` carry the
@@ -29,9 +30,10 @@ def speculative_mamba_budget(
     max_mamba_cache_size (per DP group); else with the radix cache off one a request; else the
     states' share of the budget solved jointly for slots and intermediates: (share - slot x
     (1 + D)) // (slot x (1 + D / r)), r the slots a request holds. The intermediates are
-    reserved for min(requests, slots // r) requests and a padding one."""
+    reserved for min(requests, slots // r) requests and a padding one (r from
+    `strategy_page`, the page SGLang's Mamba strategy resolution reads)."""
     draft = spec.num_draft_tokens
-    ratio = mamba_slots_per_request(settings)
+    ratio = mamba_slots_per_request(settings, strategy_page)
     requests = settings.max_running_requests or 1  # speculative_requests always sets it
     per_group = requests_per_worker(settings, requests)
     if settings.max_mamba_cache_size is not None:
