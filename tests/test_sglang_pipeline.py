@@ -326,6 +326,28 @@ def test_check_plan_holds_a_mamba_only_rank_to_its_rule() -> None:
         check_plan(alone)
 
 
+def test_a_rank_without_the_hybrids_mamba_layers_is_refused_by_name() -> None:
+    """Qwen3.5 cut to 4 layers in 4 stages: rank 3 keeps only the full-attention layer.
+    SGLang charges it the largest stage's Mamba slots and builds Mamba pools over no layer
+    (_handle_max_mamba_cache); the planner does not lay that out, so the rank is refused naming
+    the split, where it once produced a plan its own checker rejected (sglang_diff seed 104,
+    hybrid-104-3). The ranks holding a Mamba layer still plan."""
+    request = _qwen35_four_layers_in_three_stages()
+    assert request.engine is not None
+    def rank(number: int) -> PlanRequest:
+        assert request.engine is not None
+        return request.model_copy(update={"engine": request.engine.model_copy(
+            update={"pp_size": 4, "pp_rank": number})})
+
+    with pytest.raises(UnsupportedRequestError,
+                       match=r"rank 3 of 4 keeps decoder layers \[3, 4\) and none of the "
+                             r"model's 3 Mamba layers") as refused:
+        plan_sglang(rank(3))
+    assert refused.value.field == "engine.pp_size"
+    with pytest.raises(UnsupportedRequestError, match="rank 3 of 4"):
+        plan_sglang(rank(0))  # every rank needs rank 3's offer for the ranks' minimum
+
+
 def test_only_the_last_rank_runs_the_draft_worker() -> None:
     # SGLang's EAGLEWorkerV2 builds its draft worker where pp_group.is_last_rank; every rank
     # prices the draft's layers in its cell, so the ranks agree on their tokens.

@@ -18,7 +18,12 @@ from typing import Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models.base import INT64_MAX
-from hisparse_plan.models.layer_specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from hisparse_plan.models.layer_specs import (
+    FullAttentionSpec,
+    LayerSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
 
@@ -146,7 +151,24 @@ def stage_request(request: PlanRequest, stage: Stage | None) -> PlanRequest:
             f"{stage.end}), of which the request has none; expected layers there",
             field="engine.pp_rank",
         )
+    refuse_rank_without_mamba(stage, layers)
     return request.model_copy(update={"layers": layers})
+
+
+def refuse_rank_without_mamba(stage: Stage, layers: dict[str, LayerSpec]) -> None:
+    """A rank of a Mamba hybrid that keeps no Mamba layer: SGLang still charges it the largest
+    stage's Mamba slots and builds Mamba pools over its empty layer slice
+    (KVCacheConfigurator._handle_max_mamba_cache reads the whole model's mambaish_config),
+    which the plan does not describe yet: refused, naming the split, not planned wrong."""
+    if stage.mamba_layers and not any(isinstance(spec, MambaSpec) for spec in layers.values()):
+        raise UnsupportedRequestError(
+            f"engine.pp_size: pipeline rank {stage.rank} of {stage.size} keeps decoder layers "
+            f"[{stage.start}, {stage.end}) and none of the model's {stage.mamba_layers} Mamba "
+            "layers; SGLang gives such a rank empty Mamba pools priced as the largest stage's, "
+            "which this planner does not lay out yet; expected a split where every rank keeps "
+            "a Mamba layer (see docs/planning-rules.md#sglang-server-modes)",
+            field="engine.pp_size",
+        )
 
 
 def zero_cell_tokens(page_size: int) -> int:
