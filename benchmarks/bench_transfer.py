@@ -462,7 +462,6 @@ def pattern_table(repeat: int) -> None:
 def copy_speed_table(repeat: int, tokens: int) -> None:
     """Issue 41's pairs at `tokens` (benchmarks/copy_speed.py)."""
     from copy_speed import Pair, copy_speed
-
     from hisparse_plan.adapters.sglang.request import sglang_request
     from hisparse_plan.models.sglang_settings import SGLangSettings
 

@@ -130,7 +130,10 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
           f"blocks), staged {posted:,} ({posted / runs:,.1f} per run) in "
           f"{len(made.rounds)} rounds of at most {STAGING_BYTES >> 20} MiB a rank")
     largest = max(source.values(), key=lambda buffer: buffer.nbytes)
-    transfer, contiguous, local, copy = [], [], [], []
+    transfer: list[float] = []
+    contiguous: list[float] = []
+    local: list[float] = []
+    copy: list[float] = []
     for _ in range(repeat + 1):
         sums = [0.0, 0.0, 0.0, 0.0]
         for round_ in made.rounds:

@@ -25,9 +25,9 @@ from hisparse_plan.exchange.transfer import (
     build_transfer,
 )
 from hisparse_plan.exchange.transfer.check_pattern import check_pattern
+from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.compile import compile_transfer
 from hisparse_plan.exchange.transfer.pattern import TransferPattern
-from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.rearrange import execute_staged
 from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
 from hisparse_plan.exchange.transfer.staged_request import StagedRequest

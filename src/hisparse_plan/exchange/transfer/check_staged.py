@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from hisparse_plan.exchange.transfer.check_pattern import PatternProof, check_pattern
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
@@ -78,15 +79,25 @@ def check_staged(staged: StagedPattern, source: Instance | Plan | Sequence[Plan]
             reads[slab_index].append((first, first + row.length, row.link, row.src_slot))
     unread = 0
     for number, slab in enumerate(staged.slabs):
-        _slab_in_region(number, slab, src)
+        _slab_of_the_source(number, slab, src)
         gaps = _gaps(number, slab, reads[number])
         _gaps_are_the_blocks(number, slab, gaps, src.facts[slab.src_rank])
+        _slab_in_region(number, slab, src.facts[slab.src_rank])
         unread += sum(hi - lo for lo, hi in gaps)
     _areas_apart(staged)
     return StagedProof(proof, len(staged.slabs), sum(s.length for s in staged.slabs), unread)
 
 
-def _slab_in_region(number: int, slab: Slab, src: Instance) -> None:
+def _slab_in_region(number: int, slab: Slab, facts: RankFacts) -> None:
+    end = (slab.offset + (facts.tables[slab.src_table].num_blocks - 1) * slab.block_stride
+           + slab.length)
+    size = facts.regions[slab.src_region].size
+    if end > size:
+        raise TransferCheckError(f"slab {number}: at the table's last block it ends at byte "
+                                 f"{end}; region {slab.src_region!r} holds {size}")
+
+
+def _slab_of_the_source(number: int, slab: Slab, src: Instance) -> None:
     if slab.src_rank >= src.ranks:
         raise TransferCheckError(f"slab {number}: source rank {slab.src_rank}; the source has "
                                  f"{src.ranks}")
@@ -99,10 +110,6 @@ def _slab_in_region(number: int, slab: Slab, src: Instance) -> None:
     if slab.length > slab.block_stride:
         raise TransferCheckError(f"slab {number}: {slab.length} bytes, more than its block "
                                  f"stride {slab.block_stride}: two blocks' slabs would meet")
-    end = slab.offset + (table.num_blocks - 1) * slab.block_stride + slab.length
-    if end > region.size:
-        raise TransferCheckError(f"slab {number}: at block {table.num_blocks - 1} it ends at "
-                                 f"byte {end}; region {slab.src_region!r} holds {region.size}")
 
 
 def _gaps(number: int, slab: Slab, reads: list[Read]) -> list[Span]:
@@ -169,7 +176,7 @@ def _areas_apart(staged: StagedPattern) -> None:
         by_rank.setdefault(slab.dst_rank, []).append((slab.staging_offset, end, number))
     for areas in by_rank.values():
         areas.sort()
-        for (_, end, first), (start, _, second) in zip(areas, areas[1:], strict=False):
+        for (_, end, first), (start, _, second) in pairwise(areas):
             if start < end:
                 raise TransferCheckError(f"slabs {first} and {second}: their staging areas "
                                          "overlap (a staging byte would be written twice)")
