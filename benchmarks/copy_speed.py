@@ -33,12 +33,9 @@ from hisparse_plan.exchange.transfer import (
 from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.cost import GPU_LINK, LOOPBACK, choose
 from hisparse_plan.exchange.transfer.instance import Instantiated
+from hisparse_plan.exchange.transfer.program import STAGING_REGION
 from hisparse_plan.exchange.transfer.reference import Buffers, buffers
-from hisparse_plan.exchange.transfer.staging import (
-    STAGING_REGION,
-    compile_staged,
-    slots_for,
-)
+from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
 
 STAGING_BYTES = 1 << 30
 Blocks = Callable[[Any, int], dict[str, list[int]]]

@@ -14,8 +14,9 @@ from numpy.typing import NDArray
 
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
 from hisparse_plan.exchange.transfer.nixl_executor import Addresses, Endpoint, run_to_done
+from hisparse_plan.exchange.transfer.program import STAGING_REGION
 from hisparse_plan.exchange.transfer.staged_request import StagedRequest, StagedRound
-from hisparse_plan.exchange.transfer.staging import STAGING_REGION, StagedPattern
+from hisparse_plan.exchange.transfer.staging import StagedPattern
 
 
 def run_entries(staged: StagedPattern, round_: StagedRound, source: Addresses,

@@ -12,9 +12,9 @@ from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
 
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
+from hisparse_plan.exchange.transfer.program import STAGING_REGION
 from hisparse_plan.exchange.transfer.reference import Buffers
 from hisparse_plan.exchange.transfer.staged_request import StagedRequest, StagedRound
-from hisparse_plan.exchange.transfer.staging import STAGING_REGION
 
 
 def _view(buffer: NDArray[np.uint8], offset: int, shape: tuple[int, ...],

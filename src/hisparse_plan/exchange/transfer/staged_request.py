@@ -8,19 +8,23 @@ destination block step evenly (a run of consecutive ids is one move)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from hisparse_plan.exchange.transfer.instance import Instantiated
 from hisparse_plan.exchange.transfer.program import (
+    STAGING_REGION,
     RankRegions,
     Region,
     TransferProgram,
     TransferRequest,
     TransferRow,
 )
-from hisparse_plan.exchange.transfer.staging import STAGING_REGION, StagedPattern
+
+if TYPE_CHECKING:
+    from hisparse_plan.exchange.transfer.staging import StagedPattern
 
 Ints = NDArray[np.int64]
 

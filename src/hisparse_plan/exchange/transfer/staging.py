@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from hisparse_plan.exchange.transfer.staged_request import StagedRequest
 
 STAGED_VERSION: Final = 1
-STAGING_REGION: Final = "staging"
-"""The region each destination rank registers for phase 1."""
 
 
 class Slab(Model):
