@@ -131,8 +131,10 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
     contiguous: list[float] = []
     local: list[float] = []
     copy: list[float] = []
+    local_cpu: list[float] = []
+    copy_cpu: list[float] = []
     for _ in range(repeat + 1):
-        sums = [0.0, 0.0, 0.0, 0.0]
+        sums = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         for round_ in made.rounds:
             moved = int(sum(staged.slabs[s].length for s in round_.phase1.slab.tolist()))
             written = int(sum(pattern.rows[r].length * pattern.rows[r].count * n
@@ -149,23 +151,28 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
             post_round(prefill, peer, made, round_, theirs, timeout_s=120)
             sums[0] += time.perf_counter() - at
             staged_bytes = staging[(0, STAGING_REGION)]
-            at = time.perf_counter()
+            at, cpu = time.perf_counter(), time.thread_time()
             np.copyto(scratch[:written], staged_bytes[:written])
             sums[3] += time.perf_counter() - at
-            at = time.perf_counter()
+            sums[5] += time.thread_time() - cpu
+            at, cpu = time.perf_counter(), time.thread_time()
             rearrange(round_, made, staging, destination)
             sums[2] += time.perf_counter() - at
-        for samples, value in zip((transfer, contiguous, local, copy), sums, strict=True):
+            sums[4] += time.thread_time() - cpu
+        for samples, value in zip((transfer, contiguous, local, copy, local_cpu, copy_cpu),
+                                  sums, strict=True):
             samples.append(value)
     verified = verify(made.direct, source, destination)
-    medians = [statistics.median(samples[1:]) for samples in (transfer, contiguous, local,
-                                                              copy)]
+    medians = [statistics.median(samples[1:])
+               for samples in (transfer, contiguous, local, copy, local_cpu, copy_cpu)]
     note = "bytes verified" if verified else "BYTES WRONG"
     print(f"copy speed {pair.name}: {medians[0] / medians[1]:.2f} x one contiguous copy "
           f"({posted:,} descriptors, {note}); {1e3 * medians[0]:.0f} ms against "
           f"{1e3 * medians[1]:.0f} ms, medians of {repeat}")
     print(f"rearrange {pair.name}: {medians[2] / medians[3]:.2f} x one local copy "
-          f"({1e3 * medians[2]:.0f} ms against {1e3 * medians[3]:.0f} ms, "
+          f"({1e3 * medians[2]:.0f} ms against {1e3 * medians[3]:.0f} ms; by the thread's CPU "
+          f"time {medians[4] / medians[5]:.2f} x, {1e3 * medians[4]:.0f} ms against "
+          f"{1e3 * medians[5]:.0f} ms; "
           f"{made.direct.entries:,} entries in "
           f"{sum(r.moves.rows.size for r in made.rounds):,} moves)")
     if not verified:

@@ -16,6 +16,11 @@ from hisparse_plan.exchange.transfer.program import STAGING_REGION
 from hisparse_plan.exchange.transfer.reference import Buffers
 from hisparse_plan.exchange.transfer.staged_request import StagedRequest, StagedRound
 
+LARGE_CHUNKS = 1 << 18
+"""A row whose entry moves this many bytes or more is copied move by move."""
+GATHER_BYTES = 1 << 20
+"""Entries of a row of smaller entries gathered at once (about a core's L2 cache)."""
+
 
 def _view(buffer: NDArray[np.uint8], offset: int, shape: tuple[int, ...],
           strides: tuple[int, ...]) -> NDArray[np.uint8]:
@@ -48,23 +53,54 @@ def stage(round_: StagedRound, request: StagedRequest, source: Buffers, staging:
 
 def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,
               destination: Buffers) -> int:
-    """Phase 2 of a round; returns the moves made (one strided copy each)."""
-    rows, moves = request.staged.pattern.rows, round_.moves
-    for index, first, dst_first, size, step, dst_step in zip(
-            moves.rows.tolist(), moves.staging.tolist(), moves.dst_id.tolist(),
-            moves.size.tolist(), moves.staging_step.tolist(), moves.dst_step.tolist(),
-            strict=True):
-        row = rows[index]
-        read = _view(staging[(row.dst_rank, STAGING_REGION)], first,
-                     (size, row.count, row.length),
-                     (step, row.src_stride if row.count > 1 else row.length, 1))
-        write = _view(destination[(row.dst_rank, row.dst_region)],
-                      row.dst_offset + dst_first * row.dst_block_stride,
-                      (size, row.count, row.length),
-                      (dst_step * row.dst_block_stride,
-                       row.dst_stride if row.count > 1 else row.length, 1))
-        np.copyto(write, read)
-    return int(moves.rows.size)
+    """Phase 2 of a round, row by row of the pattern: a row whose chunks are large copies
+    each move (a run of entries) as one strided copy; a row of small chunks gathers its
+    entries from staging and scatters them into the pools in batches of GATHER_BYTES, so
+    the gathered bytes stay in cache and the Python work is per row, not per block.
+    Returns the copies made."""
+    pattern, moves = request.staged.pattern, round_.moves
+    slabs = request.staged.slabs
+    bounds = np.flatnonzero(np.diff(moves.rows)) + 1
+    made = 0
+    for part in np.split(np.arange(moves.rows.size), bounds) if moves.rows.size else []:
+        index = int(moves.rows[part[0]])
+        row = pattern.rows[index]
+        into = destination[(row.dst_rank, row.dst_region)]
+        read_from = staging[(row.dst_rank, STAGING_REGION)]
+        src_stride = row.src_stride if row.count > 1 else row.length
+        dst_stride = row.dst_stride if row.count > 1 else row.length
+        if row.count * row.length >= LARGE_CHUNKS:
+            for move in part.tolist():
+                size = int(moves.size[move])
+                read = _view(read_from, int(moves.staging[move]),
+                             (size, row.count, row.length),
+                             (int(moves.staging_step[move]), src_stride, 1))
+                write = _view(into, row.dst_offset + int(moves.dst_id[move])
+                              * row.dst_block_stride, (size, row.count, row.length),
+                              (int(moves.dst_step[move]) * row.dst_block_stride, dst_stride, 1))
+                np.copyto(write, read)
+                made += 1
+            continue
+        sizes = moves.size[part]
+        step = np.repeat(np.arange(sizes.size), sizes)
+        nth = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        at = moves.staging[part][step] + nth * moves.staging_step[part][step]
+        ids = moves.dst_id[part][step] + nth * moves.dst_step[part][step]
+        slab = slabs[request.staged.row_slab[index]].length
+        base = int(at.min())
+        slots = (at - base) // slab
+        if bool(((at - base) % slab).any()):
+            raise TransferCheckError(f"pattern row {index}: its staged entries are not a "
+                                     "slab apart")
+        read = _view(read_from, base, (int(slots.max()) + 1, row.count, row.length),
+                     (slab, src_stride, 1))
+        write = _view(into, row.dst_offset, (int(ids.max()) + 1, row.count, row.length),
+                      (row.dst_block_stride, dst_stride, 1))
+        batch = max(1, GATHER_BYTES // (row.count * row.length))
+        for first in range(0, slots.size, batch):
+            write[ids[first:first + batch]] = read[slots[first:first + batch]]
+            made += 1
+    return made
 
 
 def execute_staged(request: StagedRequest, source: Buffers, staging: Buffers,
