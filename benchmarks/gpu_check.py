@@ -51,9 +51,13 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
    request's pages as the decode's views place them (hot and resident pages are in others);
    then the same request through the proved pattern (compile_transfer, check_pattern,
    instantiate) with the batched torch executor (execute_request): the same bytes.
+16. Staged transfers (gpu_check_staged.py): DeepSeek-V3.2 BLNHC prefill on the GPU into a
+   HiSparse decode (device pool + pinned host pool) and Llama-3-70B TP 2 -> TP 1, 16,384
+   tokens in runs of 16 blocks, staged and direct with the torch executor, each against one
+   copy of the same bytes; the two results compared byte for byte.
 
---device cpu runs only the sections that need no GPU (15 without pinning, and the meta
-check): a dry run of their code. --only NAME,... runs the named sections.
+--device cpu runs only the sections that need no GPU (15 and 16 without pinning, and the
+meta check): a dry run of their code. --only NAME,... runs the named sections.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ from typing import Any
 import torch
 
 import hisparse_plan as hp
+from gpu_check_staged import staged_transfers
 from hisparse_plan.torch import (
     BackendError,
     CudaRegistrar,
@@ -100,7 +105,7 @@ from hisparse_plan.views import plan_views
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
 GOLDEN = Path(__file__).resolve().parent.parent / "tests/golden"
 GIB = 2**30
-CPU_SECTIONS = frozenset({"transfer", "meta"})
+CPU_SECTIONS = frozenset({"transfer", "staged transfer", "meta"})
 """The sections that also run with --device cpu (a dry run without pinning)."""
 ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
 
@@ -776,6 +781,7 @@ def main() -> int:
         ("SGLang plans", lambda: sglang_plans(args.device)),
         ("SGLang Mamba", lambda: sglang_mamba(args.device)),
         ("transfer", lambda: transfer_to_hisparse(args.device, pin=not on_cpu)),
+        ("staged transfer", lambda: staged_transfers(args.device, check)),
         ("meta", meta_golden),
     ]
     chosen = set(args.only.split(",")) - {""} or {name for name, _ in sections}
