@@ -493,7 +493,7 @@ def copy_speed_table(repeat: int, tokens: int) -> None:
                                      host_bytes=tokens * row * 5 // 4,
                                      max_model_len=tokens)]), tokens))
     for pair in pairs:
-        copy_speed(pair, in_runs(16), repeat)
+        copy_speed(pair, in_runs(16), repeat, calibrate=pair.name.startswith("DeepSeek"))
 
 
 def main() -> None:

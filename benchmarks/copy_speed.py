@@ -88,7 +88,30 @@ def _contiguous(source: np.ndarray, there: int, moved: int
                          dtype=np.uint64)
 
 
-def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
+def medians_of(samples: list[float]) -> float:
+    return statistics.median(samples[1:])
+
+
+def _calibrate(prefill: Any, prepared: Any, direct: Instantiated,  # noqa: ANN401
+               contiguous_s: float, repeat: int, local_bps: float) -> None:
+    """The cost model's figures for this link: the direct pattern posted from prepared
+    lists against one contiguous copy of the same bytes gives the cost of one more copy."""
+    from hisparse_plan.exchange.transfer import nixl_prepared
+
+    samples = []
+    for _ in range(repeat + 1):
+        at = time.perf_counter()
+        nixl_prepared.post(prefill, prepared, direct, timeout_s=120)
+        samples.append(time.perf_counter() - at)
+    direct_s = medians_of(samples)
+    per_copy = max(direct_s - contiguous_s, 0.0) / max(direct.chunks - 1, 1)
+    print(f"calibration: direct {1e3 * direct_s:.0f} ms for {direct.chunks:,} copies against "
+          f"{1e3 * contiguous_s:.0f} ms for one: {1e6 * per_copy:.2f} us a copy; link "
+          f"{direct.bytes / contiguous_s / 1e9:.2f} GB/s, local copy {local_bps / 1e9:.2f} GB/s "
+          "(cost.LOOPBACK holds such figures)")
+
+
+def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False) -> None:
     from hisparse_plan.exchange.transfer.nixl_executor import endpoint, run_to_done
     from hisparse_plan.exchange.transfer.nixl_staged import post_round, run_entries
     from hisparse_plan.exchange.transfer.rearrange import rearrange
@@ -119,7 +142,13 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
     prefill = endpoint(f"prefill-{pair.name}", _addresses(source), progress_thread=False)
     theirs = {**_addresses(destination), **_addresses(staging)}
     decode = endpoint(f"decode-{pair.name}", theirs)
-    peer = prefill.agent.add_remote_agent(decode.metadata)
+    from hisparse_plan.exchange.transfer import nixl_prepared
+
+    # Prepared lists hold every block's copies: made only where the direct pattern is timed.
+    prepared = nixl_prepared.prepare(prefill, decode.metadata, pattern, theirs) \
+        if calibrate else None
+    peer = prepared.peer if prepared is not None else prefill.agent.add_remote_agent(
+        decode.metadata)
     posted = sum(len(run_entries(staged, round_, prefill.addresses, theirs)[0])
                  for round_ in made.rounds)
     direct = made.direct.chunks
@@ -162,6 +191,9 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
         for samples, value in zip((transfer, contiguous, local, copy, local_cpu, copy_cpu),
                                   sums, strict=True):
             samples.append(value)
+    if prepared is not None:
+        _calibrate(prefill, prepared, made.direct, medians_of(contiguous), repeat,
+                   made.bytes / medians_of(copy))
     verified = verify(made.direct, source, destination)
     medians = [statistics.median(samples[1:])
                for samples in (transfer, contiguous, local, copy, local_cpu, copy_cpu)]
