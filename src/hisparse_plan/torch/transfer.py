@@ -149,12 +149,7 @@ def rearrange_round(request: StagedRequest, round_: StagedRound, staging: Region
     staged = request.staged
     reads = _flat(staging, request.staging_regions(), "staging")
     writes = _flat(destination, staged.pattern.destination, "destination")
-    moves = round_.moves
-    nth = np.arange(int(moves.size.sum())) - np.repeat(np.cumsum(moves.size) - moves.size,
-                                                       moves.size)
-    rows = np.repeat(moves.rows, moves.size)
-    at = np.repeat(moves.staging, moves.size) + nth * np.repeat(moves.staging_step, moves.size)
-    ids = np.repeat(moves.dst_id, moves.size) + nth * np.repeat(moves.dst_step, moves.size)
+    rows, at, ids = round_.moves.entries()
     written = 0
     for index in np.unique(rows).tolist():
         row = staged.pattern.rows[index]

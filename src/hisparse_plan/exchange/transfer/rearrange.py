@@ -81,11 +81,7 @@ def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,
                 np.copyto(write, read)
                 made += 1
             continue
-        sizes = moves.size[part]
-        step = np.repeat(np.arange(sizes.size), sizes)
-        nth = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        at = moves.staging[part][step] + nth * moves.staging_step[part][step]
-        ids = moves.dst_id[part][step] + nth * moves.dst_step[part][step]
+        _, at, ids = moves.entries(part)
         slab = slabs[request.staged.row_slab[index]].length
         base = int(at.min())
         slots = (at - base) // slab

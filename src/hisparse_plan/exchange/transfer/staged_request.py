@@ -65,6 +65,17 @@ class Moves:
     staging_step: Ints
     dst_step: Ints
 
+    def entries(self, chosen: Ints | None = None) -> tuple[Ints, Ints, Ints]:
+        """The moves (all, or the `chosen` ones) entry by entry: pattern row, first staging
+        byte and destination block of each."""
+        picked = slice(None) if chosen is None else chosen
+        size = self.size[picked]
+        move = np.repeat(np.arange(size.size), size)
+        nth = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+        return (self.rows[picked][move],
+                self.staging[picked][move] + nth * self.staging_step[picked][move],
+                self.dst_id[picked][move] + nth * self.dst_step[picked][move])
+
 
 @dataclass(frozen=True)
 class StagedRound:
@@ -85,12 +96,6 @@ class StagedRequest:
         """Bytes written to the destination's pools (the request's own)."""
         return self.direct.bytes
 
-    @property
-    def staged_bytes(self) -> int:
-        """Bytes phase 1 moves over the link (slabs may hold bytes no row reads)."""
-        lengths = np.array([slab.length for slab in self.staged.slabs], dtype=np.int64)
-        return int(sum(lengths[r.phase1.slab].sum() for r in self.rounds))
-
     def staging_regions(self) -> list[RankRegions]:
         """The staging region of each destination rank (phase 1's destination)."""
         engine = self.staged.pattern.destination[0].engine
@@ -100,8 +105,7 @@ class StagedRequest:
                 for rank, size in enumerate(self.staged.staging_bytes)]
 
     def phase1_program(self, round_: StagedRound) -> TransferProgram:
-        """Phase 1 of a round as rows (one per staged block), for the reference executor
-        and check_transfer-free inspection."""
+        """Phase 1 of a round as rows (one per staged block), for the reference executor."""
         slabs = self.staged.slabs
         rows = []
         for slab_index, block, slot in zip(round_.phase1.slab.tolist(),
