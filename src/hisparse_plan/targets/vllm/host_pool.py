@@ -66,10 +66,10 @@ def plan_host_pool(
               f"{stride} (source page {source_page}"
               f"{', rounded up to 4096 for a shared pool' if hisparse.shared_host_pool else ''})")
     layout = host_pool_layout(hisparse.host_pool_layout)
-    trace.add("size", "5.7", "host_pool.layout", layout.value,
-              lambda: f"hisparse.host_pool_layout {hisparse.host_pool_layout!r}" + (
-                  ": a block's source pages back to back" if layout.block_outermost
-                  else ", as vLLM's runtime lays the host pool out"))
+    if layout.block_outermost:  # vLLM's own LBNHC needs no line of its own
+        trace.add("size", "5.7", "host_pool.layout", layout.value,
+                  lambda: "hisparse.host_pool_layout 'block_outermost': a block's source pages "
+                  "back to back (see docs/transfer.md#placement-that-transfers-well)")
     return HostPool(
         num_blocks=num_blocks,
         block_stride=stride,
