@@ -79,6 +79,7 @@ from typing import Any
 import torch
 
 import hisparse_plan as hp
+from hisparse_plan.presets.settings import HostPoolLayout
 from hisparse_plan.torch import (
     BackendError,
     CudaRegistrar,
@@ -97,7 +98,6 @@ from hisparse_plan.torch.hostmem.numa import memory_policy, page_node, pci_bus_i
 from hisparse_plan.torch.hostmem.registration import register_chunks
 from hisparse_plan.torch.hostmem.shm import lock_path, pool_path
 from hisparse_plan.torch.sglang.binding import BUFFER_TORCH_DTYPES
-from hisparse_plan.presets.settings import HostPoolLayout
 from hisparse_plan.views import plan_views
 
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
@@ -604,7 +604,8 @@ def sglang_mamba(device: str) -> None:
 
 # ---- 15. a transfer from a prefill plan on the GPU to a HiSparse decode plan ---------------
 def transfer_plans(device_bytes: int, host_bytes: int, tokens: int,
-                   host_layout: HostPoolLayout | None = None) -> tuple[hp.KVCachePlan, hp.KVCachePlan]:
+                   host_layout: HostPoolLayout | None = None
+                   ) -> tuple[hp.KVCachePlan, hp.KVCachePlan]:
     """DeepSeek-V3.2 in vLLM's BLNHC: a prefill without HiSparse and a HiSparse decode (index
     keys in the device pool, latent rows in the pinned host pool, laid out as `host_layout`
     asks: hisparse.host_pool_layout), both admitting `tokens`."""
