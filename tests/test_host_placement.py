@@ -93,6 +93,13 @@ def test_check_plan_refuses_a_sound_placement_that_does_not_line_up() -> None:
 
     _refused(plan, layer_outermost_strides, r"tensors\[0\]\.layer_stride is \d+; expected "
              f"{page} in the BLNHC host pool")
+    def layers_swapped(dumped: dict[str, Any]) -> None:
+        # Sound: the pages of one block in another order than the source group's.
+        layers = dumped["tensors"][0]["layers"]
+        dumped["tensors"][0]["layers"] = [layers[1], layers[0], *layers[2:]]
+
+    _refused(plan, layers_swapped, r"the BLNHC host block's page 0 is layer "
+             r"'model\.layers\.1\.self_attn\.attn'; expected 'model\.layers\.0\.self_attn\.attn'")
     _refused(plan, lambda d: d["host_pool"].update(layout="LBHNC"),
              r"host_pool\.layout is LBHNC; expected LBNHC .* or BLNHC")
     _refused(plan, lambda d: d["tensors"][0].update(offset=656), "host pool")
@@ -201,3 +208,15 @@ def test_the_torch_backend_binds_and_verifies_it_on_real_bytes() -> None:
             assert view.data_ptr() - base == position * page
     assert report.layers == len(plan_views(plan))
     assert not report.sampled
+
+
+def test_source_layers_of_two_specs_keep_vllms_order() -> None:
+    """Source layers 0 and 2 of another cache format: vLLM places a group's layers by spec in
+    order of first appearance (0, 2, then 1), in the prefill as in the host pool."""
+    request = _request()
+    name = SOURCE.format(1)
+    request["layers"][name] = {**request["layers"][name], "cache_dtype": "variant"}
+    plan = hp.plan(PlanRequest.model_validate(request))
+    assert [t.layers for t in plan.tensors if t.host_resident] == [
+        [SOURCE.format(0), SOURCE.format(2)], [SOURCE.format(1)]]
+    hp.check_plan(plan, request=request)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models import KVCacheLayout, KVCachePlan
+from hisparse_plan.targets.vllm.rules.buckets import spec_buckets
 from hisparse_plan.views import spec_of
 
 HOST_LAYOUTS = (KVCacheLayout.LBNHC, KVCacheLayout.BLNHC)
@@ -61,9 +62,28 @@ def check_host_placement(plan: KVCachePlan) -> None:
                     "block stride bytes_per_block, each tensor after the pages before it)",
                     tensor=index, layer=tensor.layers[0],
                 )
+    _check_order(plan)
     if at != host.bytes_per_block:
         raise PlanInvariantError(
             f"the host tensors fill {at} bytes of a BLNHC host block; expected bytes_per_block "
             f"{host.bytes_per_block} (the source pages back to back fill it exactly)"
         )
 
+
+
+def _check_order(plan: KVCachePlan) -> None:
+    """The block's pages in the order vLLM places a group's layers (by spec in order of first
+    appearance, then the group's order: `spec_buckets`), the order a block-outermost prefill's
+    latent pages take, so a block lines up page for page."""
+    placed = [name for tensor in plan.tensors if tensor.host_resident for name in tensor.layers]
+    group = next(group for group in plan.groups if group.host_resident)
+    source = [name for bucket in spec_buckets(group.spec, group.layer_names)
+              for name in bucket.names]
+    for position, (got, want) in enumerate(zip(placed, source, strict=False)):
+        if got != want:
+            raise PlanInvariantError(
+                f"the BLNHC host block's page {position} is layer {got!r}; expected {want!r}, "
+                "the source group's layers in vLLM's placement order (by spec, then the "
+                "group's order)",
+                layer=got,
+            )
