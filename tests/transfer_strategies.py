@@ -26,9 +26,9 @@ from transfer_support import (
 
 LAYOUTS = ["LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"]
 MIXED_PAGE_LAYOUTS = ["LBNHC", "LBHNC", "BLHNC", "BLNHC"]
+"""Layouts that pack pages of two sizes in one block (latent rows beside index keys)."""
 HOST_LAYOUTS = ["layer_outermost", "block_outermost"]
 """hisparse.host_pool_layout: vLLM's, and the placement option (docs/transfer.md)."""
-"""Layouts that pack pages of two sizes in one block (latent rows beside index keys)."""
 
 
 @dataclass
