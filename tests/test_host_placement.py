@@ -220,3 +220,49 @@ def test_source_layers_of_two_specs_keep_vllms_order() -> None:
     assert [t.layers for t in plan.tensors if t.host_resident] == [
         [SOURCE.format(0), SOURCE.format(2)], [SOURCE.format(1)]]
     hp.check_plan(plan, request=request)
+
+
+def test_the_torch_executor_fills_the_block_outermost_pool_allocate_made() -> None:
+    """A request moved with the proved pattern (execute_request) into pools allocated for the
+    option's plan: every token of every layer read back through the decode's views is the
+    prefill's, read through its own."""
+    torch = pytest.importorskip("torch")
+    from hisparse_plan.exchange.transfer import check_pattern, compile_transfer
+    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.torch import allocate, transfer_regions, verify
+    from hisparse_plan.torch.transfer import execute_request
+
+    prefill, decode = deepseek_plan(layers=2), deepseek_plan(
+        layers=2, hisparse=True, host_layout="block_outermost")
+    assert isinstance(prefill, hp.KVCachePlan)
+    assert isinstance(decode, hp.KVCachePlan)
+    src, dst = Instance([prefill], cache_dtype="fp8_e4m3"), Instance([decode],
+                                                                       cache_dtype="fp8_e4m3")
+    tokens = 300  # five blocks, the last partly used
+    request = TransferRequest(num_tokens=tokens, source_blocks={"group.0": [9, 3, 4, 5, 1]},
+                              destination_blocks={"group.0": [2, 3, 4, 7, 6],
+                                                  "group.1": [5, 1, 2, 3, 9]})
+    pattern = compile_transfer(src, dst)
+    check_pattern(pattern, src, dst)
+    made = pattern.instantiate(request)
+    generator = torch.Generator().manual_seed(41)
+    with allocate(prefill, device="cpu", pin=False) as ours, \
+            allocate(decode, device="cpu", pin=False) as theirs:
+        ours.device.copy_(torch.randint(0, 256, ours.device.shape, generator=generator,
+                                        dtype=torch.uint8))
+        execute_request(made, transfer_regions(ours, pattern.source[0]),
+                        transfer_regions(theirs, pattern.destination[0]))
+        sent, got = ours.views(), theirs.views()
+        tables = rank_facts(prefill).layers
+        for name, fact in rank_facts(decode).layers.items():
+            def rows(view: Any, blocks: list[int]) -> Any:
+                pages = view[torch.tensor(blocks)]
+                return pages.reshape(len(blocks) * view.shape[2], -1)[:tokens]
+
+            if fact.kind == "pages":  # index keys: whole pages
+                assert torch.equal(sent[name][request.source_blocks[tables[name].table]],
+                                   got[name][request.destination_blocks[fact.table]]), name
+            else:
+                assert torch.equal(rows(sent[name], request.source_blocks[tables[name].table]),
+                                   rows(got[name], request.destination_blocks[fact.table])), name
+        assert verify(decode, theirs).layers == len(plan_views(decode))
