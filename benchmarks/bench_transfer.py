@@ -15,6 +15,11 @@ split in R runs costs R times as much).
 `rows` is what the program lists, `descriptors` the contiguous copies NIXL posts (a row
 whose chunks follow one another is one, any other row one per chunk).
 
+Placement option (docs/transfer.md#placement-that-transfers-well): DeepSeek-V3.2 BLNHC prefill
+-> vLLM HiSparse decode with vLLM's layer-outermost host pool and with the block-outermost one,
+descriptors per request and per run of blocks (`placement_descriptors`; `placement_plans` gives
+the pair's plans, sized to a request for a NIXL run).
+
 Bandwidth: two processes on this machine (DRAM to DRAM over UCX, nixl-cu12): the decode
 registers its regions, the prefill posts the program with the NIXL executor, then the same
 total bytes as one contiguous descriptor; each timed from transfer() to DONE (medians of
@@ -157,6 +162,45 @@ def descriptor_table(tokens: int) -> None:
                 print(f"{model:<14} {layout.value:<7} {name:<30} {len(program.rows):>6} "
                       f"{program.descriptors:>11} {program.bytes // program.descriptors:>11} "
                       f"{program.bytes / GIB:>6.2f}", flush=True)
+
+
+PLACEMENT_PAIR = "DeepSeek-V3.2 BLNHC -> HiSparse decode, placement option"
+"""The pair of docs/transfer.md#placement-that-transfers-well: the decode's host pool
+block-outermost (hisparse.host_pool_layout), lined up with the prefill's block."""
+
+
+def placement_plans(tokens: int | None = None, *, option: bool = True) -> tuple[Plan, Plan]:
+    """(prefill, decode) of PLACEMENT_PAIR (vLLM's own host pool with `option` False); with
+    `tokens`, pools sized to one request of that many tokens (as `bandwidth` sizes them), so
+    two processes can hold them in DRAM."""
+    row = 61 * 800
+    kv, host, device = ((80 * GIB, 400 * GIB, 80 * GIB) if tokens is None else
+                        (tokens * row * 9 // 8, tokens * row * 9 // 8, tokens * 64_000 + GIB // 4))
+    arch = load_preset("deepseek-v3.2").architecture
+    prefill = hp.plan(build_request(arch, Settings(
+        layout=KVCacheLayout.BLNHC, gpu_mem_bytes=kv, hisparse=False, max_model_len=tokens)))
+    decode = hp.plan(build_request(arch, Settings(
+        layout=KVCacheLayout.BLNHC, gpu_mem_bytes=device, hisparse=True, host_pool_bytes=host,
+        max_model_len=tokens, host_pool_layout="block_outermost" if option else None)))
+    return prefill, decode
+
+
+def placement_descriptors(tokens: int) -> None:
+    """Descriptors per request and per contiguous run of blocks of PLACEMENT_PAIR, before (vLLM's
+    layer-outermost host pool) and after (the option): the request one run, then runs of 16."""
+    print(f"\n## {PLACEMENT_PAIR}: descriptors per request ({tokens:,} tokens)")
+    print(f"{'host pool':<16} {'blocks':<11} {'rows':>6} {'descriptors':>11} {'runs':>5} "
+          f"{'rows/run':>8} {'descr/run':>9} {'descr/block':>11}")
+    for option in (False, True):
+        prefill, decode = placement_plans(option=option)
+        for run in (None, 16):
+            program, _, _, runs = measure(prefill, decode, in_runs(run), tokens, 1)
+            blocks = -(-tokens // 64)
+            print(f"{'block-outermost' if option else 'layer-outermost':<16} "
+                  f"{'one run' if run is None else f'runs of {run}':<11} {len(program.rows):>6} "
+                  f"{program.descriptors:>11,} {runs:>5} {len(program.rows) / runs:>8g} "
+                  f"{program.descriptors / runs:>9g} {program.descriptors / blocks:>11g}",
+                  flush=True)
 
 
 def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
@@ -520,6 +564,7 @@ def main() -> None:
         pattern_table(args.repeat)
     if not args.pattern_only and not args.copy_speed:
         descriptor_table(args.tokens)
+        placement_descriptors(args.tokens)
         gbps = None if args.no_nixl else bandwidth(args.nixl_tokens, args.repeat)[0]
         build_and_prove(args.tokens, args.repeat, gbps)
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "

@@ -64,6 +64,7 @@ NOT_FOR_REGULAR: Final = {
     "device_buffer_size": "a HiSparse hot buffer",
     "speculative": "MTP draft layers (planned for DeepSeek-style presets only)",
     "spec_tokens": "speculative decode rows (HiSparse's hot buffer)",
+    "host_pool_layout": "a HiSparse host pool's placement",
 }
 
 
