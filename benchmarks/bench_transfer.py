@@ -528,16 +528,13 @@ def copy_speed_table(repeat: int, tokens: int) -> None:
                                                available_bytes=tokens * per_token * 3 // 2))
     pairs.append(Pair("Llama-3-8B vLLM block 64 -> SGLang page 16", Instance([prefill]),
                       Instance([decode]), tokens))
-    row = 61 * 800
-    pairs.append(Pair("DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse decode",
-                      Instance([vllm("deepseek-v3.2", KVCacheLayout.BLNHC, False,
-                                     kv_bytes=tokens * row * 5 // 4, max_model_len=tokens)]),
-                      Instance([vllm("deepseek-v3.2", KVCacheLayout.BLNHC, True,
-                                     kv_bytes=tokens * 64_000 + GIB // 4,
-                                     host_bytes=tokens * row * 5 // 4,
-                                     max_model_len=tokens)]), tokens))
+    for option in (False, True):
+        sides = placement_plans(tokens, option=option)
+        name = "DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse decode"
+        pairs.append(Pair(f"{name}, placement option" if option else name,
+                          Instance([sides[0]]), Instance([sides[1]]), tokens))
     for pair in pairs:
-        copy_speed(pair, in_runs(16), repeat, calibrate=pair.name.startswith("DeepSeek"))
+        copy_speed(pair, in_runs(16), repeat, calibrate=pair.name.endswith("HiSparse decode"))
 
 
 def main() -> None:

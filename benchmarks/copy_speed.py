@@ -76,16 +76,29 @@ def verify(made: Instantiated, source: Buffers, destination: Buffers) -> bool:
     return True
 
 
-def _contiguous(source: np.ndarray, there: int, moved: int
+def _contiguous(source: np.ndarray, there: tuple[int, int], moved: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """`moved` bytes as contiguous descriptors from the start of `source` (as few as its size
-    allows) to `there`."""
-    pieces = -(-moved // source.nbytes)
+    """`moved` bytes as contiguous descriptors from the start of `source` to the start of
+    the region `there` (address, size), each as long as both allow (later pieces overwrite
+    earlier ones: only their time counts)."""
+    piece = min(source.nbytes, there[1])
+    pieces = -(-moved // piece)
     sizes = [moved // pieces + (1 if i < moved % pieces else 0) for i in range(pieces)]
-    at = np.cumsum([0, *sizes[:-1]])
     one = np.array([[source.ctypes.data, size, 0] for size in sizes], dtype=np.uint64)
-    return one, np.array([[there + int(a), size, 0] for a, size in zip(at, sizes, strict=True)],
-                         dtype=np.uint64)
+    return one, np.array([[there[0], size, 0] for size in sizes], dtype=np.uint64)
+
+
+def _post_contiguous(prefill: Any, peer: str, source: np.ndarray,  # noqa: ANN401
+                     there: tuple[int, int], moved: int) -> float:
+    from hisparse_plan.exchange.transfer.nixl_executor import run_to_done
+
+    one, far = _contiguous(source, there, moved)
+    at = time.perf_counter()
+    handle = prefill.agent.initialize_xfer("WRITE", prefill.agent.get_xfer_descs(one, "DRAM"),
+                                           prefill.agent.get_xfer_descs(far, "DRAM"), peer,
+                                           b"one")
+    run_to_done(prefill, handle, timeout_s=120)
+    return time.perf_counter() - at
 
 
 def medians_of(samples: list[float]) -> float:
@@ -111,8 +124,20 @@ def _calibrate(prefill: Any, prepared: Any, direct: Instantiated,  # noqa: ANN40
           "(cost.LOOPBACK holds such figures)")
 
 
+def _direct_lines(name: str, direct: Instantiated, transfer: list[float],
+                  contiguous: list[float], verified: bool, repeat: int) -> None:
+    note = "bytes verified" if verified else "BYTES WRONG"
+    print(f"copy speed {name}: {medians_of(transfer) / medians_of(contiguous):.2f} x one "
+          f"contiguous copy ({direct.chunks:,} descriptors, {note}); direct, the cost model's "
+          f"choice: {1e3 * medians_of(transfer):.0f} ms against "
+          f"{1e3 * medians_of(contiguous):.0f} ms, medians of {repeat}")
+    print(f"rearrange {name}: none (the direct pattern writes the pools itself)")
+    if not verified:
+        raise SystemExit(f"{name}: the transfer's bytes differ from the source's")
+
+
 def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False) -> None:
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint, run_to_done
+    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
     from hisparse_plan.exchange.transfer.nixl_staged import post_round, run_entries
     from hisparse_plan.exchange.transfer.rearrange import rearrange
 
@@ -133,7 +158,8 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
           f"({made.bytes / 1e9:.2f} GB; compile + both proofs {1e3 * proved:.0f} ms, "
           f"{proof.slabs} slabs of {proof.slab_bytes:,} B a block, {proof.unread_bytes:,} "
           "of them read by no row)")
-    print(f"cost model, loopback: {choose(staged, LOOPBACK).describe()}")
+    choice = choose(staged, LOOPBACK)
+    print(f"cost model, loopback: {choice.describe()}")
     print(f"cost model, GPU link: {choose(staged, GPU_LINK).describe()}")
     source = buffers(pattern.source, fill=None, seed=1)
     destination = buffers(pattern.destination, fill=None, seed=2)
@@ -146,7 +172,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
 
     # Prepared lists hold every block's copies: made only where the direct pattern is timed.
     prepared = nixl_prepared.prepare(prefill, decode.metadata, pattern, theirs) \
-        if calibrate else None
+        if calibrate or not choice.staged else None
     peer = prepared.peer if prepared is not None else prefill.agent.add_remote_agent(
         decode.metadata)
     posted = sum(len(run_entries(staged, round_, prefill.addresses, theirs)[0])
@@ -162,20 +188,15 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
     copy: list[float] = []
     local_cpu: list[float] = []
     copy_cpu: list[float] = []
-    for _ in range(repeat + 1):
+    there = theirs[(0, STAGING_REGION)]
+    for _ in range(repeat + 1 if choice.staged else 0):
         sums = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         for round_ in made.rounds:
             moved = int(sum(staged.slabs[s].length for s in round_.phase1.slab.tolist()))
             written = int(sum(pattern.rows[r].length * pattern.rows[r].count * n
                               for r, n in zip(round_.moves.rows.tolist(),
                                               round_.moves.size.tolist(), strict=True)))
-            one, there = _contiguous(largest, theirs[(0, STAGING_REGION)][0], moved)
-            at = time.perf_counter()
-            handle = prefill.agent.initialize_xfer(
-                "WRITE", prefill.agent.get_xfer_descs(one, "DRAM"),
-                prefill.agent.get_xfer_descs(there, "DRAM"), peer, b"one")
-            run_to_done(prefill, handle, timeout_s=120)
-            sums[1] += time.perf_counter() - at
+            sums[1] += _post_contiguous(prefill, peer, largest, there, moved)
             at = time.perf_counter()
             post_round(prefill, peer, made, round_, theirs, timeout_s=120)
             sums[0] += time.perf_counter() - at
@@ -191,7 +212,16 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
         for samples, value in zip((transfer, contiguous, local, copy, local_cpu, copy_cpu),
                                   sums, strict=True):
             samples.append(value)
-    if prepared is not None:
+    if not choice.staged and prepared is not None:
+        for _ in range(repeat + 1):
+            contiguous.append(_post_contiguous(prefill, peer, largest, there, made.bytes))
+            at = time.perf_counter()
+            nixl_prepared.post(prefill, prepared, made.direct, timeout_s=120)
+            transfer.append(time.perf_counter() - at)
+        _direct_lines(pair.name, made.direct, transfer, contiguous, verify(
+            made.direct, source, destination), repeat)
+        return
+    if calibrate and prepared is not None:
         _calibrate(prefill, prepared, made.direct, medians_of(contiguous), repeat,
                    made.bytes / medians_of(copy))
     verified = verify(made.direct, source, destination)
