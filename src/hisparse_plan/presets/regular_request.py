@@ -94,14 +94,18 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
-        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla"):
-            base = "full" if kind == "full_and_mamba" else kind
+        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla", "full_and_cross"):
+            base = "full" if kind in ("full_and_mamba", "full_and_cross") else kind
             spec = attention if mla else _attention(arch, base, attention)
             target = (arch.kv_sharing or {}).get(i)
             if target is not None:
                 spec = {**spec, "kv_sharing_target": names.name(names.attention, target,
                                                                 len(kinds))}
             caches[names.name(names.attention, i, len(kinds))] = spec
+        if kind == "full_and_cross":
+            # The encoder's keys and values, of the decoder's self-attention geometry.
+            caches[names.name(names.cross, i, len(kinds))] = {"kind": "cross_attention",
+                                                               **attention}
         if kind in ("linear", "mamba", "full_and_mamba", "conv"):
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
