@@ -17,7 +17,7 @@ from cli_support import Run
 from hisparse_plan.exchange.transfer import Instance, TransferRefused, TransferRequest
 from hisparse_plan.exchange.transfer import build_transfer as transfer
 from hisparse_plan.models import CrossAttentionSpec, FullAttentionSpec, KVLayerSpec, PlanRequest
-from hisparse_plan.presets import ConfigError, Settings, build_request
+from hisparse_plan.presets import ConfigError, RegularArchitecture, Settings, build_request
 from hisparse_plan.presets.config_file import model_from_config
 from transfer_support import request_blocks
 
@@ -201,6 +201,7 @@ def test_the_reader_reads_whispers_decoder() -> None:
     ({"decoder_layers": 0}, "decoder_layers"),
     ({"decoder_attention_heads": None}, "decoder_attention_heads"),
     ({"max_target_positions": "long"}, "max_target_positions"),
+    ({"max_source_positions": 0}, "max_source_positions"),
 ])
 def test_a_bad_whisper_config_is_refused_naming_the_field(
     change: dict[str, Any], field: str,
@@ -210,6 +211,19 @@ def test_a_bad_whisper_config_is_refused_naming_the_field(
                           use_transformers=False)
     assert caught.value.field == field
     assert f"{field}:" in str(caught.value)
+
+
+def test_whisper_needs_a_step_of_one_encoder_input() -> None:
+    """vLLM 0.34 disables chunked multimodal input for encoder-decoder models and refuses (when
+    its scheduler starts, compute_mm_encoder_budget) fewer batched tokens than one input's
+    max_source_positions (1500)."""
+    arch = model_from_config(whisper_config(), origin="whisper", use_transformers=False)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.encoder_tokens == 1500
+    build_request(arch, Settings(max_num_batched_tokens=1500))
+    with pytest.raises(ConfigError, match="expected at least 1500, got 1499") as caught:
+        build_request(arch, Settings(max_num_batched_tokens=1499))
+    assert caught.value.field == "max_num_batched_tokens"
 
 
 def test_sglang_refuses_whisper_naming_why(cli: Run) -> None:

@@ -147,6 +147,9 @@ class RegularArchitecture(BaseModel):
     """Cross-layer KV sharing, when a config.json reader read it: decoder layer i reads layer
     j's attention cache and keeps none (Gemma-3n, see `families.gemma`)."""
     layer_names: LayerNames = LayerNames()
+    encoder_tokens: PositiveInt | None = None
+    """Tokens of one encoder input of an encoder-decoder model (Whisper's
+    `max_source_positions`), which vLLM schedules in one step; None for a decoder-only model."""
 
     @property
     def auto_cache_dtype(self) -> Literal["bfloat16", "float16"]:

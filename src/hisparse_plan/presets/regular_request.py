@@ -112,11 +112,27 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
         decoder_layers.append(caches)
     if names.attention_slots:
         decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
-    return regular_plan_request(
+    request = regular_plan_request(
         decoder_layers, max_model_len, settings,
         mamba_cache_mode="align" if states is not None and align_mode else None,
         chunked_local="chunked" in kinds,
     )
+    refuse_short_encoder_budget(arch, request.scheduler.max_num_batched_tokens)
+    return request
+
+
+def refuse_short_encoder_budget(arch: RegularArchitecture, batched_tokens: int) -> None:
+    """vLLM 0.34 disables chunked multimodal input for an encoder-decoder model
+    (SchedulerConfig), so one encoder input must fit one step: `compute_mm_encoder_budget`
+    (v1/core/encoder_cache_manager.py) refuses max_num_batched_tokens below its tokens when the
+    scheduler starts. The cross-attention blocks are sized by the same budget."""
+    if arch.encoder_tokens is not None and batched_tokens < arch.encoder_tokens:
+        raise ConfigError(
+            f"max_num_batched_tokens: vLLM 0.34 schedules an encoder-decoder model's whole "
+            f"encoder input ({arch.encoder_tokens} tokens) in one step and refuses fewer "
+            f"batched tokens; expected at least {arch.encoder_tokens}, got {batched_tokens}",
+            field="max_num_batched_tokens",
+        )
 
 
 def _attention_first(

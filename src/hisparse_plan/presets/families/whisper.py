@@ -12,9 +12,11 @@ named `.decoder.layers.{i}.layers.self_attn.attn` and
 `.decoder.layers.{i}.layers.encoder_attn.attn`.
 
 The decoder reads `max_target_positions` tokens (vLLM's `_get_and_verify_max_len` takes it as
-the model's length); the encoder's tokens (`max_source_positions`) size no cache here: vLLM
-sizes the cross-attention block table by its encoder budget, max_num_batched_tokens
-(docs/planning-rules.md#cross-attention).
+the model's length). The encoder's tokens (`max_source_positions`, one audio input:
+`get_num_audio_tokens`) size no cache: vLLM sizes the cross-attention block table by its
+encoder budget, max_num_batched_tokens (docs/planning-rules.md#cross-attention); but an
+encoder-decoder model schedules a whole input in one step, so vLLM refuses a
+max_num_batched_tokens below them (`regular_request.refuse_short_encoder_budget`).
 
 SGLang 0.5.23 serves Whisper too (`srt/models/whisper.py`), but keeps the encoder's tokens in
 its one token pool of `encoder_layers + 2 * decoder_layers` layers (`num_attention_layers` in
@@ -52,9 +54,10 @@ def decoder_fields(fields: base.Fields) -> dict[str, Any]:
             field="d_model",
         )
     length = base.positive(fields, "max_target_positions", "Whisper's decoder context")
+    encoder = base.positive(fields, "max_source_positions", "Whisper's encoder input tokens")
     return {"num_hidden_layers": layers, "num_attention_heads": heads,
             "num_key_value_heads": heads, "hidden_size": width, "head_dim": width // heads,
-            "max_position_embeddings": length}
+            "max_position_embeddings": length, "encoder_tokens": encoder}
 
 
 def read_whisper(fields: base.Fields, layers: int) -> base.Layout:
