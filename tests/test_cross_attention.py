@@ -6,6 +6,7 @@ manager)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,21 @@ def test_whisper_layer_outer_plans_as_vllm_does() -> None:
     assert plan.capacity.max_concurrency == 24.128205128205128 == 941 / 39
 
 
+@pytest.mark.parametrize(("edit", "expected"), [
+    # Cross-attention blocks sized by the length (7 + 7 a request) instead of the encoder.
+    (lambda plan: plan["capacity"].update(max_concurrency=8192 / 14), 8192 / 39),
+    # The cross-attention group relabelled full attention: its capacity no longer agrees.
+    (lambda plan: plan["groups"][1]["spec"].update(kind="full_attention"), 8192 / 14),
+])
+def test_check_plan_holds_cross_attention_to_vllms_sizing(
+    edit: Callable[[dict[str, Any]], object], expected: float,
+) -> None:
+    dumped = hp.plan(whisper_request()).model_dump(mode="json")
+    edit(dumped)
+    with pytest.raises(hp.PlanInvariantError, match=rf"max_concurrency .*expected {expected}"):
+        hp.check_plan(hp.KVCachePlan.model_validate(dumped))
+
+
 def test_cross_attention_blocks_follow_the_encoder_budget_not_the_length() -> None:
     """vLLM's CrossAttentionSpec.max_memory_usage_bytes: ceil(max_num_encoder_input_tokens /
     block_size) pages, max_num_encoder_input_tokens being max_num_batched_tokens; the request's
@@ -224,6 +240,14 @@ def test_whisper_needs_a_step_of_one_encoder_input() -> None:
     with pytest.raises(ConfigError, match="expected at least 1500, got 1499") as caught:
         build_request(arch, Settings(max_num_batched_tokens=1499))
     assert caught.value.field == "max_num_batched_tokens"
+
+
+def test_whisper_has_no_pipeline_stages() -> None:
+    """vLLM's WhisperForConditionalGeneration does not implement SupportsPP."""
+    arch = model_from_config(whisper_config(), origin="whisper", use_transformers=False)
+    with pytest.raises(ConfigError, match="pipeline parallelism") as caught:
+        build_request(arch, Settings(pp=2))
+    assert caught.value.field == "pp"
 
 
 def test_sglang_refuses_whisper_naming_why(cli: Run) -> None:

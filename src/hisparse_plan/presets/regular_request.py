@@ -118,6 +118,10 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
         chunked_local="chunked" in kinds,
     )
     refuse_short_encoder_budget(arch, request.scheduler.max_num_batched_tokens)
+    if "full_and_cross" in kinds and (settings.pp or 1) > 1:
+        # ModelConfig.verify_with_parallel_config refuses a model without SupportsPP.
+        raise ConfigError("pp: vLLM 0.34's model for this architecture (whisper.py) does not "
+                          "support pipeline parallelism; expected pp 1", field="pp")
     return request
 
 
