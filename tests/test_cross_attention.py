@@ -5,7 +5,11 @@ manager)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,6 +122,31 @@ def test_whisper_plans_as_vllm_does() -> None:
     # A request holds ceil(448 / 64) = 7 self-attention blocks and, whatever its length,
     # ceil(2048 / 64) = 32 cross-attention blocks (the encoder budget, max_num_batched_tokens).
     assert plan.capacity.max_concurrency == 210.05128205128204 == 8192 / (7 + 32)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
+@pytest.mark.parametrize(("layout", "memory"), [("BLNHC", GIB), ("LBNHC", 123456789)])
+def test_whisper_plans_as_the_installed_vllm_does(layout: str, memory: int) -> None:
+    """The figures above, live: references/vllm_cross_attention.py runs vLLM's own model class
+    and planner in a process of its own."""
+    script = Path(__file__).parent.parent / "references" / "vllm_cross_attention.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--layout", layout, "--memory", str(memory)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(hp.__file__).parent.parent), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout)
+    plan = hp.plan(whisper_request(memory=memory, layout=layout,
+                                   tokens=theirs["max_num_batched_tokens"]))
+    kinds = {"FullAttentionSpec": "full_attention", "CrossAttentionSpec": "cross_attention"}
+    assert [(kinds[g["kind"]], g["layers"], g["page_size_bytes"]) for g in theirs["groups"]] == [
+        (g.spec.kind, g.layer_names, g.spec.page_size_bytes) for g in plan.groups]
+    assert theirs["num_blocks"] == plan.num_blocks
+    assert theirs["tensors"] == [
+        {"size": t.size, "layers": t.layers, "offset": t.offset, "layer_stride": t.layer_stride,
+         "block_stride": t.block_stride} for t in plan.tensors]
+    assert theirs["max_concurrency"] == plan.capacity.max_concurrency
 
 
 def test_whisper_layer_outer_plans_as_vllm_does() -> None:
