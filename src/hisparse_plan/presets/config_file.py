@@ -21,7 +21,11 @@ from hisparse_plan.models import untrusted_json
 from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
+from hisparse_plan.presets.families import (
+    layer_layout,
+    refuse_unplanned_early,
+    renamed_fields,
+)
 from hisparse_plan.presets.families.layer_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
@@ -143,6 +147,10 @@ def model_from_config(
         del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
     if _is_deepseek_v4(merged):
         return _validated(RegularArchitecture, merged, origin, missing_why)
+    try:
+        merged = renamed_fields(merged)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}", field=error.field) from None
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]

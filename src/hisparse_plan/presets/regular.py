@@ -45,13 +45,15 @@ from hisparse_plan.presets.mamba_states import GatedDeltaNetGeometry, StateGeome
 PositiveInt = Annotated[int, Field(ge=1)]
 LayerKind = Literal[
     "full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca", "mla", "mamba",
-    "full_and_mamba", "conv", "none",
+    "full_and_mamba", "conv", "none", "full_and_cross",
 ]
 """A decoder layer's caches. Beyond the attention kinds: `mla` a plain latent (MLA) cache,
 `linear` a linear-attention state (Gated DeltaNet, KDA), `mamba` a Mamba state, `conv` a
 short-convolution state (LFM2), `full_and_mamba` both a full-attention cache and a Mamba state
 (a parallel hybrid layer, Falcon-H1), `none` no cache at all (an MLP or MoE layer,
-Nemotron-H)."""
+Nemotron-H), `full_and_cross` a full-attention cache of the decoder's own tokens and a
+cross-attention cache of the encoder's output (an encoder-decoder model's decoder layer,
+Whisper)."""
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
@@ -85,6 +87,7 @@ class LayerNames(BaseModel):
     linear: str = "model.layers.{i}.linear_attn"
     mamba: str = "model.layers.{i}.mixer"
     conv: str = "model.layers.{i}.short_conv"
+    cross: str = "model.layers.{i}.encoder_attn.attn"
     offset: int = 0
     """Added to i for `hi` (Zamba2 names layer i's mixer `{hybrid layers + i}.mixer`)."""
     attention_slots: dict[int, int] | None = None
@@ -144,6 +147,9 @@ class RegularArchitecture(BaseModel):
     """Cross-layer KV sharing, when a config.json reader read it: decoder layer i reads layer
     j's attention cache and keeps none (Gemma-3n, see `families.gemma`)."""
     layer_names: LayerNames = LayerNames()
+    encoder_tokens: PositiveInt | None = None
+    """Tokens of one encoder input of an encoder-decoder model (Whisper's
+    `max_source_positions`), which vLLM schedules in one step; None for a decoder-only model."""
 
     @property
     def auto_cache_dtype(self) -> Literal["bfloat16", "float16"]:

@@ -95,25 +95,49 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
-        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla"):
-            base = "full" if kind == "full_and_mamba" else kind
+        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla", "full_and_cross"):
+            base = "full" if kind in ("full_and_mamba", "full_and_cross") else kind
             spec = attention if mla else _attention(arch, base, attention)
             target = (arch.kv_sharing or {}).get(i)
             if target is not None:
                 spec = {**spec, "kv_sharing_target": names.name(names.attention, target,
                                                                 len(kinds))}
             caches[names.name(names.attention, i, len(kinds))] = spec
+        if kind == "full_and_cross":
+            # The encoder's keys and values, of the decoder's self-attention geometry.
+            caches[names.name(names.cross, i, len(kinds))] = {"kind": "cross_attention",
+                                                               **attention}
         if kind in ("linear", "mamba", "full_and_mamba", "conv"):
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
         decoder_layers.append(caches)
     if names.attention_slots:
         decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
-    return regular_plan_request(
+    request = regular_plan_request(
         decoder_layers, max_model_len, settings,
         mamba_cache_mode="align" if states is not None and align_mode else None,
         chunked_local="chunked" in kinds,
     )
+    refuse_short_encoder_budget(arch, request.scheduler.max_num_batched_tokens)
+    if "full_and_cross" in kinds and (settings.pp or 1) > 1:
+        # ModelConfig.verify_with_parallel_config refuses a model without SupportsPP.
+        raise ConfigError("pp: vLLM 0.34's model for this architecture (whisper.py) does not "
+                          "support pipeline parallelism; expected pp 1", field="pp")
+    return request
+
+
+def refuse_short_encoder_budget(arch: RegularArchitecture, batched_tokens: int) -> None:
+    """vLLM 0.34 disables chunked multimodal input for an encoder-decoder model
+    (SchedulerConfig), so one encoder input must fit one step: `compute_mm_encoder_budget`
+    (v1/core/encoder_cache_manager.py) refuses max_num_batched_tokens below its tokens when the
+    scheduler starts. The cross-attention blocks are sized by the same budget."""
+    if arch.encoder_tokens is not None and batched_tokens < arch.encoder_tokens:
+        raise ConfigError(
+            f"max_num_batched_tokens: vLLM 0.34 schedules an encoder-decoder model's whole "
+            f"encoder input ({arch.encoder_tokens} tokens) in one step and refuses fewer "
+            f"batched tokens; expected at least {arch.encoder_tokens}, got {batched_tokens}",
+            field="max_num_batched_tokens",
+        )
 
 
 def _attention_first(

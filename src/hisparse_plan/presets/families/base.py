@@ -66,6 +66,9 @@ class Family:
     vllm: str
     """The vLLM 0.34 model files followed."""
     sglang: SGLangRule = SGLangRule()
+    renamed: Callable[[Fields], dict[str, Any]] | None = None
+    """Fields the reader reads that the family's config names otherwise (Whisper's decoder
+    geometry), read before the layers are counted; None for a config that uses the names."""
 
 
 def given(fields: Fields, name: str) -> bool:

@@ -28,9 +28,6 @@ BUILDS: Final[dict[str, str]] = {
     "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
     "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
-    "whisper": "decoder layers of self-attention beside cross-attention to the encoder's "
-               "output (whisper.py: CrossAttentionSpec caches, a block table of their own "
-               "sized by the encoder's length)",
 }
 """What vLLM's code builds, by model_type."""
 
@@ -53,7 +50,7 @@ UNPLANNED = base.Family(
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
         "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
-        "MiniMaxM3SparseForConditionalGeneration", "WhisperForConditionalGeneration",
+        "MiniMaxM3SparseForConditionalGeneration",
     ),
     read=refuse_unplanned,
     vllm="see BUILDS",
