@@ -16,16 +16,10 @@ from hisparse_plan.presets.families import base
 
 BUILDS: Final[dict[str, str]] = {
     "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
-    "zaya": "state layers beside sliding-window attention (zaya.py)",
     "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "qwen4_exp_text": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "glm5_next": "KDA state layers beside sparse MLA (vllm/models/glm5next/)",
-    "gemma4": "sliding and full layers, the last num_kv_shared_layers reading earlier layers' "
-              "caches (gemma4.py)",
-    "gemma4_text": "sliding and full layers, the last num_kv_shared_layers reading earlier "
-                   "layers' caches (gemma4.py)",
     "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
-    "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
     "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
     "whisper": "decoder layers of self-attention beside cross-attention to the encoder's "
@@ -49,10 +43,9 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
+        "OlmoHybridForCausalLM", "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
-        "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-        "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
+        "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "HYV4ForCausalLM",
         "MiniMaxM3SparseForConditionalGeneration", "WhisperForConditionalGeneration",
     ),
     read=refuse_unplanned,

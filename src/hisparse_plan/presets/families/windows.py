@@ -103,6 +103,26 @@ def read_exaone4(fields: base.Fields, layers: int) -> base.Layout:
                        fields=UNREAD_PATTERN)
 
 
+def read_exaone_moe(fields: base.Fields, layers: int) -> base.Layout:
+    kinds = _pattern_kinds(fields, layers, "K-EXAONE")
+    overrides: dict[str, object] = dict(UNREAD_PATTERN)
+    if base.given(fields, "sliding_windows"):
+        windows = base.layer_list(fields, "sliding_windows", layers)
+        kinds = [kind if kind == "full" or windows[i] else "full" for i, kind in enumerate(kinds)]
+        used = sorted({windows[i] for i, kind in enumerate(kinds) if kind == "sliding"})
+        if len(used) > 1:
+            raise ConfigError(
+                f"sliding_windows: vLLM's K-EXAONE code gives each sliding layer its own "
+                f"window; a plan here keeps one window for every sliding layer, got "
+                f"{', '.join(map(str, used))}",
+                field="sliding_windows",
+            )
+        if used:
+            overrides["sliding_window"] = used[0]
+    return base.Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+                       fields=overrides)
+
+
 GPT_OSS = base.Family(
     name="gpt_oss",
     model_types=("gpt_oss",),
@@ -132,4 +152,13 @@ EXAONE4 = base.Family(
     architectures=("Exaone4ForCausalLM",),
     read=read_exaone4,
     vllm="models/exaone4.py",
+)
+EXAONE_MOE = base.Family(
+    name="exaone_moe",
+    model_types=("exaone_moe",),
+    architectures=("ExaoneMoeForCausalLM",),
+    read=read_exaone_moe,
+    vllm="models/exaone_moe.py",
+    sglang=base.SGLangRule(refusal="SGLang 0.5.23's K-EXAONE code is not yet checked against "
+                                   "the SGLang target's window pools"),
 )
