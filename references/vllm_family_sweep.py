@@ -31,7 +31,16 @@ stood in for like the other packages below.
    with the reader, compared as in 1. Several architectures a process (batches restart after a
    crash); the table goes to docs/vllm-registry.md and tests/vllm_registry.json
    (tests/test_vllm_registry.py pins it without vLLM). `--registry-table` rewrites both from the
-   last run's results without building.
+   last run's results without building. Architectures named are built again; a whole sweep
+   resumes past what the results file (HISPARSE_REGISTRY_RESULTS) holds. Where vLLM fails on
+   the harness rather than on the model, the harness makes up the difference, each named below:
+   config fields real checkpoints carry (CHECKPOINT_FIELDS, MODEL_TYPES, FIXTURE_FIRST), CPU
+   stand-ins for kernels the CPU wheel lacks (`stand_in_cpu_ops`) and constructors run on the
+   CPU device (`compute_on_cpu`), none of which shapes a cache. Gemma-3n's and Gemma-4's
+   multimodal wrappers need timm (above). Full sweep:
+
+       HISPARSE_REGISTRY_RESULTS=/tmp/registry.jsonl PYTHONPATH=src:TIMM_DIR \
+           /work/vllm-venv/bin/python references/vllm_family_sweep.py --registry-build
 """
 
 from __future__ import annotations
@@ -299,6 +308,13 @@ first for them: vLLM's `llama4.py` builds Llama4ForCausalLM from a Llama-4 text 
 (`llama4_text`, which has `num_local_experts`), not from the multimodal Llama4Config."""
 CHECKPOINT_FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
     "Glm4MoeForCausalLM": ("as zai-org/GLM-4.5-Air", {"head_dim": 128}),
+    "DbrxForCausalLM": ("as databricks/dbrx-instruct", {"attn_config": {"rope_theta": 500000}}),
+    "Lfm2VlForConditionalGeneration": (
+        "as LiquidAI/LFM2-VL-1.6B, whose language model is LFM2-1.2B (tests/hf_configs/"
+        "lfm2-1.2b)", {"text_config": {
+            key: value for key, value
+            in json.loads((CONFIGS / "lfm2-1.2b" / "config.json").read_text()).items()
+            if key != "architectures"}}),
     "NemotronForCausalLM": ("as nvidia/Minitron-8B-Base", {"num_key_value_heads": 8}),
     "Gemma4ForConditionalGeneration": (
         "of transformers' Gemma4VisionConfig defaults", {"vision_config": {}}),
@@ -366,9 +382,10 @@ def registry_config(arch: str) -> tuple[dict[str, Any] | None, str]:
         config = {**config, "model_type": model_type, "architectures": [arch]}
         if arch in CHECKPOINT_FIELDS:
             checkpoint, fields = CHECKPOINT_FIELDS[arch]
+            names = field_names(fields)
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
             return (with_fields(config, fields),
-                    f"transformers {model_type}, {', '.join(field_names(fields))} "
-                    f"{checkpoint}")
+                    f"transformers {model_type}, {', '.join(names[:3])}{more} {checkpoint}")
         return config, f"transformers {model_type}"
     fixture = fixture_naming(arch)
     if fixture is not None:
@@ -398,6 +415,12 @@ def stand_in_cpu_ops() -> None:
     def gelu_quick(out: torch.Tensor, x: torch.Tensor) -> None:
         out.copy_(x * torch.sigmoid(1.702 * x))
 
+    from vllm.triton_utils import triton  # type: ignore[import-not-found, unused-ignore]
+
+    if not hasattr(triton, "set_allocator"):
+        # CPU triton has no kernel scratch allocator; vLLM's FLA Gated DeltaNet layers set one
+        # at construction (triton_utils/allocation.py, OLMo-Hybrid's): nothing a cache holds.
+        triton.set_allocator = lambda alloc_fn: None
     ops = {"gelu_new": gelu_tanh, "gelu_fast": gelu_tanh, "gelu_quick": gelu_quick}
     for name in CPU_MISSING_OPS:
         try:

@@ -22,7 +22,7 @@ from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
-from hisparse_plan.presets.families.aliases import with_common_names
+from hisparse_plan.presets.families.aliases import with_common_names, with_vllm_length
 from hisparse_plan.presets.families.layer_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
@@ -146,7 +146,7 @@ def model_from_config(
     if hf_fields is not None:
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
-    merged = with_common_names(fields)
+    merged = with_vllm_length(with_common_names(fields))
     if "num_nextn_predict_layers" in merged and merged["num_nextn_predict_layers"] is None:
         del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
     if _is_deepseek_v4(merged):

@@ -42,6 +42,7 @@ from hisparse_plan.presets.families.mamba_hybrids import (
 from hisparse_plan.presets.families.minicpm3 import MINICPM3
 from hisparse_plan.presets.families.minimax import MINIMAX, MINIMAX_M2, refuse_lightning
 from hisparse_plan.presets.families.mla import DEEPSEEK_V4, MLA, SPARSE_MLA
+from hisparse_plan.presets.families.olmo_hybrid import OLMO_HYBRID
 from hisparse_plan.presets.families.qwen_linear import QWEN3_5, QWEN3_NEXT
 from hisparse_plan.presets.families.smollm3 import SMOLLM3
 from hisparse_plan.presets.families.state_only import MAMBA1, MAMBA2
@@ -61,7 +62,7 @@ FAMILIES: Final[tuple[Family, ...]] = (
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
     FALCON, COHERE2_MOE, EXAONE_MOE, HRM_TEXT, GEMMA4, ZAYA,
-    UNPLANNED,
+    OLMO_HYBRID, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {

@@ -5,13 +5,14 @@ docs/vllm-registry.md).
 - By text `model_type`, the attention layer's template: Falcon (`models/falcon.py`:
   `transformer.h.{i}.self_attention.attn`), OPT (`models/opt.py`, also BLIP-2's language
   model: `model.decoder.layers.{i}.self_attn.attn`), GPT-2 and GPT-J (`models/gpt2.py`,
-  `gpt_j.py`: `transformer.h.{i}.attn.attn`) and BLOOM (`models/bloom.py`:
-  `transformer.h.{i}.self_attention.attn`).
+  `gpt_j.py`: `transformer.h.{i}.attn.attn`) BLOOM (`models/bloom.py`:
+  `transformer.h.{i}.self_attention.attn`) and DBRX (`models/dbrx.py`:
+  `transformer.blocks.{i}.norm_attn_norm.attn.attn`).
 - By architecture, the prefix of the language model's names inside a wrapper, where it is not
   `language_model.` exactly when the config has a `vision_config`: the audio and speech
   wrappers (`models/audioflamingo3.py`, `glmasr.py`, `granite_speech.py`, `qwen2_audio.py`)
   and Qwen2.5-Omni's thinker (`qwen2_5_omni_thinker.py`) put it under `language_model.`
-  without a top-level vision_config; Idefics3 and SmolVLM
+  without a top-level vision_config; LFM2-VL (`lfm2_vl.py`) under `language.`; Idefics3 and SmolVLM
   (`models/idefics3.py`, `smolvlm.py`) hold the text model as `model.text_model` (its
   `model.layers...` names become `model.text_model.layers...`); MuseGlimmer's wrapper and
   Qwen3.5's text-only classes (`models/muse_glimmer.py`, `qwen3_5.py`'s `*ForCausalLM`) and
@@ -30,6 +31,7 @@ ATTENTION_BY_MODEL_TYPE: Final = {
     "gpt2": "transformer.h.{i}.attn.attn",
     "gptj": "transformer.h.{i}.attn.attn",
     "bloom": "transformer.h.{i}.self_attention.attn",
+    "dbrx": "transformer.blocks.{i}.norm_attn_norm.attn.attn",
 }
 LANGUAGE_MODEL_PREFIX: Final = {
     "AudioFlamingo3ForConditionalGeneration": "language_model.",
@@ -45,6 +47,8 @@ LANGUAGE_MODEL_PREFIX: Final = {
     "MuseGlimmerForConditionalGeneration": "",
     "Qwen3_5ForCausalLM": "",
     "Qwen3_5MoeForCausalLM": "",
+    # models/lfm2_vl.py: the language model is `self.language`, not `language_model`.
+    "Lfm2VlForConditionalGeneration": "language.",
     # models/diffusion_gemma.py: its Gemma4Model is `self.model`, beside the vision tower.
     "DiffusionGemmaForBlockDiffusion": "",
 }
