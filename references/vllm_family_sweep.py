@@ -309,6 +309,13 @@ first for them: vLLM's `llama4.py` builds Llama4ForCausalLM from a Llama-4 text 
 CHECKPOINT_FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
     "Glm4MoeForCausalLM": ("as zai-org/GLM-4.5-Air", {"head_dim": 128}),
     "DbrxForCausalLM": ("as databricks/dbrx-instruct", {"attn_config": {"rope_theta": 500000}}),
+    "AfmoeForCausalLM": ("as arcee-ai/Trinity-Nano-Preview", {
+        "score_func": "sigmoid", "route_norm": True, "route_scale": 2.826, "n_group": 1,
+        "topk_group": 1}),
+    "Qwen3VLMoeForConditionalGeneration": (
+        "as Qwen/Qwen3-VL-30B-A3B-Instruct", {"text_config": {"norm_topk_prob": True}}),
+    "Glm4vMoeForConditionalGeneration": (
+        "as zai-org/GLM-4.5V", {"text_config": {"head_dim": 128, "use_qk_norm": False}}),
     "Lfm2VlForConditionalGeneration": (
         "as LiquidAI/LFM2-VL-1.6B, whose language model is LFM2-1.2B (tests/hf_configs/"
         "lfm2-1.2b)", {"text_config": {

@@ -37,6 +37,7 @@ NOT_BUILT_HERE = {
     "cohere2_moe": "pinned by the registry sweep's Cohere2MoeConfig (tests/vllm_registry.json)",
     "exaone_moe": "pinned by the registry sweep's ExaoneMoeConfig (tests/vllm_registry.json)",
     "olmo_hybrid": "pinned by the registry sweep's OlmoHybridConfig (tests/vllm_registry.json)",
+    "afmoe": "pinned by the registry sweep's AfmoeConfig (tests/vllm_registry.json)",
 }
 """Families no fixture is pinned for, and why."""
 

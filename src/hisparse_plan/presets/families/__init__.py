@@ -48,6 +48,7 @@ from hisparse_plan.presets.families.smollm3 import SMOLLM3
 from hisparse_plan.presets.families.state_only import MAMBA1, MAMBA2
 from hisparse_plan.presets.families.unplanned import UNPLANNED
 from hisparse_plan.presets.families.windows import (
+    AFMOE,
     COHERE2,
     COHERE2_MOE,
     EXAONE4,
@@ -62,7 +63,7 @@ FAMILIES: Final[tuple[Family, ...]] = (
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
     FALCON, COHERE2_MOE, EXAONE_MOE, HRM_TEXT, GEMMA4, ZAYA,
-    OLMO_HYBRID, UNPLANNED,
+    OLMO_HYBRID, AFMOE, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {

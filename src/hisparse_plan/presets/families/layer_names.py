@@ -5,16 +5,16 @@ docs/vllm-registry.md).
 - By text `model_type`, the attention layer's template: Falcon (`models/falcon.py`:
   `transformer.h.{i}.self_attention.attn`), OPT (`models/opt.py`, also BLIP-2's language
   model: `model.decoder.layers.{i}.self_attn.attn`), GPT-2 and GPT-J (`models/gpt2.py`,
-  `gpt_j.py`: `transformer.h.{i}.attn.attn`) BLOOM (`models/bloom.py`:
+  `gpt_j.py`: `transformer.h.{i}.attn.attn`), BLOOM (`models/bloom.py`:
   `transformer.h.{i}.self_attention.attn`) and DBRX (`models/dbrx.py`:
   `transformer.blocks.{i}.norm_attn_norm.attn.attn`).
 - By architecture, the prefix of the language model's names inside a wrapper, where it is not
   `language_model.` exactly when the config has a `vision_config`: the audio and speech
   wrappers (`models/audioflamingo3.py`, `glmasr.py`, `granite_speech.py`, `qwen2_audio.py`)
   and Qwen2.5-Omni's thinker (`qwen2_5_omni_thinker.py`) put it under `language_model.`
-  without a top-level vision_config; LFM2-VL (`lfm2_vl.py`) under `language.`; Idefics3 and SmolVLM
-  (`models/idefics3.py`, `smolvlm.py`) hold the text model as `model.text_model` (its
-  `model.layers...` names become `model.text_model.layers...`); MuseGlimmer's wrapper and
+  without a top-level vision_config; LFM2-VL (`lfm2_vl.py`) under `language.`; Idefics3 and
+  SmolVLM (`models/idefics3.py`, `smolvlm.py`) hold the text model as `model.text_model` (its
+  `model.layers...` names become `model.text_model.layers...`); MuseGlimmer's wrapper,
   Qwen3.5's text-only classes (`models/muse_glimmer.py`, `qwen3_5.py`'s `*ForCausalLM`) and
   DiffusionGemma (`models/diffusion_gemma.py`) keep the text model's own names although their
   configs carry a vision_config.
