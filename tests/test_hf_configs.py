@@ -86,6 +86,15 @@ KINDS: dict[str, Expected] = {
     "smollm3-small": {"full": 4},
     # MiniCPM3's MLA fields, but vLLM's minicpm3.py caches per-head K and V.
     "minicpm3-small": {"full": 4},
+    # Issue 40's registry sweep, edited from transformers' own classes at small sizes (each
+    # pinned to vLLM 0.34's build, test_families.py): Gemma-4's last 4 layers read layers 7
+    # and 5 (full layers: 512-wide heads, 2 KV heads); ZAYA1's CCA state beside each
+    # attention cache, sliding where layer_types says so; HRM-Text's 2 layers a stack run at
+    # 4 and 2 recurrence steps, a cache each, with a KV head for each of its 16 query heads
+    # (the file's num_key_value_heads 8 is not read).
+    "gemma4-shared-small": {"sliding": 10, "full": 2},
+    "zaya-sliding-small": {"sliding_and_mamba": 2, "full_and_mamba": 2},
+    "hrm-text-small": {"full": 12},
     # An encoder-decoder model: each decoder layer a full-attention cache and a cross-attention
     # cache of the encoder's output (vLLM's CrossAttentionSpec; test_cross_attention.py).
     "whisper-small": {"full_and_cross": 2},

@@ -46,7 +46,13 @@ from hisparse_plan.presets.settings import (
     scheduler_section,
 )
 
-STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba", "conv"})
+STATEFUL: Final[frozenset[LayerKind]] = frozenset(
+    {"linear", "mamba", "full_and_mamba", "sliding_and_mamba", "conv"})
+ATTENTION_OF: Final[dict[LayerKind, LayerKind]] = {
+    "full": "full", "sliding": "sliding", "chunked": "chunked", "mla": "mla",
+    "full_and_mamba": "full", "sliding_and_mamba": "sliding", "full_and_cross": "full",
+}
+"""The attention cache a layer of each kind keeps beside its state, if any."""
 MLA_BLOCK_SIZE: Final = 64
 """The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
 MLA_HYBRID_BLOCK: Final = 128
@@ -95,9 +101,10 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
-        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla", "full_and_cross"):
-            base = "full" if kind in ("full_and_mamba", "full_and_cross") else kind
-            spec = attention if mla else _attention(arch, base, attention)
+        if kind in ATTENTION_OF:
+            base = ATTENTION_OF[kind]
+            spec = attention if mla else _attention(arch, base, _own_heads(arch, i, attention,
+                                                                           tp))
             target = (arch.kv_sharing or {}).get(i)
             if target is not None:
                 spec = {**spec, "kv_sharing_target": names.name(names.attention, target,
@@ -107,9 +114,11 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             # The encoder's keys and values, of the decoder's self-attention geometry.
             caches[names.name(names.cross, i, len(kinds))] = {"kind": "cross_attention",
                                                                **attention}
-        if kind in ("linear", "mamba", "full_and_mamba", "conv"):
+        if kind in STATEFUL:
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
+            if names.state_first:
+                caches = dict(reversed(caches.items()))
         decoder_layers.append(caches)
     if names.attention_slots:
         decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
@@ -267,6 +276,16 @@ def _per_rank(total: int, tp: int, field: str) -> int:
             field="tp",
         )
     return max(total // tp, 1)
+
+
+def _own_heads(arch: RegularArchitecture, i: int, attention: dict[str, Any],
+               tp: int) -> dict[str, Any]:
+    """Layer i's rows where its heads are its own (`RegularArchitecture.layer_heads`)."""
+    heads = (arch.layer_heads or {}).get(i)
+    if heads is None:
+        return attention
+    return {**attention, "num_kv_heads": _per_rank(heads[0], tp, "num_key_value_heads"),
+            "head_size": heads[1]}
 
 
 def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any]) -> dict[str, Any]:
