@@ -280,3 +280,37 @@ def test_engine_modes_are_written_only_when_set() -> None:
     assert written["model"]["mamba_cache_mode"] == "align"  # type: ignore[index]
     assert written["scheduler"]["disable_hybrid_kv_cache_manager"] is True  # type: ignore[index]
     assert written["scheduler"]["decode_context_parallel_size"] == 8  # type: ignore[index]
+
+
+def _deepseek_v4_window(**attrs: Any) -> Any:
+    """A SlidingWindowMLASpec as vLLM 0.34 builds it for DeepSeek-V4 (fp8_ds_mla cache, one
+    layer of window 128: the sweep's transformers-default config)."""
+    return fake("SlidingWindowMLASpec", **{
+        **_attention(FullAttentionSpec(block_size=64, num_kv_heads=1, head_size=512),
+                     head_size_v=0, max_tp_shards=1, sliding_window=128,
+                     extra_retained_tokens=0, bounded_replay=False,
+                     non_causal_multi_token_decode=False, kv_head_major_slots=False),
+        **attrs})
+
+
+def test_deepseek_v4_state_caches_keep_no_quant_mode_beside_fp8_caches() -> None:
+    # vLLM 0.34: DeepseekV4SWACache.get_kv_cache_spec sets fp8_ds_mla and its quant mode;
+    # CompressorStateCache.get_kv_cache_spec sets neither (float32 state, mode NONE).
+    swa = _deepseek_v4_window(dtype="torch.uint8", cache_dtype_str="fp8_ds_mla",
+                              kv_quant_mode=1, state_content_bytes=584, alignment=576,
+                              page_size_padded=37440, model_version="deepseek_v4")
+    state = _deepseek_v4_window(block_size=8, head_size=1024, dtype="torch.float32",
+                                cache_dtype_str=None, kv_quant_mode=0, alignment=576,
+                                page_size_padded=32832, model_version=None)
+    layers = layer_dicts({"attn.swa_cache": swa, "attn.compressor.state_cache": state}, 0)
+    built = {name: SlidingWindowMLASpec.model_validate(layer) for name, layer in layers.items()}
+    assert built["attn.swa_cache"].page_size_bytes == 37440  # 64 * 584 rounded up to 576
+    assert built["attn.swa_cache"].cache_dtype == "fp8_ds_mla"
+    assert built["attn.compressor.state_cache"].page_size_bytes == 32832  # 8 * 1024 * 4 -> 576
+    assert built["attn.compressor.state_cache"].cache_dtype is None
+    # Two caches of one format with two quant modes are still ones the request cannot tell apart.
+    other = _deepseek_v4_window(block_size=8, head_size=1024, dtype="torch.float32",
+                                cache_dtype_str=None, kv_quant_mode=1, alignment=576,
+                                page_size_padded=32832, model_version=None)
+    with pytest.raises(UnsupportedRequestError, match=r"layers\['b'\].*kv_quant_mode.*'a'"):
+        layer_dicts({"a": state, "b": other}, 0)

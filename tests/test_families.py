@@ -40,6 +40,8 @@ NOT_BUILT_HERE = {
     "exaone_moe": "pinned by the registry sweep's ExaoneMoeConfig (tests/vllm_registry.json)",
     "olmo_hybrid": "pinned by the registry sweep's OlmoHybridConfig (tests/vllm_registry.json)",
     "afmoe": "pinned by the registry sweep's AfmoeConfig (tests/vllm_registry.json)",
+    "inkling": "pinned by the registry sweep's InklingMMConfig (tests/vllm_registry.json), its "
+               "local layers and plan by tests/test_registry_families.py",
 }
 """Families no fixture is pinned for, and why."""
 

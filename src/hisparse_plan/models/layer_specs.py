@@ -16,6 +16,7 @@ from pydantic import Field, Tag
 
 from hisparse_plan.models.base import (
     BY_KIND,
+    INT64_MAX,
     READ_ONLY,
     ByteCount,
     LayerName,
@@ -251,10 +252,16 @@ class FullAttentionSpec(KVLayerSpec):
 
 
 class SlidingWindowSpec(KVLayerSpec):
-    """K and V of the last `sliding_window` tokens (and a drafter's extra tokens)."""
+    """K and V of the last `sliding_window` tokens (and a drafter's extra tokens). A V row of
+    width 0 is a cache whose one row packs all it keeps: vLLM 0.34's Inkling short-convolution
+    state (`InklingConvState.get_kv_cache_spec`, models/inkling/: K, V and two residual streams
+    of the last `sconv_kernel_size` tokens in `head_size`, `head_size_v=0`)."""
 
     kind: Literal["sliding_window"] = "sliding_window"
     sliding_window: PositiveInt = Field(description="Tokens of the window.")
+    head_size_v: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = Field(
+        default=None, description="Defaults to head_size; 0: `head_size` packs the whole row."
+    )
 
 
 class ChunkedLocalAttentionSpec(KVLayerSpec):

@@ -46,6 +46,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 LayerKind = Literal[
     "full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca", "mla", "mamba",
     "full_and_mamba", "sliding_and_mamba", "conv", "none", "full_and_cross",
+    "full_and_sconv", "sliding_and_sconv",
 ]
 """A decoder layer's caches. Beyond the attention kinds: `mla` a plain latent (MLA) cache,
 `linear` a linear-attention state (Gated DeltaNet, KDA), `mamba` a Mamba state, `conv` a
@@ -53,7 +54,9 @@ short-convolution state (LFM2), `full_and_mamba` both a full-attention cache and
 (a parallel hybrid layer, Falcon-H1), `sliding_and_mamba` a sliding-window cache and a state
 (ZAYA1), `none` no cache at all (an MLP or MoE layer, Nemotron-H), `full_and_cross` a
 full-attention cache of the decoder's own tokens and a cross-attention cache of the encoder's
-output (an encoder-decoder model's decoder layer, Whisper)."""
+output (an encoder-decoder model's decoder layer, Whisper), `full_and_sconv` /
+`sliding_and_sconv` a short-convolution state kept as a sliding-window cache, then a full or
+sliding-window attention cache (Inkling)."""
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
@@ -88,6 +91,7 @@ class LayerNames(BaseModel):
     mamba: str = "model.layers.{i}.mixer"
     conv: str = "model.layers.{i}.short_conv"
     cross: str = "model.layers.{i}.encoder_attn.attn"
+    sconv: str = "model.layers.{i}.conv_state"
     offset: int = 0
     """Added to i for `hi` (Zamba2 names layer i's mixer `{hybrid layers + i}.mixer`)."""
     attention_slots: dict[int, int] | None = None
@@ -147,6 +151,9 @@ class RegularArchitecture(BaseModel):
     qk_rope_head_dim: PositiveInt | None = None
     index_head_dim: PositiveInt | None = None
     kv_lora_rank: PositiveInt | None = None
+    sconv_kernel_size: PositiveInt | None = None
+    """The short convolution's kernel, where a reader found a conv state kept as a
+    sliding-window cache of that many tokens (Inkling, see `families.inkling`)."""
     kinds: list[LayerKind] | None = None
     """Each decoder layer's kind, when a config.json reader decided it (see `families`); else
     the kinds follow from the fields above."""
@@ -204,7 +211,10 @@ class RegularArchitecture(BaseModel):
                 self.states is None):
             raise ValueError("states: Mamba and short-convolution layers need their state "
                              "geometry; got none")
-        if kinds & {"sliding", "sliding_and_mamba"} and self.sliding_window is None:
+        if kinds & {"full_and_sconv", "sliding_and_sconv"} and self.sconv_kernel_size is None:
+            raise ValueError("sconv_kernel_size: short-convolution windows need it; got none")
+        if kinds & {"sliding", "sliding_and_mamba", "sliding_and_sconv"} and (
+                self.sliding_window is None):
             raise ValueError("sliding_window: sliding-window layers need it; got none")
         if "chunked" in kinds and self.attention_chunk_size is None:
             raise ValueError("attention_chunk_size: chunked layers need it; got none")

@@ -51,6 +51,7 @@ STATEFUL: Final[frozenset[LayerKind]] = frozenset(
 ATTENTION_OF: Final[dict[LayerKind, LayerKind]] = {
     "full": "full", "sliding": "sliding", "chunked": "chunked", "mla": "mla",
     "full_and_mamba": "full", "sliding_and_mamba": "sliding", "full_and_cross": "full",
+    "full_and_sconv": "full", "sliding_and_sconv": "sliding",
 }
 """The attention cache a layer of each kind keeps beside its state, if any."""
 MLA_BLOCK_SIZE: Final = 64
@@ -114,6 +115,10 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
             # The encoder's keys and values, of the decoder's self-attention geometry.
             caches[names.name(names.cross, i, len(kinds))] = {"kind": "cross_attention",
                                                                **attention}
+        if kind in ("full_and_sconv", "sliding_and_sconv"):
+            # Inkling's decoder layer builds its conv state before its attention.
+            caches = {names.name(names.sconv, i, len(kinds)): _sconv_window(arch, i, tp),
+                      **caches}
         if kind in STATEFUL:
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
@@ -286,6 +291,30 @@ def _own_heads(arch: RegularArchitecture, i: int, attention: dict[str, Any],
         return attention
     return {**attention, "num_kv_heads": _per_rank(heads[0], tp, "num_key_value_heads"),
             "head_size": heads[1]}
+
+
+def _sconv_window(arch: RegularArchitecture, i: int, tp: int) -> dict[str, Any]:
+    """Layer i's short-convolution state as vLLM 0.34's `InklingConvState` keeps it
+    (models/inkling/nvidia/sconv_swa_attn.py): a sliding window of `sconv_kernel_size` tokens in
+    blocks of as many, each rank's share of the layer's KV heads, one row per head packing K and
+    V (`head_dim` each) and a `hidden_size / kv_heads` chunk of each of two residual streams,
+    rounded up to a power of two; no V row. vLLM keeps it in the model dtype and asserts
+    bfloat16, and at most one rank per KV head."""
+    kv_heads, head_dim = (arch.layer_heads or {}).get(i, (arch.kv_heads, arch.head_size))
+    if tp > kv_heads:
+        raise ConfigError(
+            f"tp: vLLM 0.34's Inkling conv state keeps whole KV heads on each rank (its "
+            f"InklingConvState asserts tp_size <= num_kv_heads); layer {i} has {kv_heads} KV "
+            f"heads, got tp {tp}", field="tp")
+    if arch.auto_cache_dtype != DTYPE:
+        raise ConfigError(
+            f"dtype: vLLM 0.34's Inkling conv state supports bfloat16 only (InklingConvState "
+            f"asserts it); got a {arch.auto_cache_dtype} model", field="dtype")
+    raw = 2 * head_dim + 2 * (arch.hidden_size // kv_heads)
+    kernel = arch.sconv_kernel_size
+    return {"kind": "sliding_window", "block_size": kernel, "num_kv_heads": kv_heads // tp,
+            "head_size": 1 << (raw - 1).bit_length(), "head_size_v": 0, "dtype": DTYPE,
+            "sliding_window": kernel}
 
 
 def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any]) -> dict[str, Any]:

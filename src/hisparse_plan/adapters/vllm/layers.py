@@ -2,8 +2,9 @@
 
 Each vLLM `KVCacheSpec` class maps to one request kind. Fields that change a page or a grouping
 but that the request contract cannot say are refused when set; fields that change neither but
-take part in vLLM's spec equality must hold one value per spec class across the request, so that
-vLLM's grouping by equality and ours agree.
+take part in vLLM's spec equality must hold one value per spec class across the request (the
+quant mode one per spec class and cache format name), so that vLLM's grouping by equality and ours
+agree.
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ def layer_dicts(specs: Mapping[str, VllmObject], extra_tokens: int) -> dict[str,
     Derived HiSparse specs are skipped; any other spec vLLM has and the contract lacks is refused.
     """
     layers: dict[str, LayerDict] = {}
-    neutral: dict[tuple[str, str], tuple[str, VllmObject]] = {}
+    neutral: dict[tuple[str, str, VllmObject], tuple[str, VllmObject]] = {}
     # Equal specs (vLLM's equality: same class, same compared fields, which include the neutral
     # ones) map to one dict, read once: a model repeats a few specs over all its layers.
     mapped: dict[VllmObject, LayerDict] = {}
@@ -291,16 +292,32 @@ def layer_dicts(specs: Mapping[str, VllmObject], extra_tokens: int) -> dict[str,
     return layers
 
 
-def _check_neutral(reader: _Reader, seen: dict[tuple[str, str], tuple[str, VllmObject]]) -> None:
+def _neutral_key(reader: _Reader, field: str) -> tuple[str, str, VllmObject]:
+    """Which layers must share `field`'s value: those of one spec class, and for the quant mode
+    also of one cache format name. vLLM derives `kv_quant_mode` from the cache dtype string
+    (`get_kv_quant_mode`), and a layer whose spec sets no `cache_dtype_str` keeps the default
+    NONE: DeepSeek-V4's caches (`DeepseekV4SWACache.get_kv_cache_spec`,
+    `DeepseekV4Attention.get_kv_cache_spec`) carry fp8_ds_mla's mode beside its compressor state
+    caches and indexer cache (`CompressorStateCache`, `DeepseekV4IndexerCache`), which set
+    neither. The request carries that name as `cache_dtype`, so it tells those layers apart."""
+    if field == "kv_quant_mode":
+        return reader.type_name, field, reader.get("cache_dtype_str")
+    return reader.type_name, field, None
+
+
+def _check_neutral(
+    reader: _Reader, seen: dict[tuple[str, str, VllmObject], tuple[str, VllmObject]],
+) -> None:
     for field in NEUTRAL_FIELDS:
         if not hasattr(reader.spec, field):
             continue
         value = reader.get(field)
-        first = seen.setdefault((reader.type_name, field), (reader.name, value))
+        first = seen.setdefault(_neutral_key(reader, field), (reader.name, value))
         if first[1] != value:
             raise UnsupportedRequestError(
                 f"{reader.where}: vLLM {reader.type_name}.{field} is {value!r} but "
                 f"{first[0]!r} has {first[1]!r}; the request contract cannot tell such layers "
-                "apart, so expected one value per spec type",
+                "apart, so expected one value per spec type (and cache format, for the quant "
+                "mode)",
                 field=reader.where,
             )

@@ -30,6 +30,7 @@ from hisparse_plan.presets.families.falcon import FALCON
 from hisparse_plan.presets.families.gemma import GEMMA, GEMMA3N
 from hisparse_plan.presets.families.gemma4 import GEMMA4
 from hisparse_plan.presets.families.hrm_text import HRM_TEXT
+from hisparse_plan.presets.families.inkling import INKLING
 from hisparse_plan.presets.families.kimi_linear import KIMI_LINEAR
 from hisparse_plan.presets.families.lfm2 import LFM2
 from hisparse_plan.presets.families.llama4 import LLAMA4
@@ -64,7 +65,7 @@ FAMILIES: Final[tuple[Family, ...]] = (
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
     FALCON, COHERE2_MOE, EXAONE_MOE, HRM_TEXT, GEMMA4, ZAYA,
-    OLMO_HYBRID, AFMOE, WHISPER, UNPLANNED,
+    OLMO_HYBRID, AFMOE, WHISPER, INKLING, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {

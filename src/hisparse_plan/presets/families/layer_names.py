@@ -51,6 +51,9 @@ LANGUAGE_MODEL_PREFIX: Final = {
     "Lfm2VlForConditionalGeneration": "language.",
     # models/diffusion_gemma.py: its Gemma4Model is `self.model`, beside the vision tower.
     "DiffusionGemmaForBlockDiffusion": "",
+    # models/inkling/nvidia/model.py: the text model is `self.model`, beside `visual` and
+    # `audio`.
+    "InklingForConditionalGeneration": "",
 }
 WRAPPER_PREFIX: Final = "language_model."
 """vLLM's multimodal models keep the language model under `language_model.`."""

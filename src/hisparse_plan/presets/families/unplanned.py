@@ -14,14 +14,7 @@ from typing import Final
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
 
-INKLING: Final = (
-    "a short-convolution state beside each attention cache, kept as a sliding-window cache of "
-    "packed K, V and residual streams with no V rows (vllm/models/inkling/: InklingConvState's "
-    "SlidingWindowSpec, head_size_v 0), which a plan's layer cannot hold (head_size_v is "
-    "positive)")
 BUILDS: Final[dict[str, str]] = {
-    "inkling_text": INKLING,
-    "inkling_mm_model": INKLING,
     "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "qwen4_exp_text": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "glm5_next": "KDA state layers beside sparse MLA (vllm/models/glm5next/)",
@@ -46,7 +39,6 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "InklingForCausalLM", "InklingForConditionalGeneration",
         "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "HYV4ForCausalLM",
