@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 
 from hisparse_plan.exchange.transfer.coalesce import coalesce
 from hisparse_plan.exchange.transfer.facts import RankFacts
-from hisparse_plan.exchange.transfer.heads import head_start, serving_ranks
 from hisparse_plan.exchange.transfer.lower import Row, lower_move
-from hisparse_plan.exchange.transfer.match import LayerPair, match_layers, segments
+from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program import (
     RankRegions,
     Region,
@@ -18,6 +17,7 @@ from hisparse_plan.exchange.transfer.program import (
     TransferRequest,
     TransferRow,
 )
+from hisparse_plan.exchange.transfer.serving import moves
 from hisparse_plan.exchange.transfer.side import Instance, as_instance
 from hisparse_plan.exchange.transfer.units import (
     UnitGroup,
@@ -109,22 +109,14 @@ def _layer_rows(
     pair: LayerPair, ordinal: int, src: Instance, dst: Instance, dst_rank: int,
     groups: list[UnitGroup],
 ) -> list[Row]:
-    """One destination rank's rows of one layer: its heads from the ranks that hold them."""
-    layer = dst.facts[dst_rank].layers[pair.name]
-    first = head_start(layer, dst_rank, dst.ranks, dst.total_kv_heads)
-    src_starts = [
-        head_start(facts.layers[pair.name], rank, src.ranks, src.total_kv_heads)
-        for rank, facts in enumerate(src.facts)
-    ]
-    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads),
-                           dst_rank)
+    """One destination rank's rows of one layer: its heads (or a state's pieces) from the
+    ranks that hold them."""
     rows: list[Row] = []
-    for src_rank, head, stop in served:
-        ours = src.facts[src_rank].layers[pair.name]
-        for segment in segments(ours, layer):
+    for move in moves(pair, src, dst, dst_rank):
+        for segment in move.segments:
             for group in groups:
-                rows.extend(lower_move((pair.name, ordinal), (src_rank, dst_rank), (head, stop),
-                                       (src_starts[src_rank], first), segment, group))
+                rows.extend(lower_move((pair.name, ordinal), (move.src_rank, dst_rank),
+                                       move.heads, move.head_starts, segment, group))
     return rows
 
 

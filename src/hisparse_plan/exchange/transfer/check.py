@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
@@ -30,6 +31,7 @@ from hisparse_plan.exchange.transfer.heads import head_start
 from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program import TransferProgram, TransferRow
 from hisparse_plan.exchange.transfer.side import Instance, as_instance
+from hisparse_plan.exchange.transfer.states import full_row, state_pieces
 from hisparse_plan.exchange.transfer.units import ceil_div, needed_units, required_units
 from hisparse_plan.models.any_plan import Plan
 
@@ -97,12 +99,23 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
            num_tokens: int, is_source: bool) -> list[Side]:
     """Each rank's patterns, region sizes and the request's block positions per table."""
     wanted = {pair.name for pair in pairs}
+    splits = {pair.name: pair.states for pair in pairs if pair.states is not None}
     found = []
     for rank, plan in enumerate(side.plans):
         def origin(name: str, rank: int = rank) -> int:
+            if name in splits:
+                return 0  # a state between TP sizes: its pieces of the full state
             return head_start(side.facts[rank].layers[name], rank, side.ranks,
                               side.total_kv_heads)
-        found.append(patterns(plan, wanted, origin))
+
+        def pieces(name: str, index: int, shape: tuple[int, ...], size: int, rank: int = rank
+                   ) -> tuple[list[tuple[int, int, int]], int]:
+            split = splits.get(name)
+            if split is None:
+                return [(0, 0, size)], size
+            return (state_pieces(shape, size // max(1, prod(shape)), split[index], rank,
+                                 side.ranks), split[index].size)
+        found.append(patterns(plan, wanted, origin, pieces))
     states = {p.table for placed in found[0].values() for p in placed if p.state}
     spans: dict[str, tuple[int, int]] = {}
     for pair in pairs:
@@ -236,10 +249,13 @@ def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
             f"rows {clash[0].index} and {clash[1].index} both write layer {pair.name!r} "
             f"units {max(clash[0].units[0], clash[1].units[0])}.. on destination rank {rank}",
             row=clash[1].index, layer=pair.name)
-    first = head_start(layer, rank, dst.ranks, dst.total_kv_heads)
     units = required_units(pair, num_tokens)
-    heads = (first, first + layer.heads)
-    row = (0, layer.row_bytes)
+    if pair.states is not None:
+        # The rank's pieces of the full state: boxes of its own bytes, none twice.
+        heads, row = (0, 1), (0, full_row(pair.states))
+    else:
+        first = head_start(layer, rank, dst.ranks, dst.total_kv_heads)
+        heads, row = (first, first + layer.heads), (0, layer.row_bytes)
     need = (units[1] - units[0]) * layer.heads * layer.row_bytes
     have = covered(boxes, units, heads, row)
     if have != need:

@@ -12,6 +12,7 @@ from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFa
 from hisparse_plan.exchange.transfer.heads import global_heads
 from hisparse_plan.exchange.transfer.sharing import same_sharing
 from hisparse_plan.exchange.transfer.side import FP8_FORMATS, Instance
+from hisparse_plan.exchange.transfer.states import StateSplit, state_splits
 from hisparse_plan.models.plan import KVCachePlan
 
 
@@ -24,6 +25,8 @@ class LayerPair:
     destination: LayerFacts
     window: int | None
     """Tokens the destination still needs of a window layer (None: every token)."""
+    states: tuple[StateSplit, ...] | None = None
+    """A state layer between TP sizes: each state's split (None: rank to rank)."""
 
 
 def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
@@ -42,11 +45,17 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         movable(ours, theirs)
         same_kind(ours, theirs)
         same_page_tokens(ours, theirs)
-        same_row(ours, theirs)
+        resharded = ours.kind == "state" and source.ranks != destination.ranks
+        same_row(ours, theirs, shapes=not resharded)
         same_fp8_format(ours, theirs, source, destination)
-        same_state_ranks(ours, theirs, source.ranks, destination.ranks)
-        same_heads(ours, theirs, source, destination)
-        pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))
+        splits = None
+        if resharded:
+            splits = state_splits(ours, theirs, source.ranks, destination.ranks,
+                                  same_state_groups(name, source, destination))
+        else:
+            same_heads(ours, theirs, source, destination)
+        pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination),
+                               splits))
     return pairs
 
 
@@ -105,10 +114,11 @@ def same_kind(src: LayerFacts, dst: LayerFacts) -> None:
                                 "rows, pages and states do not hold the same bytes")
 
 
-def same_row(src: LayerFacts, dst: LayerFacts) -> None:
+def same_row(src: LayerFacts, dst: LayerFacts, *, shapes: bool = True) -> None:
     """Another dtype or row format is not the same bytes: the fields (K, V, latent, index
     page, states) must match in name, bytes, dtype and state shape, and the cache format where
-    both plans name one."""
+    both plans name one. Without `shapes` (states between TP sizes, whose shards differ) the
+    shapes and bytes are left to the states' split."""
     if src.fmt is not None and dst.fmt is not None and src.fmt != dst.fmt:
         raise refuse_difference(src.name, "cache_dtype", src.fmt, dst.fmt,
                                 "rows of another format are not the same bytes")
@@ -119,6 +129,8 @@ def same_row(src: LayerFacts, dst: LayerFacts) -> None:
                                 [f[0] for f in theirs], "the rows are made of other parts")
     for (field, size, dtype, shape), (_, size2, dtype2, shape2) in zip(ours, theirs,
                                                                         strict=True):
+        if not shapes:
+            size2, shape2 = size, shape
         if shape != shape2:
             raise refuse_difference(src.name, f"{field}.shape", list(shape), list(shape2),
                                     "states of another shape are not the same bytes")
@@ -184,11 +196,14 @@ def same_page_tokens(src: LayerFacts, dst: LayerFacts) -> None:
                                 "index keys are laid out per page, keys then scales")
 
 
-def same_state_ranks(src: LayerFacts, dst: LayerFacts, src_ranks: int, dst_ranks: int) -> None:
-    """A state is its rank's shard; another tensor-parallel size shards it otherwise."""
-    if src.kind == "state" and src_ranks != dst_ranks:
-        raise refuse_difference(src.name, "tensor_parallel_size", src_ranks, dst_ranks,
-                                "a Mamba state is sharded per rank")
+def same_state_groups(layer: str, source: Instance, destination: Instance
+                      ) -> tuple[int, ...] | None:
+    """The conv state's channel blocks, as either instance gives them (both: the same)."""
+    ours, theirs = source.state_groups, destination.state_groups
+    if ours is not None and theirs is not None and ours != theirs:
+        raise refuse_difference(layer, "state_groups", list(ours), list(theirs),
+                                "the sides' conv states are made of other blocks")
+    return ours if ours is not None else theirs
 
 
 def same_heads(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
@@ -252,13 +267,15 @@ def contiguous_runs(fields: tuple[FieldPlace, ...]) -> list[tuple[int, int, Fiel
 def segments(src: LayerFacts, dst: LayerFacts) -> list[tuple[int, int, FieldPlace, int,
                                                               FieldPlace, int]]:
     """The logical row cut where either side's contiguous runs break: (lo, hi, source place,
-    its run's first logical byte, destination place, its run's first byte)."""
+    its run's first logical byte, destination place, its run's first byte). Only bytes both
+    sides hold: a state's pieces on ranks of two TP sizes hold parts of the row."""
     ours, theirs = contiguous_runs(src.fields), contiguous_runs(dst.fields)
     cuts = sorted({lo for lo, _, _ in ours} | {lo for lo, _, _ in theirs}
-                  | {hi for _, hi, _ in ours})
+                  | {hi for _, hi, _ in ours} | {hi for _, hi, _ in theirs})
     found = []
     for lo, hi in pairwise(cuts):
-        mine = next(run for run in ours if run[0] <= lo < run[1])
-        yours = next(run for run in theirs if run[0] <= lo < run[1])
-        found.append((lo, hi, mine[2], mine[0], yours[2], yours[0]))
+        mine = next((run for run in ours if run[0] <= lo < run[1]), None)
+        yours = next((run for run in theirs if run[0] <= lo < run[1]), None)
+        if mine is not None and yours is not None:
+            found.append((lo, hi, mine[2], mine[0], yours[2], yours[0]))
     return found

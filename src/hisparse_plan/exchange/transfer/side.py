@@ -35,12 +35,16 @@ class Instance:
     sliding-window layers whose plan does not record it (SGLang's swa pool). `cache_dtype` is
     the engine's `--kv-cache-dtype` (`fp8_e4m3`, `fp8_e5m2`; vLLM's `fp8` is `fp8_e4m3`): both
     engines store an fp8 cache as uint8, so a plan cannot say which fp8 its rows hold, and a
-    transfer of such rows needs each side to say it."""
+    transfer of such rows needs each side to say it. `state_groups` gives a Mamba or
+    linear-attention conv state's channel blocks, each sharded over the ranks on its own
+    (SGLang's `conv_shard_groups`: Mamba-2's x, B, C; Gated DeltaNet's q, k, v), full sizes in
+    channels; a conv state moved between TP sizes needs it on either side."""
 
     plans: Sequence[Plan]
     total_kv_heads: int | None = None
     windows: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     cache_dtype: str | None = None
+    state_groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.plans:
@@ -50,6 +54,10 @@ class Instance:
             raise PlanError(
                 f"cache_dtype: expected one of {sorted(FP8_FORMATS)} (the engine's "
                 f"--kv-cache-dtype) or null, got {self.cache_dtype!r}", field="cache_dtype")
+        if self.state_groups is not None and (
+                not self.state_groups or min(self.state_groups) < 1):
+            raise PlanError(f"state_groups: expected positive channel counts, got "
+                            f"{list(self.state_groups)}", field="state_groups")
         engines = {plan.engine for plan in self.plans}
         if len(engines) > 1:
             raise PlanError(f"plans: expected one engine's plans, got {sorted(engines)}",

@@ -1,0 +1,48 @@
+"""Which source ranks serve one destination rank's part of a layer, and which segments of the
+logical row each moves: heads from the ranks that hold them (heads.py), or a state's pieces
+between TP sizes from the ranks whose pieces overlap (states.py). build_transfer and
+compile_transfer lower the same moves."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hisparse_plan.exchange.transfer.facts import FieldPlace
+from hisparse_plan.exchange.transfer.heads import head_start, serving_ranks
+from hisparse_plan.exchange.transfer.match import LayerPair, segments
+from hisparse_plan.exchange.transfer.side import Instance
+from hisparse_plan.exchange.transfer.states import sliced
+
+Segment = tuple[int, int, FieldPlace, int, FieldPlace, int]
+
+
+class Move(NamedTuple):
+    """Global heads `heads` of the layer from `src_rank`, whose first heads on each side are
+    `head_starts`, as `segments` of the logical row."""
+
+    src_rank: int
+    heads: tuple[int, int]
+    head_starts: tuple[int, int]
+    segments: list[Segment]
+
+
+def moves(pair: LayerPair, src: Instance, dst: Instance, dst_rank: int) -> list[Move]:
+    """What destination rank `dst_rank` receives of the layer, source rank by source rank."""
+    layer = dst.facts[dst_rank].layers[pair.name]
+    if pair.states is not None:
+        mine = sliced(layer, pair.states, dst_rank, dst.ranks)
+        found = []
+        for src_rank, facts in enumerate(src.facts):
+            theirs = sliced(facts.layers[pair.name], pair.states, src_rank, src.ranks)
+            shared = segments(theirs, mine)
+            if shared:
+                found.append(Move(src_rank, (0, 1), (0, 0), shared))
+        return found
+    first = head_start(layer, dst_rank, dst.ranks, dst.total_kv_heads)
+    src_starts = [head_start(facts.layers[pair.name], rank, src.ranks, src.total_kv_heads)
+                  for rank, facts in enumerate(src.facts)]
+    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads),
+                           dst_rank)
+    return [Move(src_rank, (head, stop), (src_starts[src_rank], first),
+                 segments(src.facts[src_rank].layers[pair.name], layer))
+            for src_rank, head, stop in served]
