@@ -266,9 +266,9 @@ def write(instance: Instance, blocks: dict[str, list[int]], buffers: Buffers,
           states: StateCuts | None = None) -> None:
     """Write every layer's bytes for units [first, stop) (per layer) through the plans' own
     views, at the request's blocks."""
-    for rank, plan in enumerate(instance.plans):
-        for name, cells_of in rank_cells(plan, rank, instance.ranks,
-                                         instance.total_kv_heads, states):
+    for index, (plan, (rank, ranks)) in enumerate(zip(instance.plans, stage_ranks(instance),
+                                                      strict=True)):
+        for name, cells_of in rank_cells(plan, rank, ranks, instance.total_kv_heads, states):
             if name not in units:
                 continue
             first, stop = units[name]
@@ -280,13 +280,27 @@ def write(instance: Instance, blocks: dict[str, list[int]], buffers: Buffers,
                     unit = (0 if cells.kind == "state" else position * cells.units) + cells.unit
                     keep = (unit >= first) & (unit < stop)
                     value = encode(layer_ids[name], unit, cells.head, cells.byte)
-                    buffers[(rank, cells.region)][cells.addresses[keep]] = value[keep]
+                    buffers[(index, cells.region)][cells.addresses[keep]] = value[keep]
+
+
+def stage_ranks(instance: Instance) -> list[tuple[int, int]]:
+    """Each plan's (place among the plans that hold its layers, how many do): its
+    tensor-parallel rank and size within its pipeline stage (SGLang's pipeline ranks each
+    plan their own layers)."""
+    held = [frozenset(name for name, _ in rank_cells(plan, 0, 1, None))
+            for plan in instance.plans]
+    return [(held[:rank].count(names), held.count(names)) for rank, names in enumerate(held)]
 
 
 def layer_shapes(instance: Instance) -> dict[str, Cells]:
-    """Each layer's first cells on rank 0 (its kind, table and units per block)."""
-    return {name: cells_of(1)[0] for name, cells_of in rank_cells(instance.plans[0], 0,
-                                                                   instance.ranks, None)}
+    """Each layer's first cells on the first rank that holds it (its kind, table and units
+    per block)."""
+    found: dict[str, Cells] = {}
+    for plan in instance.plans:
+        for name, cells_of in rank_cells(plan, 0, instance.ranks, None):
+            if name not in found:
+                found[name] = cells_of(1)[0]
+    return found
 
 
 def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, first: int,

@@ -72,7 +72,7 @@ def check_transfer(
                         Written(box.units, box.heads, box.row, index))
                     boxes += 1
     for pair in pairs:
-        for rank in range(dst.ranks):
+        for rank in dst.group(pair.name):
             _complete(pair, rank, dst, written.get((rank, pair.name), []), num_tokens)
     return TransferProof(len(program.rows), program.bytes, len(pairs), boxes)
 
@@ -105,7 +105,7 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
         def origin(name: str, rank: int = rank) -> int:
             if name in splits:
                 return 0  # a state between TP sizes: its pieces of the full state
-            return head_start(side.facts[rank].layers[name], rank, side.ranks,
+            return head_start(side.facts[rank].layers[name], *side.tp_rank(name, rank),
                               side.total_kv_heads)
 
         def pieces(name: str, index: int, shape: tuple[int, ...], size: int, rank: int = rank
@@ -113,10 +113,10 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
             split = splits.get(name)
             if split is None:
                 return [(0, 0, size)], size
-            return (state_pieces(shape, size // max(1, prod(shape)), split[index], rank,
-                                 side.ranks), split[index].size)
+            return (state_pieces(shape, size // max(1, prod(shape)), split[index],
+                                 *side.tp_rank(name, rank)), split[index].size)
         found.append(patterns(plan, wanted, origin, pieces))
-    states = {p.table for placed in found[0].values() for p in placed if p.state}
+    states = {p.table for rank in found for placed in rank.values() for p in placed if p.state}
     spans: dict[str, tuple[int, int]] = {}
     for pair in pairs:
         layer = pair.source if is_source else pair.destination
@@ -254,7 +254,7 @@ def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
         # The rank's pieces of the full state: boxes of its own bytes, none twice.
         heads, row = (0, 1), (0, full_row(pair.states))
     else:
-        first = head_start(layer, rank, dst.ranks, dst.total_kv_heads)
+        first = head_start(layer, *dst.tp_rank(pair.name, rank), dst.total_kv_heads)
         heads, row = (first, first + layer.heads), (0, layer.row_bytes)
     need = (units[1] - units[0]) * layer.heads * layer.row_bytes
     have = covered(boxes, units, heads, row)

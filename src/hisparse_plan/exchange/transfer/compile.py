@@ -12,7 +12,7 @@ from math import lcm
 
 from hisparse_plan.exchange.transfer.build import _ordinals, _regions
 from hisparse_plan.exchange.transfer.coalesce import coalesce
-from hisparse_plan.exchange.transfer.facts import FieldPlace, RankFacts
+from hisparse_plan.exchange.transfer.facts import FieldPlace
 from hisparse_plan.exchange.transfer.lower import Row, lower_move
 from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.pattern import (
@@ -69,12 +69,12 @@ def compile_transfer(
         if link not in links:
             links.append(link)
         index = links.index(link)
-        for dst_rank in range(dst.ranks):
+        for dst_rank in dst.group(pair.name):
             rows.extend(_layer_rows(pair, ordinal, index, link, src, dst, dst_rank))
     tables = {pair.name: (pair.source.table, pair.destination.table) for pair in pairs}
     return TransferPattern(
         source=_regions(src), destination=_regions(dst),
-        source_tables=_tables(src.facts[0]), destination_tables=_tables(dst.facts[0]),
+        source_tables=_tables(src), destination_tables=_tables(dst),
         shared=[*_shared("source", src, pairs), *_shared("destination", dst, pairs)],
         layers=[pair.name for pair in pairs], links=links,
         rows=[_untagged(row, links) for row in coalesce(rows, tables)],
@@ -118,10 +118,10 @@ def _untagged(row: Row, links: list[PatternLink]) -> PatternRow:
     )
 
 
-def _tables(facts: RankFacts) -> list[PatternTable]:
+def _tables(side: Instance) -> list[PatternTable]:
     return [PatternTable(name=t.key, block_tokens=t.block_tokens, num_blocks=t.num_blocks,
                          padding_blocks=t.padding_blocks, state=t.state)
-            for t in facts.tables.values()]
+            for t in side.tables.values()]
 
 
 def _shared(side: str, instance: Instance, pairs: list[LayerPair]) -> list[tuple[str, str, str]]:

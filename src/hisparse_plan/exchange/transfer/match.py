@@ -34,9 +34,9 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     src_ranks, dst_ranks = source.facts, destination.facts
     one_context_rank(source, "source")
     one_context_rank(destination, "destination")
-    same_layers_on_every_rank(src_ranks, "source")
-    same_layers_on_every_rank(dst_ranks, "destination")
-    src, dst = src_ranks[0].layers, dst_ranks[0].layers
+    stages_apart(src_ranks, "source")
+    stages_apart(dst_ranks, "destination")
+    src, dst = stage_layers(src_ranks), stage_layers(dst_ranks)
     same_sharing(source, destination)
     present_on_both(src, dst)
     pairs = []
@@ -45,12 +45,13 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         movable(ours, theirs)
         same_kind(ours, theirs)
         same_page_tokens(ours, theirs)
-        resharded = ours.kind == "state" and source.ranks != destination.ranks
+        src_tp, dst_tp = len(source.group(name)), len(destination.group(name))
+        resharded = ours.kind == "state" and src_tp != dst_tp
         same_row(ours, theirs, shapes=not resharded)
         same_fp8_format(ours, theirs, source, destination)
         splits = None
         if resharded:
-            splits = state_splits(ours, theirs, source.ranks, destination.ranks,
+            splits = state_splits(ours, theirs, src_tp, dst_tp,
                                   same_state_groups(name, source, destination))
         else:
             same_heads(ours, theirs, source, destination)
@@ -74,16 +75,29 @@ def one_context_rank(side: Instance, what: str) -> None:
                 field=f"{what}.plans[{rank}].workload.decode_context_parallel_size")
 
 
-def same_layers_on_every_rank(ranks: tuple[RankFacts, ...], side: str) -> None:
-    first = list(ranks[0].layers)
-    for rank, facts in enumerate(ranks[1:], 1):
-        if list(facts.layers) != first:
-            missing = next(iter(set(first) ^ set(facts.layers)), first[0] if first else "")
-            raise TransferRefused(
-                f"{side} rank {rank}: its plan places other layers than rank 0's (first: "
-                f"{missing!r}); expected the ranks of one instance to place the same layers",
-                layer=missing, what="layers", field=f"{side}.plans[{rank}]",
-            )
+def stages_apart(ranks: tuple[RankFacts, ...], side: str) -> None:
+    """The ranks of one pipeline stage place the same layers, and two stages none in common
+    (SGLang's pipeline ranks plan their own layers; a vLLM plan holds every stage)."""
+    for rank, facts in enumerate(ranks):
+        for other in ranks[:rank]:
+            mine, theirs = set(facts.layers), set(other.layers)
+            if mine != theirs and mine & theirs:
+                common = min(mine & theirs)
+                raise TransferRefused(
+                    f"{side} rank {rank}: its plan places layer {common!r} as an earlier "
+                    "rank does, and other layers besides; expected the ranks of one pipeline "
+                    "stage to place the same layers, and two stages none in common",
+                    layer=common, what="layers", field=f"{side}.plans[{rank}]",
+                )
+
+
+def stage_layers(ranks: tuple[RankFacts, ...]) -> dict[str, LayerFacts]:
+    """Every layer the instance holds, from the first rank that holds it, in stage order."""
+    found: dict[str, LayerFacts] = {}
+    for facts in ranks:
+        for name, layer in facts.layers.items():
+            found.setdefault(name, layer)
+    return found
 
 
 def present_on_both(src: dict[str, LayerFacts], dst: dict[str, LayerFacts]) -> None:
@@ -209,8 +223,8 @@ def same_state_groups(layer: str, source: Instance, destination: Instance
 def same_heads(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
                ) -> None:
     """Both sides hold the model's same heads in all (their split may differ)."""
-    ours = global_heads(src, source.ranks, source.total_kv_heads)
-    theirs = global_heads(dst, destination.ranks, destination.total_kv_heads)
+    ours = global_heads(src, len(source.group(src.name)), source.total_kv_heads)
+    theirs = global_heads(dst, len(destination.group(dst.name)), destination.total_kv_heads)
     if ours != theirs:
         raise refuse_difference(src.name, "num_kv_heads (all ranks)", ours, theirs,
                                 "the sides hold other heads of the model")

@@ -27,22 +27,25 @@ class Move(NamedTuple):
 
 
 def moves(pair: LayerPair, src: Instance, dst: Instance, dst_rank: int) -> list[Move]:
-    """What destination rank `dst_rank` receives of the layer, source rank by source rank."""
+    """What destination rank `dst_rank` receives of the layer, source rank by source rank
+    (the ranks of the layer's pipeline stage on each side, in their tensor-parallel order)."""
     layer = dst.facts[dst_rank].layers[pair.name]
+    src_group = src.group(pair.name)
     if pair.states is not None:
-        mine = sliced(layer, pair.states, dst_rank, dst.ranks)
+        mine = sliced(layer, pair.states, *dst.tp_rank(pair.name, dst_rank))
         found = []
-        for src_rank, facts in enumerate(src.facts):
-            theirs = sliced(facts.layers[pair.name], pair.states, src_rank, src.ranks)
+        for index, src_rank in enumerate(src_group):
+            theirs = sliced(src.facts[src_rank].layers[pair.name], pair.states, index,
+                            len(src_group))
             shared = segments(theirs, mine)
             if shared:
                 found.append(Move(src_rank, (0, 1), (0, 0), shared))
         return found
-    first = head_start(layer, dst_rank, dst.ranks, dst.total_kv_heads)
-    src_starts = [head_start(facts.layers[pair.name], rank, src.ranks, src.total_kv_heads)
-                  for rank, facts in enumerate(src.facts)]
-    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads),
-                           dst_rank)
-    return [Move(src_rank, (head, stop), (src_starts[src_rank], first),
-                 segments(src.facts[src_rank].layers[pair.name], layer))
-            for src_rank, head, stop in served]
+    place, size = dst.tp_rank(pair.name, dst_rank)
+    first = head_start(layer, place, size, dst.total_kv_heads)
+    src_starts = [head_start(src.facts[rank].layers[pair.name], index, len(src_group),
+                             src.total_kv_heads) for index, rank in enumerate(src_group)]
+    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads), place)
+    return [Move(src_group[index], (head, stop), (src_starts[index], first),
+                 segments(src.facts[src_group[index]].layers[pair.name], layer))
+            for index, head, stop in served]
