@@ -90,7 +90,7 @@ def test_instances_of_a_proved_pattern_move_what_build_transfer_moves(
         built = build_transfer(pair.source, pair.destination, request)
         reach = _reach(pair, firsts)
         source, start, expected, allowed = oracle(pair.source, pair.destination, request,
-                                                  program, firsts, reach)
+                                                  program, firsts, reach, pair.states)
         ours = {key: value.copy() for key, value in start.items()}
         theirs = {key: value.copy() for key, value in start.items()}
         execute(program, source, ours)
@@ -130,6 +130,21 @@ def _edits(pattern: TransferPattern) -> dict[str, TransferPattern]:
     if other is not None:
         edits["wrong head interval"] = [first.model_copy(update={"src_rank": other}),
                                         *rows[1:]]
+    states = [i for i, row in enumerate(rows) if pattern.links[row.link].kind == "state"]
+    if states:
+        at = states[0]
+        state = rows[at]
+        # Another piece of the same state (another channel block or head slice).
+        wrong = next((rows[i] for i in states if rows[i].src_rank == state.src_rank
+                      and rows[i].src_region == state.src_region
+                      and rows[i].src_offset != state.src_offset
+                      and rows[i].length == state.length), None)
+        if wrong is not None:
+            edits["wrong state slice"] = [*rows[:at], state.model_copy(update={
+                "src_offset": wrong.src_offset}), *rows[at + 1:]]
+        # The state written one block on: another slot of the state table.
+        edits["state to the wrong slot"] = [*rows[:at], state.model_copy(update={
+            "dst_offset": state.dst_offset + state.dst_block_stride}), *rows[at + 1:]]
     return {name: pattern.model_copy(update={"rows": edited}) for name, edited in edits.items()}
 
 

@@ -476,3 +476,31 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
     data["device"]["num_blocks_override"] = blocks if not hisparse else None
     data["device"]["available_bytes"] = 2**40 if not hisparse else hisparse_bytes[1]
     return plan_of(data)
+
+
+def sglang_stages(pp: int, tp: int, *, layers: int = 4, heads: int = 4, page: int = 16
+                  ) -> Instance:
+    """An SGLang instance of `pp` pipeline ranks of `tp` TP ranks each: plans in rank order,
+    each pipeline rank's TP ranks together (a pipeline rank plans its own layers)."""
+    specs = attention_layers(layers, max(1, heads // tp), block=page)
+    plans = []
+    for rank in range(pp):
+        extra = {"pp_size": pp, "pp_rank": rank} if pp > 1 else {}
+        plans += [plan_of(sglang_request(specs, page_size=page, tokens=512, context_length=512,
+                                         available=2**30, **extra))] * tp
+    return Instance(plans, total_kv_heads=heads)
+
+
+def vllm_stages(pp: int, tp: int, *, layers: int = 4, heads: int = 4, block: int = 16,
+                layout: str = "BLHNC") -> Instance:
+    """A vLLM instance of `tp` ranks: each rank's plan holds every pipeline stage (layers
+    split evenly, earlier stages one more), a device pool each."""
+    specs = attention_layers(layers, max(1, heads // tp), block=block)
+    request = vllm_request(specs, layout=layout, max_model_len=512)
+    names = list(specs)
+    cuts = [layers * stage // pp for stage in range(pp + 1)]
+    request["device"]["pipeline_stages"] = [
+        {"layers": names[cuts[stage]:cuts[stage + 1]], "available_bytes": 2**20}
+        for stage in range(pp)]
+    return Instance([plan_of(request)] * tp, total_kv_heads=heads)
+

@@ -61,18 +61,23 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
 
 
 def one_context_rank(side: Instance, what: str) -> None:
-    """Decode context parallelism spreads a layer's tokens over the DCP ranks, one in every
-    `dcp` to each: this version moves whole token rows per rank only."""
+    """Decode context parallelism spreads a layer's tokens over the DCP ranks, token `t` to
+    rank `t % dcp` (SGLang's `build_dcp_token_transfer_plan`): both engines move into it, but
+    this version's rows, patterns and proof describe contiguous token ranges only."""
     for rank, plan in enumerate(side.plans):
-        dcp = plan.workload.decode_context_parallel_size if isinstance(plan, KVCachePlan) else 1
+        if isinstance(plan, KVCachePlan):
+            dcp, where = plan.workload.decode_context_parallel_size, \
+                "workload.decode_context_parallel_size"
+        else:
+            dcp, where = plan.budget.dcp_size, "budget.dcp_size"
         if dcp > 1:
             raise TransferRefused(
                 f"{what} rank {rank}: decode_context_parallel_size is {dcp}; expected 1 "
-                "(tokens spread over context-parallel ranks are not moved yet; see "
-                "docs/transfer.md#what-is-refused)",
+                "(a DCP rank holds every dcp-th token, a strided set this version's rows and "
+                "proof do not describe; see docs/transfer.md#not-yet)",
                 what="decode_context_parallel_size", source=dcp if what == "source" else None,
                 destination=dcp if what == "destination" else None,
-                field=f"{what}.plans[{rank}].workload.decode_context_parallel_size")
+                field=f"{what}.plans[{rank}].{where}")
 
 
 def stages_apart(ranks: tuple[RankFacts, ...], side: str) -> None:
