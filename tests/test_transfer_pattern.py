@@ -43,6 +43,12 @@ def _compiled(pair: Pair) -> TransferPattern | None:
         event(f"{pair.family}: refused ({refused.what})")
         return None
     event(f"{pair.family}: {pair.source.engine} -> {pair.destination.engine}")
+    if pair.family == "mamba":
+        event("mamba: states across TP sizes" if pair.source.ranks != pair.destination.ranks
+              else "mamba: states rank to rank")
+    if pair.family == "pipeline":
+        stages = [len(set(side.holders.values())) for side in (pair.source, pair.destination)]
+        event(f"pipeline: {stages[0]} -> {stages[1]} stages of plans")
     return pattern
 
 

@@ -24,6 +24,7 @@ from hisparse_plan.exchange.transfer import (
     compile_transfer,
 )
 from hisparse_plan.presets import Settings, build_request, load_preset
+from hisparse_plan.presets.regular import RegularArchitecture
 from transfer_support import (
     StateCuts,
     attention_layers,
@@ -106,6 +107,7 @@ def test_a_wrong_channel_block_split_moves_wrong_bytes_that_the_oracle_sees() ->
 
 def test_gated_deltanet_states_of_qwen3_next_between_tp_1_and_2() -> None:
     arch = load_preset("qwen3-next-80b").architecture
+    assert isinstance(arch, RegularArchitecture)
     geometry = arch.state_geometry()
     assert geometry is not None
     blocks = geometry.conv_blocks()
