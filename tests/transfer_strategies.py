@@ -191,9 +191,11 @@ def mamba_pairs(draw: st.DrawFn) -> Pair:
     engine = draw(st.sampled_from(["vllm", "vllm", "sglang"]))
     sides = []
     given = draw(st.integers(0, 1))
-    for index in range(2):
+    # Mostly two TP sizes (the first choices are the ones drawn most).
+    tps = draw(st.sampled_from([(2, 1), (1, 2), (4, 2), (1, 4), (2, 2), (4, 1), (2, 4),
+                                (1, 1)]))
+    for index, tp in enumerate(tps):
         side = draw(engine_side(engine, MIXED_PAGE_LAYOUTS))
-        tp = draw(st.sampled_from([1, 2, 4]))
         block = side.get("block", 16)
         layers = {f"model.layers.{i}.linear_attn": mamba_spec(tp, block)
                   for i in range(2)} | attention_layers(1, 4 // tp, block=block, first=2)
