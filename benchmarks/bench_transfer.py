@@ -15,6 +15,11 @@ split in R runs costs R times as much).
 `rows` is what the program lists, `descriptors` the contiguous copies NIXL posts (a row
 whose chunks follow one another is one, any other row one per chunk).
 
+Placement option (docs/transfer.md#placement-that-transfers-well): DeepSeek-V3.2 BLNHC prefill
+-> vLLM HiSparse decode with vLLM's layer-outermost host pool and with the block-outermost one,
+descriptors per request and per run of blocks (`placement_descriptors`; `placement_plans` gives
+the pair's plans, sized to a request for a NIXL run).
+
 Bandwidth: two processes on this machine (DRAM to DRAM over UCX, nixl-cu12): the decode
 registers its regions, the prefill posts the program with the NIXL executor, then the same
 total bytes as one contiguous descriptor; each timed from transfer() to DONE (medians of
@@ -157,6 +162,45 @@ def descriptor_table(tokens: int) -> None:
                 print(f"{model:<14} {layout.value:<7} {name:<30} {len(program.rows):>6} "
                       f"{program.descriptors:>11} {program.bytes // program.descriptors:>11} "
                       f"{program.bytes / GIB:>6.2f}", flush=True)
+
+
+PLACEMENT_PAIR = "DeepSeek-V3.2 BLNHC -> HiSparse decode, placement option"
+"""The pair of docs/transfer.md#placement-that-transfers-well: the decode's host pool
+block-outermost (hisparse.host_pool_layout), lined up with the prefill's block."""
+
+
+def placement_plans(tokens: int | None = None, *, option: bool = True) -> tuple[Plan, Plan]:
+    """(prefill, decode) of PLACEMENT_PAIR (vLLM's own host pool with `option` False); with
+    `tokens`, pools sized to one request of that many tokens (as `bandwidth` sizes them), so
+    two processes can hold them in DRAM."""
+    row = 61 * 800
+    kv, host, device = ((80 * GIB, 400 * GIB, 80 * GIB) if tokens is None else
+                        (tokens * row * 9 // 8, tokens * row * 9 // 8, tokens * 64_000 + GIB // 4))
+    arch = load_preset("deepseek-v3.2").architecture
+    prefill = hp.plan(build_request(arch, Settings(
+        layout=KVCacheLayout.BLNHC, gpu_mem_bytes=kv, hisparse=False, max_model_len=tokens)))
+    decode = hp.plan(build_request(arch, Settings(
+        layout=KVCacheLayout.BLNHC, gpu_mem_bytes=device, hisparse=True, host_pool_bytes=host,
+        max_model_len=tokens, host_pool_layout="block_outermost" if option else None)))
+    return prefill, decode
+
+
+def placement_descriptors(tokens: int) -> None:
+    """Descriptors per request and per contiguous run of blocks of PLACEMENT_PAIR, before (vLLM's
+    layer-outermost host pool) and after (the option): the request one run, then runs of 16."""
+    print(f"\n## {PLACEMENT_PAIR}: descriptors per request ({tokens:,} tokens)")
+    print(f"{'host pool':<16} {'blocks':<11} {'rows':>6} {'descriptors':>11} {'runs':>5} "
+          f"{'rows/run':>8} {'descr/run':>9} {'descr/block':>11}")
+    for option in (False, True):
+        prefill, decode = placement_plans(option=option)
+        for run in (None, 16):
+            program, _, _, runs = measure(prefill, decode, in_runs(run), tokens, 1)
+            blocks = -(-tokens // 64)
+            print(f"{'block-outermost' if option else 'layer-outermost':<16} "
+                  f"{'one run' if run is None else f'runs of {run}':<11} {len(program.rows):>6} "
+                  f"{program.descriptors:>11,} {runs:>5} {len(program.rows) / runs:>8g} "
+                  f"{program.descriptors / runs:>9g} {program.descriptors / blocks:>11g}",
+                  flush=True)
 
 
 def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
@@ -365,7 +409,51 @@ def pattern_pair(name: str, src: Instance, dst: Instance, tokens: int, repeat: i
           f"copy {1e3 * copy_cpu:.0f} ms: {100 * per_request_cpu / copy_cpu:.2f}%")
     for handle in (prepared.local, prepared.remote):
         handle.release()
+    staged_post(name, pattern, request, prefill, theirs, copy_s, repeat)
     del kept_ours, kept_theirs
+
+
+def staged_post(name: str, pattern: Any, request: TransferRequest, prefill: Any,  # noqa: ANN401
+                theirs: dict[tuple[int, str], tuple[int, int]], copy_s: float,
+                repeat: int) -> None:
+    """The staged program of the same pair, where the cost model picks it: proved once;
+    per request, its slots and rounds instantiated and each round's descriptors made
+    (initialize_xfer, the handle an engine then posts)."""
+    from hisparse_plan.exchange.transfer.cost import LOOPBACK, choose
+    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+    from hisparse_plan.exchange.transfer.nixl_staged import run_entries
+    from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
+
+    staged = compile_staged(pattern, slots_for(pattern, GIB))
+    choice = choose(staged, LOOPBACK)
+    print(f"cost model (loopback): {choice.describe()}")
+    if not choice.staged:
+        return
+    made = staged.instantiate(request)
+    staging, kept = reserved(made.staging_regions())
+    decode = endpoint(f"decode-staging-{name}", staging)
+    peer = prefill.agent.add_remote_agent(decode.metadata)
+    agent = prefill.agent
+    samples, descriptors = [], 0
+    for _ in range(max(repeat, 40) + 1):
+        at = time.perf_counter()
+        made = staged.instantiate(request)
+        descriptors = 0
+        for round_ in made.rounds:
+            local, remote = run_entries(staged, round_, prefill.addresses, staging)
+            handle = agent.initialize_xfer("WRITE", agent.get_xfer_descs(local, "DRAM"),
+                                           agent.get_xfer_descs(remote, "DRAM"), peer, b"s")
+            descriptors += len(local)
+            agent.release_xfer_handle(handle)
+        samples.append(time.perf_counter() - at)
+    per_request, best = statistics.median(samples[1:]), min(samples[1:])
+    print(f"staged, per request: {len(made.rounds)} rounds of at most 1 GiB, {descriptors:,} "
+          f"descriptors posted; instantiate + post {1e3 * per_request:.2f} ms (best "
+          f"{1e3 * best:.2f} ms) = {100 * per_request / copy_s:.2f}% of the copy (best "
+          f"{100 * best / copy_s:.2f}%); the destination then rearranges "
+          f"{made.direct.entries:,} entries in "
+          f"{sum(r.moves.rows.size for r in made.rounds):,} moves")
+    del kept
 
 
 def keep_freed_heap() -> None:
@@ -415,6 +503,40 @@ def pattern_table(repeat: int) -> None:
                      bandwidth_bps)
 
 
+def copy_speed_table(repeat: int, tokens: int) -> None:
+    """Issue 41's pairs at `tokens` (benchmarks/copy_speed.py)."""
+    from copy_speed import Pair, copy_speed
+    from hisparse_plan.adapters.sglang.request import sglang_request
+    from hisparse_plan.models.sglang_settings import SGLangSettings
+
+    print(f"\n## Copy speed: NIXL loopback in one process (two agents, UCX, DRAM), "
+          f"{tokens:,} tokens, medians of {repeat}")
+    pairs = []
+    per_token = 80 * 8 * 128 * 2 * 2
+    plans = [hp.plan(build_request(load_preset("llama-3-70b").architecture, Settings(
+        layout=KVCacheLayout.BLNHC, tp=tp, max_model_len=tokens,
+        gpu_mem_bytes=tokens * per_token // tp * 5 // 4))) for tp in (2, 1)]
+    pairs.append(Pair("Llama-3-70B vLLM TP 2 -> TP 1, BLNHC", Instance([plans[0], plans[0]]),
+                      Instance([plans[1]]), tokens))
+    per_token = 32 * 8 * 128 * 2 * 2
+    architecture = load_preset("llama-3-8b").architecture
+    prefill = hp.plan(build_request(architecture, Settings(
+        block_size=64, max_model_len=tokens, gpu_mem_bytes=tokens * per_token * 5 // 4)))
+    engine = SGLangSettings(name="sglang", context_length=tokens, page_size=16,
+                            max_running_requests=2)
+    decode = hp.plan_for_engine(sglang_request(architecture, engine,
+                                               available_bytes=tokens * per_token * 3 // 2))
+    pairs.append(Pair("Llama-3-8B vLLM block 64 -> SGLang page 16", Instance([prefill]),
+                      Instance([decode]), tokens))
+    for option in (False, True):
+        sides = placement_plans(tokens, option=option)
+        name = "DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse decode"
+        pairs.append(Pair(f"{name}, placement option" if option else name,
+                          Instance([sides[0]]), Instance([sides[1]]), tokens))
+    for pair in pairs:
+        copy_speed(pair, in_runs(16), repeat, calibrate=pair.name.endswith("HiSparse decode"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=163840)
@@ -425,13 +547,21 @@ def main() -> None:
     parser.add_argument("--no-nixl", action="store_true", help="skip the NIXL section")
     parser.add_argument("--pattern-only", action="store_true",
                         help="only the pattern section (the acceptance figures)")
+    parser.add_argument("--copy-speed", action="store_true",
+                        help="only the copy-speed section (staged transfers against one "
+                        "contiguous copy)")
+    parser.add_argument("--copy-tokens", type=int, default=16384)
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
-    pattern_table(args.repeat)
-    if not args.pattern_only:
+    if args.copy_speed:
+        copy_speed_table(args.repeat, args.copy_tokens)
+    else:
+        pattern_table(args.repeat)
+    if not args.pattern_only and not args.copy_speed:
         descriptor_table(args.tokens)
+        placement_descriptors(args.tokens)
         gbps = None if args.no_nixl else bandwidth(args.nixl_tokens, args.repeat)[0]
         build_and_prove(args.tokens, args.repeat, gbps)
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "

@@ -51,9 +51,15 @@ Prints one line per check and exits 1 at the first failure (2 without CUDA); wit
    request's pages as the decode's views place them (hot and resident pages are in others);
    then the same request through the proved pattern (compile_transfer, check_pattern,
    instantiate) with the batched torch executor (execute_request): the same bytes.
+   `transfer-placement`: the same into a decode whose host pool is block-outermost
+   (hisparse.host_pool_layout, docs/transfer.md#placement-that-transfers-well).
+16. Staged transfers (gpu_check_staged.py): DeepSeek-V3.2 BLNHC prefill on the GPU into a
+   HiSparse decode (device pool + pinned host pool) and Llama-3-70B TP 2 -> TP 1, 16,384
+   tokens in runs of 16 blocks, staged and direct with the torch executor, each against one
+   copy of the same bytes; the two results compared byte for byte.
 
---device cpu runs only the sections that need no GPU (15 without pinning, and the meta
-check): a dry run of their code. --only NAME,... runs the named sections.
+--device cpu runs only the sections that need no GPU (15 and 16 without pinning, and the
+meta check): a dry run of their code. --only NAME,... runs the named sections.
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ from typing import Any
 import torch
 
 import hisparse_plan as hp
+from gpu_check_staged import staged_transfers
+from hisparse_plan.presets.settings import HostPoolLayout
 from hisparse_plan.torch import (
     BackendError,
     CudaRegistrar,
@@ -100,7 +108,7 @@ from hisparse_plan.views import plan_views
 DATA = Path(__file__).resolve().parent.parent / "src/hisparse_plan/data"
 GOLDEN = Path(__file__).resolve().parent.parent / "tests/golden"
 GIB = 2**30
-CPU_SECTIONS = frozenset({"transfer", "meta"})
+CPU_SECTIONS = frozenset({"transfer", "transfer-placement", "staged transfer", "meta"})
 """The sections that also run with --device cpu (a dry run without pinning)."""
 ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
 
@@ -600,10 +608,12 @@ def sglang_mamba(device: str) -> None:
 
 
 # ---- 15. a transfer from a prefill plan on the GPU to a HiSparse decode plan ---------------
-def transfer_plans(device_bytes: int, host_bytes: int, tokens: int
+def transfer_plans(device_bytes: int, host_bytes: int, tokens: int,
+                   host_layout: HostPoolLayout | None = None
                    ) -> tuple[hp.KVCachePlan, hp.KVCachePlan]:
     """DeepSeek-V3.2 in vLLM's BLNHC: a prefill without HiSparse and a HiSparse decode (index
-    keys in the device pool, latent rows in the pinned host pool), both admitting `tokens`."""
+    keys in the device pool, latent rows in the pinned host pool, laid out as `host_layout`
+    asks: hisparse.host_pool_layout), both admitting `tokens`."""
     from hisparse_plan.models import KVCacheLayout
     from hisparse_plan.presets import Settings, build_request, load_preset
 
@@ -611,7 +621,8 @@ def transfer_plans(device_bytes: int, host_bytes: int, tokens: int
     for hisparse in (False, True):
         settings = Settings(layout=KVCacheLayout.BLNHC, gpu_mem_bytes=device_bytes,
                             hisparse=hisparse, host_pool_bytes=host_bytes if hisparse else None,
-                            max_model_len=tokens)
+                            max_model_len=tokens,
+                            host_pool_layout=host_layout if hisparse else None)
         plan = hp.plan(build_request(load_preset("deepseek-v3.2").architecture, settings))
         if not isinstance(plan, hp.KVCachePlan):
             raise CheckFailed("transfer: the DeepSeek-V3.2 preset did not give a vLLM plan")
@@ -648,12 +659,15 @@ def byte_mask(region: torch.Tensor, places: list[tuple[int, list[int], list[int]
     return mask
 
 
-def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
+def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000,
+                         host_layout: HostPoolLayout | None = None) -> None:
     """Move one request from a prefill's device pool to a HiSparse decode's device pool and
     pinned host pool with the torch executor; read every token of every layer back through
     the decode's views against the prefill's, check that no byte outside the program's rows
     changed and that every row lies in the request's pages (so on no hot or resident page,
-    which the decode's block tables keep in other blocks)."""
+    which the decode's block tables keep in other blocks). With `host_layout`
+    "block_outermost", into a decode whose host pool is block-outermost (the placement option
+    of docs/transfer.md#placement-that-transfers-well)."""
     from hisparse_plan.exchange.transfer import (
         Instance,
         TransferRequest,
@@ -665,7 +679,7 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
     from hisparse_plan.exchange.transfer.side import rank_facts
     from hisparse_plan.torch.transfer import execute, execute_request
 
-    prefill, decode = transfer_plans(GIB // 2, GIB // 4, 4096)
+    prefill, decode = transfer_plans(GIB // 2, GIB // 4, 4096, host_layout)
     src, dst = Instance([prefill]), Instance([decode])
     request = TransferRequest(num_tokens=tokens, source_blocks=request_blocks(prefill, tokens),
                               destination_blocks=request_blocks(decode, tokens))
@@ -673,7 +687,8 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000) -> None:
     check_transfer(program, src, dst)
     check("transfer: DeepSeek-V3.2 prefill -> HiSparse decode built and proved", True,
           f"{tokens} tokens, {len(program.rows)} rows, {program.descriptors} descriptors, "
-          f"{program.bytes / 1e6:.1f} MB")
+          f"{program.bytes / 1e6:.1f} MB, host pool "
+          f"{decode.host_pool.layout.value if decode.host_pool else None}")
     gpu = torch.device(device)
     with allocate(prefill, device=device, pin=False) as source, \
             allocate(decode, device=device, pin=pin) as destination:
@@ -776,6 +791,9 @@ def main() -> int:
         ("SGLang plans", lambda: sglang_plans(args.device)),
         ("SGLang Mamba", lambda: sglang_mamba(args.device)),
         ("transfer", lambda: transfer_to_hisparse(args.device, pin=not on_cpu)),
+        ("transfer-placement", lambda: transfer_to_hisparse(
+            args.device, pin=not on_cpu, host_layout="block_outermost")),
+        ("staged transfer", lambda: staged_transfers(args.device, check)),
         ("meta", meta_golden),
     ]
     chosen = set(args.only.split(",")) - {""} or {name for name, _ in sections}

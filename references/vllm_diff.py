@@ -149,7 +149,8 @@ class Generator:
 
     def other_layers(self, count: int, block: int, allow_mla: bool) -> dict[str, dict[str, Any]]:
         kinds = ["full_attention", "sliding_window", "chunked_local_attention",
-                 "sliding_window_mla", "mamba"] + (["mla"] if allow_mla else [])
+                 "sliding_window_mla", "mamba", "cross_attention"] + (
+                     ["mla"] if allow_mla else [])
         chosen = self.rng.sample(kinds, self.pick(1, 1, 2, 3))
         variants = self.variants(chosen, block)
         period = [self.rng.choice(variants) for _ in range(self.pick(1, 2, 3, 6))]

@@ -31,7 +31,16 @@ stood in for like the other packages below.
    with the reader, compared as in 1. Several architectures a process (batches restart after a
    crash); the table goes to docs/vllm-registry.md and tests/vllm_registry.json
    (tests/test_vllm_registry.py pins it without vLLM). `--registry-table` rewrites both from the
-   last run's results without building.
+   last run's results without building. Architectures named are built again; a whole sweep
+   resumes past what the results file (HISPARSE_REGISTRY_RESULTS) holds. Where vLLM fails on
+   the harness rather than on the model, the harness makes up the difference, each named below:
+   config fields real checkpoints carry (CHECKPOINT_FIELDS, MODEL_TYPES, FIXTURE_FIRST), CPU
+   stand-ins for kernels the CPU wheel lacks (`stand_in_cpu_ops`) and constructors run on the
+   CPU device (`compute_on_cpu`), none of which shapes a cache. Gemma-3n's and Gemma-4's
+   multimodal wrappers need timm (above). Full sweep:
+
+       HISPARSE_REGISTRY_RESULTS=/tmp/registry.jsonl PYTHONPATH=src:TIMM_DIR \
+           /work/vllm-venv/bin/python references/vllm_family_sweep.py --registry-build
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +239,10 @@ REGISTRY_LAYERS = 4
 """Decoder layers of a registry config (fewer where the class defaults to fewer)."""
 REGISTRY_BATCH = 16
 REGISTRY_SECONDS = 240
-RESULTS = Path(tempfile.gettempdir()) / "hisparse-vllm-registry.jsonl"
+RESULTS = Path(os.environ.get("HISPARSE_REGISTRY_RESULTS")
+               or Path(tempfile.gettempdir()) / "hisparse-vllm-registry.jsonl")
+"""The results of every run, one JSON line an architecture (the last line of each counts);
+HISPARSE_REGISTRY_RESULTS names another file (one per checkout on a shared machine)."""
 
 TABLE_DOC = REPO / "docs" / "vllm-registry.md"
 TABLE_PIN = REPO / "tests" / "vllm_registry.json"
@@ -272,6 +285,14 @@ def small_config(config_class: type) -> object:
     layers = getattr(text, "num_hidden_layers", None)
     if not isinstance(layers, int) or layers <= REGISTRY_LAYERS:
         return probe
+    if getattr(text, "num_kv_shared_layers", 0):
+        # The layers that read others' caches are counted from the end (Gemma-3n: 15 of 35):
+        # fewer layers would leave none to read.
+        return probe
+    if text is not probe and "text_config" not in probe.to_dict():
+        # The text config sits deeper (Qwen2.5-Omni's thinker_config.text_config): a top-level
+        # text_config would be one vLLM never reads.
+        return probe
     try:
         if text is probe:
             return config_class(num_hidden_layers=REGISTRY_LAYERS)
@@ -281,22 +302,165 @@ def small_config(config_class: type) -> object:
         return probe
 
 
+MODEL_TYPES = {"Llama4ForCausalLM": "llama4_text"}
+"""Architectures whose checkpoints carry another config class than the one transformers names
+first for them: vLLM's `llama4.py` builds Llama4ForCausalLM from a Llama-4 text config
+(`llama4_text`, which has `num_local_experts`), not from the multimodal Llama4Config."""
+CHECKPOINT_FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "Glm4MoeForCausalLM": ("as zai-org/GLM-4.5-Air", {"head_dim": 128}),
+    "DbrxForCausalLM": ("as databricks/dbrx-instruct", {"attn_config": {"rope_theta": 500000}}),
+    "AfmoeForCausalLM": ("as arcee-ai/Trinity-Nano-Preview", {
+        "score_func": "sigmoid", "route_norm": True, "route_scale": 2.826, "n_group": 1,
+        "topk_group": 1}),
+    "Qwen3VLMoeForConditionalGeneration": (
+        "as Qwen/Qwen3-VL-30B-A3B-Instruct", {"text_config": {"norm_topk_prob": True}}),
+    "Glm4vMoeForConditionalGeneration": (
+        "as zai-org/GLM-4.5V", {"text_config": {"head_dim": 128, "use_qk_norm": False}}),
+    "Lfm2VlForConditionalGeneration": (
+        "as LiquidAI/LFM2-VL-1.6B, whose language model is LFM2-1.2B (tests/hf_configs/"
+        "lfm2-1.2b)", {"text_config": {
+            key: value for key, value
+            in json.loads((CONFIGS / "lfm2-1.2b" / "config.json").read_text()).items()
+            if key != "architectures"}}),
+    "NemotronForCausalLM": ("as nvidia/Minitron-8B-Base", {"num_key_value_heads": 8}),
+    "Gemma4ForConditionalGeneration": (
+        "of transformers' Gemma4VisionConfig defaults", {"vision_config": {}}),
+    "Gemma4UnifiedForConditionalGeneration": (
+        "of transformers' Gemma4VisionConfig defaults", {"vision_config": {}}),
+}
+"""Fields every published checkpoint of the architecture carries but transformers' class
+leaves out (vLLM's model code reads them, and fails without): set as the named checkpoint's
+config.json has them (transformers' defaults are that checkpoint's sizes otherwise), or, for a
+tower the class leaves empty (Gemma-4's vision tower, which every Gemma-4 checkpoint has),
+the tower's own class defaults; no such field shapes a cache."""
+FIXTURE_FIRST = frozenset({
+    "MiniMaxM2ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+    "KimiLinearForCausalLM", "NemotronHForCausalLM",
+})
+"""Architectures read from their tests/hf_configs fixture (a published config.json) rather than
+transformers' class, whose defaults lack fields the checkpoints carry and vLLM's code reads
+(MiniMax-M2's rotary_dim, LFM2's block_dim, GLM-4.7-Flash's first_k_dense_replace) or differ
+from every checkpoint (Kimi-Linear's class defaults to a RoPE MLA that vLLM's NoPE-only
+Kimi-K3 attention refuses), or describe a model vLLM's CPU build refuses for a reason that shapes
+no cache (Nemotron-H's class defaults to an MoE Nemotron-H, whose relu2 experts vLLM runs on
+CUDA, XPU and ROCm only; Nemotron-H-4B has no experts)."""
+
+
+def fixture_naming(arch: str) -> tuple[dict[str, Any], str] | None:
+    """The first tests/hf_configs fixture whose architectures name `arch`."""
+    for folder in sorted(CONFIGS.iterdir()):
+        data = json.loads((folder / "config.json").read_text())
+        if arch in (data.get("architectures") or []):
+            return data, f"fixture {folder.name}"
+    return None
+
+
+def with_fields(config: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """`config` with `fields` set, nested objects merged key by key."""
+    merged = dict(config)
+    for key, value in fields.items():
+        inner = merged.get(key)
+        merged[key] = (with_fields(inner, value) if isinstance(value, dict)
+                       and isinstance(inner, dict) else value)
+    return merged
+
+
+def field_names(fields: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted names of the leaves of `fields`."""
+    return [name for key, value in fields.items()
+            for name in (field_names(value, f"{prefix}{key}.") if isinstance(value, dict)
+                         else [f"{prefix}{key}"])]
+
+
 def registry_config(arch: str) -> tuple[dict[str, Any] | None, str]:
     """A config for `arch` and where it came from, or None and why there is none."""
-    model_type = model_type_of(arch)
+    if arch in FIXTURE_FIRST and (fixture := fixture_naming(arch)) is not None:
+        return fixture
+    model_type = MODEL_TYPES.get(arch) or model_type_of(arch)
     if model_type is not None:
         auto = importlib.import_module("transformers.models.auto.configuration_auto")
         try:
             config = small_config(auto.CONFIG_MAPPING[model_type]).to_dict()  # type: ignore[attr-defined]
         except Exception as error:  # the class fails to import or to build its defaults
             return None, f"transformers' {model_type} config: {type(error).__name__}: {error}"
-        return {**config, "architectures": [arch]}, f"transformers {model_type}"
-    for folder in sorted(CONFIGS.iterdir()):
-        data = json.loads((folder / "config.json").read_text())
-        if arch in (data.get("architectures") or []):
-            return data, f"fixture {folder.name}"
+        # vLLM registers its own config classes under model_types of its own by setting the
+        # class's model_type (`_register_config_class`: DeepseekV3Config becomes "deepseek_v32"
+        # once DeepSeek-V3.2 was built in this process): the mapping's key is the class's own.
+        config = {**config, "model_type": model_type, "architectures": [arch]}
+        if arch in CHECKPOINT_FIELDS:
+            checkpoint, fields = CHECKPOINT_FIELDS[arch]
+            names = field_names(fields)
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            return (with_fields(config, fields),
+                    f"transformers {model_type}, {', '.join(names[:3])}{more} {checkpoint}")
+        return config, f"transformers {model_type}"
+    fixture = fixture_naming(arch)
+    if fixture is not None:
+        return fixture
     return None, ("no config: transformers has no class of that name (remote code) and no "
                   "fixture names it")
+
+
+CPU_MISSING_OPS = ("gelu_new", "gelu_fast", "gelu_quick")
+"""Kernels of vLLM's `_C` library its CPU wheel lacks, though `layers/activation.py`'s NewGELU,
+FastGELU and QuickGELU take them at construction on a CPU platform (their `forward_cpu` never
+calls them on x86)."""
+
+
+def stand_in_cpu_ops() -> None:
+    """Each op of CPU_MISSING_OPS the loaded `_C` lacks becomes a Python function of the same
+    contract (writes the activation of `x` into `out`): an activation shapes no cache, and the
+    meta build never runs it."""
+    import math
+
+    import torch
+
+    def gelu_tanh(out: torch.Tensor, x: torch.Tensor) -> None:
+        out.copy_(0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                             * (x + 0.044715 * x.pow(3)))))
+
+    def gelu_quick(out: torch.Tensor, x: torch.Tensor) -> None:
+        out.copy_(x * torch.sigmoid(1.702 * x))
+
+    from vllm.triton_utils import triton  # type: ignore[import-not-found, unused-ignore]
+
+    if not hasattr(triton, "set_allocator"):
+        # CPU triton has no kernel scratch allocator; vLLM's FLA Gated DeltaNet layers set one
+        # at construction (triton_utils/allocation.py, OLMo-Hybrid's): nothing a cache holds.
+        triton.set_allocator = lambda alloc_fn: None
+    ops = {"gelu_new": gelu_tanh, "gelu_fast": gelu_tanh, "gelu_quick": gelu_quick}
+    for name in CPU_MISSING_OPS:
+        try:
+            getattr(torch.ops._C, name)
+        except (AttributeError, RuntimeError):
+            setattr(torch.ops._C, name, ops[name])
+
+
+def compute_on_cpu() -> None:
+    """Constructors that turn a tensor they make into Python numbers (Bloom's ALiBi slopes,
+    `models/bloom.py`'s `_get_alibi_slopes`, `.tolist()`; `layers/activation.py`'s XIELU,
+    Apertus's activation, `.item()`) run on the CPU device: on the meta device a tensor has
+    no data to read. Neither value shapes a cache (ALiBi biases scores, XIELU is an MLP's)."""
+    import functools
+
+    import torch
+    from vllm.model_executor.layers import activation  # type: ignore[import-not-found]
+    from vllm.model_executor.models import bloom  # type: ignore[import-not-found, unused-ignore]
+
+    def on_cpu(function: Callable[..., object]) -> Callable[..., object]:
+        if getattr(function, "on_cpu", False):
+            return function
+
+        @functools.wraps(function)
+        def run(*args: object, **kwargs: object) -> object:
+            with torch.device("cpu"):
+                return function(*args, **kwargs)
+
+        run.on_cpu = True  # type: ignore[attr-defined]
+        return run
+
+    bloom._get_alibi_slopes = on_cpu(bloom._get_alibi_slopes)
+    activation.XIELU.__init__ = on_cpu(activation.XIELU.__init__)
 
 
 def registry_one(arch: str) -> dict[str, Any]:
@@ -304,6 +468,9 @@ def registry_one(arch: str) -> dict[str, Any]:
     from hisparse_plan.adapters.vllm.layers import layer_dicts
     from hisparse_plan.adapters.vllm.meta_model import kv_cache_specs
     from hisparse_plan.errors import PlanError
+
+    stand_in_cpu_ops()
+    compute_on_cpu()
 
     config, source = registry_config(arch)
     result: dict[str, Any] = {"name": arch, "source": source}
@@ -394,8 +561,9 @@ def sweep_registry_build(chosen: list[str], env: dict[str, str]) -> None:
     """Parent: batches of architectures, each batch restarted past an architecture that took
     its process down; results appended to RESULTS."""
     archs = chosen or registry_architectures()
+    # A whole sweep resumes past what RESULTS holds; architectures named are built again.
     done = {json.loads(line)["name"] for line in RESULTS.read_text().splitlines()} if (
-        RESULTS.exists()) else set()
+        RESULTS.exists() and not chosen) else set()
     left = [arch for arch in archs if arch not in done]
     while left:
         batch, left = left[:REGISTRY_BATCH], left[REGISTRY_BATCH:]

@@ -6,8 +6,10 @@ config.json. Needs vLLM (run it in the vLLM venv, with this checkout's sources f
 
 The build is the one `plan --hf-config X --specs-from-vllm` runs
 (`hisparse_plan.adapters.vllm.meta_model`); here packages that model modules import but the
-cache layout never runs (torchvision, compressed_tensors, einops) are stood in for, so that the
-multimodal wrappers build on a CPU-only venv too. Each model runs in its own process.
+cache layout never runs (torchvision, compressed_tensors, einops, and mistral_common, Mistral's
+tokenizer and request types that `models/pixtral.py` imports for Llava, Mistral-3 and Voxtral)
+are stood in for, so that the multimodal wrappers build on a CPU-only venv too. Each model runs
+in its own process.
 
 Compared per cache layer, by vLLM's layer name (`check_layers_agree`): the spec kind, KV heads,
 head sizes, dtypes, the sliding window or attention chunk, MLA rows, and a Mamba layer's state
@@ -39,9 +41,12 @@ class _Module(types.ModuleType):
         return value
 
 
+_STOOD_IN = ("torchvision", "compressed_tensors", "einops", "mistral_common")
+
+
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] in ("torchvision", "compressed_tensors", "einops"):
+        if fullname.split(".")[0] in _STOOD_IN:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 

@@ -199,7 +199,7 @@ def _page(spec: dict[str, Any]) -> int:
 # -- regular and hybrid requests (SPEC 4.1, 7) ------------------------------------------------
 
 REGULAR_KINDS = ["full_attention", "sliding_window", "chunked_local_attention", "mla",
-                 "sliding_window_mla", "mamba"]
+                 "sliding_window_mla", "mamba", "cross_attention"]
 
 
 @st.composite

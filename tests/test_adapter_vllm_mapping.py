@@ -17,6 +17,7 @@ from hisparse_plan.adapters.vllm.layers import layer_dicts
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     LayerSpec,
     MambaSpec,
@@ -92,6 +93,8 @@ def vllm_like(spec: LayerSpec) -> Any:
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return fake("ChunkedLocalAttentionSpec", attention_chunk_size=spec.attention_chunk_size,
                     **kv)
+    if isinstance(spec, CrossAttentionSpec):
+        return fake("CrossAttentionSpec", **kv)
     assert isinstance(spec, FullAttentionSpec)
     return fake("FullAttentionSpec", sliding_window=spec.sliding_window,
                 attention_chunk_size=None, non_causal=False, **kv)
@@ -186,8 +189,20 @@ def test_fields_the_contract_lacks_are_refused(change: dict[str, Any], match: st
 
 def test_unknown_spec_types_are_refused_by_name() -> None:
     with pytest.raises(UnsupportedRequestError,
-                       match=r"layers\['enc'\]: vLLM spec type CrossAttentionSpec"):
-        layer_dicts({"enc": fake("CrossAttentionSpec", block_size=16)}, 0)
+                       match=r"layers\['enc'\]: vLLM spec type EncoderOnlyAttentionSpec"):
+        layer_dicts({"enc": fake("EncoderOnlyAttentionSpec", block_size=16)}, 0)
+
+
+def test_a_cross_attention_spec_maps_to_a_cross_attention_layer() -> None:
+    """Whisper's encoder_attn (vLLM's CrossAttentionSpec) keeps its kind and K/V geometry."""
+    fields = {"block_size": 64, "num_kv_heads": 4, "head_size": 64, "dtype": "bfloat16"}
+    spec = CrossAttentionSpec.model_validate(fields)
+    layer = layer_dicts({"enc": vllm_like(spec)}, 0)["enc"]
+    assert {key: layer[key] for key in ("kind", *fields)} == {"kind": "cross_attention",
+                                                              **fields}
+    assert hp.PlanRequest.model_validate({
+        "layers": {"enc": layer}, "model": {"max_model_len": 448},
+        "device": {"available_bytes": 2**30}}).layers["enc"] == spec
 
 
 def test_layout_neutral_fields_must_agree_per_type() -> None:

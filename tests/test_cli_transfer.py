@@ -88,6 +88,9 @@ def test_transfer_without_a_request_prints_the_proved_pattern(cli: Run, tmp_path
     assert code == 0, err
     assert "the pattern for any request" in out
     assert "proved by check_pattern" in out
+    assert "staged (proved by check_staged)" in out
+    assert "loopback (NIXL over UCX, DRAM)" in out
+    assert "GPU link (RDMA into HBM)" in out
     code, out, _ = cli("transfer", a, b, "--json")
     assert code == 0
     pattern = TransferPattern.model_validate_json(out)

@@ -86,8 +86,18 @@ KINDS: dict[str, Expected] = {
     "smollm3-small": {"full": 4},
     # MiniCPM3's MLA fields, but vLLM's minicpm3.py caches per-head K and V.
     "minicpm3-small": {"full": 4},
-    # Cross-attention caches (vLLM's CrossAttentionSpec): refused by name (families.unplanned).
-    "whisper-small": "model_type",
+    # Issue 40's registry sweep, edited from transformers' own classes at small sizes (each
+    # pinned to vLLM 0.34's build, test_families.py): Gemma-4's last 4 layers read layers 7
+    # and 5 (full layers: 512-wide heads, 2 KV heads); ZAYA1's CCA state beside each
+    # attention cache, sliding where layer_types says so; HRM-Text's 2 layers a stack run at
+    # 4 and 2 recurrence steps, a cache each, with a KV head for each of its 16 query heads
+    # (the file's num_key_value_heads 8 is not read).
+    "gemma4-shared-small": {"sliding": 10, "full": 2},
+    "zaya-sliding-small": {"sliding_and_mamba": 2, "full_and_mamba": 2},
+    "hrm-text-small": {"full": 12},
+    # An encoder-decoder model: each decoder layer a full-attention cache and a cross-attention
+    # cache of the encoder's output (vLLM's CrossAttentionSpec; test_cross_attention.py).
+    "whisper-small": {"full_and_cross": 2},
 }
 WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     **KINDS,
@@ -95,6 +105,8 @@ WITHOUT_TRANSFORMERS: dict[str, Expected] = {
     "gemma-3-27b-it": "max_position_embeddings",
     "gemma-3-4b-it": "num_attention_heads",
 }
+SHORT_CONTEXT = {"whisper-small": 448}
+"""Fixtures whose model reads fewer than 4096 tokens (Whisper's decoder: max_target_positions)."""
 REFUSED = {name for name, kinds in KINDS.items() if isinstance(kinds, str) and kinds != "sparse"}
 
 
@@ -273,8 +285,9 @@ def test_every_model_plans_on_eight_h200s(
     cli: Run, tmp_path: Path, name: str, kv_cache_dtype: str,
 ) -> None:
     path = _with_index(tmp_path, name)
+    length = str(SHORT_CONTEXT.get(name, 4096))
     code, out, err = cli("plan", "--hf-config", str(path), "--gpu", "h200", "-tp", "8",
-                         "--kv-cache-dtype", kv_cache_dtype, "--max-model-len", "4096", "--json")
+                         "--kv-cache-dtype", kv_cache_dtype, "--max-model-len", length, "--json")
     assert code == 0, err
     body = json.loads(out)
     plan = hp.KVCachePlan.model_validate(body["plan"])

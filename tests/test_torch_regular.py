@@ -19,6 +19,7 @@ from hisparse_plan.torch import (
 )
 from hisparse_plan.torch.vllm import pools as pools_module
 from hisparse_plan.views import plan_views
+from test_cross_attention import whisper_request
 from torch_support import (
     MIB,
     pipeline_small_request,
@@ -101,3 +102,11 @@ def test_a_stage_pool_that_does_not_fit_is_named_by_its_stage(
     with pytest.raises(HostMemoryError, match=r"^the CPU stage 2 device pool: ") as caught:
         allocate(plan, device="cpu", pin=False, stage=2)
     assert caught.value.requested == size
+
+
+def test_whispers_cross_attention_views_bind_and_verify() -> None:
+    """An encoder-decoder plan (Whisper): the cross-attention layers' K and V views are bound
+    like any attention layer's, in the block table of their own group."""
+    plan = hp.plan(whisper_request(memory=64 * MIB))
+    assert [group.spec.kind for group in plan.groups] == ["full_attention", "cross_attention"]
+    _check(plan)

@@ -3,7 +3,10 @@ HiSparse, window and Mamba layers): each pattern that compiles is proved by chec
 and each of several random requests instantiates to rows that the reference executor runs
 to the same effect as build_transfer's program: every (layer, unit, head, byte) read back
 through the destination's own views, nothing else touched. Edited patterns are refused by
-check_pattern, bad requests by instantiate. HISPARSE_PATTERN_EXAMPLES sets the number of
+check_pattern, bad requests by instantiate. Each pattern is also staged (a few blocks a
+round, so requests take several rounds), proved by check_staged, and each request's two
+phases, row by row and by the numpy rearrangement, leave the destination as the pattern's
+rows do; edited staged patterns are refused. HISPARSE_PATTERN_EXAMPLES sets the number of
 pairs (1,000 by default: the plans are small)."""
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from hisparse_plan.exchange.transfer import (
     build_transfer,
 )
 from hisparse_plan.exchange.transfer.check_pattern import check_pattern
+from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.compile import compile_transfer
 from hisparse_plan.exchange.transfer.instance import selected_units
 from hisparse_plan.exchange.transfer.pattern import TransferPattern
-from hisparse_plan.exchange.transfer.reference import execute
+from hisparse_plan.exchange.transfer.rearrange import execute_staged
+from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
+from hisparse_plan.exchange.transfer.staged_request import StagedRequest
+from hisparse_plan.exchange.transfer.staging import StagedPattern, compile_staged
 from transfer_strategies import Pair, pairs
 from transfer_support import layer_shapes, oracle, request_blocks, wrong_bytes
 
@@ -91,8 +98,12 @@ def test_instances_of_a_proved_pattern_move_what_build_transfer_moves(
     if pattern is None:
         return
     assert not pair.refusal, f"expected a refusal ({sorted(pair.refusal)})"
-    check_pattern(pattern, pair.source, pair.destination)
-    for request, firsts in _requests(pair, data):
+    staged = compile_staged(pattern, data.draw(st.integers(1, 4), label="slots"))
+    check_staged(staged, pair.source, pair.destination)
+    if staged.pattern is not pattern:
+        check_pattern(pattern, pair.source, pair.destination)
+        event("staged: wide rows cut into chunks")
+    for number, (request, firsts) in enumerate(_requests(pair, data)):
         program = pattern.instantiate(request).program()
         built = build_transfer(pair.source, pair.destination, request)
         reach = _reach(pair, firsts)
@@ -112,6 +123,26 @@ def test_instances_of_a_proved_pattern_move_what_build_transfer_moves(
             if differ.any():
                 event("a window's first block moved whole")
         assert program.bytes >= built.bytes
+        made = staged.instantiate(request)
+        event(f"staged: {min(len(made.rounds), 3)}+ rounds")
+        for rows_by_row in (number == 0, False):
+            staging = buffers(made.staging_regions(), fill=None, seed=number)
+            result = {key: value.copy() for key, value in start.items()}
+            _staged(made, source, staging, result, rows_by_row)
+            for key in ours:
+                assert np.array_equal(result[key], ours[key]), (key, rows_by_row)
+
+
+def _staged(made: StagedRequest, source: Buffers, staging: Buffers, destination: Buffers,
+            rows_by_row: bool) -> None:
+    """Both phases of every round: the reference executor over each phase's rows, or the
+    numpy executor's runs and moves."""
+    if not rows_by_row:
+        execute_staged(made, source, staging, destination)
+        return
+    for round_ in made.rounds:
+        execute(made.phase1_program(round_), source, staging)
+        execute(made.phase2_program(round_), staging, destination)
 
 
 def _edits(pattern: TransferPattern) -> dict[str, TransferPattern]:
@@ -169,6 +200,48 @@ def test_edited_patterns_are_refused(pair: Pair) -> None:
         with pytest.raises(TransferCheckError):
             check_pattern(edited, pair.source, pair.destination)
         event(f"refused: {name}")
+
+
+def _staged_edits(staged: StagedPattern) -> dict[str, StagedPattern]:
+    slabs = list(staged.slabs)
+    first = slabs[0]
+    edits: dict[str, dict[str, object]] = {
+        "slab cut short": {"slabs": [first.model_copy(update={"length": first.length - 1}),
+                                     *slabs[1:]]}
+        if first.length > 1 else {},
+        "slab past its block": {"slabs": [first.model_copy(update={
+            "length": first.block_stride + 1}), *slabs[1:]]},
+        "staging too small": {"staging_bytes": [
+            max(size - 1, 0) if rank == first.dst_rank else size
+            for rank, size in enumerate(staged.staging_bytes)]},
+        "row without its slab": {"row_slab": [len(slabs), *staged.row_slab[1:]]},
+    }
+    same_rank = [s for s in slabs[1:] if s.dst_rank == first.dst_rank]
+    if same_rank:
+        second = slabs.index(same_rank[0])
+        edits["staging areas overlap"] = {"slabs": [
+            s.model_copy(update={"staging_offset": first.staging_offset}) if i == second
+            else s for i, s in enumerate(slabs)]}
+        edits["row read from another slab"] = {"row_slab": [
+            second if i == staged.row_slab.index(0) else slab
+            for i, slab in enumerate(staged.row_slab)]}
+    return {name: staged.model_copy(update=update) for name, update in edits.items()
+            if update}
+
+
+@settings(max_examples=max(20, EXAMPLES // 10), deadline=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(pairs())
+def test_edited_staged_patterns_are_refused(pair: Pair) -> None:
+    pattern = _compiled(pair)
+    if pattern is None or not pattern.rows:
+        return
+    staged = compile_staged(pattern, 2)
+    for name, edited in _staged_edits(staged).items():
+        note(name)
+        with pytest.raises(TransferCheckError):
+            check_staged(edited, pair.source, pair.destination)
+        event(f"staged refused: {name}")
 
 
 def _replicated(pair: Pair, pattern: TransferPattern) -> bool:

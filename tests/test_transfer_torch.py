@@ -15,12 +15,14 @@ from hisparse_plan.exchange.transfer import (
     TransferCheckError,
     TransferRequest,
     build_transfer,
+    check_staged,
+    compile_staged,
     compile_transfer,
 )
 from hisparse_plan.exchange.transfer.reference import Buffers, buffers
 from hisparse_plan.exchange.transfer.reference import execute as reference_execute
 from hisparse_plan.torch import allocate, transfer_regions
-from hisparse_plan.torch.transfer import execute, execute_request
+from hisparse_plan.torch.transfer import execute, execute_request, rearrange_round, stage_round
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
 
 
@@ -98,4 +100,24 @@ def test_torch_posts_an_instantiated_request_batched_by_block(engine: str, token
     assert execute_request(made, tensors(source), ours) == made.bytes == made.program().bytes
     after = {key: value.numpy() for key, value in ours.items()}
     assert all(np.array_equal(after[key], theirs[key]) for key in theirs)
+    assert wrong_bytes(after, expected, allowed) == 0
+
+
+@pytest.mark.parametrize(("engine", "tokens", "slots"), [("vllm", 300, 2), ("sglang", 700, 16)])
+def test_torch_stages_and_rearranges_a_request(engine: str, tokens: int, slots: int) -> None:
+    """Both phases with torch, round by round, write what the pattern's rows write."""
+    src, dst, program = pair(deepseek_plan(hisparse=False, layers=2),
+                             deepseek_plan(hisparse=True, engine=engine, layers=2), tokens)
+    staged = compile_staged(compile_transfer(src, dst), slots)
+    check_staged(staged, src, dst)
+    made = staged.instantiate(program.request)
+    source, destination, expected, allowed = oracle(src, dst, program.request, program)
+    sent, ours = tensors(source), tensors(destination)
+    staging = tensors(buffers(made.staging_regions()))
+    written = 0
+    for round_ in made.rounds:
+        stage_round(made, round_, sent, staging)
+        written += rearrange_round(made, round_, staging, ours)
+    assert written == made.bytes
+    after = {key: value.numpy() for key, value in ours.items()}
     assert wrong_bytes(after, expected, allowed) == 0

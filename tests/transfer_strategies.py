@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from hypothesis import assume
+from hypothesis import assume, event
 from hypothesis import strategies as st
 
 import hisparse_plan as hp
@@ -30,6 +30,8 @@ from transfer_support import (
 LAYOUTS = ["LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"]
 MIXED_PAGE_LAYOUTS = ["LBNHC", "LBHNC", "BLHNC", "BLNHC"]
 """Layouts that pack pages of two sizes in one block (latent rows beside index keys)."""
+HOST_LAYOUTS = ["layer_outermost", "block_outermost"]
+"""hisparse.host_pool_layout: vLLM's, and the placement option (docs/transfer.md)."""
 
 
 @dataclass
@@ -243,13 +245,13 @@ def pipeline_pairs(draw: st.DrawFn) -> Pair:
 
 @lru_cache(maxsize=256)
 def _deepseek(engine: str, hisparse: bool, layers: int, layout: str, block: int,
-              kv_dtype: str) -> Plan | None:
+              kv_dtype: str, host_layout: str = "layer_outermost") -> Plan | None:
     try:
         # Small pools (the property runs 1,000 pairs): the HiSparse host pool and device
         # bytes the least that still plan a 1,024-token request.
         return deepseek_plan(engine=engine, hisparse=hisparse, layers=layers, layout=layout,
                              block=block, kv_dtype=kv_dtype, blocks=40,
-                             hisparse_bytes=(2**21, 2**23))
+                             hisparse_bytes=(2**21, 2**23), host_layout=host_layout)
     except hp.PlanError:
         return None
 
@@ -268,9 +270,14 @@ def mla_pairs(draw: st.DrawFn) -> Pair:
         hisparse = draw(st.booleans())
         # vLLM's HiSparse device pool packs index keys beside resident and hot pages.
         layouts = ["BLHNC", "BLNHC"] if hisparse and engine == "vllm" else MIXED_PAGE_LAYOUTS
+        # A vLLM HiSparse host pool layer- or block-outermost (the placement option).
+        host = draw(st.sampled_from(HOST_LAYOUTS)) if hisparse and engine == "vllm" else (
+            HOST_LAYOUTS[0])
         made = _deepseek(engine, hisparse, layers, draw(st.sampled_from(layouts)), block,
-                         dtype)
+                         dtype, host)
         assume(made is not None)
+        if host != HOST_LAYOUTS[0]:
+            event(f"mla: a {host} HiSparse host pool")
         assert made is not None
         # SGLang's plan stores the fp8 rows as uint8 without naming them: the side says so.
         fp8 = "fp8_e4m3" if dtype == "fp8_ds_mla" and engine == "sglang" else None

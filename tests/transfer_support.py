@@ -444,10 +444,12 @@ def request_blocks(instance: Instance, num_tokens: int, seed: int, *, runs: bool
 
 def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int = 2,
                   layout: str = "BLNHC", block: int = 64, kv_dtype: str = "fp8_ds_mla",
-                  blocks: int = 24, hisparse_bytes: tuple[int, int] = (2**24, 2**25)) -> Plan:
+                  blocks: int = 24, hisparse_bytes: tuple[int, int] = (2**24, 2**25),
+                  host_layout: str = "layer_outermost") -> Plan:
     """DeepSeek-V3.2's first `layers` decoder layers (latent rows and index keys), small:
     vLLM with or without HiSparse, or SGLang (fp8 rows: 656 bytes, as vLLM's fp8_ds_mla).
-    `hisparse_bytes`: a vLLM HiSparse plan's host pool and device bytes."""
+    `hisparse_bytes`: a vLLM HiSparse plan's host pool and device bytes; `host_layout` its
+    hisparse.host_pool_layout."""
     from hisparse_plan.models import KVCacheLayout
     from hisparse_plan.presets import Settings, build_request, load_preset
 
@@ -475,6 +477,8 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
         return plan_of(data)
     data["device"]["num_blocks_override"] = blocks if not hisparse else None
     data["device"]["available_bytes"] = 2**40 if not hisparse else hisparse_bytes[1]
+    if hisparse:
+        data["hisparse"]["host_pool_layout"] = host_layout
     return plan_of(data)
 
 

@@ -72,6 +72,7 @@ KIND_OF = {
     "FullAttentionSpec": "full_attention",
     "SlidingWindowSpec": "sliding_window",
     "ChunkedLocalAttentionSpec": "chunked_local_attention",
+    "CrossAttentionSpec": "cross_attention",
     "MambaSpec": "mamba",
     "HiSparseResidentSpec": "hisparse_resident",
     "HiSparseHotSpec": "hisparse_hot",
@@ -202,6 +203,9 @@ def vllm_inputs(request: dict[str, Any]) -> VllmInputs:
     cache.num_gpu_blocks_override = device.num_blocks_override
     cache.mamba_cache_mode = model.mamba_cache_mode
     config.scheduler_config.max_num_batched_tokens = scheduler.max_num_batched_tokens
+    # SchedulerConfig.__post_init__ copies max_num_batched_tokens into the encoder budget that
+    # sizes cross-attention (CrossAttentionSpec.max_memory_usage_bytes); the copy here must too.
+    config.scheduler_config.max_num_encoder_input_tokens = scheduler.max_num_batched_tokens
     config.scheduler_config.disable_hybrid_kv_cache_manager = (
         scheduler.disable_hybrid_kv_cache_manager
     )

@@ -17,10 +17,11 @@ _HOMES: dict[str, str] = {
         ("CapacityError", "HisparsePlanError", "LayoutError", "PlanError", "PlanInvariantError",
          "PlanWarning", "UnsupportedRequestError"), "hisparse_plan.errors"),
     **dict.fromkeys(
-        ("Capacity", "ChunkedLocalAttentionSpec", "DevicePool", "FullAttentionSpec",
-         "HisparseHotSpec", "HisparseResidentSpec", "HostPool", "KVCacheGroup", "KVCacheLayout",
-         "KVCachePlan", "KVCacheTensor", "MambaSpec", "MLASpec", "PipelineStage", "PlanRequest",
-         "SlidingWindowMLASpec", "SlidingWindowSpec", "UniformTypeSpec", "Workload"),
+        ("Capacity", "ChunkedLocalAttentionSpec", "CrossAttentionSpec", "DevicePool",
+         "FullAttentionSpec", "HisparseHotSpec", "HisparseResidentSpec", "HostPool",
+         "KVCacheGroup", "KVCacheLayout", "KVCachePlan", "KVCacheTensor", "MambaSpec", "MLASpec",
+         "PipelineStage", "PlanRequest", "SlidingWindowMLASpec", "SlidingWindowSpec",
+         "UniformTypeSpec", "Workload"),
         "hisparse_plan.models"),
     "check_plan": "hisparse_plan.checking",
     "Plan": "hisparse_plan.models.any_plan",
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from hisparse_plan.errors import UnsupportedRequestError as UnsupportedRequestError
     from hisparse_plan.models import Capacity as Capacity
     from hisparse_plan.models import ChunkedLocalAttentionSpec as ChunkedLocalAttentionSpec
+    from hisparse_plan.models import CrossAttentionSpec as CrossAttentionSpec
     from hisparse_plan.models import DevicePool as DevicePool
     from hisparse_plan.models import FullAttentionSpec as FullAttentionSpec
     from hisparse_plan.models import HisparseHotSpec as HisparseHotSpec

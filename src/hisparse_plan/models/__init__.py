@@ -13,6 +13,7 @@ from hisparse_plan.models.group_specs import (
 from hisparse_plan.models.layer_specs import (
     AttentionLayerSpec,
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVLayerSpec,
     LatentLayerSpec,
@@ -57,6 +58,7 @@ __all__ = [
     "Axis",
     "Capacity",
     "ChunkedLocalAttentionSpec",
+    "CrossAttentionSpec",
     "DType",
     "DerivedLayerSpec",
     "DeviceConfig",

@@ -58,8 +58,8 @@ BY_KIND = Discriminator(
     custom_error_type="invalid_kind",
     custom_error_message=(
         "expected `kind` to be one of mla, full_attention, sliding_window, "
-        "chunked_local_attention, sliding_window_mla, mamba (in a plan also uniform_type, "
-        "hisparse_resident, hisparse_hot)"
+        "chunked_local_attention, cross_attention, sliding_window_mla, mamba (in a plan also "
+        "uniform_type, hisparse_resident, hisparse_hot)"
     ),
 )
 """Picks a spec class by its `kind`; cheaper than a field discriminator for built models,

@@ -264,6 +264,15 @@ class ChunkedLocalAttentionSpec(KVLayerSpec):
     attention_chunk_size: PositiveInt = Field(description="Tokens of one attention chunk.")
 
 
+class CrossAttentionSpec(KVLayerSpec):
+    """K and V of the encoder's output that an encoder-decoder model's decoder layer attends to
+    (Whisper's `encoder_attn`; vLLM's CrossAttentionSpec). Its blocks live in a block table of
+    their own, sized by the encoder's tokens rather than the request's length (see
+    docs/planning-rules.md#cross-attention)."""
+
+    kind: Literal["cross_attention"] = "cross_attention"
+
+
 StateShape = Annotated[list[PositiveInt], Field(min_length=1), READ_ONLY]
 
 
@@ -326,6 +335,7 @@ TaggedLayerSpec = (
     | Annotated[FullAttentionSpec, Tag("full_attention")]
     | Annotated[SlidingWindowSpec, Tag("sliding_window")]
     | Annotated[ChunkedLocalAttentionSpec, Tag("chunked_local_attention")]
+    | Annotated[CrossAttentionSpec, Tag("cross_attention")]
     | Annotated[SlidingWindowMLASpec, Tag("sliding_window_mla")]
     | Annotated[MambaSpec, Tag("mamba")]
 )
@@ -336,6 +346,6 @@ WindowedSpec = SlidingWindowSpec | SlidingWindowMLASpec
 
 LAYER_SPEC_CLASSES: frozenset[type] = frozenset({
     MLASpec, FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
-    SlidingWindowMLASpec, MambaSpec,
+    CrossAttentionSpec, SlidingWindowMLASpec, MambaSpec,
 })
 """The classes a `LayerSpec` may be (exactly; no subclasses)."""

@@ -70,6 +70,13 @@ class HisparseConfig(Model):
     shared_host_pool: bool = Field(
         default=False, description="TP ranks on one host share one pool (page-aligned blocks)."
     )
+    host_pool_layout: Literal["layer_outermost", "block_outermost"] = Field(
+        default="layer_outermost",
+        description="The host pool's placement: layer_outermost as vLLM 0.33/0.34 lay it out "
+        "(LBNHC), or block_outermost (BLNHC: a block's source pages back to back, lined up "
+        "with a block-outermost prefill's block; no engine runtime takes it yet, see "
+        "docs/transfer.md#placement-that-transfers-well).",
+    )
 
 
 class PipelineStage(Model):

@@ -21,7 +21,12 @@ from hisparse_plan.models import untrusted_json
 from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
-from hisparse_plan.presets.families import layer_layout, refuse_unplanned_early
+from hisparse_plan.presets.families import (
+    layer_layout,
+    refuse_unplanned_early,
+    renamed_fields,
+)
+from hisparse_plan.presets.families.aliases import with_common_names, with_vllm_length
 from hisparse_plan.presets.families.layer_names import language_model_prefix
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
@@ -49,6 +54,13 @@ def _text_config(config: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
                           f"{type(config).__name__}", field="config")
     check_layer_counts(config, origin)
     text_config = config.get("text_config")
+    thinker = config.get("thinker_config")
+    thinker_text = thinker.get("text_config") if isinstance(thinker, Mapping) else None
+    if isinstance(thinker_text, Mapping):
+        # Qwen2.5-Omni: vLLM serves the thinker alone, its language model built from
+        # `thinker_config.text_config` (models/qwen2_5_omni_thinker.py); the talker's and any
+        # top-level text_config are not the served model's.
+        return thinker_text
     if "num_hidden_layers" not in config and isinstance(text_config, Mapping):
         return text_config
     return config
@@ -138,11 +150,15 @@ def model_from_config(
     if hf_fields is not None:
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
-    merged = dict(fields)
+    merged = with_vllm_length(with_common_names(fields))
     if "num_nextn_predict_layers" in merged and merged["num_nextn_predict_layers"] is None:
         del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
     if _is_deepseek_v4(merged):
         return _validated(RegularArchitecture, merged, origin, missing_why)
+    try:
+        merged = renamed_fields(merged)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}", field=error.field) from None
     if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]
@@ -158,10 +174,13 @@ def model_from_config(
     merged.update(layout.fields)
     merged["kinds"], merged["states"] = layout.kinds, layout.states
     merged["kv_sharing"] = dict(layout.reads_cache_of) or None
+    merged["layer_heads"] = dict(layout.heads) or None
     prefix = language_model_prefix(config)
     names = {**LayerNames().model_dump(), **layout.names}
     merged["layer_names"] = LayerNames.model_validate({
-        key: prefix + value if isinstance(value, str) else value for key, value in names.items()})
+        key: prefix + value if isinstance(value, str)
+        else [prefix + one for one in value] if isinstance(value, list) else value
+        for key, value in names.items()})
     return _validated(RegularArchitecture, merged, origin, missing_why)
 
 

@@ -13,7 +13,8 @@ size them (conv states in the default "SD" layout: state length first).
   key_head_dim]`;
 - short convolution (LFM2): one conv state `[conv_kernel - 1, conv_dim / tp]`;
 - Kimi Delta Attention (Kimi-Linear): conv `[conv_kernel - 1, 3 * heads * head_dim / tp]`
-  (q, k and v side by side) and recurrent `[heads / tp, head_dim, head_dim]`.
+  (q, k and v side by side) and recurrent `[heads / tp, head_dim, head_dim]`;
+- compressed convolutional attention (ZAYA1): see `CcaGeometry`.
 
 Conv states are kept in the model dtype. The temporal (recurrent) state is in `ssm_dtype` where
 one is set (float32 for Nemotron-H, a Qwen3.5 config's `mamba_ssm_dtype`), else the model dtype;
@@ -191,8 +192,33 @@ class KdaGeometry(_Geometry):
         return (self.num_heads * self.head_dim,) * 3
 
 
+class CcaGeometry(_Geometry):
+    """ZAYA1's compressed convolutional attention (vLLM 0.34's `models/zaya.py`, `ZayaCCA`,
+    `_cca_state_shapes`): the raw q/k projections' history `[(heads + kv_heads) * head_dim,
+    cca_time0 + cca_time1 - 2]` and the previous token's delayed half of v `[kv_heads *
+    head_dim / 2]`, the same on every rank (`is_kv_cache_tp_replicated`), both in the model
+    dtype (`short_conv_state_dtype`)."""
+
+    kind: Literal["cca"] = "cca"
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    time0: PositiveInt
+    time1: PositiveInt
+    LABEL: ClassVar[str] = "CCA"
+
+    def state_shapes(self, tp: int) -> list[list[int]]:
+        del tp  # replicated on every rank
+        return [[(self.num_heads + self.num_kv_heads) * self.head_dim,
+                 self.time0 + self.time1 - 2],
+                [self.num_kv_heads * self.head_dim // 2]]
+
+    def state_dtypes(self, model_dtype: DType) -> list[DType]:
+        return [model_dtype, model_dtype]
+
+
 StateGeometry = Annotated[
-    MambaGeometry | GatedDeltaNetGeometry | ShortConvGeometry | KdaGeometry,
+    MambaGeometry | GatedDeltaNetGeometry | ShortConvGeometry | KdaGeometry | CcaGeometry,
     Field(discriminator="kind"),
 ]
 """A state layer's geometry, by its kind."""

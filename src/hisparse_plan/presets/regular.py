@@ -45,13 +45,15 @@ from hisparse_plan.presets.mamba_states import GatedDeltaNetGeometry, StateGeome
 PositiveInt = Annotated[int, Field(ge=1)]
 LayerKind = Literal[
     "full", "sliding", "chunked", "linear", "sliding_mla", "csa", "hca", "mla", "mamba",
-    "full_and_mamba", "conv", "none",
+    "full_and_mamba", "sliding_and_mamba", "conv", "none", "full_and_cross",
 ]
 """A decoder layer's caches. Beyond the attention kinds: `mla` a plain latent (MLA) cache,
 `linear` a linear-attention state (Gated DeltaNet, KDA), `mamba` a Mamba state, `conv` a
 short-convolution state (LFM2), `full_and_mamba` both a full-attention cache and a Mamba state
-(a parallel hybrid layer, Falcon-H1), `none` no cache at all (an MLP or MoE layer,
-Nemotron-H)."""
+(a parallel hybrid layer, Falcon-H1), `sliding_and_mamba` a sliding-window cache and a state
+(ZAYA1), `none` no cache at all (an MLP or MoE layer, Nemotron-H), `full_and_cross` a
+full-attention cache of the decoder's own tokens and a cross-attention cache of the encoder's
+output (an encoder-decoder model's decoder layer, Whisper)."""
 LAYER_TYPES: Final[dict[str, LayerKind]] = {
     "full_attention": "full",
     "sliding_attention": "sliding",
@@ -85,14 +87,24 @@ class LayerNames(BaseModel):
     linear: str = "model.layers.{i}.linear_attn"
     mamba: str = "model.layers.{i}.mixer"
     conv: str = "model.layers.{i}.short_conv"
+    cross: str = "model.layers.{i}.encoder_attn.attn"
     offset: int = 0
     """Added to i for `hi` (Zamba2 names layer i's mixer `{hybrid layers + i}.mixer`)."""
     attention_slots: dict[int, int] | None = None
     """Decoder layer -> the index of its attention cache where vLLM builds the attention
     caches apart from the decoder layers and before them (Zamba2's shared blocks): the
     request then lists them first, in slot order, as vLLM's model does."""
+    state_first: bool = False
+    """A layer with a state and an attention cache lists the state first (ZAYA1's
+    `self_attn.qkv_proj` is built before its `self_attn.attn`), else the attention."""
+    per_layer: list[str] | None = None
+    """Each decoder layer's attention cache name, where vLLM's code names them by no single
+    template (HRM-Text's recurrence steps: `families.hrm_text`); in the order vLLM builds
+    them."""
 
     def name(self, template: str, i: int, layers: int) -> str:
+        if self.per_layer is not None and template == self.attention:
+            return self.per_layer[i]
         slot = (self.attention_slots or {}).get(i, i)
         return template.format(i=i, ni=layers + i, hi=self.offset + i, a=slot)
 
@@ -143,7 +155,13 @@ class RegularArchitecture(BaseModel):
     kv_sharing: dict[int, int] | None = None
     """Cross-layer KV sharing, when a config.json reader read it: decoder layer i reads layer
     j's attention cache and keeps none (Gemma-3n, see `families.gemma`)."""
+    layer_heads: dict[int, tuple[PositiveInt, PositiveInt]] | None = None
+    """Decoder layer i's (KV heads, head size) where a config.json reader found they are not
+    `num_key_value_heads` and `head_dim` (Gemma-4's full layers, see `families.gemma4`)."""
     layer_names: LayerNames = LayerNames()
+    encoder_tokens: PositiveInt | None = None
+    """Tokens of one encoder input of an encoder-decoder model (Whisper's
+    `max_source_positions`), which vLLM schedules in one step; None for a decoder-only model."""
 
     @property
     def auto_cache_dtype(self) -> Literal["bfloat16", "float16"]:
@@ -182,10 +200,11 @@ class RegularArchitecture(BaseModel):
                 "kv_lora_rank: MLA layers keep kv_lora_rank + qk_rope_head_dim latent elements; "
                 "expected both"
             )
-        if kinds & {"mamba", "full_and_mamba", "conv"} and self.states is None:
+        if kinds & {"mamba", "full_and_mamba", "sliding_and_mamba", "conv"} and (
+                self.states is None):
             raise ValueError("states: Mamba and short-convolution layers need their state "
                              "geometry; got none")
-        if "sliding" in kinds and self.sliding_window is None:
+        if kinds & {"sliding", "sliding_and_mamba"} and self.sliding_window is None:
             raise ValueError("sliding_window: sliding-window layers need it; got none")
         if "chunked" in kinds and self.attention_chunk_size is None:
             raise ValueError("attention_chunk_size: chunked layers need it; got none")

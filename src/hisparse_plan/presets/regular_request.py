@@ -46,7 +46,13 @@ from hisparse_plan.presets.settings import (
     scheduler_section,
 )
 
-STATEFUL: Final[frozenset[LayerKind]] = frozenset({"linear", "mamba", "full_and_mamba", "conv"})
+STATEFUL: Final[frozenset[LayerKind]] = frozenset(
+    {"linear", "mamba", "full_and_mamba", "sliding_and_mamba", "conv"})
+ATTENTION_OF: Final[dict[LayerKind, LayerKind]] = {
+    "full": "full", "sliding": "sliding", "chunked": "chunked", "mla": "mla",
+    "full_and_mamba": "full", "sliding_and_mamba": "sliding", "full_and_cross": "full",
+}
+"""The attention cache a layer of each kind keeps beside its state, if any."""
 MLA_BLOCK_SIZE: Final = 64
 """The block vLLM's default MLA backend on Hopper (FlashMLA) takes."""
 MLA_HYBRID_BLOCK: Final = 128
@@ -64,6 +70,7 @@ NOT_FOR_REGULAR: Final = {
     "device_buffer_size": "a HiSparse hot buffer",
     "speculative": "MTP draft layers (planned for DeepSeek-style presets only)",
     "spec_tokens": "speculative decode rows (HiSparse's hot buffer)",
+    "host_pool_layout": "a HiSparse host pool's placement",
 }
 
 
@@ -94,25 +101,52 @@ def build_regular_request(arch: RegularArchitecture, settings: Settings) -> Plan
     decoder_layers: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         caches: dict[str, Any] = {}
-        if kind in ("full", "sliding", "chunked", "full_and_mamba", "mla"):
-            base = "full" if kind == "full_and_mamba" else kind
-            spec = attention if mla else _attention(arch, base, attention)
+        if kind in ATTENTION_OF:
+            base = ATTENTION_OF[kind]
+            spec = attention if mla else _attention(arch, base, _own_heads(arch, i, attention,
+                                                                           tp))
             target = (arch.kv_sharing or {}).get(i)
             if target is not None:
                 spec = {**spec, "kv_sharing_target": names.name(names.attention, target,
                                                                 len(kinds))}
             caches[names.name(names.attention, i, len(kinds))] = spec
-        if kind in ("linear", "mamba", "full_and_mamba", "conv"):
+        if kind == "full_and_cross":
+            # The encoder's keys and values, of the decoder's self-attention geometry.
+            caches[names.name(names.cross, i, len(kinds))] = {"kind": "cross_attention",
+                                                               **attention}
+        if kind in STATEFUL:
             template = {"linear": names.linear, "conv": names.conv}.get(kind, names.mamba)
             caches[names.name(template, i, len(kinds))] = states
+            if names.state_first:
+                caches = dict(reversed(caches.items()))
         decoder_layers.append(caches)
     if names.attention_slots:
         decoder_layers = _attention_first(decoder_layers, names, len(kinds), settings)
-    return regular_plan_request(
+    request = regular_plan_request(
         decoder_layers, max_model_len, settings,
         mamba_cache_mode="align" if states is not None and align_mode else None,
         chunked_local="chunked" in kinds,
     )
+    refuse_short_encoder_budget(arch, request.scheduler.max_num_batched_tokens)
+    if "full_and_cross" in kinds and (settings.pp or 1) > 1:
+        # ModelConfig.verify_with_parallel_config refuses a model without SupportsPP.
+        raise ConfigError("pp: vLLM 0.34's model for this architecture (whisper.py) does not "
+                          "support pipeline parallelism; expected pp 1", field="pp")
+    return request
+
+
+def refuse_short_encoder_budget(arch: RegularArchitecture, batched_tokens: int) -> None:
+    """vLLM 0.34 disables chunked multimodal input for an encoder-decoder model
+    (SchedulerConfig), so one encoder input must fit one step: `compute_mm_encoder_budget`
+    (v1/core/encoder_cache_manager.py) refuses max_num_batched_tokens below its tokens when the
+    scheduler starts. The cross-attention blocks are sized by the same budget."""
+    if arch.encoder_tokens is not None and batched_tokens < arch.encoder_tokens:
+        raise ConfigError(
+            f"max_num_batched_tokens: vLLM 0.34 schedules an encoder-decoder model's whole "
+            f"encoder input ({arch.encoder_tokens} tokens) in one step and refuses fewer "
+            f"batched tokens; expected at least {arch.encoder_tokens}, got {batched_tokens}",
+            field="max_num_batched_tokens",
+        )
 
 
 def _attention_first(
@@ -242,6 +276,16 @@ def _per_rank(total: int, tp: int, field: str) -> int:
             field="tp",
         )
     return max(total // tp, 1)
+
+
+def _own_heads(arch: RegularArchitecture, i: int, attention: dict[str, Any],
+               tp: int) -> dict[str, Any]:
+    """Layer i's rows where its heads are its own (`RegularArchitecture.layer_heads`)."""
+    heads = (arch.layer_heads or {}).get(i)
+    if heads is None:
+        return attention
+    return {**attention, "num_kv_heads": _per_rank(heads[0], tp, "num_key_value_heads"),
+            "head_size": heads[1]}
 
 
 def _attention(arch: RegularArchitecture, kind: LayerKind, base: dict[str, Any]) -> dict[str, Any]:

@@ -139,6 +139,7 @@ def _touches_hisparse(settings: Settings) -> bool:
         value is not None
         for value in (
             settings.host_pool_bytes, settings.device_buffer_size, settings.spec_tokens,
+            settings.host_pool_layout,
         )
     )
 
@@ -154,4 +155,6 @@ def _hisparse(settings: Settings, base: dict[str, Any]) -> dict[str, Any]:
         section["max_decode_query_len"] = 1 + settings.spec_tokens
     if settings.tp is not None:
         section["shared_host_pool"] = shared_host_pool(settings.tp)
+    if settings.host_pool_layout is not None:
+        section["host_pool_layout"] = settings.host_pool_layout
     return section

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from hisparse_plan.models import KVCacheLayout, SchedulerConfig
 from hisparse_plan.models.base import GIB
@@ -22,6 +22,8 @@ Speculative = Literal["mtp"]
 VllmVersion = Literal["0.33", "0.34"]
 VLLM_VERSIONS: Final[tuple[VllmVersion, ...]] = ("0.33", "0.34")
 DEFAULT_VLLM: Final[VllmVersion] = "0.34"
+HostPoolLayout = Literal["layer_outermost", "block_outermost"]
+HOST_POOL_LAYOUTS: Final = get_args(HostPoolLayout)
 VLLM_BLOCK_SIZE: Final[dict[VllmVersion, int]] = {"0.33": 16, "0.34": 64}
 """vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, which its attention backends keep."""
 
@@ -61,6 +63,9 @@ class Settings:
     """vLLM's hybrid KV cache manager; None: vLLM's default (off for chunked-local models)."""
     dcp: int | None = None
     """Decode context parallel ranks (vLLM's -dcp), out of the tensor-parallel ones."""
+    host_pool_layout: HostPoolLayout | None = None
+    """HiSparse's host pool placement: layer_outermost (vLLM's) or block_outermost (see
+    docs/transfer.md#placement-that-transfers-well)."""
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -85,6 +90,12 @@ def check_settings(settings: Settings) -> None:
     field (the request field it would become is the caller's business, not theirs)."""
     for name, least in LEAST.items():
         _check_int(f"Settings.{name}", name, getattr(settings, name), least)
+    layout = settings.host_pool_layout
+    if layout is not None and layout not in HOST_POOL_LAYOUTS:
+        raise ConfigError(
+            f"Settings.host_pool_layout: expected one of {', '.join(HOST_POOL_LAYOUTS)}, got "
+            f"{layout!r}", field="host_pool_layout",
+        )
     stages = settings.stage_gpu_mem_bytes
     if stages is not None:
         if not isinstance(stages, tuple):

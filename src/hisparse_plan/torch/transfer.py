@@ -1,9 +1,11 @@
 """A transfer posted between torch tensors in one process (see docs/transfer.md): a program's
-rows copied with `Tensor.copy_` between uint8 views of each side's regions (`execute`), or an
+rows copied with `Tensor.copy_` between uint8 views of each side's regions (`execute`), an
 instantiated pattern's rows batched by pattern row, one gather and one scatter over the
-request's block ids each (`execute_request`); one executor serves CPU, pinned host and CUDA
-memory alike. `transfer_regions` (torch/engines.py) finds each region of a rank in the pools
-`allocate` returned for its plan."""
+request's block ids each (`execute_request`), or a staged request's rounds: its slabs copied
+per run of blocks into the staging region (`stage_round`), then rearranged with one gather
+and one scatter per pattern row (`rearrange_round`); one executor serves CPU, pinned host
+and CUDA memory alike. `transfer_regions` (torch/engines.py) finds each region of a rank in
+the pools `allocate` returned for its plan."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import torch
 
 from hisparse_plan.exchange.transfer import RankRegions, TransferCheckError, TransferProgram
 from hisparse_plan.exchange.transfer.instance import Instantiated
+from hisparse_plan.exchange.transfer.program import STAGING_REGION
+from hisparse_plan.exchange.transfer.staged_request import StagedRequest, StagedRound
 
 Regions = Mapping[tuple[int, str], torch.Tensor]
 """(rank, region) -> the tensor holding the region's bytes (any dtype, contiguous)."""
@@ -106,3 +110,63 @@ def execute_request(request: Instantiated, source: Regions, destination: Regions
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     return request.bytes
+
+
+def _synchronize(*groups: dict[tuple[int, str], torch.Tensor]) -> None:
+    for device in {t.device for group in groups for t in group.values()}:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def stage_round(request: StagedRequest, round_: StagedRound, source: Regions,
+                staging: Regions) -> int:
+    """Phase 1 of a round in one process: each run of consecutive blocks of a slab copied
+    into its slots (one copy per run); returns the copies, every one finished."""
+    reads = _flat(source, request.staged.pattern.source, "source")
+    writes = _flat(staging, request.staging_regions(), "staging")
+    phase = round_.phase1
+    starts, sizes = phase.runs()
+    for slab_index, block, slot, size in zip(
+            phase.slab[starts].tolist(), phase.src_ids[starts].tolist(),
+            phase.slot[starts].tolist(), sizes.tolist(), strict=True):
+        slab = request.staged.slabs[slab_index]
+        read = _by_block(reads[(slab.src_rank, slab.src_region)],
+                         slab.offset + block * slab.block_stride, slab.block_stride, size, 1,
+                         slab.length, slab.length)
+        write = _by_block(writes[(slab.dst_rank, STAGING_REGION)],
+                          slab.staging_offset + slot * slab.length, slab.length, size, 1,
+                          slab.length, slab.length)
+        write.copy_(read)
+    _synchronize(reads, writes)
+    return int(starts.size)
+
+
+def rearrange_round(request: StagedRequest, round_: StagedRound, staging: Regions,
+                    destination: Regions) -> int:
+    """Phase 2 of a round: per pattern row, its entries gathered from their slots and
+    scattered into their blocks (never a Python loop per block); returns the bytes written,
+    every copy finished."""
+    staged = request.staged
+    reads = _flat(staging, request.staging_regions(), "staging")
+    writes = _flat(destination, staged.pattern.destination, "destination")
+    rows, at, ids = round_.moves.entries()
+    written = 0
+    for index in np.unique(rows).tolist():
+        row = staged.pattern.rows[index]
+        slab = staged.slabs[staged.row_slab[index]].length
+        chosen = rows == index
+        first = int(at[chosen].min())
+        slots = (at[chosen] - first) // slab
+        dst_ids = ids[chosen]
+        read = _by_block(reads[(row.dst_rank, STAGING_REGION)], first, slab,
+                         int(slots.max()) + 1, row.count, row.length,
+                         row.src_stride if row.count > 1 else row.length)
+        write = writes[(row.dst_rank, row.dst_region)]
+        theirs = _by_block(write, row.dst_offset, row.dst_block_stride,
+                           int(dst_ids.max()) + 1, row.count, row.length,
+                           row.dst_stride if row.count > 1 else row.length)
+        gathered = read[torch.from_numpy(slots).to(read.device)]
+        theirs[torch.from_numpy(dst_ids).to(write.device)] = gathered.to(write.device)
+        written += int(slots.size) * row.count * row.length
+    _synchronize(reads, writes)
+    return written

@@ -110,11 +110,29 @@ def to_kv_cache_configs(
     return configs
 
 
+def refuse_block_outermost_host(plan: KVCachePlan) -> None:
+    """vLLM 0.33/0.34 lay the HiSparse host pool out LBNHC, whatever they are asked
+    (`vllm.v1.hisparse.layout.get_hisparse_kv_cache_config` sets `host_layout =
+    KVCacheLayout.LBNHC`), and their shared host pool (`HiSparseHostPool.allocate`) registers
+    each host layer as a slab of `layer_stride` bytes: a block-outermost host pool is no
+    config vLLM makes or allocates, so handing it over would bind another layout than planned."""
+    host = plan.host_pool
+    if host is not None and host.layout.block_outermost:
+        raise PlanError(
+            f"hisparse.host_pool_layout: the plan's host pool is {host.layout.value} "
+            "('block_outermost'), which vLLM 0.33/0.34's runtime does not lay out (its host "
+            "pool is LBNHC); expected 'layer_outermost' for a plan vLLM runs (see "
+            "docs/transfer.md#placement-that-transfers-well)",
+            field="hisparse.host_pool_layout",
+        )
+
+
 def _stage_configs(
     plan: KVCachePlan,
     layer_specs: Mapping[str, VllmObject] | None,
     prefix_cache_retention_interval: int | None,
 ) -> list[VllmObject]:
+    refuse_block_outermost_host(plan)
     groups = vllm_groups(
         plan.groups, plan.workload.extra_window_tokens, layer_specs, plan.workload.mamba_cache_mode
     )

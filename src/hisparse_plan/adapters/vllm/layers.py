@@ -211,6 +211,12 @@ def _chunked(reader: _Reader, extra_tokens: int) -> LayerDict:
     return layer
 
 
+def _cross_attention(reader: _Reader, extra_tokens: int) -> LayerDict:
+    """An encoder-decoder model's cross-attention layer (Whisper's `encoder_attn`)."""
+    del extra_tokens
+    return _kv_layer(reader, "cross_attention")
+
+
 def _mamba(reader: _Reader, extra_tokens: int) -> LayerDict:
     del extra_tokens
     reader.require("num_heads", (1,), "(state heads)")
@@ -241,6 +247,7 @@ _MAPPERS: dict[str, Callable[[_Reader, int], LayerDict]] = {
     "FullAttentionSpec": _full_attention,
     "SlidingWindowSpec": _sliding_window,
     "ChunkedLocalAttentionSpec": _chunked,
+    "CrossAttentionSpec": _cross_attention,
     "MambaSpec": _mamba,
 }
 SUPPORTED_SPECS = tuple(_MAPPERS)

@@ -17,6 +17,7 @@ from hisparse_plan.adapters.vllm.types import VllmObject
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     GroupSpec,
     HisparseHotSpec,
@@ -110,6 +111,8 @@ def fresh_layer_spec(
         return kv.ChunkedLocalAttentionSpec(
             attention_chunk_size=spec.attention_chunk_size, **common
         )
+    if isinstance(spec, CrossAttentionSpec):
+        return kv.CrossAttentionSpec(**common)
     if isinstance(spec, FullAttentionSpec):
         return kv.FullAttentionSpec(
             sliding_window=spec.sliding_window, attention_chunk_size=spec.attention_chunk_size,

@@ -10,6 +10,7 @@ from hisparse_plan.checking.geometry import check_alignment, check_page_inside, 
 from hisparse_plan.checking.pools import check_pool_names, check_vllm_pools
 from hisparse_plan.checking.structure import check_structure
 from hisparse_plan.checking.trains import pool_trains
+from hisparse_plan.checking.vllm.host_placement import check_host_placement
 from hisparse_plan.checking.vllm.kv_sharing import check_kv_sharing
 from hisparse_plan.checking.vllm.meaning import check_meaning
 from hisparse_plan.checking.vllm.sizing import check_sizing
@@ -57,5 +58,7 @@ def check_vllm_plan(
         prove_disjoint(name, trains[host_resident, stage], num_blocks, size)
         for view in by_pool[host_resident, stage]:
             check_page_inside(view, name, size)
+    # After the proofs that hold for any placement: the one placement each host layout allows.
+    check_host_placement(plan)
     if request is not None:
         check_answers(plan, request)

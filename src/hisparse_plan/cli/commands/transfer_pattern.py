@@ -1,5 +1,7 @@
 """`hisparse-plan transfer P D` without a request: the pattern the two plans move for any
-request, proved once by check_pattern (see docs/transfer.md#the-pattern)."""
+request, proved once by check_pattern (see docs/transfer.md#the-pattern), its staged form
+proved by check_staged, and which of the two the cost model picks for a loopback and a GPU
+link (docs/transfer.md#staged-transfers)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,21 @@ import time
 
 from hisparse_plan.cli.render import Column, Renderer
 from hisparse_plan.exchange.transfer import (
+    GPU_LINK,
+    LOOPBACK,
     Instance,
     TransferPattern,
     TransferProgram,
     TransferRequest,
     check_pattern,
+    check_staged,
+    choose,
+    compile_staged,
     compile_transfer,
 )
+
+STAGED_BLOCKS = 64
+"""Blocks of each slab a staging region holds (the figures shown scale with it)."""
 
 
 def show_pattern(args: argparse.Namespace, src: Instance, dst: Instance) -> int:
@@ -23,6 +33,8 @@ def show_pattern(args: argparse.Namespace, src: Instance, dst: Instance) -> int:
     compiled = time.perf_counter()
     proof = check_pattern(pattern, src, dst)
     proved = time.perf_counter()
+    staged = compile_staged(pattern, STAGED_BLOCKS)
+    staged_proof = check_staged(staged, src, dst)
     if args.json:
         print(pattern.model_dump_json(indent=1))
         return 0
@@ -43,6 +55,16 @@ def show_pattern(args: argparse.Namespace, src: Instance, dst: Instance) -> int:
          Column("copies/period", "right"), Column("prepared (src + dst)", "right")],
         [_link_row(pattern, index) for index in range(len(pattern.links))],
     )
+    out.line()
+    out.pairs([
+        ("staged (proved by check_staged)",
+         f"{staged_proof.slabs} slabs, {staged_proof.slab_bytes:,} B of each source block "
+         f"({staged_proof.unread_bytes:,} B moved but read by no row); staging "
+         f"{max(staged.staging_bytes):,} B a destination rank for {STAGED_BLOCKS} blocks, "
+         f"{staged.staging_location} memory"),
+        ("loopback (NIXL over UCX, DRAM)", choose(staged, LOOPBACK).describe()),
+        ("GPU link (RDMA into HBM)", choose(staged, GPU_LINK).describe()),
+    ])
     return 0
 
 

@@ -13,7 +13,8 @@ from hisparse_plan.presets import Architecture, Settings, build_request
 from hisparse_plan.presets.config_file import read_config_file
 
 META_BUILD_LENGTH = 4096
-"""The max_model_len of the meta build: no layer spec depends on it, and every model takes it."""
+"""The max_model_len of the meta build, or the model's own when shorter (Whisper's decoder reads
+448 tokens, and vLLM refuses a longer one): no layer spec depends on it."""
 
 
 def refuse_without_config_file(args: argparse.Namespace) -> None:
@@ -33,7 +34,8 @@ def checked_by_vllm(
     was checked, in a few words, for the plan's heading."""
     meta = kv_cache_specs(
         read_config_file(config_file, label=config_label(config_file)),
-        max_model_len=META_BUILD_LENGTH, kv_cache_dtype=kv_cache_dtype or "auto",
+        max_model_len=min(META_BUILD_LENGTH, arch.max_position_embeddings),
+        kv_cache_dtype=kv_cache_dtype or "auto",
     )
     one_rank = build_request(arch, replace(settings, tp=1))
     check_layers_agree(one_rank.layers, meta)

@@ -38,6 +38,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.catalog import Length
 from hisparse_plan.presets.kv_dtypes import VLLM_KV_CACHE_DTYPES, resolve_kv_cache_dtype
+from hisparse_plan.presets.settings import HOST_POOL_LAYOUTS
 
 TP_HELP: Final = (
     "tensor-parallel ranks (default 1), as vLLM's: a regular model's KV heads and linear "
@@ -94,6 +95,12 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
                            help="pinned host (DRAM) pool for the source cache (HiSparse; preset "
                                 "default 64GiB): one per data-parallel rank, shared by its "
                                 "--tensor-parallel-size ranks")
+        group.add_argument("--host-pool-layout", choices=HOST_POOL_LAYOUTS,
+                           help="the host pool's placement (HiSparse): layer_outermost as vLLM "
+                                "lays it out (default), or block_outermost, a block's source "
+                                "pages back to back, lined up with a block-outermost prefill "
+                                "for transfers (no engine runtime takes it yet: see "
+                                "docs/transfer.md#placement-that-transfers-well)")
     group.add_argument("--max-model-len", type=max_model_len_arg, metavar="TOKENS",
                        help="longest request, e.g. 131072 or 128k (k = 1024 here; vLLM reads "
                             "128k as 128000); 'auto' (or -1) = the longest that fits the GPU "
@@ -152,6 +159,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_model_len=None if length == AUTO else length,
         gpu_mem_bytes=args.gpu_mem,
         host_pool_bytes=getattr(args, "host_pool", None),
+        host_pool_layout=getattr(args, "host_pool_layout", None),
         device_buffer_size=args.device_buffer,
         spec_tokens=args.spec_tokens,
         layout=None if args.layout is None else KVCacheLayout(args.layout),

@@ -17,6 +17,8 @@ from hisparse_plan.models.base import READ_ONLY, ByteCount, Model, PositiveInt
 from hisparse_plan.models.json_model import JsonTextModel
 
 PROGRAM_VERSION: Final = 1
+STAGING_REGION: Final = "staging"
+"""The region each destination rank registers for phase 1 of a staged transfer."""
 BlockIds = Annotated[list[Annotated[int, Field(ge=0, le=2**62)]], READ_ONLY]
 Rank = Annotated[int, Field(ge=0, le=2**20)]
 

@@ -15,6 +15,7 @@ from hisparse_plan.exchange.transfer.facts import (
 from hisparse_plan.models import (
     DTYPE_SIZE,
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     GroupSpec,
     HisparseHotSpec,
@@ -98,6 +99,11 @@ def layer_facts(view: LayerView, spec: GroupSpec, table: str, region: str) -> La
         latent = place("latent", 0, spec.content_bytes, spec.dtype)
         return LayerFacts(name, table, "tokens", units, 1, heads, True, spec.cache_dtype,
                           (latent,))
+    if isinstance(spec, CrossAttentionSpec):
+        # Its rows are the encoder's output, one table of their own sized by the encoder's
+        # tokens, not the request's: the token ranges a transfer moves do not address them.
+        return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (),
+                          unsupported="a cross_attention layer (the encoder's keys and values)")
     if not isinstance(spec, KVLayerSpec):
         return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (),
                           unsupported=f"a {spec.kind} layer")

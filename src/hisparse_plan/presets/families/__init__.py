@@ -15,7 +15,7 @@ model_types vLLM serves with layouts no family reads yet are refused by name (`u
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families.base import (
@@ -28,6 +28,8 @@ from hisparse_plan.presets.families.base import (
 from hisparse_plan.presets.families.dense import GENERIC, QWEN
 from hisparse_plan.presets.families.falcon import FALCON
 from hisparse_plan.presets.families.gemma import GEMMA, GEMMA3N
+from hisparse_plan.presets.families.gemma4 import GEMMA4
+from hisparse_plan.presets.families.hrm_text import HRM_TEXT
 from hisparse_plan.presets.families.kimi_linear import KIMI_LINEAR
 from hisparse_plan.presets.families.lfm2 import LFM2
 from hisparse_plan.presets.families.llama4 import LLAMA4
@@ -40,18 +42,29 @@ from hisparse_plan.presets.families.mamba_hybrids import (
 from hisparse_plan.presets.families.minicpm3 import MINICPM3
 from hisparse_plan.presets.families.minimax import MINIMAX, MINIMAX_M2, refuse_lightning
 from hisparse_plan.presets.families.mla import DEEPSEEK_V4, MLA, SPARSE_MLA
+from hisparse_plan.presets.families.olmo_hybrid import OLMO_HYBRID
 from hisparse_plan.presets.families.qwen_linear import QWEN3_5, QWEN3_NEXT
 from hisparse_plan.presets.families.smollm3 import SMOLLM3
 from hisparse_plan.presets.families.state_only import MAMBA1, MAMBA2
 from hisparse_plan.presets.families.unplanned import UNPLANNED
-from hisparse_plan.presets.families.windows import COHERE2, COHERE2_MOE, EXAONE4, GPT_OSS
+from hisparse_plan.presets.families.whisper import WHISPER
+from hisparse_plan.presets.families.windows import (
+    AFMOE,
+    COHERE2,
+    COHERE2_MOE,
+    EXAONE4,
+    EXAONE_MOE,
+    GPT_OSS,
+)
 from hisparse_plan.presets.families.zamba2 import ZAMBA2
+from hisparse_plan.presets.families.zaya import ZAYA
 
 FAMILIES: Final[tuple[Family, ...]] = (
     GENERIC, QWEN, GEMMA, GEMMA3N, GPT_OSS, COHERE2, EXAONE4, LLAMA4, MLA, SPARSE_MLA,
     DEEPSEEK_V4, JAMBA, NEMOTRON_H, FALCON_H1, GRANITE_HYBRID, QWEN3_NEXT, QWEN3_5,
     KIMI_LINEAR, LFM2, MINIMAX, MINIMAX_M2, MAMBA1, MAMBA2, ZAMBA2, SMOLLM3, MINICPM3,
-    FALCON, COHERE2_MOE, UNPLANNED,
+    FALCON, COHERE2_MOE, EXAONE_MOE, HRM_TEXT, GEMMA4, ZAYA,
+    OLMO_HYBRID, AFMOE, WHISPER, UNPLANNED,
 )
 """Every registered family; GENERIC reads any model_type the others do not claim."""
 BY_MODEL_TYPE: Final[dict[str, Family]] = {
@@ -76,9 +89,17 @@ def family_of(model_type: str | None) -> Family:
     return BY_MODEL_TYPE.get(model_type or "", GENERIC)
 
 
+def renamed_fields(fields: Fields) -> dict[str, Any]:
+    """`fields` with the ones its family's config names otherwise under the reader's names
+    (`Family.renamed`: Whisper's decoder geometry), before the layers are counted."""
+    model_type = fields.get("model_type")
+    family = family_of(model_type if isinstance(model_type, str) else None)
+    return dict(fields) if family.renamed is None else {**fields, **family.renamed(fields)}
+
+
 def refuse_unplanned_early(fields: Fields) -> None:
     """A model_type vLLM serves with a layout no family reads is refused by name before any
-    field is read (Whisper's config has no num_hidden_layers to count)."""
+    field is read (such a config may have no num_hidden_layers to count)."""
     model_type = fields.get("model_type")
     if isinstance(model_type, str) and family_of(model_type) is UNPLANNED and UNPLANNED.read:
         UNPLANNED.read(fields, 0)
@@ -124,4 +145,5 @@ __all__ = [
     "family_of",
     "layer_layout",
     "refuse_unplanned_early",
+    "renamed_fields",
 ]

@@ -42,6 +42,9 @@ class Layout:
     """Cross-layer KV sharing: layer i keeps no cache and reads layer j's (Gemma-3n's
     `num_kv_shared_layers`, vLLM's `kv_sharing_target_layer_name`); the request's layer i
     names layer j's in `kv_sharing_target`."""
+    heads: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    """Layer i's (KV heads, head size) where they are not the model's (Gemma-4's full layers:
+    `families.gemma4`)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Family:
     vllm: str
     """The vLLM 0.34 model files followed."""
     sglang: SGLangRule = SGLangRule()
+    renamed: Callable[[Fields], dict[str, Any]] | None = None
+    """Fields the reader reads that the family's config names otherwise (Whisper's decoder
+    geometry), read before the layers are counted; None for a config that uses the names."""
 
 
 def given(fields: Fields, name: str) -> bool:

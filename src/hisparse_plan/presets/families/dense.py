@@ -9,7 +9,8 @@
   `sliding_window` when it has one. SGLang 0.5.23 (`srt/models/llama.py`, `mistral.py`,
   `mixtral.py`) keeps every layer's every token in one pool (none of them is a hybrid-SWA
   architecture), the window applied only when attending.
-- `qwen` (Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Qwen2-VL, Qwen2.5-VL): vLLM's `qwen2.py`,
+- `qwen` (Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni's thinker,
+  whose language model `qwen2_5_omni_thinker.py` builds as `Qwen2ForCausalLM`): vLLM's `qwen2.py`,
   `qwen2_moe.py`, `qwen3.py`, `qwen3_moe.py` give every layer the model's one window when
   `use_sliding_window` is set with `max_window_layers` 0, none otherwise, and refuse a window on
   only some layers; transformers writes that out as `layer_types`. SGLang's `qwen2.py`,
@@ -27,7 +28,7 @@ from hisparse_plan.presets.regular import LayerKind
 
 QWEN_TYPES: Final = (
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
-    "qwen2_5_vl_text",
+    "qwen2_5_vl_text", "qwen2_5_omni_text",
 )
 
 
@@ -78,7 +79,8 @@ QWEN = base.Family(
     model_types=QWEN_TYPES,
     architectures=("Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
                    "Qwen3MoeForCausalLM", "Qwen2VLForConditionalGeneration",
-                   "Qwen2_5_VLForConditionalGeneration"),
+                   "Qwen2_5_VLForConditionalGeneration", "Qwen2_5OmniForConditionalGeneration"),
     read=read_qwen,
-    vllm="models/qwen2.py, models/qwen2_moe.py, models/qwen3.py, models/qwen3_moe.py",
+    vllm="models/qwen2.py, models/qwen2_moe.py, models/qwen3.py, models/qwen3_moe.py, "
+         "models/qwen2_5_omni_thinker.py",
 )

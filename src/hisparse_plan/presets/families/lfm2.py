@@ -65,9 +65,9 @@ def read_lfm2(fields: base.Fields, layers: int) -> base.Layout:
 LFM2 = base.Family(
     name="lfm2",
     model_types=("lfm2", "lfm2_moe"),
-    architectures=("Lfm2ForCausalLM", "Lfm2MoeForCausalLM"),
+    architectures=("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"),
     read=read_lfm2,
-    vllm="models/lfm2.py, models/lfm2_moe.py, layers/mamba/short_conv.py",
+    vllm="models/lfm2.py, models/lfm2_moe.py, models/lfm2_vl.py, layers/mamba/short_conv.py",
     sglang=base.SGLangRule(refusal=(
         "SGLang 0.5.23 serves LFM2 (srt/models/lfm2.py, lfm2_moe.py) keeping one conv state per "
         "short-convolution layer in its Mamba pool (no temporal state), which the SGLang target "

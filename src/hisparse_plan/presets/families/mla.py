@@ -1,7 +1,9 @@
 """Multi-head latent attention families.
 
-- `mla` (DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): vLLM 0.34's `models/deepseek_v2.py`
-  (`DeepseekV2MLAAttention`) and `models/glm4_moe_lite.py` (the same attention) build one MLA
+- `mla` (DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash, A.X K1): vLLM 0.34's
+  `models/deepseek_v2.py` (`DeepseekV2MLAAttention`), `models/glm4_moe_lite.py` (the same
+  attention) and `models/AXK1.py` (`AXK1MLAAttention`, picked when vLLM's `use_mla`, which
+  `is_deepseek_mla` sets for model_type `axk1` with a `kv_lora_rank`) build one MLA
   layer a decoder layer, `model.layers.{i}.self_attn.attn`: one latent row of `kv_lora_rank +
   qk_rope_head_dim` elements a token (576 for all of these), one "head", the same on every
   tensor-parallel rank, in the model dtype. SGLang 0.5.23's `srt/models/deepseek_v2.py` and
@@ -25,10 +27,11 @@ def read_mla(fields: base.Fields, layers: int) -> base.Layout:
 
 MLA = base.Family(
     name="mla",
-    model_types=("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite"),
-    architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM"),
+    model_types=("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite", "axk1"),
+    architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM",
+                   "AXK1ForCausalLM"),
     read=read_mla,
-    vllm="models/deepseek_v2.py, models/glm4_moe_lite.py",
+    vllm="models/deepseek_v2.py, models/glm4_moe_lite.py, models/AXK1.py",
 )
 SPARSE_MLA = base.Family(
     name="sparse_mla",

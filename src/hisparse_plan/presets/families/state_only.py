@@ -8,9 +8,9 @@
   of `intermediate_size` where the config has one, else `expand x hidden_size` (the mixer's
   own argument), `n_groups`, `num_heads`, `head_dim`, `state_size`, `conv_kernel`.
 
-Neither reads a head count or a context length: vLLM plans no attention for them, and without
-`max_position_embeddings` in the config vLLM's `_get_and_verify_max_len` (config/model.py)
-takes the chosen max_model_len as it is, else 2048 tokens. SGLang 0.5.23 serves them too
+Neither reads a head count: vLLM plans no attention for them (without a context length in the
+config, vLLM's `_get_and_verify_max_len` takes the chosen max_model_len as it is, else 2048
+tokens, as for any model: `aliases.with_vllm_length`). SGLang 0.5.23 serves them too
 (`srt/models/mamba.py`, `falcon_mamba.py`, `mamba2.py`), but the SGLang target does not lay
 out a pool of Mamba states alone yet: refused.
 """
@@ -22,8 +22,6 @@ from typing import Final
 from hisparse_plan.presets.families import base
 from hisparse_plan.presets.mamba_states import MambaGeometry
 
-VLLM_DEFAULT_LENGTH: Final = 2048
-"""vLLM's max_model_len for a config without any length field (`_get_and_verify_max_len`)."""
 NAMES: Final = {"mamba": "backbone.layers.{i}.mixer"}
 SGLANG: Final = base.SGLangRule(
     refusal="the SGLang target does not lay out a model of Mamba layers alone (no attention) "
@@ -32,11 +30,10 @@ SGLANG: Final = base.SGLangRule(
 
 
 def _no_attention(fields: base.Fields) -> dict[str, object]:
-    """No heads (no attention layer), and vLLM's length when the config names none."""
-    length = fields.get("max_position_embeddings")
-    return {"num_attention_heads": None, "num_key_value_heads": None,
-            "max_position_embeddings": VLLM_DEFAULT_LENGTH if length is None else length,
-            "length_assumed": length is None}
+    """No heads (no attention layer); a config without a length has vLLM's
+    (`aliases.with_vllm_length`)."""
+    del fields
+    return {"num_attention_heads": None, "num_key_value_heads": None}
 
 
 def read_mamba1(fields: base.Fields, layers: int) -> base.Layout:

@@ -14,23 +14,20 @@ from typing import Final
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
 
+INKLING: Final = (
+    "a short-convolution state beside each attention cache, kept as a sliding-window cache of "
+    "packed K, V and residual streams with no V rows (vllm/models/inkling/: InklingConvState's "
+    "SlidingWindowSpec, head_size_v 0), which a plan's layer cannot hold (head_size_v is "
+    "positive)")
 BUILDS: Final[dict[str, str]] = {
-    "olmo_hybrid": "Gated DeltaNet state layers beside attention (olmo_hybrid.py)",
-    "zaya": "state layers beside sliding-window attention (zaya.py)",
+    "inkling_text": INKLING,
+    "inkling_mm_model": INKLING,
     "qwen4_exp": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "qwen4_exp_text": "several state layouts, MLA and shared caches (vllm/models/qwen4_exp/)",
     "glm5_next": "KDA state layers beside sparse MLA (vllm/models/glm5next/)",
-    "gemma4": "sliding and full layers, the last num_kv_shared_layers reading earlier layers' "
-              "caches (gemma4.py)",
-    "gemma4_text": "sliding and full layers, the last num_kv_shared_layers reading earlier "
-                   "layers' caches (gemma4.py)",
     "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
-    "axk1": "MLA layers (AXK1.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
     "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
-    "whisper": "decoder layers of self-attention beside cross-attention to the encoder's "
-               "output (whisper.py: CrossAttentionSpec caches, a block table of their own "
-               "sized by the encoder's length)",
 }
 """What vLLM's code builds, by model_type."""
 
@@ -49,11 +46,11 @@ UNPLANNED = base.Family(
     name="unplanned",
     model_types=tuple(BUILDS),
     architectures=(
-        "OlmoHybridForCausalLM", "ZayaForCausalLM", "Qwen4ExpForCausalLM",
+        "InklingForCausalLM", "InklingForConditionalGeneration",
+        "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
-        "Glm5NextForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-        "LongcatFlashForCausalLM", "AXK1ForCausalLM", "HYV4ForCausalLM",
-        "MiniMaxM3SparseForConditionalGeneration", "WhisperForConditionalGeneration",
+        "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "HYV4ForCausalLM",
+        "MiniMaxM3SparseForConditionalGeneration",
     ),
     read=refuse_unplanned,
     vllm="see BUILDS",

@@ -17,6 +17,15 @@
   the model has a window, and every layer is full without one. Where `layer_types` is given,
   neither reads `sliding_window_pattern` (EXAONE-4.0-32B publishes `"LLLG"` beside its
   `layer_types`), so its value is left unread. SGLang's `srt/models/exaone4.py`: one pool.
+- `exaone_moe` (K-EXAONE): vLLM's `models/exaone_moe.py` (`ExaoneMoeAttention`) reads the
+  kinds from `layer_types` as EXAONE-4 does (transformers' ExaoneMoeConfig writes them out from
+  `sliding_window_pattern` the same way), and a sliding layer's window from its entry of
+  `sliding_windows` where the config has that list (a 0 or null entry: no window), else
+  `sliding_window`.
+- `afmoe` (Arcee's Trinity): vLLM's `models/afmoe.py` slides by `sliding_window` where
+  `layer_types` says `sliding_attention`; transformers' AfmoeConfig writes `layer_types` out
+  from `global_attn_every_n_layers` (default 4: every 4th layer full) where the config has
+  none.
 """
 
 from __future__ import annotations
@@ -103,6 +112,42 @@ def read_exaone4(fields: base.Fields, layers: int) -> base.Layout:
                        fields=UNREAD_PATTERN)
 
 
+def read_exaone_moe(fields: base.Fields, layers: int) -> base.Layout:
+    kinds = _pattern_kinds(fields, layers, "K-EXAONE")
+    overrides: dict[str, object] = dict(UNREAD_PATTERN)
+    if base.given(fields, "sliding_windows"):
+        windows = base.layer_list(fields, "sliding_windows", layers)
+        kinds = [kind if kind == "full" or windows[i] else "full" for i, kind in enumerate(kinds)]
+        used = sorted({windows[i] for i, kind in enumerate(kinds) if kind == "sliding"})
+        if len(used) > 1:
+            raise ConfigError(
+                f"sliding_windows: vLLM's K-EXAONE code gives each sliding layer its own "
+                f"window; a plan here keeps one window for every sliding layer, got "
+                f"{', '.join(map(str, used))}",
+                field="sliding_windows",
+            )
+        if used:
+            overrides["sliding_window"] = used[0]
+    return base.Layout(kinds, ("layer_types", "sliding_window", "sliding_window_pattern"),
+                       fields=overrides)
+
+
+AFMOE_EVERY: Final = 4
+"""transformers' default `global_attn_every_n_layers` of AfmoeConfig."""
+
+
+def read_afmoe(fields: base.Fields, layers: int) -> base.Layout:
+    reads = ("layer_types", "sliding_window", "global_attn_every_n_layers")
+    if base.given(fields, "layer_types"):
+        kinds = base.from_layer_types(fields, layers, base.LAYER_TYPE_KINDS, "AFMoE")
+    else:
+        every = AFMOE_EVERY if fields.get("global_attn_every_n_layers") is None else (
+            base.positive(fields, "global_attn_every_n_layers",
+                          "AFMoE's full layers come so often"))
+        kinds = base.every_nth(layers, every, "full", "sliding")
+    return base.Layout(kinds, reads)
+
+
 GPT_OSS = base.Family(
     name="gpt_oss",
     model_types=("gpt_oss",),
@@ -132,4 +177,20 @@ EXAONE4 = base.Family(
     architectures=("Exaone4ForCausalLM",),
     read=read_exaone4,
     vllm="models/exaone4.py",
+)
+EXAONE_MOE = base.Family(
+    name="exaone_moe",
+    model_types=("exaone_moe",),
+    architectures=("ExaoneMoeForCausalLM",),
+    read=read_exaone_moe,
+    vllm="models/exaone_moe.py",
+    sglang=base.SGLangRule(refusal="SGLang 0.5.23's K-EXAONE code is not yet checked against "
+                                   "the SGLang target's window pools"),
+)
+AFMOE = base.Family(
+    name="afmoe",
+    model_types=("afmoe",),
+    architectures=("AfmoeForCausalLM",),
+    read=read_afmoe,
+    vllm="models/afmoe.py",
 )

@@ -41,6 +41,14 @@ def refuse_vllm_sections(request: PlanRequest) -> None:
     (its host pool follows host_to_device_ratio, not a GiB budget), and SGLang's tokens are
     capped by engine.max_total_tokens, not a block count. Reading them silently would plan
     something else than asked."""
+    if request.hisparse is not None and request.hisparse.host_pool_layout == "block_outermost":
+        raise UnsupportedRequestError(
+            "hisparse.host_pool_layout: 'block_outermost' is a vLLM host pool placement; "
+            "SGLang 0.5.23 lays out its HiSparse host pool itself (one layer-first [layers, "
+            "host tokens, row] buffer), so expected no hisparse section for SGLang (see "
+            "docs/transfer.md#placement-that-transfers-well)",
+            field="hisparse.host_pool_layout",
+        )
     if request.hisparse is not None:
         raise UnsupportedRequestError(
             "hisparse: vLLM's HiSparse settings do not apply to SGLang; expected null, and "

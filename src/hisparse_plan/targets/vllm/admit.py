@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hisparse_plan.errors import CapacityError
-from hisparse_plan.models import Workload
+from hisparse_plan.models import CrossAttentionSpec, Workload
 from hisparse_plan.models.base import GIB
 from hisparse_plan.targets.trace import Trace
 from hisparse_plan.targets.vllm.groups import PlannedGroup
@@ -80,10 +80,14 @@ def admit(
     needed_blocks = sum(required)
     if trace.enabled:
         for index, (group, blocks_held) in enumerate(zip(groups, required, strict=True)):
+            spec = group.group.spec
+            # Cross-attention holds the encoder's budget, whatever the request's length.
+            at = (f"for the encoder's {workload.max_num_batched_tokens} tokens "
+                  "(max_num_batched_tokens), whatever L"
+                  if isinstance(spec, CrossAttentionSpec) else f"at L = {length}")
             trace.add("admit", "5.10 / 7.7", f"required blocks of device group {index}",
                       blocks_held,
-                      f"{group.group.spec.kind} group of {len(group.group.layer_names)} "
-                      f"layer(s) at L = {length}")
+                      f"{spec.kind} group of {len(group.group.layer_names)} layer(s) {at}")
     for stage in stages:
         _admit_stage(stage, needed_blocks, length, blocks, longest_for_host)
     trace.add("admit", "5.12 / 7.7", "blocks per request", needed_blocks,

@@ -12,6 +12,7 @@ from hisparse_plan.targets.vllm.rules.host import (
     host_block_stride,
     host_blocks_needed,
     host_budget_bytes,
+    host_pool_layout,
     longest_request_held,
 )
 
@@ -64,6 +65,11 @@ def plan_host_pool(
               lambda: f"budget int({hisparse.host_pool_gib} * 2**30) = {budget} // block stride "
               f"{stride} (source page {source_page}"
               f"{', rounded up to 4096 for a shared pool' if hisparse.shared_host_pool else ''})")
+    layout = host_pool_layout(hisparse.host_pool_layout)
+    if layout.block_outermost:  # vLLM's own LBNHC needs no line of its own
+        trace.add("size", "5.7", "host_pool.layout", layout.value,
+                  lambda: "hisparse.host_pool_layout 'block_outermost': a block's source pages "
+                  "back to back (see docs/transfer.md#placement-that-transfers-well)")
     return HostPool(
         num_blocks=num_blocks,
         block_stride=stride,
@@ -71,4 +77,5 @@ def plan_host_pool(
         bytes_per_block=source_page,
         size=size,
         budget_bytes=budget,
+        layout=layout,
     )

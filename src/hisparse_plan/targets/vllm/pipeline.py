@@ -23,7 +23,6 @@ from hisparse_plan.models import (
     DevicePool,
     HisparseConfig,
     HostPool,
-    KVCacheLayout,
     KVCachePlan,
     KVCacheTensor,
     LayerSpec,
@@ -121,7 +120,8 @@ def summary(plan: KVCachePlan) -> str:
     """One line: groups, pools, blocks and concurrency."""
     pools = " + ".join(f"{pool.size} B" for pool in plan.device_pools)
     host = "" if plan.host_pool is None else (
-        f", host pool {plan.host_pool.size} B ({plan.host_pool.num_blocks} blocks)")
+        f", host pool {plan.host_pool.size} B ({plan.host_pool.num_blocks} blocks"
+        f"{', block-outermost' if plan.host_pool.layout.block_outermost else ''})")
     fitted = "" if plan.fitted_max_model_len is None else (
         f", max_model_len fitted to {plan.fitted_max_model_len}")
     return (
@@ -234,7 +234,7 @@ def _plan_hisparse(
     )
     check_layout(stages[0].groups, layout, "the device groups")
     host_tensors = place_pool(
-        [source.buckets], KVCacheLayout.LBNHC, host.num_blocks, host.bytes_per_block,
+        [source.buckets], host.layout, host.num_blocks, host.bytes_per_block,
         host_resident=True, pool=stage_pool_name("host", 0, 1),
     )
     for index, tensor in enumerate(host_tensors):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     LayerSpec,
     MambaSpec,
@@ -40,6 +41,11 @@ def joins_family(first: LayerSpec, spec: LayerSpec) -> bool:
             isinstance(spec, ChunkedLocalAttentionSpec)
             and spec.attention_chunk_size == first.attention_chunk_size
         )
+    if isinstance(first, CrossAttentionSpec):
+        # vLLM registers CrossAttentionSpec as its own uniform-type base (its
+        # CrossAttentionManager): cross-attention layers never share a group with the decoder's
+        # self-attention layers.
+        return isinstance(spec, CrossAttentionSpec)
     return isinstance(spec, MambaSpec) and _mamba_family(spec) == _mamba_family(first)
 
 
@@ -73,6 +79,8 @@ def family_key(first: LayerSpec) -> FamilyKey:
         return ("sliding_mla", first.block_size, sharded, first.sliding_window)
     if isinstance(first, ChunkedLocalAttentionSpec):
         return ("chunked", first.block_size, sharded, first.attention_chunk_size)
+    if isinstance(first, CrossAttentionSpec):
+        return ("cross", first.block_size, sharded)
     return ("mamba", first.block_size, *_mamba_family(first))
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from hisparse_plan.errors import PlanError
 from hisparse_plan.models import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     GroupSpec,
     HisparseHotSpec,
     HisparseResidentSpec,
@@ -45,6 +46,8 @@ def required_blocks(spec: GroupSpec, length: int, workload: Workload) -> int:
         return ceil_div(min(window, length), spec.block_size) + 1
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return ceil_div(min(spec.attention_chunk_size + inflight, length), spec.block_size)
+    if isinstance(spec, CrossAttentionSpec):
+        return cross_attention_blocks(spec, workload)
     if isinstance(spec, MambaSpec):
         return mamba_state_blocks(spec, workload.mamba_cache_mode)
     if isinstance(spec, HisparseResidentSpec):
@@ -55,6 +58,14 @@ def required_blocks(spec: GroupSpec, length: int, workload: Workload) -> int:
     if spec.dcp_sharded and dcp > 1:
         length = ceil_div(length, dcp)
     return ceil_div(length, spec.block_size)
+
+
+def cross_attention_blocks(spec: CrossAttentionSpec, workload: Workload) -> int:
+    """Blocks a request holds for the encoder's keys and values, whatever its own length
+    (vLLM 0.34's `CrossAttentionSpec.max_memory_usage_bytes`): the scheduler's encoder input
+    budget, `max_num_encoder_input_tokens`, which vLLM's SchedulerConfig sets to
+    max_num_batched_tokens. Decode context parallelism does not divide it (vLLM does not)."""
+    return ceil_div(workload.max_num_batched_tokens, spec.block_size)
 
 
 def mamba_state_blocks(spec: MambaSpec, mamba_cache_mode: str) -> int:
