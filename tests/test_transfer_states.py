@@ -24,6 +24,7 @@ from hisparse_plan.exchange.transfer import (
     compile_transfer,
 )
 from hisparse_plan.presets import Settings, build_request, load_preset
+from hisparse_plan.presets.mamba_states import GatedDeltaNetGeometry
 from hisparse_plan.presets.regular import RegularArchitecture
 from transfer_support import (
     StateCuts,
@@ -109,7 +110,7 @@ def test_gated_deltanet_states_of_qwen3_next_between_tp_1_and_2() -> None:
     arch = load_preset("qwen3-next-80b").architecture
     assert isinstance(arch, RegularArchitecture)
     geometry = arch.state_geometry()
-    assert geometry is not None
+    assert isinstance(geometry, GatedDeltaNetGeometry)
     blocks = geometry.conv_blocks()
     assert blocks == (2048, 2048, 4096)
 
