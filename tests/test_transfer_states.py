@@ -205,6 +205,35 @@ def test_a_state_padded_per_rank_is_refused() -> None:
     assert error.value.field == "layers['model.layers.0.mixer'].state0"
 
 
+@pytest.mark.parametrize(("source_tp", "destination_tp"), [(1, 2), (2, 1), (4, 2), (1, 4)])
+def test_a_state_the_same_on_every_rank_moves_whole_from_one_rank(
+        source_tp: int, destination_tp: int) -> None:
+    """ZAYA1's CCA states (vLLM's `is_kv_cache_tp_replicated`) are not sharded: each
+    destination rank reads them whole from one source rank, the ranks taking turns."""
+    def side(tp: int) -> Instance:
+        state = {"kind": "mamba", "state_shapes": [[12, 4], [6]],
+                 "state_dtypes": ["bfloat16", "bfloat16"], "block_size": 16}
+        layers = {"model.layers.0.cca": state} | attention_layers(1, 4 // tp, block=16,
+                                                                  first=1)
+        request = vllm_request(layers, layout="BLNHC", available=2**40, max_model_len=512)
+        request["device"]["num_blocks_override"] = 48
+        return Instance([plan_of(request)] * tp, total_kv_heads=4)
+
+    src, dst = side(source_tp), side(destination_tp)
+    request = request_for(src, dst)
+    program, wrong = roundtrip(src, dst, request, states={0: None, 1: None})
+    assert wrong == 0
+    pattern = compile_transfer(src, dst)
+    check_pattern(pattern, src, dst)
+    readers: dict[int, set[int]] = {}
+    for row in program.rows:
+        if row.layer == "model.layers.0.cca":
+            readers.setdefault(row.dst_rank, set()).add(row.src_rank)
+    assert sorted(readers) == list(range(destination_tp))
+    assert all(len(ranks) == 1 for ranks in readers.values())
+    assert len({min(ranks) for ranks in readers.values()}) == min(source_tp, destination_tp)
+
+
 def test_states_between_engines_are_still_refused_across_tp() -> None:
     with pytest.raises(TransferRefused) as error:
         compile_transfer(mamba_side("vllm", 1), mamba_side("sglang", 2))

@@ -106,16 +106,19 @@ def _grid(*extents: int) -> list[NDArray[np.int64]]:
     return [axis.astype(np.int64).ravel() for axis in np.indices(extents)]
 
 
-StateCuts = dict[int, tuple[int, tuple[int, ...]]]
+StateCuts = dict[int, tuple[int, tuple[int, ...]] | None]
 """How a test drew a layer's states: state index -> (its sharded axis, the full extents of
-the blocks along it). Given, the oracle encodes a state's bytes by their place in the full
-state (the state of TP 1), so that ranks of two TP sizes agree on them."""
+the blocks along it), or None for a state the same on every rank. Given, the oracle encodes
+a state's bytes by their place in the full state (the state of TP 1), so that ranks of two
+TP sizes agree on them."""
 
 
 def full_state_bytes(shape: tuple[int, ...], size: int, rank: int, ranks: int,
-                     cut: tuple[int, tuple[int, ...]]) -> tuple[NDArray[np.int64], int]:
+                     cut: tuple[int, tuple[int, ...]] | None) -> tuple[NDArray[np.int64], int]:
     """For each byte of one rank's state (C order), its byte in the full state; and the
     full state's bytes. Each block along the axis is split evenly over the ranks."""
+    if cut is None:
+        return np.arange(prod(shape) * size, dtype=np.int64), prod(shape) * size
     axis, blocks = cut
     index = np.indices(shape).reshape(len(shape), -1)
     shares = np.array([block // ranks for block in blocks])

@@ -32,14 +32,21 @@ def moves(pair: LayerPair, src: Instance, dst: Instance, dst_rank: int) -> list[
     layer = dst.facts[dst_rank].layers[pair.name]
     src_group = src.group(pair.name)
     if pair.states is not None:
-        mine = sliced(layer, pair.states, *dst.tp_rank(pair.name, dst_rank))
+        place, _ = dst.tp_rank(pair.name, dst_rank)
+        mine = sliced(layer, pair.states, place, len(dst.group(pair.name)))
         found = []
-        for index, src_rank in enumerate(src_group):
-            theirs = sliced(src.facts[src_rank].layers[pair.name], pair.states, index,
+        taken: set[tuple[int, int]] = set()
+        # Source ranks from the destination's place on: a state the same on every rank is
+        # read from one of them, the destination ranks taking turns.
+        for turn in range(len(src_group)):
+            index = (place + turn) % len(src_group)
+            theirs = sliced(src.facts[src_group[index]].layers[pair.name], pair.states, index,
                             len(src_group))
-            shared = segments(theirs, mine)
+            shared = [segment for segment in segments(theirs, mine)
+                      if segment[:2] not in taken]
+            taken.update(segment[:2] for segment in shared)
             if shared:
-                found.append(Move(src_rank, (0, 1), (0, 0), shared))
+                found.append(Move(src_group[index], (0, 1), (0, 0), shared))
         return found
     place, size = dst.tp_rank(pair.name, dst_rank)
     first = head_start(layer, place, size, dst.total_kv_heads)

@@ -12,7 +12,8 @@ Across TP sizes a state layer's logical row is the state as one rank of TP 1 hol
 states back to back, each in its full shape. A rank holds pieces of that row: one per block
 and per index of the axes before the sharded one, each a contiguous run of the rank's bytes
 and of the row's. A destination rank's pieces come from the source ranks whose pieces
-overlap them. With equal TP sizes nothing here applies: a state moves rank to rank."""
+overlap them; a state the same on every rank is one piece, from one source rank. With equal
+TP sizes nothing here applies: a state moves rank to rank."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ Piece = tuple[int, int, int]
 @dataclass(frozen=True, slots=True)
 class StateSplit:
     """How one state of a layer is sharded: along `axis` of its per-rank shape, in `blocks`
-    (their full extents along the axis, in order), each split evenly over the ranks."""
+    (their full extents along the axis, in order), each split evenly over the ranks; axis -1:
+    the same on every rank."""
 
     axis: int
     blocks: tuple[int, ...]
@@ -49,6 +51,12 @@ def state_splits(src: LayerFacts, dst: LayerFacts, src_ranks: int, dst_ranks: in
     splits: list[StateSplit] = []
     lo = 0
     for index, (ours, theirs) in enumerate(zip(src.fields, dst.fields, strict=True)):
+        if ours.shape == theirs.shape:
+            # The same on every rank (ZAYA1's CCA, vLLM's `is_kv_cache_tp_replicated`): one
+            # source rank's copy, whole.
+            splits.append(StateSplit(-1, (), lo, ours.size))
+            lo += ours.size
+            continue
         axis = sharded_axis(src.name, ours, theirs, src_ranks, dst_ranks)
         full = ours.shape[axis] * src_ranks
         blocks = state_blocks(src.name, ours.name, index, full, groups)
@@ -117,6 +125,8 @@ def state_pieces(shape: tuple[int, ...], element: int, split: StateSplit, rank: 
     """Rank `rank` of `ranks`'s pieces of one state: per index of the axes before the
     sharded one and per block, its share of the block (the rule of the module doc)."""
     axis = split.axis
+    if axis < 0:
+        return [(0, 0, prod(shape) * element)]
     outer = prod(shape[:axis])
     inner = prod(shape[axis + 1:]) * element
     local, full = shape[axis], sum(split.blocks)
