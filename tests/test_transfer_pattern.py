@@ -27,6 +27,7 @@ from hisparse_plan.exchange.transfer import (
 from hisparse_plan.exchange.transfer.check_pattern import check_pattern
 from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.compile import compile_transfer
+from hisparse_plan.exchange.transfer.instance import selected_units
 from hisparse_plan.exchange.transfer.pattern import TransferPattern
 from hisparse_plan.exchange.transfer.rearrange import execute_staged
 from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
@@ -50,6 +51,12 @@ def _compiled(pair: Pair) -> TransferPattern | None:
         event(f"{pair.family}: refused ({refused.what})")
         return None
     event(f"{pair.family}: {pair.source.engine} -> {pair.destination.engine}")
+    if pair.family == "mamba":
+        event("mamba: states across TP sizes" if pair.source.ranks != pair.destination.ranks
+              else "mamba: states rank to rank")
+    if pair.family == "pipeline":
+        stages = [len(set(side.holders.values())) for side in (pair.source, pair.destination)]
+        event(f"pipeline: {stages[0]} -> {stages[1]} stages of plans")
     return pattern
 
 
@@ -101,7 +108,7 @@ def test_instances_of_a_proved_pattern_move_what_build_transfer_moves(
         built = build_transfer(pair.source, pair.destination, request)
         reach = _reach(pair, firsts)
         source, start, expected, allowed = oracle(pair.source, pair.destination, request,
-                                                  program, firsts, reach)
+                                                  program, firsts, reach, pair.states)
         ours = {key: value.copy() for key, value in start.items()}
         theirs = {key: value.copy() for key, value in start.items()}
         execute(program, source, ours)
@@ -161,6 +168,21 @@ def _edits(pattern: TransferPattern) -> dict[str, TransferPattern]:
     if other is not None:
         edits["wrong head interval"] = [first.model_copy(update={"src_rank": other}),
                                         *rows[1:]]
+    states = [i for i, row in enumerate(rows) if pattern.links[row.link].kind == "state"]
+    if states:
+        at = states[0]
+        state = rows[at]
+        # Another piece of the same state (another channel block or head slice).
+        wrong = next((rows[i] for i in states if rows[i].src_rank == state.src_rank
+                      and rows[i].src_region == state.src_region
+                      and rows[i].src_offset != state.src_offset
+                      and rows[i].length == state.length), None)
+        if wrong is not None:
+            edits["wrong state slice"] = [*rows[:at], state.model_copy(update={
+                "src_offset": wrong.src_offset}), *rows[at + 1:]]
+        # The state written one block on: another slot of the state table.
+        edits["state to the wrong slot"] = [*rows[:at], state.model_copy(update={
+            "dst_offset": state.dst_offset + state.dst_block_stride}), *rows[at + 1:]]
     return {name: pattern.model_copy(update={"rows": edited}) for name, edited in edits.items()}
 
 
@@ -248,7 +270,11 @@ def test_bad_requests_are_refused(pair: Pair) -> None:
     if spec.padding_blocks:
         bad["the null block"] = [*ids[:last], 0, *ids[last + 1:]]
     bad["too few blocks"] = [] if spec.state else ids[:last]
-    if last > 0 and not spec.state:
+    # An id given twice is refused where both are read: a window's link may not read the
+    # block before its last (its ids there are not the request's to check).
+    link = pattern.links[pattern.rows[0].link]
+    first = selected_units(link, request.num_tokens)[0] // link.destination_units
+    if last > 0 and not spec.state and last - 1 >= first:
         bad["a repeated id"] = [*ids[:last], ids[last - 1], *ids[last + 1:]]
     for name, edited in bad.items():
         note(name)

@@ -49,7 +49,8 @@ def test_every_program_is_proved_and_moves_every_byte_where_it_belongs(pair: Pai
     if program is None:
         return
     check_transfer(program, pair.source, pair.destination)
-    assert count_wrong(pair.source, pair.destination, pair.request, program, pair.firsts) == 0
+    assert count_wrong(pair.source, pair.destination, pair.request, program, pair.firsts,
+                       states=pair.states) == 0
 
 
 def _edits(program: TransferProgram) -> dict[str, TransferProgram]:

@@ -16,12 +16,15 @@ import hisparse_plan as hp
 from hisparse_plan.exchange.transfer import Instance, TransferRequest
 from hisparse_plan.models.any_plan import Plan
 from transfer_support import (
+    StateCuts,
     attention_layers,
     deepseek_plan,
     plan_of,
     request_blocks,
     sglang_request,
+    sglang_stages,
     vllm_request,
+    vllm_stages,
 )
 
 LAYOUTS = ["LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC"]
@@ -43,6 +46,8 @@ class Pair:
     family: str = ""
     windows: dict[str, int] = field(default_factory=dict)
     """Each window layer's window (tokens)."""
+    states: StateCuts | None = None
+    """How the pair's states were drawn (the oracle's encoding of the full state)."""
 
 
 def _freeze(layers: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
@@ -56,7 +61,8 @@ def _plan(engine: str, layers: tuple[tuple[str, str], ...],
     options = dict(knobs)
     if engine == "sglang":
         return plan_of(sglang_request(given, page_size=options["page"], tokens=options["tokens"],
-                                      context_length=512, available=2**30))
+                                      context_length=512,
+                                      available=options.get("available", 2**30)))
     request = vllm_request(given, layout=options["layout"], available=2**40, max_model_len=512)
     request["device"]["num_blocks_override"] = options["blocks"]
     if "mamba_cache_mode" in options:
@@ -166,30 +172,75 @@ def window_pairs(draw: st.DrawFn) -> Pair:
                 windows={"model.layers.0.self_attn.attn": window})
 
 
-MAMBA = {"kind": "mamba", "state_shapes": [[3, 16], [2, 4, 8]],
-         "state_dtypes": ["bfloat16", "float32"]}
+CONV, HEADS = (16, 8, 8), 4
+"""The drawn Mamba states: a conv state of 32 channels in three blocks (x | B | C), each
+sharded on its own, and a temporal state of 4 heads."""
+
+
+def mamba_spec(tp: int, block: int) -> dict[str, Any]:
+    """One rank's share of the states (vLLM's conv layout, kernel - 1 first; SGLang's plan
+    keeps channels first)."""
+    return {"kind": "mamba", "state_shapes": [[3, sum(CONV) // tp], [HEADS // tp, 4, 8]],
+            "state_dtypes": ["bfloat16", "float32"], "block_size": block}
 
 
 @st.composite
 def mamba_pairs(draw: st.DrawFn) -> Pair:
-    """Mamba layers beside attention (vLLM both sides, one TP): states move rank to rank,
-    from the source's last state block to the destination's."""
-    tp = draw(st.sampled_from([1, 2]))
+    """Mamba layers beside attention, one engine on both sides, each side its TP: states
+    move rank to rank, or between TP sizes as pieces of the full state (the conv blocks
+    given by one side's instance), from the source's last state block to the
+    destination's."""
+    engine = draw(st.sampled_from(["vllm", "vllm", "sglang"]))
     sides = []
-    for _ in range(2):
-        side = draw(engine_side("vllm", MIXED_PAGE_LAYOUTS))
-        block = side["block"]
-        layers = {f"model.layers.{i}.linear_attn": dict(MAMBA, block_size=block)
+    given = draw(st.integers(0, 1))
+    # Mostly two TP sizes (the first choices are the ones drawn most).
+    tps = draw(st.sampled_from([(2, 1), (1, 2), (4, 2), (1, 4), (2, 2), (4, 1), (2, 4),
+                                (1, 1)]))
+    for index, tp in enumerate(tps):
+        side = draw(engine_side(engine, MIXED_PAGE_LAYOUTS))
+        block = side.get("block", 16)
+        layers = {f"model.layers.{i}.linear_attn": mamba_spec(tp, block)
                   for i in range(2)} | attention_layers(1, 4 // tp, block=block, first=2)
         mode = draw(st.sampled_from(["none", "align"]))
-        made = _instance(side, layers, tp, 4, mamba_cache_mode=mode)
+        # SGLang's Mamba slots take what the budget leaves: a small one keeps them few.
+        extra = {"available": 2**20} if engine == "sglang" else {"mamba_cache_mode": mode}
+        made = _instance(side, layers, tp, 4, **extra)
+        assume(made is not None)
+        assert made is not None
+        sides.append(Instance(made.plans, made.total_kv_heads,
+                              state_groups=CONV if index == given else None))
+    src, dst = sides[0], sides[1]
+    tokens = draw(st.integers(1, 250))
+    cuts: StateCuts = {0: (1 if engine == "vllm" else 0, CONV), 1: (0, (HEADS,))}
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), family="mamba", states=cuts)
+
+
+@lru_cache(maxsize=64)
+def _stages(engine: str, pp: int, tp: int, unit: int) -> Instance | None:
+    try:
+        if engine == "sglang":
+            return sglang_stages(pp, tp, page=unit)
+        return vllm_stages(pp, tp, block=unit)
+    except hp.PlanError:
+        return None
+
+
+@st.composite
+def pipeline_pairs(draw: st.DrawFn) -> Pair:
+    """Pipeline stages on either side, any PP and TP: SGLang's pipeline ranks each plan
+    their own layers, vLLM's plan holds every stage (a pool each). Each layer moves from its
+    prefill stage's ranks to its decode stage's."""
+    sides = []
+    for engine in draw(st.sampled_from(ENGINES)):
+        made = _stages(engine, draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2])),
+                       draw(st.sampled_from([16, 64])))
         assume(made is not None)
         sides.append(made)
     src, dst = sides[0], sides[1]
     assert src is not None
     assert dst is not None
-    tokens = draw(st.integers(1, 250))
-    return Pair(src, dst, _blocks(draw, src, dst, tokens), family="mamba")
+    tokens = draw(st.integers(1, 200))
+    return Pair(src, dst, _blocks(draw, src, dst, tokens), family="pipeline")
 
 
 @lru_cache(maxsize=256)
@@ -236,7 +287,8 @@ def mla_pairs(draw: st.DrawFn) -> Pair:
     refusal: set[str] = set()
     if dtypes[0] != dtypes[1]:
         refusal |= {"cache_dtype", "latent.dtype", "latent.bytes"}
-    elif blocks[0] != blocks[1]:
+    if blocks[0] != blocks[1]:
+        # The index keys' layer may be met first (before the latent rows' format).
         refusal.add("block_size")
     tokens = draw(st.integers(1, 300))
     src, dst = sides
@@ -245,4 +297,5 @@ def mla_pairs(draw: st.DrawFn) -> Pair:
 
 
 def pairs() -> st.SearchStrategy[Pair]:
-    return st.one_of(dense_pairs(), mla_pairs(), window_pairs(), mamba_pairs())
+    return st.one_of(dense_pairs(), mla_pairs(), window_pairs(), mamba_pairs(),
+                     pipeline_pairs())

@@ -106,13 +106,40 @@ def _grid(*extents: int) -> list[NDArray[np.int64]]:
     return [axis.astype(np.int64).ravel() for axis in np.indices(extents)]
 
 
+StateCuts = dict[int, tuple[int, tuple[int, ...]] | None]
+"""How a test drew a layer's states: state index -> (its sharded axis, the full extents of
+the blocks along it), or None for a state the same on every rank. Given, the oracle encodes
+a state's bytes by their place in the full state (the state of TP 1), so that ranks of two
+TP sizes agree on them."""
+
+
+def full_state_bytes(shape: tuple[int, ...], size: int, rank: int, ranks: int,
+                     cut: tuple[int, tuple[int, ...]] | None) -> tuple[NDArray[np.int64], int]:
+    """For each byte of one rank's state (C order), its byte in the full state; and the
+    full state's bytes. Each block along the axis is split evenly over the ranks."""
+    if cut is None:
+        return np.arange(prod(shape) * size, dtype=np.int64), prod(shape) * size
+    axis, blocks = cut
+    index = np.indices(shape).reshape(len(shape), -1)
+    shares = np.array([block // ranks for block in blocks])
+    mine = np.concatenate([[0], np.cumsum(shares)[:-1]])
+    theirs = np.concatenate([[0], np.cumsum(blocks)[:-1]])
+    channel = index[axis]
+    block = np.searchsorted(mine, channel, side="right") - 1
+    index[axis] = theirs[block] + rank * shares[block] + channel - mine[block]
+    full = list(shape)
+    full[axis] = sum(blocks)
+    flat: NDArray[np.int64] = np.asarray(np.ravel_multi_index(tuple(index), full))
+    return (flat[:, None] * size + np.arange(size)).ravel().astype(np.int64), prod(full) * size
+
+
 def head_origin(heads: int, rank: int, ranks: int, total: int | None) -> int:
     total = heads * ranks if total is None else total
     return rank * heads if total >= ranks else rank // (ranks // total)
 
 
-def vllm_cells(plan: hp.KVCachePlan, rank: int, ranks: int, total: int | None
-               ) -> Iterator[tuple[str, Any]]:
+def vllm_cells(plan: hp.KVCachePlan, rank: int, ranks: int, total: int | None,
+               states: StateCuts | None = None) -> Iterator[tuple[str, Any]]:
     """(layer, cells(block)) for every transferred layer of a vLLM plan."""
     specs = spec_of(plan)
     for view in plan_views(plan, specs).values():
@@ -130,15 +157,23 @@ def vllm_cells(plan: hp.KVCachePlan, rank: int, ranks: int, total: int | None
             if isinstance(spec, MambaSpec):
                 addresses, bytes_ = [], []
                 at = lo = 0
-                for shape, dtype in zip(spec.state_shapes, spec.state_dtypes, strict=True):
+                for index, (shape, dtype) in enumerate(zip(spec.state_shapes,
+                                                           spec.state_dtypes, strict=True)):
                     size = prod(shape) * DTYPE_SIZE[dtype]
                     addresses.append(start + at + np.arange(size))
-                    bytes_.append(lo + np.arange(size))
-                    lo += size
+                    if states is None:
+                        bytes_.append(lo + np.arange(size))
+                        lo += size
+                    else:
+                        full, whole = full_state_bytes(tuple(shape), DTYPE_SIZE[dtype], rank,
+                                                       ranks, states[index])
+                        bytes_.append(lo + full)
+                        lo += whole
                     at += -(-size // spec.state_alignment) * spec.state_alignment
-                zero = np.zeros(lo, dtype=np.int64)
+                found = np.concatenate(bytes_)
+                zero = np.zeros(found.size, dtype=np.int64)
                 return [Cells(region, table, "state", 1, 0, np.concatenate(addresses), zero,
-                              zero + rank, np.concatenate(bytes_))]
+                              zero + (rank if states is None else 0), found)]
             _, heads, units, elements = view.shape
             _, head_stride, unit_stride, size = view.strides
             h, n, c = _grid(heads, units, elements * size)
@@ -154,8 +189,8 @@ def vllm_cells(plan: hp.KVCachePlan, rank: int, ranks: int, total: int | None
         yield view.name, cells
 
 
-def sglang_cells(plan: SGLangPlan, rank: int, ranks: int, total: int | None
-                 ) -> Iterator[tuple[str, Any]]:
+def sglang_cells(plan: SGLangPlan, rank: int, ranks: int, total: int | None,
+                 states: StateCuts | None = None) -> Iterator[tuple[str, Any]]:
     """(layer, cells(block)) for every moved layer of an SGLang plan."""
     pools = {pool.name: pool for pool in plan.pools}
     hosted = {name for t in plan.tensors if t.pool == "hisparse_host" for name in t.layers}
@@ -179,7 +214,7 @@ def sglang_cells(plan: SGLangPlan, rank: int, ranks: int, total: int | None
 
         def cells(block: int, parts: list[Any] = parts) -> list[Cells]:
             out: list[Cells] = []
-            lo = 0
+            lo = state = 0
             for view, size, layer, region, table, page in parts:
                 shape, strides = list(view.shape), list(view.strides)
                 if layer is not None:
@@ -195,12 +230,18 @@ def sglang_cells(plan: SGLangPlan, rank: int, ranks: int, total: int | None
                     e = np.arange(size)
                     addresses = (element[:, None] * size + e).ravel()
                     byte = lo + (flat[:, None] * size + e).ravel()
-                    zero = np.zeros_like(byte)
+                    whole = prod(shape[1:]) * size
                     kind = "state" if table == "mamba" else "pages"
+                    if kind == "state" and states is not None:
+                        full, whole = full_state_bytes(tuple(shape[1:]), size, rank, ranks,
+                                                       states[state])
+                        byte = lo + full
+                    zero = np.zeros_like(byte)
+                    head = rank if kind == "state" and states is None else 0
                     out.append(Cells(region, table, kind, 1, 0 if kind == "state" else page,
-                                     addresses, zero,
-                                     zero + (rank if kind == "state" else 0), byte))
-                    lo += prod(shape[1:]) * size
+                                     addresses, zero, zero + head, byte))
+                    lo += whole
+                    state += kind == "state"
                     continue
                 _, heads, elements = shape
                 n, h, d, e = _grid(page, heads, elements, size)
@@ -216,20 +257,21 @@ def sglang_cells(plan: SGLangPlan, rank: int, ranks: int, total: int | None
         yield name, cells
 
 
-def rank_cells(plan: Plan, rank: int, ranks: int, total: int | None
-               ) -> Iterator[tuple[str, Any]]:
+def rank_cells(plan: Plan, rank: int, ranks: int, total: int | None,
+               states: StateCuts | None = None) -> Iterator[tuple[str, Any]]:
     if isinstance(plan, SGLangPlan):
-        return sglang_cells(plan, rank, ranks, total)
-    return vllm_cells(plan, rank, ranks, total)
+        return sglang_cells(plan, rank, ranks, total, states)
+    return vllm_cells(plan, rank, ranks, total, states)
 
 
 def write(instance: Instance, blocks: dict[str, list[int]], buffers: Buffers,
-          layer_ids: dict[str, int], units: dict[str, tuple[int, int]]) -> None:
+          layer_ids: dict[str, int], units: dict[str, tuple[int, int]],
+          states: StateCuts | None = None) -> None:
     """Write every layer's bytes for units [first, stop) (per layer) through the plans' own
     views, at the request's blocks."""
-    for rank, plan in enumerate(instance.plans):
-        for name, cells_of in rank_cells(plan, rank, instance.ranks,
-                                         instance.total_kv_heads):
+    for index, (plan, (rank, ranks)) in enumerate(zip(instance.plans, stage_ranks(instance),
+                                                      strict=True)):
+        for name, cells_of in rank_cells(plan, rank, ranks, instance.total_kv_heads, states):
             if name not in units:
                 continue
             first, stop = units[name]
@@ -241,13 +283,27 @@ def write(instance: Instance, blocks: dict[str, list[int]], buffers: Buffers,
                     unit = (0 if cells.kind == "state" else position * cells.units) + cells.unit
                     keep = (unit >= first) & (unit < stop)
                     value = encode(layer_ids[name], unit, cells.head, cells.byte)
-                    buffers[(rank, cells.region)][cells.addresses[keep]] = value[keep]
+                    buffers[(index, cells.region)][cells.addresses[keep]] = value[keep]
+
+
+def stage_ranks(instance: Instance) -> list[tuple[int, int]]:
+    """Each plan's (place among the plans that hold its layers, how many do): its
+    tensor-parallel rank and size within its pipeline stage (SGLang's pipeline ranks each
+    plan their own layers)."""
+    held = [frozenset(name for name, _ in rank_cells(plan, 0, 1, None))
+            for plan in instance.plans]
+    return [(held[:rank].count(names), held.count(names)) for rank, names in enumerate(held)]
 
 
 def layer_shapes(instance: Instance) -> dict[str, Cells]:
-    """Each layer's first cells on rank 0 (its kind, table and units per block)."""
-    return {name: cells_of(1)[0] for name, cells_of in rank_cells(instance.plans[0], 0,
-                                                                   instance.ranks, None)}
+    """Each layer's first cells on the first rank that holds it (its kind, table and units
+    per block)."""
+    found: dict[str, Cells] = {}
+    for plan in instance.plans:
+        for name, cells_of in rank_cells(plan, 0, instance.ranks, None):
+            if name not in found:
+                found[name] = cells_of(1)[0]
+    return found
 
 
 def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, first: int,
@@ -267,32 +323,34 @@ def units_needed(name: str, src: Cells, dst: Cells, request: TransferRequest, fi
 
 
 def roundtrip(src: Instance, dst: Instance, request: TransferRequest,
-              firsts: dict[str, int] | None = None) -> tuple[Any, int]:
+              firsts: dict[str, int] | None = None, states: StateCuts | None = None
+              ) -> tuple[Any, int]:
     """Build, prove and run the program; fill the source through its views, read the
     destination back through its own: returns (program, bytes that differ)."""
     from hisparse_plan.exchange.transfer import build_transfer, check_transfer
 
     program = build_transfer(src, dst, request)
     check_transfer(program, src, dst)
-    return program, count_wrong(src, dst, request, program, firsts)
+    return program, count_wrong(src, dst, request, program, firsts, states=states)
 
 
 def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program: Any,
-                firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None
-                ) -> int:
+                firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None,
+                states: StateCuts | None = None) -> int:
     """Run `program` with the reference executor over buffers filled through the source's
     views; count the destination bytes that are neither what its views place there nor (past
     the request's last token, in its own blocks) the source's bytes for them."""
     from hisparse_plan.exchange.transfer.reference import execute
 
-    source, destination, expected, allowed = oracle(src, dst, request, program, firsts, reach)
+    source, destination, expected, allowed = oracle(src, dst, request, program, firsts, reach,
+                                                    states)
     execute(program, source, destination)
     return wrong_bytes(destination, expected, allowed)
 
 
 def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
-           firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None
-           ) -> tuple[Buffers, Buffers, Buffers, Buffers]:
+           firsts: dict[str, int] | None = None, reach: dict[str, int] | None = None,
+           states: StateCuts | None = None) -> tuple[Buffers, Buffers, Buffers, Buffers]:
     """(source filled through its views, destination as it starts (random, seed 2), what
     the destination must hold after, what it may hold after)."""
     from hisparse_plan.exchange.transfer.reference import buffers
@@ -306,12 +364,12 @@ def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
                                              (reach or {}).get(name))
     source = buffers(program.source, fill=None, seed=1)
     write(src, dict(request.source_blocks), source, ids,
-          {name: (0, 2**40) for name in theirs})
+          {name: (0, 2**40) for name in theirs}, states)
     destination = buffers(program.destination, fill=None, seed=2)
     expected = {key: value.copy() for key, value in destination.items()}
-    write(dst, dict(request.destination_blocks), expected, ids, need)
+    write(dst, dict(request.destination_blocks), expected, ids, need, states)
     allowed = {key: value.copy() for key, value in expected.items()}
-    write(dst, dict(request.destination_blocks), allowed, ids, may)
+    write(dst, dict(request.destination_blocks), allowed, ids, may, states)
     return source, destination, expected, allowed
 
 
@@ -425,3 +483,31 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
     if hisparse:
         data["hisparse"]["host_pool_layout"] = host_layout
     return plan_of(data)
+
+
+def sglang_stages(pp: int, tp: int, *, layers: int = 4, heads: int = 4, page: int = 16
+                  ) -> Instance:
+    """An SGLang instance of `pp` pipeline ranks of `tp` TP ranks each: plans in rank order,
+    each pipeline rank's TP ranks together (a pipeline rank plans its own layers)."""
+    specs = attention_layers(layers, max(1, heads // tp), block=page)
+    plans = []
+    for rank in range(pp):
+        extra = {"pp_size": pp, "pp_rank": rank} if pp > 1 else {}
+        plans += [plan_of(sglang_request(specs, page_size=page, tokens=512, context_length=512,
+                                         available=2**30, **extra))] * tp
+    return Instance(plans, total_kv_heads=heads)
+
+
+def vllm_stages(pp: int, tp: int, *, layers: int = 4, heads: int = 4, block: int = 16,
+                layout: str = "BLHNC") -> Instance:
+    """A vLLM instance of `tp` ranks: each rank's plan holds every pipeline stage (layers
+    split evenly, earlier stages one more), a device pool each."""
+    specs = attention_layers(layers, max(1, heads // tp), block=block)
+    request = vllm_request(specs, layout=layout, max_model_len=512)
+    names = list(specs)
+    cuts = [layers * stage // pp for stage in range(pp + 1)]
+    request["device"]["pipeline_stages"] = [
+        {"layers": names[cuts[stage]:cuts[stage + 1]], "available_bytes": 2**20}
+        for stage in range(pp)]
+    return Instance([plan_of(request)] * tp, total_kv_heads=heads)
+

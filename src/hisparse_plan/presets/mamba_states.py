@@ -101,6 +101,15 @@ class MambaGeometry(_Geometry):
     def state_dtypes(self, model_dtype: DType) -> list[DType]:
         return [model_dtype, self.ssm_dtype]
 
+    def conv_blocks(self) -> tuple[int, ...]:
+        """The conv state's channel blocks, each sharded over the ranks on its own (a
+        transfer between TP sizes, `Instance.state_groups`): Mamba-1's x; Mamba-2's x, B, C
+        (vLLM's `derive_mamba_conv_split`)."""
+        if self.version == 1:
+            return (self.intermediate_size,)
+        return (self.intermediate_size, self.n_groups * self.state_size,
+                self.n_groups * self.state_size)
+
 
 class GatedDeltaNetGeometry(_Geometry):
     """A Gated DeltaNet linear-attention layer (Qwen3-Next, Qwen3.5)."""
@@ -136,6 +145,11 @@ class GatedDeltaNetGeometry(_Geometry):
     def state_dtypes(self, model_dtype: DType) -> list[DType]:
         return [model_dtype, self.ssm_dtype or model_dtype]
 
+    def conv_blocks(self) -> tuple[int, ...]:
+        """q, k and v, each sharded on its own (SGLang's `conv_shard_groups`)."""
+        keys = self.num_key_heads * self.key_head_dim
+        return (keys, keys, self.num_value_heads * self.value_head_dim)
+
 
 class ShortConvGeometry(_Geometry):
     """A short-convolution layer (LFM2's `ShortConv`): one conv state, no recurrent one."""
@@ -150,6 +164,10 @@ class ShortConvGeometry(_Geometry):
 
     def state_dtypes(self, model_dtype: DType) -> list[DType]:
         return [model_dtype]
+
+    def conv_blocks(self) -> tuple[int, ...]:
+        """One block of channels."""
+        return (self.conv_dim,)
 
 
 class KdaGeometry(_Geometry):
@@ -168,6 +186,10 @@ class KdaGeometry(_Geometry):
 
     def state_dtypes(self, model_dtype: DType) -> list[DType]:
         return [model_dtype, "float32"]
+
+    def conv_blocks(self) -> tuple[int, ...]:
+        """q, k and v side by side, each sharded on its own."""
+        return (self.num_heads * self.head_dim,) * 3
 
 
 class CcaGeometry(_Geometry):

@@ -3,14 +3,13 @@ byte rows -> coalesce (see docs/transfer.md). Each stage hands a finished value 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hisparse_plan.exchange.transfer.coalesce import coalesce
-from hisparse_plan.exchange.transfer.facts import RankFacts
-from hisparse_plan.exchange.transfer.heads import head_start, serving_ranks
+from hisparse_plan.exchange.transfer.facts import TableFacts
 from hisparse_plan.exchange.transfer.lower import Row, lower_move
-from hisparse_plan.exchange.transfer.match import LayerPair, match_layers, segments
+from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program import (
     RankRegions,
     Region,
@@ -18,6 +17,7 @@ from hisparse_plan.exchange.transfer.program import (
     TransferRequest,
     TransferRow,
 )
+from hisparse_plan.exchange.transfer.serving import moves
 from hisparse_plan.exchange.transfer.side import Instance, as_instance
 from hisparse_plan.exchange.transfer.units import (
     UnitGroup,
@@ -42,8 +42,8 @@ def build_transfer(
     groups_cache: dict[tuple[str, str, int, int], list[UnitGroup]] = {}
     used: tuple[Used, Used] = (Used(), Used())
     for ordinal, pair in zip(_ordinals(pairs), pairs, strict=True):
-        groups = _groups(pair, request, src.facts[0], dst.facts[0], groups_cache, used)
-        for dst_rank in range(dst.ranks):
+        groups = _groups(pair, request, src.tables, dst.tables, groups_cache, used)
+        for dst_rank in dst.group(pair.name):
             rows.extend(_layer_rows(pair, ordinal, src, dst, dst_rank, groups))
     no_block_twice("source", used[0].blocks, used[0].regions)
     no_block_twice("destination", used[1].blocks, used[1].regions)
@@ -82,7 +82,8 @@ def _ordinals(pairs: list[LayerPair]) -> list[int]:
 
 
 def _groups(
-    pair: LayerPair, request: TransferRequest, src: RankFacts, dst: RankFacts,
+    pair: LayerPair, request: TransferRequest, src: Mapping[str, TableFacts],
+    dst: Mapping[str, TableFacts],
     cache: dict[tuple[str, str, int, int], list[UnitGroup]], used: tuple[Used, Used],
 ) -> list[UnitGroup]:
     """The layer's units as runs on both sides' blocks (shared by the layers of one pair of
@@ -91,9 +92,9 @@ def _groups(
     key = (pair.source.table, pair.destination.table, first, stop)
     if key not in cache:
         src_units, dst_units = pair.source.units_per_block, pair.destination.units_per_block
-        src_ids = table_blocks("source", src.tables[pair.source.table],
+        src_ids = table_blocks("source", src[pair.source.table],
                                request.source_blocks, pair.name, first, stop, src_units)
-        dst_ids = table_blocks("destination", dst.tables[pair.destination.table],
+        dst_ids = table_blocks("destination", dst[pair.destination.table],
                                request.destination_blocks, pair.name, first, stop, dst_units)
         cache[key] = unit_groups(first, stop, src_ids, src_units, dst_ids, dst_units)
         for side, layer, ids in ((used[0], pair.source, src_ids),
@@ -109,22 +110,14 @@ def _layer_rows(
     pair: LayerPair, ordinal: int, src: Instance, dst: Instance, dst_rank: int,
     groups: list[UnitGroup],
 ) -> list[Row]:
-    """One destination rank's rows of one layer: its heads from the ranks that hold them."""
-    layer = dst.facts[dst_rank].layers[pair.name]
-    first = head_start(layer, dst_rank, dst.ranks, dst.total_kv_heads)
-    src_starts = [
-        head_start(facts.layers[pair.name], rank, src.ranks, src.total_kv_heads)
-        for rank, facts in enumerate(src.facts)
-    ]
-    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads),
-                           dst_rank)
+    """One destination rank's rows of one layer: its heads (or a state's pieces) from the
+    ranks that hold them."""
     rows: list[Row] = []
-    for src_rank, head, stop in served:
-        ours = src.facts[src_rank].layers[pair.name]
-        for segment in segments(ours, layer):
+    for move in moves(pair, src, dst, dst_rank):
+        for segment in move.segments:
             for group in groups:
-                rows.extend(lower_move((pair.name, ordinal), (src_rank, dst_rank), (head, stop),
-                                       (src_starts[src_rank], first), segment, group))
+                rows.extend(lower_move((pair.name, ordinal), (move.src_rank, dst_rank),
+                                       move.heads, move.head_starts, segment, group))
     return rows
 
 

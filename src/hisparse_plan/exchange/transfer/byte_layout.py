@@ -8,6 +8,15 @@ from dataclasses import dataclass
 
 Origin = Callable[[str], int]
 """A layer's first global head on this rank."""
+StatePieces = Callable[[str, int, tuple[int, ...], int], tuple[list[tuple[int, int, int]], int]]
+"""(layer, state index, its per-rank shape, its bytes) -> the rank's pieces of the state
+(byte in the rank's state, byte in the full state, bytes) and the full state's bytes."""
+
+
+def whole_states(layer: str, index: int, shape: tuple[int, ...], size: int
+                 ) -> tuple[list[tuple[int, int, int]], int]:
+    """A state moved rank to rank: one piece, the rank's own state."""
+    return [(0, 0, size)], size
 
 
 @dataclass(frozen=True, slots=True)

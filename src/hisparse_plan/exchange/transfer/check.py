@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 
 from hisparse_plan.checking import check_plan
 from hisparse_plan.exchange.transfer.check_boxes import Written, covered, first_overlap
@@ -30,6 +31,7 @@ from hisparse_plan.exchange.transfer.heads import head_start
 from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program import TransferProgram, TransferRow
 from hisparse_plan.exchange.transfer.side import Instance, as_instance
+from hisparse_plan.exchange.transfer.states import full_row, state_pieces
 from hisparse_plan.exchange.transfer.units import ceil_div, needed_units, required_units
 from hisparse_plan.models.any_plan import Plan
 
@@ -70,7 +72,7 @@ def check_transfer(
                         Written(box.units, box.heads, box.row, index))
                     boxes += 1
     for pair in pairs:
-        for rank in range(dst.ranks):
+        for rank in dst.group(pair.name):
             _complete(pair, rank, dst, written.get((rank, pair.name), []), num_tokens)
     return TransferProof(len(program.rows), program.bytes, len(pairs), boxes)
 
@@ -97,13 +99,24 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
            num_tokens: int, is_source: bool) -> list[Side]:
     """Each rank's patterns, region sizes and the request's block positions per table."""
     wanted = {pair.name for pair in pairs}
+    splits = {pair.name: pair.states for pair in pairs if pair.states is not None}
     found = []
     for rank, plan in enumerate(side.plans):
         def origin(name: str, rank: int = rank) -> int:
-            return head_start(side.facts[rank].layers[name], rank, side.ranks,
+            if name in splits:
+                return 0  # a state between TP sizes: its pieces of the full state
+            return head_start(side.facts[rank].layers[name], *side.tp_rank(name, rank),
                               side.total_kv_heads)
-        found.append(patterns(plan, wanted, origin))
-    states = {p.table for placed in found[0].values() for p in placed if p.state}
+
+        def pieces(name: str, index: int, shape: tuple[int, ...], size: int, rank: int = rank
+                   ) -> tuple[list[tuple[int, int, int]], int]:
+            split = splits.get(name)
+            if split is None:
+                return [(0, 0, size)], size
+            return (state_pieces(shape, size // max(1, prod(shape)), split[index],
+                                 *side.tp_rank(name, rank)), split[index].size)
+        found.append(patterns(plan, wanted, origin, pieces))
+    states = {p.table for rank in found for placed in rank.values() for p in placed if p.state}
     spans: dict[str, tuple[int, int]] = {}
     for pair in pairs:
         layer = pair.source if is_source else pair.destination
@@ -236,10 +249,13 @@ def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
             f"rows {clash[0].index} and {clash[1].index} both write layer {pair.name!r} "
             f"units {max(clash[0].units[0], clash[1].units[0])}.. on destination rank {rank}",
             row=clash[1].index, layer=pair.name)
-    first = head_start(layer, rank, dst.ranks, dst.total_kv_heads)
     units = required_units(pair, num_tokens)
-    heads = (first, first + layer.heads)
-    row = (0, layer.row_bytes)
+    if pair.states is not None:
+        # The rank's pieces of the full state: boxes of its own bytes, none twice.
+        heads, row = (0, 1), (0, full_row(pair.states))
+    else:
+        first = head_start(layer, *dst.tp_rank(pair.name, rank), dst.total_kv_heads)
+        heads, row = (first, first + layer.heads), (0, layer.row_bytes)
     need = (units[1] - units[0]) * layer.heads * layer.row_bytes
     have = covered(boxes, units, heads, row)
     if have != need:

@@ -103,7 +103,7 @@ def _same_tables(pattern: TransferPattern, src: Instance, dst: Instance) -> None
                                ("destination", pattern.destination_tables, dst)):
         ours = {PatternTable(name=t.key, block_tokens=t.block_tokens, num_blocks=t.num_blocks,
                              padding_blocks=t.padding_blocks, state=t.state)
-                for facts in side.facts for t in facts.tables.values()}
+                for t in side.tables.values()}
         if set(listed) != ours or len(listed) != len(ours):
             raise TransferCheckError(f"the pattern's {what} tables are not its plans' (ids "
                                      "a request may give would go unchecked)")

@@ -6,17 +6,25 @@ either shows as a refused program."""
 
 from __future__ import annotations
 
-from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin
+from hisparse_plan.exchange.transfer.byte_layout import (
+    Axis,
+    ByteLayout,
+    Origin,
+    StatePieces,
+    whole_states,
+)
 from hisparse_plan.exchange.transfer.engines import reading
 from hisparse_plan.models.any_plan import Plan
 
-__all__ = ["Axis", "ByteLayout", "Origin", "patterns", "region_sizes"]
+__all__ = ["Axis", "ByteLayout", "Origin", "StatePieces", "patterns", "region_sizes"]
 
 
-def patterns(plan: Plan, wanted: set[str], origin: Origin) -> dict[str, list[ByteLayout]]:
-    """Every pattern of the layers in `wanted`, by region."""
+def patterns(plan: Plan, wanted: set[str], origin: Origin,
+             pieces: StatePieces = whole_states) -> dict[str, list[ByteLayout]]:
+    """Every pattern of the layers in `wanted`, by region (a state's per piece of the full
+    state where `pieces` cuts it)."""
     by_region: dict[str, list[ByteLayout]] = {}
-    for pattern in reading(plan).patterns(plan, wanted, origin):
+    for pattern in reading(plan).patterns(plan, wanted, origin, pieces):
         by_region.setdefault(pattern.region, []).append(pattern)
     return by_region
 

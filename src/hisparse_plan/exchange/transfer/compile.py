@@ -12,16 +12,16 @@ from math import lcm
 
 from hisparse_plan.exchange.transfer.build import _ordinals, _regions
 from hisparse_plan.exchange.transfer.coalesce import coalesce
-from hisparse_plan.exchange.transfer.facts import FieldPlace, RankFacts
-from hisparse_plan.exchange.transfer.heads import head_start, serving_ranks
+from hisparse_plan.exchange.transfer.facts import FieldPlace
 from hisparse_plan.exchange.transfer.lower import Row, lower_move
-from hisparse_plan.exchange.transfer.match import LayerPair, match_layers, segments
+from hisparse_plan.exchange.transfer.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.pattern import (
     PatternLink,
     PatternRow,
     PatternTable,
     TransferPattern,
 )
+from hisparse_plan.exchange.transfer.serving import moves
 from hisparse_plan.exchange.transfer.side import Instance, as_instance
 from hisparse_plan.exchange.transfer.units import UnitGroup
 from hisparse_plan.models.any_plan import Plan
@@ -69,12 +69,12 @@ def compile_transfer(
         if link not in links:
             links.append(link)
         index = links.index(link)
-        for dst_rank in range(dst.ranks):
+        for dst_rank in dst.group(pair.name):
             rows.extend(_layer_rows(pair, ordinal, index, link, src, dst, dst_rank))
     tables = {pair.name: (pair.source.table, pair.destination.table) for pair in pairs}
     return TransferPattern(
         source=_regions(src), destination=_regions(dst),
-        source_tables=_tables(src.facts[0]), destination_tables=_tables(dst.facts[0]),
+        source_tables=_tables(src), destination_tables=_tables(dst),
         shared=[*_shared("source", src, pairs), *_shared("destination", dst, pairs)],
         layers=[pair.name for pair in pairs], links=links,
         rows=[_untagged(row, links) for row in coalesce(rows, tables)],
@@ -85,15 +85,9 @@ def _layer_rows(pair: LayerPair, ordinal: int, index: int, link: PatternLink, sr
                 dst: Instance, dst_rank: int) -> list[Row]:
     """One destination rank's rows of one layer over one period of its link, each tagged
     with its piece and block strides."""
-    layer = dst.facts[dst_rank].layers[pair.name]
-    first = head_start(layer, dst_rank, dst.ranks, dst.total_kv_heads)
-    src_starts = [head_start(facts.layers[pair.name], rank, src.ranks, src.total_kv_heads)
-                  for rank, facts in enumerate(src.facts)]
-    served = serving_ranks(src_starts, pair.source.heads, (first, first + layer.heads),
-                           dst_rank)
     rows: list[Row] = []
-    for src_rank, head, stop in served:
-        for segment in segments(src.facts[src_rank].layers[pair.name], layer):
+    for move in moves(pair, src, dst, dst_rank):
+        for segment in move.segments:
             for number, piece in enumerate(period_pieces(link)):
                 lo, hi, _, src_n, _, dst_n = piece
                 group = UnitGroup(lo, hi - lo, 1, 0, src_n, 0, 0, 0, dst_n, 0, 0)
@@ -101,9 +95,8 @@ def _layer_rows(pair: LayerPair, ordinal: int, index: int, link: PatternLink, sr
                 rows.extend(
                     row._replace(src_region=_tag(row.src_region, tag, segment[2]),
                                  dst_region=_tag(row.dst_region, tag, segment[4]))
-                    for row in lower_move((pair.name, ordinal), (src_rank, dst_rank),
-                                          (head, stop), (src_starts[src_rank], first),
-                                          segment, group))
+                    for row in lower_move((pair.name, ordinal), (move.src_rank, dst_rank),
+                                          move.heads, move.head_starts, segment, group))
     return rows
 
 
@@ -125,10 +118,10 @@ def _untagged(row: Row, links: list[PatternLink]) -> PatternRow:
     )
 
 
-def _tables(facts: RankFacts) -> list[PatternTable]:
+def _tables(side: Instance) -> list[PatternTable]:
     return [PatternTable(name=t.key, block_tokens=t.block_tokens, num_blocks=t.num_blocks,
                          padding_blocks=t.padding_blocks, state=t.state)
-            for t in facts.tables.values()]
+            for t in side.tables.values()]
 
 
 def _shared(side: str, instance: Instance, pairs: list[LayerPair]) -> list[tuple[str, str, str]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.exchange.transfer.byte_layout import ByteLayout, Origin
+from hisparse_plan.exchange.transfer.byte_layout import ByteLayout, Origin, StatePieces
 from hisparse_plan.exchange.transfer.facts import RankFacts
 from hisparse_plan.exchange.transfer.sglang_facts import sglang_facts
 from hisparse_plan.exchange.transfer.sglang_places import sglang_patterns, sglang_regions
@@ -25,7 +25,7 @@ class Reading:
     """How a transfer reads one plan type (each callable takes a plan of that type)."""
 
     facts: Callable[[Any], RankFacts]
-    patterns: Callable[[Any, set[str], Origin], list[ByteLayout]]
+    patterns: Callable[[Any, set[str], Origin, StatePieces], list[ByteLayout]]
     regions: Callable[[Any], list[tuple[str, int, str]]]
 
 

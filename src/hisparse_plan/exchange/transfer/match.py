@@ -12,6 +12,7 @@ from hisparse_plan.exchange.transfer.facts import FieldPlace, LayerFacts, RankFa
 from hisparse_plan.exchange.transfer.heads import global_heads
 from hisparse_plan.exchange.transfer.sharing import same_sharing
 from hisparse_plan.exchange.transfer.side import FP8_FORMATS, Instance
+from hisparse_plan.exchange.transfer.states import StateSplit, state_splits
 from hisparse_plan.models.plan import KVCachePlan
 
 
@@ -24,6 +25,8 @@ class LayerPair:
     destination: LayerFacts
     window: int | None
     """Tokens the destination still needs of a window layer (None: every token)."""
+    states: tuple[StateSplit, ...] | None = None
+    """A state layer between TP sizes: each state's split (None: rank to rank)."""
 
 
 def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
@@ -31,9 +34,9 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     src_ranks, dst_ranks = source.facts, destination.facts
     one_context_rank(source, "source")
     one_context_rank(destination, "destination")
-    same_layers_on_every_rank(src_ranks, "source")
-    same_layers_on_every_rank(dst_ranks, "destination")
-    src, dst = src_ranks[0].layers, dst_ranks[0].layers
+    stages_apart(src_ranks, "source")
+    stages_apart(dst_ranks, "destination")
+    src, dst = stage_layers(src_ranks), stage_layers(dst_ranks)
     same_sharing(source, destination)
     present_on_both(src, dst)
     pairs = []
@@ -42,39 +45,64 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
         movable(ours, theirs)
         same_kind(ours, theirs)
         same_page_tokens(ours, theirs)
-        same_row(ours, theirs)
+        src_tp, dst_tp = len(source.group(name)), len(destination.group(name))
+        resharded = ours.kind == "state" and src_tp != dst_tp
+        same_row(ours, theirs, shapes=not resharded)
         same_fp8_format(ours, theirs, source, destination)
-        same_state_ranks(ours, theirs, source.ranks, destination.ranks)
-        same_heads(ours, theirs, source, destination)
-        pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination)))
+        splits = None
+        if resharded:
+            splits = state_splits(ours, theirs, src_tp, dst_tp,
+                                  same_state_groups(name, source, destination))
+        else:
+            same_heads(ours, theirs, source, destination)
+        pairs.append(LayerPair(name, ours, theirs, window_of(ours, theirs, source, destination),
+                               splits))
     return pairs
 
 
 def one_context_rank(side: Instance, what: str) -> None:
-    """Decode context parallelism spreads a layer's tokens over the DCP ranks, one in every
-    `dcp` to each: this version moves whole token rows per rank only."""
+    """Decode context parallelism spreads a layer's tokens over the DCP ranks, token `t` to
+    rank `t % dcp` (SGLang's `build_dcp_token_transfer_plan`): both engines move into it, but
+    this version's rows, patterns and proof describe contiguous token ranges only."""
     for rank, plan in enumerate(side.plans):
-        dcp = plan.workload.decode_context_parallel_size if isinstance(plan, KVCachePlan) else 1
+        if isinstance(plan, KVCachePlan):
+            dcp, where = plan.workload.decode_context_parallel_size, \
+                "workload.decode_context_parallel_size"
+        else:
+            dcp, where = plan.budget.dcp_size, "budget.dcp_size"
         if dcp > 1:
             raise TransferRefused(
                 f"{what} rank {rank}: decode_context_parallel_size is {dcp}; expected 1 "
-                "(tokens spread over context-parallel ranks are not moved yet; see "
-                "docs/transfer.md#what-is-refused)",
+                "(a DCP rank holds every dcp-th token, a strided set this version's rows and "
+                "proof do not describe; see docs/transfer.md#not-yet)",
                 what="decode_context_parallel_size", source=dcp if what == "source" else None,
                 destination=dcp if what == "destination" else None,
-                field=f"{what}.plans[{rank}].workload.decode_context_parallel_size")
+                field=f"{what}.plans[{rank}].{where}")
 
 
-def same_layers_on_every_rank(ranks: tuple[RankFacts, ...], side: str) -> None:
-    first = list(ranks[0].layers)
-    for rank, facts in enumerate(ranks[1:], 1):
-        if list(facts.layers) != first:
-            missing = next(iter(set(first) ^ set(facts.layers)), first[0] if first else "")
-            raise TransferRefused(
-                f"{side} rank {rank}: its plan places other layers than rank 0's (first: "
-                f"{missing!r}); expected the ranks of one instance to place the same layers",
-                layer=missing, what="layers", field=f"{side}.plans[{rank}]",
-            )
+def stages_apart(ranks: tuple[RankFacts, ...], side: str) -> None:
+    """The ranks of one pipeline stage place the same layers, and two stages none in common
+    (SGLang's pipeline ranks plan their own layers; a vLLM plan holds every stage)."""
+    for rank, facts in enumerate(ranks):
+        for other in ranks[:rank]:
+            mine, theirs = set(facts.layers), set(other.layers)
+            if mine != theirs and mine & theirs:
+                common = min(mine & theirs)
+                raise TransferRefused(
+                    f"{side} rank {rank}: its plan places layer {common!r} as an earlier "
+                    "rank does, and other layers besides; expected the ranks of one pipeline "
+                    "stage to place the same layers, and two stages none in common",
+                    layer=common, what="layers", field=f"{side}.plans[{rank}]",
+                )
+
+
+def stage_layers(ranks: tuple[RankFacts, ...]) -> dict[str, LayerFacts]:
+    """Every layer the instance holds, from the first rank that holds it, in stage order."""
+    found: dict[str, LayerFacts] = {}
+    for facts in ranks:
+        for name, layer in facts.layers.items():
+            found.setdefault(name, layer)
+    return found
 
 
 def present_on_both(src: dict[str, LayerFacts], dst: dict[str, LayerFacts]) -> None:
@@ -105,10 +133,11 @@ def same_kind(src: LayerFacts, dst: LayerFacts) -> None:
                                 "rows, pages and states do not hold the same bytes")
 
 
-def same_row(src: LayerFacts, dst: LayerFacts) -> None:
+def same_row(src: LayerFacts, dst: LayerFacts, *, shapes: bool = True) -> None:
     """Another dtype or row format is not the same bytes: the fields (K, V, latent, index
     page, states) must match in name, bytes, dtype and state shape, and the cache format where
-    both plans name one."""
+    both plans name one. Without `shapes` (states between TP sizes, whose shards differ) the
+    shapes and bytes are left to the states' split."""
     if src.fmt is not None and dst.fmt is not None and src.fmt != dst.fmt:
         raise refuse_difference(src.name, "cache_dtype", src.fmt, dst.fmt,
                                 "rows of another format are not the same bytes")
@@ -119,6 +148,8 @@ def same_row(src: LayerFacts, dst: LayerFacts) -> None:
                                 [f[0] for f in theirs], "the rows are made of other parts")
     for (field, size, dtype, shape), (_, size2, dtype2, shape2) in zip(ours, theirs,
                                                                         strict=True):
+        if not shapes:
+            size2, shape2 = size, shape
         if shape != shape2:
             raise refuse_difference(src.name, f"{field}.shape", list(shape), list(shape2),
                                     "states of another shape are not the same bytes")
@@ -184,18 +215,21 @@ def same_page_tokens(src: LayerFacts, dst: LayerFacts) -> None:
                                 "index keys are laid out per page, keys then scales")
 
 
-def same_state_ranks(src: LayerFacts, dst: LayerFacts, src_ranks: int, dst_ranks: int) -> None:
-    """A state is its rank's shard; another tensor-parallel size shards it otherwise."""
-    if src.kind == "state" and src_ranks != dst_ranks:
-        raise refuse_difference(src.name, "tensor_parallel_size", src_ranks, dst_ranks,
-                                "a Mamba state is sharded per rank")
+def same_state_groups(layer: str, source: Instance, destination: Instance
+                      ) -> tuple[int, ...] | None:
+    """The conv state's channel blocks, as either instance gives them (both: the same)."""
+    ours, theirs = source.state_groups, destination.state_groups
+    if ours is not None and theirs is not None and ours != theirs:
+        raise refuse_difference(layer, "state_groups", list(ours), list(theirs),
+                                "the sides' conv states are made of other blocks")
+    return ours if ours is not None else theirs
 
 
 def same_heads(src: LayerFacts, dst: LayerFacts, source: Instance, destination: Instance
                ) -> None:
     """Both sides hold the model's same heads in all (their split may differ)."""
-    ours = global_heads(src, source.ranks, source.total_kv_heads)
-    theirs = global_heads(dst, destination.ranks, destination.total_kv_heads)
+    ours = global_heads(src, len(source.group(src.name)), source.total_kv_heads)
+    theirs = global_heads(dst, len(destination.group(dst.name)), destination.total_kv_heads)
     if ours != theirs:
         raise refuse_difference(src.name, "num_kv_heads (all ranks)", ours, theirs,
                                 "the sides hold other heads of the model")
@@ -252,13 +286,15 @@ def contiguous_runs(fields: tuple[FieldPlace, ...]) -> list[tuple[int, int, Fiel
 def segments(src: LayerFacts, dst: LayerFacts) -> list[tuple[int, int, FieldPlace, int,
                                                               FieldPlace, int]]:
     """The logical row cut where either side's contiguous runs break: (lo, hi, source place,
-    its run's first logical byte, destination place, its run's first byte)."""
+    its run's first logical byte, destination place, its run's first byte). Only bytes both
+    sides hold: a state's pieces on ranks of two TP sizes hold parts of the row."""
     ours, theirs = contiguous_runs(src.fields), contiguous_runs(dst.fields)
     cuts = sorted({lo for lo, _, _ in ours} | {lo for lo, _, _ in theirs}
-                  | {hi for _, hi, _ in ours})
+                  | {hi for _, hi, _ in ours} | {hi for _, hi, _ in theirs})
     found = []
     for lo, hi in pairwise(cuts):
-        mine = next(run for run in ours if run[0] <= lo < run[1])
-        yours = next(run for run in theirs if run[0] <= lo < run[1])
-        found.append((lo, hi, mine[2], mine[0], yours[2], yours[0]))
+        mine = next((run for run in ours if run[0] <= lo < run[1]), None)
+        yours = next((run for run in theirs if run[0] <= lo < run[1]), None)
+        if mine is not None and yours is not None:
+            found.append((lo, hi, mine[2], mine[0], yours[2], yours[0]))
     return found

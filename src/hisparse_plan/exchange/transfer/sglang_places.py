@@ -7,7 +7,13 @@ from __future__ import annotations
 from math import prod
 
 from hisparse_plan.errors import PlanError
-from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin, addressing
+from hisparse_plan.exchange.transfer.byte_layout import (
+    Axis,
+    ByteLayout,
+    Origin,
+    StatePieces,
+    addressing,
+)
 from hisparse_plan.exchange.transfer.sglang_facts import HOST_POOL, region_name, table_of
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, BufferView
 from hisparse_plan.models.sglang_plan import SGLangPlan
@@ -30,12 +36,14 @@ def _part_order(view: str) -> int:
     return 1000 if view == "temporal" else 0
 
 
-def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[ByteLayout]:
+def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin, pieces: StatePieces
+                    ) -> list[ByteLayout]:
     pools = {pool.name: pool for pool in plan.pools}
     hosted = {name for tensor in plan.tensors if tensor.pool == HOST_POOL
               for name in tensor.layers}
     drafts: list[tuple[int, ByteLayout]] = []
     parts: dict[str, dict[int, int]] = {}
+    shapes: dict[str, dict[int, tuple[int, ...]]] = {}
     for tensor in plan.tensors:
         pool = pools[tensor.pool]
         table = table_of(pool.name)
@@ -61,13 +69,30 @@ def sglang_patterns(plan: SGLangPlan, wanted: set[str], origin: Origin) -> list[
             for region, layers in groups:
                 for name in layers:
                     parts.setdefault(name, {})[order] = nbytes
+                    shapes.setdefault(name, {})[order] = tuple(view.shape[2 if whole else 1:])
                 drafts.append((order, ByteLayout(region, base, nbytes, 0, layers,
                                               origin(layers[0]), units, table, addressing(*axes),
                                               state=table == "mamba")))
-    return [
-        _at(pattern, sum(size for key, size in parts[pattern.layers[0]].items() if key < order))
-        for order, pattern in drafts
-    ]
+    found: list[ByteLayout] = []
+    for order, pattern in drafts:
+        layer = pattern.layers[0]
+        if not pattern.state:
+            found.append(_at(pattern, sum(size for key, size in parts[layer].items()
+                                          if key < order)))
+            continue
+        # A state's pieces of the full state (one piece, rank to rank); each state starts
+        # where the full states before it end.
+        lo = 0
+        for index, key in enumerate(sorted(parts[layer])):
+            cut, full = pieces(layer, index, shapes[layer][key], parts[layer][key])
+            if key == order:
+                found.extend(ByteLayout(pattern.region, pattern.base + mine, length,
+                                        lo + theirs, pattern.layers, pattern.head_origin,
+                                        pattern.units, pattern.table, pattern.axes, True)
+                             for mine, theirs, length in cut)
+                break
+            lo += full
+    return found
 
 
 def _at(pattern: ByteLayout, lo: int) -> ByteLayout:

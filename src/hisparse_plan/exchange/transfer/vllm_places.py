@@ -8,7 +8,13 @@ from math import prod
 
 from hisparse_plan.errors import PlanError
 from hisparse_plan.exchange.manifest import manifest
-from hisparse_plan.exchange.transfer.byte_layout import Axis, ByteLayout, Origin, addressing
+from hisparse_plan.exchange.transfer.byte_layout import (
+    Axis,
+    ByteLayout,
+    Origin,
+    StatePieces,
+    addressing,
+)
 from hisparse_plan.exchange.transfer.vllm_facts import table_key
 from hisparse_plan.models import DTYPE_SIZE, KVCachePlan, MambaSpec, MLASpec
 from hisparse_plan.views import spec_of
@@ -19,7 +25,8 @@ def vllm_regions(plan: KVCachePlan) -> list[tuple[str, int, str]]:
     return [(pool.name, pool.size, pool.location) for pool in plan.pools]
 
 
-def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[ByteLayout]:
+def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin, pieces: StatePieces
+                  ) -> list[ByteLayout]:
     specs = spec_of(plan)
     entries = [entry for entry in manifest(plan).layers if entry.name in wanted]
     groups: dict[int, set[int]] = {}
@@ -45,7 +52,7 @@ def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[B
         head = origin(entry.name)
         if isinstance(spec, MambaSpec):
             found.extend(_states(spec, tensor.pool, base, names, head, table,
-                                 addressing(layer, block)))
+                                 addressing(layer, block), pieces))
             continue
         heads, units, elements = entry.block_shape
         head_stride, unit_stride, element = entry.block_strides
@@ -67,18 +74,23 @@ def vllm_patterns(plan: KVCachePlan, wanted: set[str], origin: Origin) -> list[B
 
 
 def _states(spec: MambaSpec, region: str, base: int, names: tuple[str, ...], head: int,
-            table: str, axes: tuple[Axis, ...]) -> list[ByteLayout]:
+            table: str, axes: tuple[Axis, ...], pieces: StatePieces) -> list[ByteLayout]:
     """A Mamba page's states, each rounded up to state_alignment: one pattern per run of
-    states that follow one another without a gap."""
+    bytes that follow one another both in the page and in the logical row (a state's pieces
+    of the full state between TP sizes)."""
     runs: list[tuple[int, int, int]] = []
     at = lo = 0
-    for shape, dtype in zip(spec.state_shapes, spec.state_dtypes, strict=True):
+    for index, (shape, dtype) in enumerate(zip(spec.state_shapes, spec.state_dtypes,
+                                               strict=True)):
         size = prod(shape) * DTYPE_SIZE[dtype]
-        if runs and runs[-1][0] + runs[-1][1] == at:
-            runs[-1] = (runs[-1][0], runs[-1][1] + size, runs[-1][2])
-        else:
-            runs.append((at, size, lo))
-        lo += size
+        cut, full = pieces(names[0], index, tuple(shape), size)
+        for mine, theirs, length in cut:
+            if runs and runs[-1][0] + runs[-1][1] == at + mine \
+                    and runs[-1][2] + runs[-1][1] == lo + theirs:
+                runs[-1] = (runs[-1][0], runs[-1][1] + length, runs[-1][2])
+            else:
+                runs.append((at + mine, length, lo + theirs))
+        lo += full
         at += -(-size // spec.state_alignment) * spec.state_alignment
     return [ByteLayout(region, base + at, size, lo, names, head, 1, table, axes, state=True)
             for at, size, lo in runs]
