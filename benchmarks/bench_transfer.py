@@ -515,7 +515,7 @@ def copy_speed_table(repeat: int, tokens: int) -> None:
     per_token = 80 * 8 * 128 * 2 * 2
     plans = [hp.plan(build_request(load_preset("llama-3-70b").architecture, Settings(
         layout=KVCacheLayout.BLNHC, tp=tp, max_model_len=tokens,
-        gpu_mem_bytes=tokens * per_token // tp * 5 // 4))) for tp in (2, 1)]
+        gpu_mem_bytes=tokens * per_token // tp * 9 // 8))) for tp in (2, 1)]
     pairs.append(Pair("Llama-3-70B vLLM TP 2 -> TP 1, BLNHC", Instance([plans[0], plans[0]]),
                       Instance([plans[1]]), tokens))
     per_token = 32 * 8 * 128 * 2 * 2

@@ -38,6 +38,7 @@ from hisparse_plan.exchange.transfer.reference import Buffers, buffers
 from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
 
 STAGING_BYTES = 1 << 30
+PIECE = 1 << 26
 Blocks = Callable[[Any, int], dict[str, list[int]]]
 
 
@@ -47,6 +48,21 @@ class Pair:
     source: Instance
     destination: Instance
     tokens: int
+
+
+def _random(ranks: Any, seed: int) -> Buffers:  # noqa: ANN401
+    """A buffer of random bytes per region, filled in pieces (no second copy of a region's
+    bytes, which the larger pairs could not hold twice)."""
+    generator = np.random.default_rng(seed)
+    found: Buffers = {}
+    for rank in ranks:
+        for region in rank.regions:
+            buffer = np.empty(region.size, dtype=np.uint8)
+            for at in range(0, region.size, PIECE):
+                size = min(PIECE, region.size - at)
+                buffer[at:at + size] = np.frombuffer(generator.bytes(size), dtype=np.uint8)
+            found[(rank.rank, region.name)] = buffer
+    return found
 
 
 def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
@@ -161,8 +177,8 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
     choice = choose(staged, LOOPBACK)
     print(f"cost model, loopback: {choice.describe()}")
     print(f"cost model, GPU link: {choose(staged, GPU_LINK).describe()}")
-    source = buffers(pattern.source, fill=None, seed=1)
-    destination = buffers(pattern.destination, fill=None, seed=2)
+    source = _random(pattern.source, seed=1)
+    destination = _random(pattern.destination, seed=2)
     staging = buffers(made.staging_regions(), fill=0)
     scratch = np.zeros(max(staged.staging_bytes), dtype=np.uint8)
     prefill = endpoint(f"prefill-{pair.name}", _addresses(source), progress_thread=False)
