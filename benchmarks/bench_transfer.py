@@ -416,19 +416,17 @@ def pattern_pair(name: str, src: Instance, dst: Instance, tokens: int, repeat: i
 def staged_post(name: str, pattern: Any, request: TransferRequest, prefill: Any,  # noqa: ANN401
                 theirs: dict[tuple[int, str], tuple[int, int]], copy_s: float,
                 repeat: int) -> None:
-    """The staged program of the same pair, where the cost model picks it: proved once;
-    per request, its slots and rounds instantiated and each round's descriptors made
-    (initialize_xfer, the handle an engine then posts)."""
-    from hisparse_plan.exchange.transfer.cost import LOOPBACK, choose
+    """The staged program of the same pair, and which of the two the cost model picks on
+    each link: proved once; per request, its slots and rounds instantiated and each round's
+    descriptors made (initialize_xfer, the handle an engine then posts)."""
+    from hisparse_plan.exchange.transfer.cost import GPU_LINK, LOOPBACK, choose
     from hisparse_plan.exchange.transfer.nixl_executor import endpoint
     from hisparse_plan.exchange.transfer.nixl_staged import run_entries
     from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
 
     staged = compile_staged(pattern, slots_for(pattern, GIB))
-    choice = choose(staged, LOOPBACK)
-    print(f"cost model (loopback): {choice.describe()}")
-    if not choice.staged:
-        return
+    print(f"cost model, loopback: {choose(staged, LOOPBACK).describe()}")
+    print(f"cost model, GPU link: {choose(staged, GPU_LINK).describe()}")
     made = staged.instantiate(request)
     staging, kept = reserved(made.staging_regions())
     decode = endpoint(f"decode-staging-{name}", staging)
@@ -537,7 +535,7 @@ def copy_speed_table(repeat: int, tokens: int) -> None:
         pairs.append(Pair(f"{name}, placement option" if option else name,
                           Instance([sides[0]]), Instance([sides[1]]), tokens))
     for pair in pairs:
-        copy_speed(pair, in_runs(16), repeat, calibrate=pair.name.endswith("HiSparse decode"))
+        copy_speed(pair, in_runs(16), repeat)
 
 
 def main() -> None:

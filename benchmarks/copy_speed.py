@@ -4,13 +4,16 @@ bytes it moves (issue 41). One process holds both sides' regions (real memory, r
 and two NIXL agents over UCX, DRAM to DRAM; the request's blocks come in runs of 16.
 
 For each pair: the pattern compiled and proved, the staged pattern proved, the cost model's
-choice printed; then, for `repeat` requests after a warm-up, each round (the staging region
+choice for this loopback and for a GPU link printed; then the staged program: for `repeat`
+requests after a warm-up, each round (the staging region
 holds `STAGING_BYTES` per destination rank) interleaves: one contiguous descriptor of the
 round's slab bytes (source region -> staging region), the round's phase 1 (one descriptor per
 run of blocks), one numpy copy of the round's rearranged bytes (staging -> scratch), the
 round's rearrangement (staging -> the destination's pools). Medians of the per-request sums.
-At the end every byte the pattern moves is read back through the destination's regions and
-compared with the source's.
+Every byte the pattern moves is then read back through the destination's regions and
+compared with the source's. Where a request is at most DIRECT_COPIES copies, the direct
+pattern is timed too (from NIXL prepared lists, interleaved with one contiguous copy of its
+bytes) and checked again: the difference is the calibration line, the cost of one more copy.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from hisparse_plan.exchange.transfer.reference import Buffers, buffers
 from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
 
 STAGING_BYTES = 1 << 30
+DIRECT_COPIES = 200_000
+"""The direct pattern is timed too where a request is at most this many copies (the others
+take minutes a request over loopback)."""
 PIECE = 1 << 26
 Blocks = Callable[[Any, int], dict[str, list[int]]]
 
@@ -121,38 +127,34 @@ def medians_of(samples: list[float]) -> float:
     return statistics.median(samples[1:])
 
 
-def _calibrate(prefill: Any, prepared: Any, direct: Instantiated,  # noqa: ANN401
-               contiguous_s: float, repeat: int, local_bps: float) -> None:
-    """The cost model's figures for this link: the direct pattern posted from prepared
-    lists against one contiguous copy of the same bytes gives the cost of one more copy."""
+def _direct(name: str, prefill: Any, prepared: Any, peer: str,  # noqa: ANN401
+            direct: Instantiated, largest: np.ndarray, there: tuple[int, int], repeat: int,
+            checked: Callable[[], bool], local_bps: float) -> None:
+    """The direct pattern from prepared lists, interleaved with one contiguous copy of its
+    bytes; the difference gives the cost model's cost of one more copy."""
     from hisparse_plan.exchange.transfer import nixl_prepared
 
-    samples = []
+    transfer: list[float] = []
+    contiguous: list[float] = []
     for _ in range(repeat + 1):
+        contiguous.append(_post_contiguous(prefill, peer, largest, there, direct.bytes))
         at = time.perf_counter()
         nixl_prepared.post(prefill, prepared, direct, timeout_s=120)
-        samples.append(time.perf_counter() - at)
-    direct_s = medians_of(samples)
-    per_copy = max(direct_s - contiguous_s, 0.0) / max(direct.chunks - 1, 1)
-    print(f"calibration: direct {1e3 * direct_s:.0f} ms for {direct.chunks:,} copies against "
-          f"{1e3 * contiguous_s:.0f} ms for one: {1e6 * per_copy:.2f} us a copy; link "
-          f"{direct.bytes / contiguous_s / 1e9:.2f} GB/s, local copy {local_bps / 1e9:.2f} GB/s "
+        transfer.append(time.perf_counter() - at)
+    note = "bytes verified" if checked() else "BYTES WRONG"
+    direct_s, one_s = medians_of(transfer), medians_of(contiguous)
+    print(f"copy speed {name} (direct): {direct_s / one_s:.2f} x one contiguous copy "
+          f"({direct.chunks:,} descriptors, {note}); {1e3 * direct_s:.0f} ms against "
+          f"{1e3 * one_s:.0f} ms, medians of {repeat}; nothing to rearrange")
+    per_copy = max(direct_s - one_s, 0.0) / max(direct.chunks - 1, 1)
+    print(f"calibration: {1e6 * per_copy:.2f} us a copy past its bytes; link "
+          f"{direct.bytes / one_s / 1e9:.2f} GB/s, local copy {local_bps / 1e9:.2f} GB/s "
           "(cost.LOOPBACK holds such figures)")
+    if note != "bytes verified":
+        raise SystemExit(f"{name}: the direct transfer's bytes differ from the source's")
 
 
-def _direct_lines(name: str, direct: Instantiated, transfer: list[float],
-                  contiguous: list[float], verified: bool, repeat: int) -> None:
-    note = "bytes verified" if verified else "BYTES WRONG"
-    print(f"copy speed {name}: {medians_of(transfer) / medians_of(contiguous):.2f} x one "
-          f"contiguous copy ({direct.chunks:,} descriptors, {note}); direct, the cost model's "
-          f"choice: {1e3 * medians_of(transfer):.0f} ms against "
-          f"{1e3 * medians_of(contiguous):.0f} ms, medians of {repeat}")
-    print(f"rearrange {name}: none (the direct pattern writes the pools itself)")
-    if not verified:
-        raise SystemExit(f"{name}: the transfer's bytes differ from the source's")
-
-
-def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False) -> None:
+def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
     from hisparse_plan.exchange.transfer.nixl_executor import endpoint
     from hisparse_plan.exchange.transfer.nixl_staged import post_round, run_entries
     from hisparse_plan.exchange.transfer.rearrange import rearrange
@@ -174,8 +176,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
           f"({made.bytes / 1e9:.2f} GB; compile + both proofs {1e3 * proved:.0f} ms, "
           f"{proof.slabs} slabs of {proof.slab_bytes:,} B a block, {proof.unread_bytes:,} "
           "of them read by no row)")
-    choice = choose(staged, LOOPBACK)
-    print(f"cost model, loopback: {choice.describe()}")
+    print(f"cost model, loopback: {choose(staged, LOOPBACK).describe()}")
     print(f"cost model, GPU link: {choose(staged, GPU_LINK).describe()}")
     source = _random(pattern.source, seed=1)
     destination = _random(pattern.destination, seed=2)
@@ -188,7 +189,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
 
     # Prepared lists hold every block's copies: made only where the direct pattern is timed.
     prepared = nixl_prepared.prepare(prefill, decode.metadata, pattern, theirs) \
-        if calibrate or not choice.staged else None
+        if made.direct.chunks <= DIRECT_COPIES else None
     peer = prepared.peer if prepared is not None else prefill.agent.add_remote_agent(
         decode.metadata)
     posted = sum(len(run_entries(staged, round_, prefill.addresses, theirs)[0])
@@ -205,7 +206,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
     local_cpu: list[float] = []
     copy_cpu: list[float] = []
     there = theirs[(0, STAGING_REGION)]
-    for _ in range(repeat + 1 if choice.staged else 0):
+    for _ in range(repeat + 1):
         sums = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         for round_ in made.rounds:
             moved = int(sum(staged.slabs[s].length for s in round_.phase1.slab.tolist()))
@@ -228,26 +229,14 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
         for samples, value in zip((transfer, contiguous, local, copy, local_cpu, copy_cpu),
                                   sums, strict=True):
             samples.append(value)
-    if not choice.staged and prepared is not None:
-        for _ in range(repeat + 1):
-            contiguous.append(_post_contiguous(prefill, peer, largest, there, made.bytes))
-            at = time.perf_counter()
-            nixl_prepared.post(prefill, prepared, made.direct, timeout_s=120)
-            transfer.append(time.perf_counter() - at)
-        _direct_lines(pair.name, made.direct, transfer, contiguous, verify(
-            made.direct, source, destination), repeat)
-        return
-    if calibrate and prepared is not None:
-        _calibrate(prefill, prepared, made.direct, medians_of(contiguous), repeat,
-                   made.bytes / medians_of(copy))
     verified = verify(made.direct, source, destination)
     medians = [statistics.median(samples[1:])
                for samples in (transfer, contiguous, local, copy, local_cpu, copy_cpu)]
     note = "bytes verified" if verified else "BYTES WRONG"
-    print(f"copy speed {pair.name}: {medians[0] / medians[1]:.2f} x one contiguous copy "
+    print(f"copy speed {pair.name} (staged): {medians[0] / medians[1]:.2f} x one contiguous copy "
           f"({posted:,} descriptors, {note}); {1e3 * medians[0]:.0f} ms against "
           f"{1e3 * medians[1]:.0f} ms, medians of {repeat}")
-    print(f"rearrange {pair.name}: {medians[2] / medians[3]:.2f} x one local copy "
+    print(f"rearrange {pair.name} (staged): {medians[2] / medians[3]:.2f} x one local copy "
           f"({1e3 * medians[2]:.0f} ms against {1e3 * medians[3]:.0f} ms; by the thread's CPU "
           f"time {medians[4] / medians[5]:.2f} x, {1e3 * medians[4]:.0f} ms against "
           f"{1e3 * medians[5]:.0f} ms; "
@@ -255,3 +244,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int, calibrate: bool = False)
           f"{sum(r.moves.rows.size for r in made.rounds):,} moves)")
     if not verified:
         raise SystemExit(f"{pair.name}: the staged transfer's bytes differ from the source's")
+    if prepared is not None:
+        _direct(pair.name, prefill, prepared, peer, made.direct, largest, there, repeat,
+                lambda: verify(made.direct, source, destination),
+                made.bytes / medians[3])

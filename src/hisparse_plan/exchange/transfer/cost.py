@@ -21,10 +21,13 @@ class LinkCosts:
     """The destination's local copy (the rearrangement)."""
 
 
-LOOPBACK: Final = LinkCosts(per_copy_s=5.5e-6, link_bytes_per_s=9.0e9, local_bytes_per_s=12.0e9)
-"""NIXL over UCX between two processes of one host, DRAM to DRAM (nixl-cu12 1.5.1, this
-project's 2-core CI machine), from `benchmarks/bench_transfer.py --copy-speed`'s
-calibration line: about 4 us a copy, 9 GB/s for large copies, 12 GB/s for a numpy copy."""
+LOOPBACK: Final = LinkCosts(per_copy_s=2.2e-6, link_bytes_per_s=11.0e9,
+                            local_bytes_per_s=13.0e9)
+"""NIXL over UCX between two agents of one host, DRAM to DRAM (nixl-cu12 1.5.1, this
+project's 2-core development machine, idle), from the calibration line of
+`benchmarks/bench_transfer.py --copy-speed`: DeepSeek-V3.2's 15,872 copies in 105 ms against
+71 ms for one copy of their bytes (2.2 us a copy, 11 GB/s), a numpy copy at 13 GB/s. Here the
+rearrangement costs as much as the link, so staging pays only for small copies."""
 GPU_LINK: Final = LinkCosts(per_copy_s=4.0e-6, link_bytes_per_s=50.0e9,
                             local_bytes_per_s=1.5e12)
 """A 400 Gb/s RDMA link into an HBM GPU (per-copy cost as vllm#55434 reports for cuda_ipc);
