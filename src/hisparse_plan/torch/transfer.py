@@ -124,11 +124,8 @@ def stage_round(request: StagedRequest, round_: StagedRound, source: Regions,
     into its slots (one copy per run); returns the copies, every one finished."""
     reads = _flat(source, request.staged.pattern.source, "source")
     writes = _flat(staging, request.staging_regions(), "staging")
-    phase = round_.phase1
-    starts, sizes = phase.runs()
-    for slab_index, block, slot, size in zip(
-            phase.slab[starts].tolist(), phase.src_ids[starts].tolist(),
-            phase.slot[starts].tolist(), sizes.tolist(), strict=True):
+    runs = round_.phase1.run_list()
+    for slab_index, block, slot, size in runs:
         slab = request.staged.slabs[slab_index]
         read = _by_block(reads[(slab.src_rank, slab.src_region)],
                          slab.offset + block * slab.block_stride, slab.block_stride, size, 1,
@@ -138,7 +135,7 @@ def stage_round(request: StagedRequest, round_: StagedRound, source: Regions,
                           slab.length, slab.length)
         write.copy_(read)
     _synchronize(reads, writes)
-    return int(starts.size)
+    return len(runs)
 
 
 def rearrange_round(request: StagedRequest, round_: StagedRound, staging: Regions,

@@ -35,11 +35,8 @@ def _view(buffer: NDArray[np.uint8], offset: int, shape: tuple[int, ...],
 def stage(round_: StagedRound, request: StagedRequest, source: Buffers, staging: Buffers
           ) -> int:
     """Phase 1 of a round; returns the copies made."""
-    phase = round_.phase1
-    starts, sizes = phase.runs()
-    for slab_index, block, slot, size in zip(
-            phase.slab[starts].tolist(), phase.src_ids[starts].tolist(),
-            phase.slot[starts].tolist(), sizes.tolist(), strict=True):
+    runs = round_.phase1.run_list()
+    for slab_index, block, slot, size in runs:
         slab = request.staged.slabs[slab_index]
         read = _view(source[(slab.src_rank, slab.src_region)],
                      slab.offset + block * slab.block_stride, (size, slab.length),
@@ -48,7 +45,7 @@ def stage(round_: StagedRound, request: StagedRequest, source: Buffers, staging:
                       slab.staging_offset + slot * slab.length, (size, slab.length),
                       (slab.length, 1))
         np.copyto(write, read)
-    return int(starts.size)
+    return len(runs)
 
 
 def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,

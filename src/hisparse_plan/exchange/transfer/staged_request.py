@@ -51,6 +51,13 @@ class Phase1:
         starts = np.flatnonzero(~joined)
         return starts, np.diff(np.append(starts, self.slab.size))
 
+    def run_list(self) -> list[tuple[int, int, int, int]]:
+        """Each run as (slab, first block id, first slot, blocks), for executors that copy
+        a run at a time."""
+        starts, sizes = self.runs()
+        return list(zip(self.slab[starts].tolist(), self.src_ids[starts].tolist(),
+                        self.slot[starts].tolist(), sizes.tolist(), strict=True))
+
 
 @dataclass(frozen=True)
 class Moves:
