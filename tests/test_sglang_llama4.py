@@ -154,16 +154,24 @@ def test_differing_chunks_are_refused() -> None:
         plan_sglang(type(request).model_validate(data))
 
 
-def test_a_capped_window_pool_in_no_whole_pages_is_refused() -> None:
-    """Radix cache off, 8 requests, pages of 16, max_total_tokens below the request cap: SGLang
-    takes it as given for the window pool (50,007 tokens, rows [50023, 1, 128]); the planner's
-    page layout cannot describe rows ending mid-page, so it refuses naming the field. A
-    multiple of the page plans SGLang's figures (50,000 tokens in both pools)."""
+def test_a_capped_window_pool_in_no_whole_pages_is_sglangs() -> None:
+    """Radix cache off, 8 requests, pages of 16, max_total_tokens 50,007 below the request cap:
+    SGLang 0.5.23 (SWARequestCapPoolConfigurator.calculate_pool_sizes_from_max_tokens) floors
+    the full pool to 50,000 tokens and keeps the window pool at the 50,007 given; its K and V
+    are [50023, 1, 128] halves of one allocation rounded up to 50,032 rows (V from element
+    6,404,096, 25,616,384 bytes a layer). The plan is SGLang's, and check_plan takes the 7 K
+    rows past the last whole page (the allocator's 3,125 pages and page 0) as spare rows."""
     args: dict[str, Any] = {"page_size": 16, "disable_radix_cache": True,
-                            "max_running_requests": 8}
-    report = report_for_case(case(scout(), max_total_tokens=50_007, **args))
-    assert "engine.max_total_tokens" in report["error"]
-    assert "multiple of page_size" in report["error"]
-    aligned = planned(scout(), max_total_tokens=50_000, **args)
-    assert [(p["name"], p["tokens"], p["buffers"][0]["shape"]) for p in aligned["pools"]] == [
-        ("kv", 50_000, [50_016, 1, 128]), ("swa", 50_000, [50_016, 1, 128])]
+                            "max_running_requests": 8, "max_total_tokens": 50_007}
+    got = planned(scout(), **args)
+    assert got["max_total_num_tokens"] == 50_000
+    assert [(p["name"], p["tokens"], p["buffers"][1]["shape"], p["buffers"][1]["storage_offset"],
+             p["buffers"][1]["storage_nbytes"]) for p in got["pools"]] == [
+        ("kv", 50_000, [50_016, 1, 128], 6_402_048, 25_608_192),
+        ("swa", 50_007, [50_023, 1, 128], 6_404_096, 25_616_384)]
+    request = request_from_server_args(scout(), case(scout(), **args)["server_args"],
+                                       {"available_bytes": 40 * GIB}, gpu={"capability": H200})
+    plan = plan_sglang(request)
+    hp.check_plan(plan, request=request)
+    swa = next(pool for pool in plan.pools if pool.name == "swa")
+    assert swa.num_blocks == 50_007 // 16 + 1

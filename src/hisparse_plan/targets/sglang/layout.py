@@ -69,10 +69,12 @@ def mha_pool(
     of V (page 0 pads). With K and V of one shape, each layer is ONE allocation
     [2, rows rounded up to a page, heads, head_dim], K its first half and V its second
     (k_buffer / v_buffer views); with different head sizes, K and V are separate allocations
-    (pools `name` and `name`_v)."""
+    (pools `name` and `name`_v). Its blocks are the allocator's pages, rows // page_size (its
+    PagedTokenToKVPoolAllocator's size // page_size and page 0): a window pool capped at an
+    unaligned max_total_tokens keeps rows past its last whole page that it never hands out."""
     rows = tokens + page_size
     padded = -(-rows // page_size) * page_size
-    pages = padded // page_size
+    pages = rows // page_size
     size = element_size(dtype)
     k_row = group.heads * group.head_dim
     layers = list(group.names)

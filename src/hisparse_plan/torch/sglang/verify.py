@@ -16,7 +16,8 @@ storage offset on its allocation's storage; then, on a sample of its rows (every
 and another written through the tensor and read raw, at addresses computed from the plan's
 numbers alone. Every row must also lie where check_plan proves it: row t of a layer in that
 layer's page t // page_size (SGLang's k_buffer), never padding between pages; a spare row past
-the last block (DeepSeek-V4's compressor states) past every page of its allocation.
+the last block (DeepSeek-V4's compressor states, a window pool's K half capped at an unaligned
+token count) in bytes no page of its allocation owns.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def verify_sglang(
                 number = numbers[placed.tensor] = numbers.get(placed.tensor, -1) + 1
                 owners = [train for train in members
                           if (train.tensor, train.range) == (placed.tensor, number)]
-                _check_buffer(placed, allocation, owners, blocks, pool, end)
+                _check_buffer(placed, allocation, (owners, members), blocks, pool, end)
         if progress is not None:
             progress("verify", done, len(keys))
     if any(buffer.device.type == "cuda" for buffer in held.values()):
@@ -260,9 +261,14 @@ def _unravel(ids: torch.Tensor, shape: list[int]) -> list[torch.Tensor]:
 
 
 def _check_buffer(
-    placed: PlacedView, allocation: torch.Tensor, owners: list[PageTrain],
-    blocks: int | None, pool: Pool, page_end: int,
+    placed: PlacedView, allocation: torch.Tensor,
+    trains: tuple[list[PageTrain], list[PageTrain]], blocks: int | None, pool: Pool,
+    page_end: int,
 ) -> None:
+    """SGLang's tensor bound as the plan says; its rows where check_plan proves them, read and
+    written both ways. `trains`: the view's own range's trains (one a layer), then every train
+    of the allocation (which a spare row may not meet)."""
+    owners, members = trains
     view = placed.view
     tensor = bind_buffer(placed, allocation)
     check_buffer(placed, tensor, allocation)
@@ -290,7 +296,7 @@ def _check_buffer(
     units = allocation[: allocation.numel() // unit * unit].view(element)
     steps = torch.arange(run // unit, dtype=torch.int64, device=allocation.device)
     per = max(1, BUFFER_BATCH_BYTES // run)
-    pages = _RowPages.of(placed, owners, pool, page_end, allocation.numel())
+    pages = _RowPages.of(placed, owners, pool, (page_end, allocation.numel()), members)
     for batch in _batches(ids, per):
         index = _unravel(batch, row_shape)
         starts = torch.full_like(batch, base)
@@ -318,24 +324,40 @@ def _batches(ids: torch.Tensor, per: int) -> Iterator[torch.Tensor]:
 class _RowPages:
     """Where a view's rows may lie, as check_plan proves it: row j of layer l in layer l's
     page of block j // per_page of the view's range (`owners`, one train a layer), or, past
-    the last block, in the allocation's unowned tail [tail, end). per_page 0: no row axis walks
-    the pages, so a row may lie in any page of the range and none is spare."""
+    the last block, in bytes below `end` that no page of the allocation (`members`) owns: past
+    every page (from `tail`) or between two. per_page 0: no row axis walks the pages, so a row
+    may lie in any page of the range and none is spare."""
 
     owners: list[PageTrain]
     layered: bool
     per_page: int
     tail: int
     end: int
+    members: list[PageTrain]
 
     @staticmethod
-    def of(placed: PlacedView, owners: list[PageTrain], pool: Pool, tail: int,
-           end: int) -> _RowPages:
+    def of(placed: PlacedView, owners: list[PageTrain], pool: Pool, bounds: tuple[int, int],
+           members: list[PageTrain]) -> _RowPages:
         view, layered = placed.view, pool.allocation == "whole"
         per_page = 0
         if owners and int(layered) < len(view.shape) - (view.strides[-1] == 1):
             step = view.strides[int(layered)] * BUFFER_DTYPE_SIZE[view.dtype]
             per_page = rows_a_page(step, owners[0].block_stride, pool.block_tokens or 1) or 0
-        return _RowPages(owners, layered, per_page, tail, end)
+        return _RowPages(owners, layered, per_page, *bounds, members)
+
+    def unowned(self, starts: torch.Tensor, run: int) -> torch.Tensor:
+        """Whether each row [start, start + run) is inside the allocation and meets no page of
+        it: of each train, only the first block whose page ends past the row's start can
+        begin before the row's end."""
+        free = starts + run <= self.end
+        for train in self.members:
+            stride = max(train.block_stride, 1)
+            first = torch.clamp(torch.div(starts - train.start - train.size, stride,
+                                          rounding_mode="floor") + 1, min=0)
+            begin = train.start + first * train.block_stride
+            free &= ~((first < train.num_blocks) & (begin < starts + run)
+                      & (begin + train.size > starts))
+        return free
 
 
 def _check_owned(
@@ -344,6 +366,9 @@ def _check_owned(
 ) -> None:
     """Every row [start, start + run) where `pages` says it may lie."""
     inside = torch.zeros_like(starts, dtype=torch.bool)
+    if pages.per_page and pages.owners:  # a row past the last block: spare, on no page
+        own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
+        inside |= (own >= pages.owners[0].num_blocks) & pages.unowned(starts, run)
     for number, train in enumerate(pages.owners):
         relative = starts - train.start
         stride = max(train.block_stride, 1)
@@ -354,8 +379,6 @@ def _check_owned(
             own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
             layer = index[0] == number if pages.layered else True
             within &= (own == block) & layer
-            inside |= (own >= train.num_blocks) & (starts >= pages.tail) & (
-                starts + run <= pages.end)
         inside |= within
     if bool(inside.all()):
         return
@@ -365,9 +388,9 @@ def _check_owned(
     raise VerifyError(
         f"verify failed (buffer inside pages): {where}: row {list(position)} is bytes "
         f"[{start}, {start + run}) of the allocation, outside its own page of "
-        f"tensors[{placed.tensor}] (a row past the last block: outside the unowned tail from "
-        f"byte {pages.tail}); expected every row of SGLang's tensor inside its page, or a "
-        "spare row past every page",
+        f"tensors[{placed.tensor}] (a row past the last block: meeting a page of the "
+        f"allocation, whose pages end at byte {pages.tail}, or past its end); expected every "
+        "row of SGLang's tensor inside its page, or a spare row in bytes no page owns",
         tensor=placed.tensor, layer=placed.allocation[1] or "", block=-1, byte_offset=start,
     )
 
