@@ -105,6 +105,18 @@ def _layerless_kv_pool(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
                    "buffers": []}}
 
 
+def _empty_mamba_pools(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
+    """A pipeline rank keeping none of a Mamba hybrid's Mamba layers: SGLang's Mamba pool
+    objects over no layer, each with its one zero-byte buffer."""
+    empty = [] if plan.pipeline is None else plan.pipeline.empty_mamba_pools
+    return {pool.name: {
+        "name": pool.name, "location": "device", "tokens": pool.slots, "buffers": [{
+            "layer": None, "name": pool.view.name, "dtype": pool.view.dtype,
+            "shape": list(pool.view.shape), "strides": list(pool.view.strides),
+            "storage_offset": pool.view.storage_offset, "storage_nbytes": 0,
+            "storage": f"{pool.name}/0"}]} for pool in empty}
+
+
 def _buffer(
     view: BufferView, layer: int | None, pool: Pool, storage: str
 ) -> dict[str, Any]:
@@ -164,6 +176,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
     entries.update(_v4_empty_pools(plan))
     entries.update(_layerless_kv_pool(plan))
+    entries.update(_empty_mamba_pools(plan))
     budget = plan.budget
     found = {
         **_hisparse_metadata(plan),

@@ -122,7 +122,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     strategy_page = mamba_strategy_page(settings, model)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = pipeline_stages.stage_slot_bytes(
-            sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
+            sizing.mamba_layer_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
             len(model.mamba.names))
         budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
                   speculative_mamba_budget(serving, rest_gb, slot_bytes, spec, strategy_page))

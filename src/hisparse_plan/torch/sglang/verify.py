@@ -25,12 +25,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NoReturn
 
 import torch
 
-from hisparse_plan.checking.views import rows_a_page
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.errors import BackendError, VerifyError
@@ -47,6 +45,7 @@ from hisparse_plan.torch.sglang.binding import (
     placed_views,
 )
 from hisparse_plan.torch.sglang.pools import SGLangPools
+from hisparse_plan.torch.sglang.row_pages import RowPages, check_owned
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Mismatch,
@@ -296,13 +295,13 @@ def _check_buffer(
     units = allocation[: allocation.numel() // unit * unit].view(element)
     steps = torch.arange(run // unit, dtype=torch.int64, device=allocation.device)
     per = max(1, BUFFER_BATCH_BYTES // run)
-    pages = _RowPages.of(placed, owners, pool, (page_end, allocation.numel()), members)
+    pages = RowPages.of(placed, owners, pool, (page_end, allocation.numel()), members)
     for batch in _batches(ids, per):
         index = _unravel(batch, row_shape)
         starts = torch.full_like(batch, base)
         for position, step in zip(index, row_strides, strict=True):
             starts += position * step
-        _check_owned(where, placed, starts, run, pages, index)
+        check_owned(where, placed, starts, run, pages, index)
         at = (starts // unit)[:, None] + steps[None, :]
         first = row_pattern(starts, run, 1)
         units[at] = first.contiguous().view(element)
@@ -318,81 +317,6 @@ def _check_buffer(
 def _batches(ids: torch.Tensor, per: int) -> Iterator[torch.Tensor]:
     for start in range(0, ids.numel(), per):
         yield ids[start:start + per]
-
-
-@dataclass(frozen=True, slots=True)
-class _RowPages:
-    """Where a view's rows may lie, as check_plan proves it: row j of layer l in layer l's
-    page of block j // per_page of the view's range (`owners`, one train a layer), or, past
-    the last block, in bytes below `end` that no page of the allocation (`members`) owns: past
-    every page (from `tail`) or between two. per_page 0: no row axis walks the pages, so a row
-    may lie in any page of the range and none is spare."""
-
-    owners: list[PageTrain]
-    layered: bool
-    per_page: int
-    tail: int
-    end: int
-    members: list[PageTrain]
-
-    @staticmethod
-    def of(placed: PlacedView, owners: list[PageTrain], pool: Pool, bounds: tuple[int, int],
-           members: list[PageTrain]) -> _RowPages:
-        view, layered = placed.view, pool.allocation == "whole"
-        per_page = 0
-        if owners and int(layered) < len(view.shape) - (view.strides[-1] == 1):
-            step = view.strides[int(layered)] * BUFFER_DTYPE_SIZE[view.dtype]
-            per_page = rows_a_page(step, owners[0].block_stride, pool.block_tokens or 1) or 0
-        return _RowPages(owners, layered, per_page, *bounds, members)
-
-    def unowned(self, starts: torch.Tensor, run: int) -> torch.Tensor:
-        """Whether each row [start, start + run) is inside the allocation and meets no page of
-        it: of each train, only the first block whose page ends past the row's start can
-        begin before the row's end."""
-        free = starts + run <= self.end
-        for train in self.members:
-            stride = max(train.block_stride, 1)
-            first = torch.clamp(torch.div(starts - train.start - train.size, stride,
-                                          rounding_mode="floor") + 1, min=0)
-            begin = train.start + first * train.block_stride
-            free &= ~((first < train.num_blocks) & (begin < starts + run)
-                      & (begin + train.size > starts))
-        return free
-
-
-def _check_owned(
-    where: str, placed: PlacedView, starts: torch.Tensor, run: int, pages: _RowPages,
-    index: list[torch.Tensor],
-) -> None:
-    """Every row [start, start + run) where `pages` says it may lie."""
-    inside = torch.zeros_like(starts, dtype=torch.bool)
-    if pages.per_page and pages.owners:  # a row past the last block: spare, on no page
-        own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
-        inside |= (own >= pages.owners[0].num_blocks) & pages.unowned(starts, run)
-    for number, train in enumerate(pages.owners):
-        relative = starts - train.start
-        stride = max(train.block_stride, 1)
-        block = torch.div(relative, stride, rounding_mode="floor")
-        within = (relative >= 0) & (block < train.num_blocks) & (
-            relative - block * stride + run <= train.size)
-        if pages.per_page:  # its own page: its layer's, its row's block
-            own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
-            layer = index[0] == number if pages.layered else True
-            within &= (own == block) & layer
-        inside |= within
-    if bool(inside.all()):
-        return
-    row = int(torch.nonzero(~inside)[0, 0])
-    start = int(starts[row])
-    position = tuple(int(axis[row]) for axis in index)
-    raise VerifyError(
-        f"verify failed (buffer inside pages): {where}: row {list(position)} is bytes "
-        f"[{start}, {start + run}) of the allocation, outside its own page of "
-        f"tensors[{placed.tensor}] (a row past the last block: meeting a page of the "
-        f"allocation, whose pages end at byte {pages.tail}, or past its end); expected every "
-        "row of SGLang's tensor inside its page, or a spare row in bytes no page owns",
-        tensor=placed.tensor, layer=placed.allocation[1] or "", block=-1, byte_offset=start,
-    )
 
 
 def _compare_rows(
