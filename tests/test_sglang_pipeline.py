@@ -454,3 +454,13 @@ def test_a_window_pool_capped_for_requests_under_stages_and_speculative_decoding
     report = report_for_case(case)
     assert "error" not in report, report.get("error")
     assert report["max_total_num_tokens"] == 61_359_148
+
+
+def test_drafting_on_a_rank_without_mamba_layers_is_refused_by_name() -> None:
+    """With speculative decoding, SGLang's MambaPool on rank 3 also keeps the draft tokens'
+    intermediate states over no layer (memory_pool.py: [num_mamba_layers, slots, ...]), which
+    the plan does not record: refused naming the setting, not planned without them."""
+    case = _hybrid_104_3()
+    case["server_args"].update(speculative_algorithm="EAGLE", speculative_draft_model_path="@model")
+    error = report_for_case(case)["error"]
+    assert "engine.speculative_algorithm: pipeline rank 3 of 4 keeps none" in error

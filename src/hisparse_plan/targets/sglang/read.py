@@ -21,6 +21,7 @@ from hisparse_plan.targets.sglang.modes.pipeline_stages import (
     has_full_attention,
     has_window_layers,
     rank_mamba_group,
+    refuse_draft_states_without_mamba,
     stage_of,
     stage_request,
 )
@@ -114,6 +115,7 @@ def read(
         model = read_model(staged, windows_as_full=windows_in_full_pool(settings),
                            stage_of_hybrid=stage is not None and has_full_attention(request))
         model = replace(model, mamba=rank_mamba_group(request, stage, model.mamba))
+        refuse_draft_states_without_mamba(settings, stage, model.mamba)
     refuse_full_only_rank(model, stage, hybrid=llama4 or (
         has_window_layers(request) and not windows_in_full_pool(settings)))
     refuse_unlike_full_shape(request, model, settings)

@@ -170,6 +170,25 @@ def rank_mamba_group(
     return replace(mamba_group(names, specs), names=())
 
 
+def refuse_draft_states_without_mamba(
+    settings: SGLangSettings, stage: Stage | None, group: MambaGroup | None
+) -> None:
+    """Speculative decoding on a rank keeping none of a Mamba hybrid's Mamba layers: SGLang's
+    MambaPool there also keeps the draft tokens' intermediate states over no layer, which the
+    plan does not record (its empty pools are the conv and temporal states only): refused,
+    a planner limit, rather than planned without them."""
+    if stage is None or group is None or group.names or settings.speculative_algorithm is None:
+        return
+    raise UnsupportedRequestError(
+        f"engine.speculative_algorithm: pipeline rank {stage.rank} of {stage.size} keeps none "
+        f"of the model's {stage.mamba_layers} Mamba layers; with speculative decoding SGLang "
+        "keeps intermediate Mamba states over no layer there, which this planner does not "
+        "describe; expected no speculative decoding, or a split where every rank keeps a "
+        "Mamba layer",
+        field="engine.speculative_algorithm",
+    )
+
+
 def zero_cell_tokens(page_size: int) -> int:
     """The tokens a rank without a KV layer (Mamba layers only) offers the ranks' MIN:
     int64's largest count, floored to a page (DefaultPoolConfigurator's _zero_kv_max_tokens
