@@ -175,3 +175,32 @@ def test_a_capped_window_pool_in_no_whole_pages_is_sglangs() -> None:
     hp.check_plan(plan, request=request)
     swa = next(pool for pool in plan.pools if pool.name == "swa")
     assert swa.num_blocks == 50_007 // 16 + 1
+
+
+def test_a_drafts_capped_window_pool_is_sglangs() -> None:
+    """sglang_diff seed 2 case 79 on an H200 (llama4-2-79): a 30-layer Scout drafting with its
+    own checkpoint (EAGLE), DP attention over 2 groups, fp8, pages of 64, the radix cache off,
+    max_total_tokens 51,859. SGLang 0.5.23 (sglang_diff --dump): the full pools 51,840 tokens
+    (rows [51904, 1, 64]), the target's and the draft's window pools 51,859 (rows
+    [51923, 1, 64], V from element 3,325,952, 6,651,904 bytes a layer), 32 requests."""
+    config = scout(num_attention_heads=4, num_hidden_layers=30, interleave_moe_layer_step=2,
+                   num_key_value_heads=4, head_dim=64, max_position_embeddings=1_048_576,
+                   num_local_experts=128)
+    got = report_for_case({
+        "config": config, "gpu": {"capability": H200},
+        "server_args": {"tp_size": 8, "context_length": 2048, "mem_fraction_static": 0.9,
+                        "max_total_tokens": 51_859, "dp_size": 2, "enable_dp_attention": True,
+                        "disable_radix_cache": True, "max_running_requests": 64,
+                        "kv_cache_dtype": "fp8_e4m3", "swa_full_tokens_ratio": 0.8,
+                        "page_size": 64, "speculative_algorithm": "EAGLE",
+                        "speculative_draft_model_path": "@model"},
+        "memory": {"pre_model_load_free_bytes": 149_250_113_536,
+                   "post_weights_free_bytes": 117_037_858_816}})
+    assert "error" not in got, got.get("error")
+    assert (got["max_total_num_tokens"], got["max_running_requests"]) == (51_840, 32)
+    for pools in (got["pools"], got["draft_pools"]):
+        assert [(p["name"], p["tokens"], p["buffers"][1]["shape"],
+                 p["buffers"][1]["storage_offset"], p["buffers"][1]["storage_nbytes"])
+                for p in pools] == [
+            ("kv", 51_840, [51_904, 1, 64], 3_321_856, 6_643_712),
+            ("swa", 51_859, [51_923, 1, 64], 3_325_952, 6_651_904)]
