@@ -29,7 +29,7 @@ byte (a stride 0 over more than one index, or more elements than bytes, is alias
 view walks its tensor's pages: with r rows a block (the pool's block_tokens for a token-major
 buffer, or 1 for a page-major one; whichever of the two holds), row i of layer l lies in the page
 of block i // r of layer l of its own tensor; a row past the last block, or past the tensor's
-layers, lies in the allocation's tail past every page (SGLang's spare rows). Every page byte is
+layers, lies in bytes no page of the allocation owns (SGLang's spare rows). Every page byte is
 reached by a view of its tensor. Views count elements, so dtype alignment holds by construction.
 
 Figures. The full pool `kv` holds (num_blocks - 1) * page = max_total_num_tokens (`kv_v` as

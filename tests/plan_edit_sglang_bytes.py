@@ -172,7 +172,7 @@ def _allocation(
     for runs in views:
         if not _walks_its_pages(runs, pool, entries, merged, tail):
             faults.add("view misplaced", f"{where} view {runs.view.name!r}: a row lies outside "
-                       "the page of its block (and outside the spare tail)")
+                       "the page of its block (and a spare row meets a page)")
             return
     for tensor in dict.fromkeys(e.tensor for e in entries):
         _covered(tensor, pool, entries, pages, views, where, faults)
@@ -185,7 +185,7 @@ def _walks_its_pages(
     tail: int,
 ) -> bool:
     """Row i of layer l in the page of block i // r of layer l of its tensor (or, past the
-    blocks or the layers, in the tail), for r one of the pool's block_tokens and 1."""
+    blocks or the layers, on no page), for r one of the pool's block_tokens and 1."""
     nb = pool.num_blocks
     per_row = runs.starts.shape[1]
     if per_row == 0:
@@ -203,11 +203,15 @@ def _walks_its_pages(
     ends = starts + runs.run
     found = inside(starts, ends, merged[0], merged[1])
     owner = np.where(found >= 0, merged[2][np.maximum(found, 0)], -1)
+    # A spare element meets no page: the last page run starting before its end ends by its
+    # start (the runs are sorted and apart).
+    before = np.searchsorted(merged[0], ends, side="left") - 1
+    free = (starts >= tail) | (before < 0) | (merged[1][np.maximum(before, 0)] <= starts)
     for rows_a_block in dict.fromkeys((pool.block_tokens or 1, 1)):
         block = row // rows_a_block
         regular = (entry >= 0) & (block < nb)
         want = np.repeat(np.where(regular, entry * nb + block, -2), per_row)
-        ok = np.where(np.repeat(regular, per_row), owner == want, starts >= tail)
+        ok = np.where(np.repeat(regular, per_row), owner == want, free)
         if bool(ok.all()):
             return True
     return False

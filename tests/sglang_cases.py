@@ -65,13 +65,19 @@ TINY: dict[str, Callable[[], PlanRequest]] = {
         max_total_tokens=64, swa_full_tokens_ratio=0.5, context_length=16,
         speculative_algorithm="EAGLE", speculative_draft_num_layers=2,
         speculative_draft_window_layers=1, speculative_draft_window_layer_ids=[0]),
+    "capped_window": lambda: request(
+        {"w0": swa(16, heads=2, head=8), "f1": mha(heads=2, head=8)}, page_size=4,
+        max_total_tokens=30, context_length=16, disable_radix_cache=True,
+        max_running_requests=1, chunked_prefill_size=8),
     "pipeline_rank": lambda: request(
         {f"model.layers.{i}.self_attn.attn": mha(heads=2, head=8) for i in range(3)},
         page_size=4, max_total_tokens=32, context_length=16, pp_size=2, pp_rank=1),
 }
 """Every kind of SGLang pool: MHA (K and V fused, or apart), window, MLA, DSA, DSA with
 HiSparse's host pool, a Mamba hybrid, DeepSeek-V4's seven pools (and HiSparse's paged c4 host
-pool beside them), a window model drafting with a window layer (draft_kv and draft_swa), and
+pool beside them), a window model drafting with a window layer (draft_kv and draft_swa), a
+window pool capped at an unaligned max_total_tokens with the radix cache off (its K half's
+spare rows between its last page and V's first), and
 one pipeline rank's (DeepSeek-V4's too: a rank of window layers only, whose compressed pools
 SGLang keeps empty, and a rank with HiSparse)."""
 

@@ -1,6 +1,6 @@
 """check_plan's proof of engine views (checking/views.py), judged by a brute-force oracle that
 lists every byte (view_oracle): every plan the SGLang target makes has sound views, the edits
-the adversary found accepted are refused, spare rows are taken only past every page, and any
+the adversary found accepted are refused, spare rows are taken only where no page is, and any
 single edit of a view that check_plan accepts is sound byte by byte."""
 
 from __future__ import annotations
@@ -105,7 +105,23 @@ def test_spare_rows_inside_the_pages_are_refused() -> None:
     plan = tiny_dump("mha")
     plan["tensors"][0]["views"][0]["shape"][0] += 1
     assert view_faults(_validated(plan))
-    with pytest.raises(hp.PlanInvariantError, match="past every page of the allocation"):
+    with pytest.raises(hp.PlanInvariantError, match="meet the page at byte 1152"):
+        hp.check_plan(plan)
+
+
+def test_spare_rows_between_pages_are_taken_and_one_more_refused() -> None:
+    """A window pool capped at 30 tokens of 4-token pages (the radix cache off): SGLang's
+    K rows are 34, 2 past its 8 whole pages, in the half rounded up to 36 rows before V's;
+    those 2 rows meet no page. A third reaches V's first page."""
+    plan = tiny_dump("capped_window")
+    swa = next(t for t in plan["tensors"] if t["pool"] == "swa")
+    k, v = swa["views"]
+    assert (k["shape"][0], v["storage_offset"] // (2 * 8)) == (34, 36)
+    assert view_faults(_validated(plan)) == []
+    hp.check_plan(plan)
+    k["shape"][0] += 3
+    assert view_faults(_validated(plan))
+    with pytest.raises(hp.PlanInvariantError, match="meet the page at byte 1152"):
         hp.check_plan(plan)
 
 

@@ -20,7 +20,7 @@ from plan_edit_bytes import first_overlap, row_runs
 from plan_edit_fuzz import report, run
 from plan_edit_oracle_sglang import sglang_faults
 from plan_edit_oracle_vllm import vllm_faults
-from sglang_cases import v4_request
+from sglang_cases import tiny_dump, v4_request
 from test_sglang_target import mha, request, swa
 
 EDITS = 1500
@@ -198,6 +198,16 @@ def test_sglang_fraction_one_is_sound() -> None:
 
 def test_sglang_spare_rows_in_the_tail_are_sound() -> None:
     assert sglang_kinds(edited(tiny_sglang(), _spare_tail)) == []
+
+
+def test_sglang_spare_rows_between_pages_are_sound_and_one_more_is_not() -> None:
+    """A window pool capped at 30 tokens of 4-token pages: K's 2 rows past its last whole page
+    lie before V's first page, on no page; a third K row would be V's first row."""
+    plan = tiny_dump("capped_window")
+    assert sglang_kinds(plan) == []
+    swa = next(t for t in plan["tensors"] if t["pool"] == "swa")
+    swa["views"][0]["shape"][0] += 3
+    assert "view aliasing" in sglang_kinds(plan)
 
 
 def _second(plan: dict[str, Any]) -> dict[str, Any]:

@@ -154,16 +154,53 @@ def test_differing_chunks_are_refused() -> None:
         plan_sglang(type(request).model_validate(data))
 
 
-def test_a_capped_window_pool_in_no_whole_pages_is_refused() -> None:
-    """Radix cache off, 8 requests, pages of 16, max_total_tokens below the request cap: SGLang
-    takes it as given for the window pool (50,007 tokens, rows [50023, 1, 128]); the planner's
-    page layout cannot describe rows ending mid-page, so it refuses naming the field. A
-    multiple of the page plans SGLang's figures (50,000 tokens in both pools)."""
+def test_a_capped_window_pool_in_no_whole_pages_is_sglangs() -> None:
+    """Radix cache off, 8 requests, pages of 16, max_total_tokens 50,007 below the request cap:
+    SGLang 0.5.23 (SWARequestCapPoolConfigurator.calculate_pool_sizes_from_max_tokens) floors
+    the full pool to 50,000 tokens and keeps the window pool at the 50,007 given; its K and V
+    are [50023, 1, 128] halves of one allocation rounded up to 50,032 rows (V from element
+    6,404,096, 25,616,384 bytes a layer). The plan is SGLang's, and check_plan takes the 7 K
+    rows past the last whole page (the allocator's 3,125 pages and page 0) as spare rows."""
     args: dict[str, Any] = {"page_size": 16, "disable_radix_cache": True,
-                            "max_running_requests": 8}
-    report = report_for_case(case(scout(), max_total_tokens=50_007, **args))
-    assert "engine.max_total_tokens" in report["error"]
-    assert "multiple of page_size" in report["error"]
-    aligned = planned(scout(), max_total_tokens=50_000, **args)
-    assert [(p["name"], p["tokens"], p["buffers"][0]["shape"]) for p in aligned["pools"]] == [
-        ("kv", 50_000, [50_016, 1, 128]), ("swa", 50_000, [50_016, 1, 128])]
+                            "max_running_requests": 8, "max_total_tokens": 50_007}
+    got = planned(scout(), **args)
+    assert got["max_total_num_tokens"] == 50_000
+    assert [(p["name"], p["tokens"], p["buffers"][1]["shape"], p["buffers"][1]["storage_offset"],
+             p["buffers"][1]["storage_nbytes"]) for p in got["pools"]] == [
+        ("kv", 50_000, [50_016, 1, 128], 6_402_048, 25_608_192),
+        ("swa", 50_007, [50_023, 1, 128], 6_404_096, 25_616_384)]
+    request = request_from_server_args(scout(), case(scout(), **args)["server_args"],
+                                       {"available_bytes": 40 * GIB}, gpu={"capability": H200})
+    plan = plan_sglang(request)
+    hp.check_plan(plan, request=request)
+    swa = next(pool for pool in plan.pools if pool.name == "swa")
+    assert swa.num_blocks == 50_007 // 16 + 1
+
+
+def test_a_drafts_capped_window_pool_is_sglangs() -> None:
+    """sglang_diff seed 2 case 79 on an H200 (llama4-2-79): a 30-layer Scout drafting with its
+    own checkpoint (EAGLE), DP attention over 2 groups, fp8, pages of 64, the radix cache off,
+    max_total_tokens 51,859. SGLang 0.5.23 (sglang_diff --dump): the full pools 51,840 tokens
+    (rows [51904, 1, 64]), the target's and the draft's window pools 51,859 (rows
+    [51923, 1, 64], V from element 3,325,952, 6,651,904 bytes a layer), 32 requests."""
+    config = scout(num_attention_heads=4, num_hidden_layers=30, interleave_moe_layer_step=2,
+                   num_key_value_heads=4, head_dim=64, max_position_embeddings=1_048_576,
+                   num_local_experts=128)
+    got = report_for_case({
+        "config": config, "gpu": {"capability": H200},
+        "server_args": {"tp_size": 8, "context_length": 2048, "mem_fraction_static": 0.9,
+                        "max_total_tokens": 51_859, "dp_size": 2, "enable_dp_attention": True,
+                        "disable_radix_cache": True, "max_running_requests": 64,
+                        "kv_cache_dtype": "fp8_e4m3", "swa_full_tokens_ratio": 0.8,
+                        "page_size": 64, "speculative_algorithm": "EAGLE",
+                        "speculative_draft_model_path": "@model"},
+        "memory": {"pre_model_load_free_bytes": 149_250_113_536,
+                   "post_weights_free_bytes": 117_037_858_816}})
+    assert "error" not in got, got.get("error")
+    assert (got["max_total_num_tokens"], got["max_running_requests"]) == (51_840, 32)
+    for pools in (got["pools"], got["draft_pools"]):
+        assert [(p["name"], p["tokens"], p["buffers"][1]["shape"],
+                 p["buffers"][1]["storage_offset"], p["buffers"][1]["storage_nbytes"])
+                for p in pools] == [
+            ("kv", 51_840, [51_904, 1, 64], 3_321_856, 6_643_712),
+            ("swa", 51_859, [51_923, 1, 64], 3_325_952, 6_651_904)]

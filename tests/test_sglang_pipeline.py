@@ -326,26 +326,97 @@ def test_check_plan_holds_a_mamba_only_rank_to_its_rule() -> None:
         check_plan(alone)
 
 
-def test_a_rank_without_the_hybrids_mamba_layers_is_refused_by_name() -> None:
-    """Qwen3.5 cut to 4 layers in 4 stages: rank 3 keeps only the full-attention layer.
-    SGLang charges it the largest stage's Mamba slots and builds Mamba pools over no layer
-    (_handle_max_mamba_cache); the planner does not lay that out, so the rank is refused naming
-    the split, where it once produced a plan its own checker rejected (sglang_diff seed 104,
-    hybrid-104-3). The ranks holding a Mamba layer still plan."""
-    request = _qwen35_four_layers_in_three_stages()
-    assert request.engine is not None
-    def rank(number: int) -> PlanRequest:
-        assert request.engine is not None
-        return request.model_copy(update={"engine": request.engine.model_copy(
-            update={"pp_size": 4, "pp_rank": number})})
+def _hybrid_104_3() -> dict[str, Any]:
+    """sglang_diff seed 104 case 3 on an H200 (SM90): Qwen3.5 cut to 4 layers in 4 stages,
+    the radix cache off, SGLang's default fraction; rank 3 keeps only the full-attention
+    layer."""
+    config = json.loads(Path(QWEN35).read_text())
+    config["text_config"]["num_hidden_layers"] = 4
+    config["text_config"]["layer_types"] = ["linear_attention"] * 3 + ["full_attention"]
+    return {"config": config,
+            "server_args": {"tp_size": 4, "context_length": 2048, "disable_radix_cache": True,
+                            "pp_size": 4},
+            "memory": {"pre_model_load_free_bytes": 190_118_363_136,
+                       "post_weights_free_bytes": 181_528_428_544},
+            "gpu": {"total_memory_bytes": 192_265_846_784, "name": "NVIDIA B200",
+                    "capability": [9, 0]}}
 
-    with pytest.raises(UnsupportedRequestError,
-                       match=r"rank 3 of 4 keeps decoder layers \[3, 4\) and none of the "
-                             r"model's 3 Mamba layers") as refused:
-        plan_sglang(rank(3))
-    assert refused.value.field == "engine.pp_size"
-    with pytest.raises(UnsupportedRequestError, match="rank 3 of 4"):
-        plan_sglang(rank(0))  # every rank needs rank 3's offer for the ranks' minimum
+
+def _empty_state(name: str, view: str, dtype: str, state: list[int],
+                 strides: list[int]) -> dict[str, Any]:
+    return {"name": name, "location": "device", "tokens": 123_629, "buffers": [{
+        "layer": None, "name": view, "dtype": dtype, "shape": [0, 123_630, *state],
+        "strides": strides, "storage_offset": 0, "storage_nbytes": 0,
+        "storage": f"{name}/0"}]}
+
+
+def test_a_rank_without_the_hybrids_mamba_layers_keeps_empty_mamba_pools() -> None:
+    """hybrid-104-3 as SGLang 0.5.23 builds it (sglang_diff --dump): every rank charges the
+    largest stage's Mamba slots (one layer's, _handle_max_mamba_cache), so all keep 123,629
+    slots; rank 3, with none of the 3 Mamba layers, builds its Mamba pools over no layer
+    (buffers [0, 123630, ...], no byte) beside its KV pool of 71,980,219 tokens (cell 1,024),
+    which the Mamba-only ranks 0-2 take from the MIN; 4,096 requests."""
+    got = report_for_case(_hybrid_104_3())
+    assert "error" not in got, got.get("error")
+    assert (got["max_total_num_tokens"], got["max_running_requests"],
+            got["available_bytes"]) == (71_980_219, 4096, 73_707_745_093)
+    assert [stage["cell_size_bytes"] for stage in got["stages"]] == [0, 0, 0, 1024]
+    last = got["stages"][3]["pools"]
+    assert [pool["name"] for pool in last] == ["kv", "mamba_conv0", "mamba_temporal"]
+    assert last[0]["buffers"][0]["shape"] == [71_980_220, 1, 256]
+    assert last[1:] == [
+        _empty_state("mamba_conv0", "conv[0]", "bfloat16", [2048, 3],
+                     [759_582_720, 6144, 3, 1]),
+        _empty_state("mamba_temporal", "temporal", "float32", [8, 128, 128],
+                     [16_204_431_360, 131_072, 16_384, 128, 1])]
+    assert [pool["tokens"] for pool in got["stages"][0]["pools"]] == [71_980_219, 123_629,
+                                                                     123_629]
+
+
+def _rank_without_mamba() -> SGLangPlan:
+    case = _hybrid_104_3()
+    request = request_from_server_args(case["config"], case["server_args"], case["memory"],
+                                       gpu=case["gpu"])
+    plans = rank_plans(request)
+    for plan in plans:
+        check_plan(plan)
+    return plans[3]
+
+
+def test_check_plan_holds_the_empty_mamba_pools_to_their_slots() -> None:
+    """The checker's own arithmetic on rank 3's empty Mamba pools: one slot count, buffers of
+    no layer, the slots bounding the running requests; pools it does not name are refused."""
+    plan = _rank_without_mamba()
+    assert plan.pipeline is not None
+    assert plan.budget.mamba_slots_per_request == 1
+    assert [pool.name for pool in plan.pools] == ["kv"]
+    data = plan.model_dump(mode="json")
+
+    def edited(index: int, **change: Any) -> dict[str, Any]:
+        copy: dict[str, Any] = json.loads(json.dumps(data))
+        entry = copy["pipeline"]["empty_mamba_pools"][index]
+        for key, value in change.items():
+            (entry["view"] if key in ("shape", "strides") else entry)[key] = value
+        return copy
+
+    with pytest.raises(PlanInvariantError, match=r"empty_mamba_pools\[1\]"):
+        check_plan(edited(1, slots=123_628))
+    with pytest.raises(PlanInvariantError, match=r"empty_mamba_pools\[0\]"):
+        check_plan(edited(0, shape=[1, 123_630, 2048, 3]))
+    swapped = json.loads(json.dumps(data))
+    swapped["pipeline"]["empty_mamba_pools"].reverse()
+    with pytest.raises(PlanInvariantError, match="expected \\['mamba_conv0', 'mamba_temporal'"):
+        check_plan(swapped)
+    few = edited(0, slots=4000, shape=[0, 4001, 2048, 3], strides=[4001 * 6144, 6144, 3, 1])
+    few["pipeline"]["empty_mamba_pools"][1].update(slots=4000)
+    few["pipeline"]["empty_mamba_pools"][1]["view"]["shape"][1] = 4001
+    few["pipeline"]["empty_mamba_pools"][1]["view"]["strides"][0] = 4001 * 131072
+    with pytest.raises(PlanInvariantError, match="needs 4096 Mamba state slots"):
+        check_plan(few)
+    none = json.loads(json.dumps(data))
+    none["pipeline"]["empty_mamba_pools"] = []
+    with pytest.raises(PlanInvariantError, match="mamba_slots_per_request is 1"):
+        check_plan(none)
 
 
 def test_only_the_last_rank_runs_the_draft_worker() -> None:
@@ -383,3 +454,13 @@ def test_a_window_pool_capped_for_requests_under_stages_and_speculative_decoding
     report = report_for_case(case)
     assert "error" not in report, report.get("error")
     assert report["max_total_num_tokens"] == 61_359_148
+
+
+def test_drafting_on_a_rank_without_mamba_layers_is_refused_by_name() -> None:
+    """With speculative decoding, SGLang's MambaPool on rank 3 also keeps the draft tokens'
+    intermediate states over no layer (memory_pool.py: [num_mamba_layers, slots, ...]), which
+    the plan does not record: refused naming the setting, not planned without them."""
+    case = _hybrid_104_3()
+    case["server_args"].update(speculative_algorithm="EAGLE", speculative_draft_model_path="@model")
+    error = report_for_case(case)["error"]
+    assert "engine.speculative_algorithm: pipeline rank 3 of 4 keeps none" in error

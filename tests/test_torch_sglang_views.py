@@ -1,7 +1,7 @@
 """verify and check_plan agree on what an SGLang view may reach: a plan of every SGLang pool kind
 (DeepSeek-V4's included, whose compressor states keep spare rows past the last page) is
 allocated and verified on CPU, and verify still finds a row outside its own page or a spare row
-that is not past every page."""
+that meets a page."""
 
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ def test_a_row_in_the_next_block_is_caught() -> None:
 def test_a_spare_row_in_the_pages_is_caught() -> None:
     # One K row more than the pages: it is V's first row, owned by V's pages.
     longer = _k_buffer_edit(rows=1)
-    with pytest.raises(hp.PlanInvariantError, match="past every page"):
+    with pytest.raises(hp.PlanInvariantError, match="meet the page"):
         hp.check_plan(longer)
-    with pytest.raises(VerifyError, match=rf"row \[{ROWS}, 0\].*unowned tail") as caught:
+    with pytest.raises(VerifyError, match=rf"row \[{ROWS}, 0\].*meeting a page") as caught:
         run(longer, on=hand_plan())
     assert caught.value.byte_offset == ROWS * ROW_BYTES
 

@@ -24,7 +24,11 @@ from hisparse_plan.checking.sglang_budget import check_budget, check_cell_size
 from hisparse_plan.checking.sglang_draft import check_draft, request_table_extra
 from hisparse_plan.checking.sglang_hisparse_meta import check_hisparse_metadata
 from hisparse_plan.checking.sglang_modes import check_modes
-from hisparse_plan.checking.sglang_pipeline import check_pipeline, check_pipeline_ranks
+from hisparse_plan.checking.sglang_pipeline import (
+    check_pipeline,
+    check_pipeline_ranks,
+    mamba_state_slots,
+)
 from hisparse_plan.checking.sglang_roles import (
     SGLANG_POOL_ROLES,
     check_layer_sets,
@@ -201,20 +205,18 @@ def _check_token_pools(plan: SGLangPlan, pools: dict[str, Pool]) -> None:
                 f"pool 'index' has {pools['index'].num_blocks} pages; expected {pages} for its "
                 f"{tokens} tokens ((tokens + page + 1) // page)"
             )
-    slots = pools.get("mamba_conv0")
+    slots = mamba_state_slots(plan, pools)
     per_request = plan.budget.mamba_slots_per_request or MAMBA_SLOTS_A_REQUEST
     if slots is None and plan.budget.mamba_slots_per_request is not None:
         raise PlanInvariantError(
             f"budget.mamba_slots_per_request is {plan.budget.mamba_slots_per_request}; "
             "expected null without Mamba state pools"
         )
-    if slots is not None and (
-            plan.max_running_requests * per_request > slots.num_blocks - 1):
+    if slots is not None and plan.max_running_requests * per_request > slots:
         raise PlanInvariantError(
             f"max_running_requests {plan.max_running_requests} needs "
             f"{plan.max_running_requests * per_request} Mamba state slots "
-            f"({per_request} a request); the pools hold {slots.num_blocks - 1} beside the "
-            "padding slot"
+            f"({per_request} a request); the pools hold {slots} beside the padding slot"
         )
 
 
@@ -281,8 +283,9 @@ def concurrency_bounds(plan: SGLangPlan, pools: dict[str, Pool]) -> dict[str, fl
     need = -(-context // plan.page_size) * plan.page_size
     bounds = {"max_running_requests": float(plan.max_running_requests),
               "max_total_num_tokens": plan.max_total_num_tokens * plan.budget.dcp_size / need}
-    if "mamba_conv0" in pools:
-        bounds["the Mamba state slots"] = float(pools["mamba_conv0"].num_blocks - 1)
+    slots = mamba_state_slots(plan, pools)
+    if slots is not None:
+        bounds["the Mamba state slots"] = float(slots)
     if plan.hisparse is not None:
         bounds["hisparse.logical_tokens"] = plan.hisparse.logical_tokens / need
     return bounds

@@ -2,19 +2,34 @@
 ranks' layer counts are SGLang's even split (none more than one above another, the larger ones
 last), the rank's first layer follows the ranks before it, every layer of the plan lies in the
 rank's range, the rank's own token capacity is what its budget holds, and the pools take no
-more tokens than the fewest any rank holds (docs/plan-contract.md#sglang-plans)."""
+more tokens than the fewest any rank holds; a rank of a Mamba hybrid keeping none of its Mamba
+layers has SGLang's empty Mamba pools in their place, one slot count, buffers of no element
+(docs/plan-contract.md#sglang-plans)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
 from hisparse_plan.checking.sglang_draft import DRAFT_POOLS
 from hisparse_plan.errors import PlanInvariantError
 from hisparse_plan.models.base import INT64_MAX
+from hisparse_plan.models.pools import Pool
 from hisparse_plan.models.sglang_plan import SGLangPipeline, SGLangPlan
 
 DECODER_LAYER: Final = re.compile(r"\blayers\.(\d{1,9})\b")
+EMPTY_MAMBA_VIEWS: Final = {"mamba_conv0": "conv[0]", "mamba_temporal": "temporal"}
+"""The empty Mamba pools of a rank without Mamba layers, in order, and SGLang's buffer of each."""
+
+
+def mamba_state_slots(plan: SGLangPlan, pools: dict[str, Pool]) -> int | None:
+    """The Mamba state slots beside the padding slot: the conv pool's, or on a rank keeping
+    none of the Mamba layers its empty pools'; None without Mamba states."""
+    if "mamba_conv0" in pools:
+        return pools["mamba_conv0"].num_blocks - 1
+    empty = [] if plan.pipeline is None else plan.pipeline.empty_mamba_pools
+    return empty[0].slots if empty else None
 
 
 def check_pipeline(plan: SGLangPlan) -> None:
@@ -70,10 +85,35 @@ def _check_layers(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:
                 f"layer {name!r} is not one of rank {pipeline.pp_rank}'s decoder layers "
                 f"[{start}, {end})", layer=name)
     mamba = {pool.name for pool in plan.pools if pool.name.startswith("mamba")}
-    if bool(mamba) != (pipeline.mamba_stage_layers is not None):
+    _check_empty_mamba(pipeline, bool(mamba))
+    if bool(mamba or pipeline.empty_mamba_pools) != (pipeline.mamba_stage_layers is not None):
         raise PlanInvariantError(
             f"pipeline.mamba_stage_layers is {pipeline.mamba_stage_layers}; expected a count "
             "exactly when the plan has Mamba pools")
+
+
+def _check_empty_mamba(pipeline: SGLangPipeline, pooled: bool) -> None:
+    """Empty Mamba pools only without Mamba pools: conv then temporal, one slot count, each
+    buffer [0, slots + 1, *state] contiguous from element 0 (so no element: no byte)."""
+    empty = pipeline.empty_mamba_pools
+    if not empty:
+        return
+    names = [pool.name for pool in empty]
+    if pooled or names != list(EMPTY_MAMBA_VIEWS):
+        raise PlanInvariantError(
+            f"pipeline.empty_mamba_pools names {names}; expected {list(EMPTY_MAMBA_VIEWS)}, "
+            "and only on a rank without Mamba state pools")
+    for index, pool in enumerate(empty):
+        view = pool.view
+        contiguous = [math.prod(view.shape[axis + 1:]) for axis in range(len(view.shape))]
+        got = (view.name, view.shape[:2], list(view.strides), view.storage_offset, pool.slots)
+        want = (EMPTY_MAMBA_VIEWS[pool.name], [0, empty[0].slots + 1], contiguous, 0,
+                empty[0].slots)
+        if got != want:
+            raise PlanInvariantError(
+                f"pipeline.empty_mamba_pools[{index}] has (buffer, leading dims, strides, "
+                f"storage offset, slots) {got}; expected {want}: no layer, the slots and the "
+                "padding slot, contiguous")
 
 
 def _check_tokens(plan: SGLangPlan, pipeline: SGLangPipeline) -> None:

@@ -17,9 +17,10 @@ page owns and no other view reaches:
   it (the classic non-overlap test; a size-1 axis takes no bytes of its own), so no two elements
   of the view share a byte.
 * Rows past the last block (spare rows SGLang keeps: DeepSeek-V4's compressor states, a pool
-  rounded up to rows rather than pages) lie in the allocation's unowned tail: from the first
-  spare row's byte to the view's end, past every page of the allocation, inside it, and apart
-  from every other view's tail.
+  rounded up to rows rather than pages, the K half of a window pool capped at an unaligned
+  token count) lie in the allocation's unowned tail: from the first spare row's byte to the
+  view's end, in bytes no page of the allocation owns (past every page, or between two),
+  inside it, and apart from every other view's tail.
 
 Every address is a whole number of elements from the allocation's start, so starts and strides
 are dtype-aligned by construction once they agree with the pages in bytes. Nothing here lists
@@ -199,6 +200,27 @@ def page_end(tensor: KVCacheTensor, pool: Pool) -> int:
             + (pool.num_blocks - 1) * tensor.block_stride + last)
 
 
+def page_met(tail: Tail, tensors: Sequence[KVCacheTensor], pool: Pool) -> int | None:
+    """The first byte of a page of `tensors` (every layer of a whole pool, every range, every
+    block) that meets [tail.start, tail.end); None when none does. Blocks step up by the block
+    stride, so of one (layer, range) train only the first page that ends past the tail's start
+    can begin before its end: one division a train, no list of blocks."""
+    for tensor in tensors:
+        layers = len(tensor.layers) if pool.allocation == "whole" else 1
+        for layer in range(layers):
+            for part in tensor.ranges or []:
+                base = tensor.offset + layer * tensor.layer_stride + part.offset
+                step = tensor.block_stride
+                if step > 0:
+                    block = max(0, (tail.start - base - part.size) // step + 1)
+                else:
+                    block = 0 if base + part.size > tail.start else pool.num_blocks
+                begin = base + block * step
+                if block < pool.num_blocks and begin < tail.end and part.size > 0:
+                    return begin
+    return None
+
+
 def _check_allocation(
     owner: AllocationOwner, members: tuple[int, ...], tensors: Sequence[KVCacheTensor],
     tails: dict[int, list[Tail]], pool: Pool,
@@ -222,14 +244,18 @@ def _check_allocation(
         return
     # Every tensor on the allocation, with views or without: no tail may reach a page.
     pages = max(page_end(tensors[index], pool) for index in members)
+    for tail in spare:
+        if tail.start >= pages:
+            break  # sorted by start: this tail and the rest lie past every page
+        met = page_met(tail, [tensors[index] for index in members], pool)
+        if met is not None:
+            raise PlanInvariantError(
+                f"tensors[{tail.tensor}] view {tail.view!r}: its rows past the pool's last "
+                f"block reach bytes [{tail.start}, {tail.end}) of {where}, which meet the page "
+                f"at byte {met}; expected spare rows in bytes no page of the allocation owns",
+                tensor=tail.tensor, layer=tensors[tail.tensor].layers[0],
+            )
     first = spare[0]
-    if first.start < pages:
-        raise PlanInvariantError(
-            f"tensors[{first.tensor}] view {first.view!r}: its rows past the pool's last block "
-            f"start at byte {first.start} of {where}, among the allocation's pages (which end at "
-            f"byte {pages}); expected spare rows past every page of the allocation",
-            tensor=first.tensor, layer=tensors[first.tensor].layers[0],
-        )
     furthest = first
     for tail in spare[1:]:
         # Sorted by start, a tail meets an earlier one exactly when it starts before the

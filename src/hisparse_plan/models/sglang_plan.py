@@ -172,6 +172,21 @@ class SGLangSpeculative(Model):
     )
 
 
+class SGLangEmptyMambaPool(Model):
+    """A Mamba state pool a pipeline rank keeps over none of its layers: a rank of a Mamba
+    hybrid that keeps no Mamba layer still builds SGLang's MambaPool, for the slots every rank
+    derives alike, over its empty slice of the model's Mamba layers: a zero-byte buffer."""
+
+    name: Literal["mamba_conv0", "mamba_temporal"] = Field(
+        description="The pool a rank with Mamba layers would have (its conv or temporal "
+        "states).")
+    slots: PositiveInt = Field(
+        description="State slots beside the padding slot, as every rank of the model keeps.")
+    view: BufferView = Field(
+        description="SGLang's buffer: [0 layers, slots + 1, *one layer's state], contiguous, "
+        "no element.")
+
+
 class SGLangPipeline(Model):
     """Pipeline parallelism on SGLang: the plan is one rank's; the ranks agree on the tokens
     (see docs/planning-rules.md#sglang-pipeline)."""
@@ -194,6 +209,12 @@ class SGLangPipeline(Model):
         default=None,
         description="Mamba hybrids: the most Mamba layers any rank keeps; every rank charges "
         "its state slots at that many layers, so all ranks get the same slots.",
+    )
+    empty_mamba_pools: Annotated[list[SGLangEmptyMambaPool], READ_ONLY] = Field(
+        default_factory=empty_frozen_list,
+        description="A rank of a Mamba hybrid keeping none of its Mamba layers: the Mamba "
+        "pools SGLang builds over no layer (conv, then temporal states), in place of pools "
+        "and tensors (a tensor has layers); empty on every other rank.",
     )
 
 

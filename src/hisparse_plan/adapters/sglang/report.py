@@ -71,6 +71,15 @@ def _pool_tokens(plan: SGLangPlan, pool: Pool, tensor: KVCacheTensor | None) -> 
     return (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
 
 
+def _draft_tokens(pool: Pool, tensor: KVCacheTensor | None) -> int:
+    """A draft pool's size as SGLang reports it: its pages but the padding one; a draft window
+    pool its token rows but the padding page (capped at an unaligned max_total_tokens with the
+    radix cache off, it ends mid-page, as the target's does)."""
+    if pool.name == "swa" and tensor is not None and tensor.views and pool.block_tokens:
+        return tensor.views[0].shape[0] - pool.block_tokens * pool.padding_blocks
+    return (pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
+
+
 def _v4_sizes(v4: SGLangDeepSeekV4) -> dict[str, int]:
     """DeepSeek-V4's pools report the sizes its configurator split the budget into."""
     return {
@@ -103,6 +112,18 @@ def _layerless_kv_pool(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
         return {}
     return {"kv": {"name": "kv", "location": "device", "tokens": plan.max_total_num_tokens,
                    "buffers": []}}
+
+
+def _empty_mamba_pools(plan: SGLangPlan) -> dict[str, dict[str, Any]]:
+    """A pipeline rank keeping none of a Mamba hybrid's Mamba layers: SGLang's Mamba pool
+    objects over no layer, each with its one zero-byte buffer."""
+    empty = [] if plan.pipeline is None else plan.pipeline.empty_mamba_pools
+    return {pool.name: {
+        "name": pool.name, "location": "device", "tokens": pool.slots, "buffers": [{
+            "layer": None, "name": pool.view.name, "dtype": pool.view.dtype,
+            "shape": list(pool.view.shape), "strides": list(pool.view.strides),
+            "storage_offset": pool.view.storage_offset, "storage_nbytes": 0,
+            "storage": f"{pool.name}/0"}]} for pool in empty}
 
 
 def _buffer(
@@ -164,6 +185,7 @@ def report(plan: SGLangPlan) -> dict[str, Any]:
     entries = _entries(plan, [pool for pool in plan.pools if pool.name not in draft])
     entries.update(_v4_empty_pools(plan))
     entries.update(_layerless_kv_pool(plan))
+    entries.update(_empty_mamba_pools(plan))
     budget = plan.budget
     found = {
         **_hisparse_metadata(plan),
@@ -206,8 +228,7 @@ def _entries(plan: SGLangPlan, shown_pools: list[Pool], prefix: str = "") -> dic
             shown = name.removesuffix(SEPARATE_V_SUFFIX)
         # A draft pool's pages but the padding one: the ids it is indexed by (with HiSparse
         # the allocator's logical ids, under decode context parallelism every rank's).
-        tokens = ((pool.num_blocks - pool.padding_blocks) * (pool.block_tokens or 1)
-                  if prefix else _pool_tokens(plan, pool, tensor))
+        tokens = _draft_tokens(pool, tensor) if prefix else _pool_tokens(plan, pool, tensor)
         entry = entries.setdefault(shown, {
             "name": shown, "location": pool.location, "tokens": tokens, "buffers": [],
         })

@@ -4,9 +4,11 @@ and slots) and in SGLang's own buffer views (elements)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hisparse_plan.models.plan import KVCacheTensor
 from hisparse_plan.models.pools import BufferDType, BufferView, PageRange, Pool
+from hisparse_plan.models.sglang_plan import SGLangEmptyMambaPool
 from hisparse_plan.targets.sglang.buffers import (
     CONV_STATE,
     HOST_KV_BUFFER,
@@ -69,10 +71,12 @@ def mha_pool(
     of V (page 0 pads). With K and V of one shape, each layer is ONE allocation
     [2, rows rounded up to a page, heads, head_dim], K its first half and V its second
     (k_buffer / v_buffer views); with different head sizes, K and V are separate allocations
-    (pools `name` and `name`_v)."""
+    (pools `name` and `name`_v). Its blocks are the allocator's pages, rows // page_size (its
+    PagedTokenToKVPoolAllocator's size // page_size and page 0): a window pool capped at an
+    unaligned max_total_tokens keeps rows past its last whole page that it never hands out."""
     rows = tokens + page_size
     padded = -(-rows // page_size) * page_size
-    pages = padded // page_size
+    pages = rows // page_size
     size = element_size(dtype)
     k_row = group.heads * group.head_dim
     layers = list(group.names)
@@ -172,12 +176,27 @@ def mamba_pools(group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str) 
     layers, slots + 1, *state] (slot 0 pads): `mamba_conv0` (conv[0], (dim, kernel - 1)) and
     `mamba_temporal`."""
     placed = Placed((), ())
-    for name, view, shape, dtype in (
-        ("mamba_conv0", CONV_STATE, group.conv_shape, conv_dtype),
-        ("mamba_temporal", TEMPORAL_STATE, group.temporal_shape, ssm_dtype),
-    ):
+    for name, view, shape, dtype in _mamba_states(group, conv_dtype, ssm_dtype):
         placed += mamba_state_pool(name, view, group.names, slots + 1, shape, dtype)
     return placed
+
+
+def empty_mamba_pools(
+    group: MambaGroup, slots: int, conv_dtype: str, ssm_dtype: str
+) -> list[SGLangEmptyMambaPool]:
+    """SGLang's MambaPool on a pipeline rank that keeps none of the model's Mamba layers: each
+    state's buffer over its empty layer slice, [0, slots + 1, *state], no byte."""
+    return [SGLangEmptyMambaPool(name=name, slots=slots,
+                                 view=_view(view, dtype, [0, slots + 1, *shape]))
+            for name, view, shape, dtype in _mamba_states(group, conv_dtype, ssm_dtype)]
+
+
+def _mamba_states(
+    group: MambaGroup, conv_dtype: str, ssm_dtype: str
+) -> tuple[tuple[Literal["mamba_conv0", "mamba_temporal"], str, tuple[int, ...], str], ...]:
+    """(pool, SGLang's buffer, one layer's state shape, dtype) of each Mamba state."""
+    return (("mamba_conv0", CONV_STATE, group.conv_shape, conv_dtype),
+            ("mamba_temporal", TEMPORAL_STATE, group.temporal_shape, ssm_dtype))
 
 
 def mamba_state_pool(

@@ -255,7 +255,7 @@ def shared_index_layers(request: PlanRequest) -> tuple[str, ...]:
     return tuple(name for name in sparse if name not in owned) if owned else ()
 
 
-def _mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
+def mamba_group(names: list[str], specs: list[MambaSpec]) -> MambaGroup:
     """SGLang's MambaPool keeps one conv state and one temporal state per layer. The request
     gives vLLM's conv shape (kernel - 1, dim); SGLang stores it as (dim, kernel - 1)."""
     first = specs[0]
@@ -316,7 +316,7 @@ def read_model(
         full=one_shape(full[0], full[1], None, "full-attention") if full[0] else None,
         swa=_window_group(*swa) if swa[0] else None,
         latent=latent,
-        mamba=_mamba_group(*mamba) if mamba[0] else None,
+        mamba=mamba_group(*mamba) if mamba[0] else None,
     )
 
 

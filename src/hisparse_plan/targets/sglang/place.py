@@ -64,7 +64,9 @@ def _place(sized: Sized) -> Placed:
             placed += hisparse_host_pool(latent.names, hisparse.host_tokens, page, row.elements,
                                          store)
     mamba = defaults.mamba_dtypes
-    if model.mamba is not None and sized.mamba_slots is not None and mamba is not None:
+    # A rank keeping none of the Mamba layers has empty pools instead (report._empty_mamba).
+    if (model.mamba is not None and model.mamba.names and sized.mamba_slots is not None
+            and mamba is not None):
         placed += mamba_pools(model.mamba, sized.mamba_slots, *mamba)
         if defaults.speculative is not None:
             placed += intermediate_pools(model.mamba, sized.max_running_requests,

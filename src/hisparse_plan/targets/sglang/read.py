@@ -20,6 +20,8 @@ from hisparse_plan.targets.sglang.modes.pipeline_stages import (
     Stage,
     has_full_attention,
     has_window_layers,
+    rank_mamba_group,
+    refuse_draft_states_without_mamba,
     stage_of,
     stage_request,
 )
@@ -112,6 +114,8 @@ def read(
     else:
         model = read_model(staged, windows_as_full=windows_in_full_pool(settings),
                            stage_of_hybrid=stage is not None and has_full_attention(request))
+        model = replace(model, mamba=rank_mamba_group(request, stage, model.mamba))
+        refuse_draft_states_without_mamba(settings, stage, model.mamba)
     refuse_full_only_rank(model, stage, hybrid=llama4 or (
         has_window_layers(request) and not windows_in_full_pool(settings)))
     refuse_unlike_full_shape(request, model, settings)
@@ -164,8 +168,10 @@ def _trace_model(model: SGLangModel, trace: Trace) -> None:
                       "latent layer")
     if model.mamba is not None:
         mamba = model.mamba
+        first = (f"from {mamba.names[0]!r}" if mamba.names else
+                 "none on this pipeline rank, the whole model's states over no layer")
         trace.add(STAGE, RULE, "mamba: mamba layers", len(mamba.names),
-                  f"from {mamba.names[0]!r}: conv state {list(mamba.conv_shape)} (dim first, as "
+                  f"{first}: conv state {list(mamba.conv_shape)} (dim first, as "
                   f"SGLang stores it), temporal state {list(mamba.temporal_shape)}")
 
 

@@ -10,6 +10,7 @@ from hisparse_plan.models.plan import Capacity
 from hisparse_plan.models.sglang_plan import (
     SGLangBudget,
     SGLangDeepSeekV4,
+    SGLangEmptyMambaPool,
     SGLangHisparse,
     SGLangPipeline,
     SGLangPlan,
@@ -23,7 +24,7 @@ from hisparse_plan.targets.sglang.hisparse.meta import (
     hisparse_metadata,
     metadata_bytes,
 )
-from hisparse_plan.targets.sglang.layout import Placed, req_to_token_view
+from hisparse_plan.targets.sglang.layout import Placed, empty_mamba_pools, req_to_token_view
 from hisparse_plan.targets.sglang.modes.draft_budget import (
     beyond_budget_warning,
     draft_beyond_budget,
@@ -104,7 +105,18 @@ def _pipeline(sized: Sized | SizedV4) -> SGLangPipeline | None:
         start_layer=stage.start,
         stage_tokens=list(stage.peer_tokens or (sized.own_tokens,)),
         mamba_stage_layers=stage.mamba_stage_layers or None,
+        empty_mamba_pools=_empty_mamba(sized),
     )
+
+
+def _empty_mamba(sized: Sized | SizedV4) -> list[SGLangEmptyMambaPool]:
+    """The Mamba pools of a rank that keeps none of the model's Mamba layers (none else)."""
+    if isinstance(sized, SizedV4):
+        return []
+    mamba, dtypes = sized.defaults.read.model.mamba, sized.defaults.mamba_dtypes
+    if mamba is None or mamba.names or sized.mamba_slots is None or dtypes is None:
+        return []
+    return empty_mamba_pools(mamba, sized.mamba_slots, *dtypes)
 
 
 def _speculative(sized: Sized, beyond: int) -> SGLangSpeculative | None:

@@ -122,7 +122,7 @@ def size(defaults: Defaults | DefaultsV4, trace: Trace) -> Sized | SizedV4:
     strategy_page = mamba_strategy_page(settings, model)
     if model.mamba is not None and defaults.mamba_dtypes is not None:
         slot_bytes = pipeline_stages.stage_slot_bytes(
-            sizing.mamba_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
+            sizing.mamba_layer_slot_bytes(model.mamba, *defaults.mamba_dtypes), read.stage,
             len(model.mamba.names))
         budget = (sizing.mamba_budget(settings, rest_gb, slot_bytes) if spec is None else
                   speculative_mamba_budget(serving, rest_gb, slot_bytes, spec, strategy_page))
@@ -193,10 +193,10 @@ def _pool_tokens(
         capped = sizing.cap_max_total_tokens(settings, tokens, page)
         sizing.refuse_empty_pool(capped, page)
         if capped != own:
-            # SGLang's constrained pool keeps the window at its cap, at most the full tokens.
+            # SGLang's constrained pool keeps the window at its cap, at most the full tokens
+            # (max_total_tokens as given: the pool may end mid-page, layout.mha_pool).
             limit = settings.max_total_tokens
             swa = min(swa, tokens if limit is None else min(tokens, limit))
-            radix.refuse_unaligned_capped_window(swa, page)
         return own, capped, swa, True
     own = sizing.max_total_num_tokens(available, cell, page)
     tokens = pipeline_stages.agreed_tokens(own, read.stage)

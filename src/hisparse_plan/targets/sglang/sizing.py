@@ -104,13 +104,13 @@ def cell_size(
     return CellSize(full, swa, full + swa_ratio * swa)
 
 
-def mamba_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
-    """Bytes of one state slot over all Mamba layers (SGLang's mamba_cache_per_req)."""
-    per_layer = (
+def mamba_layer_slot_bytes(group: MambaGroup, conv_dtype: str, ssm_dtype: str) -> int:
+    """Bytes of one state slot of one Mamba layer (SGLang's mamba_cache_per_req is this over
+    every Mamba layer: pipeline_stages.stage_slot_bytes)."""
+    return (
         state_elements(group.conv_shape) * element_size(conv_dtype)
         + state_elements(group.temporal_shape) * element_size(ssm_dtype)
     )
-    return per_layer * len(group.names)
 
 
 def rest_memory_gb(

@@ -16,7 +16,8 @@ storage offset on its allocation's storage; then, on a sample of its rows (every
 and another written through the tensor and read raw, at addresses computed from the plan's
 numbers alone. Every row must also lie where check_plan proves it: row t of a layer in that
 layer's page t // page_size (SGLang's k_buffer), never padding between pages; a spare row past
-the last block (DeepSeek-V4's compressor states) past every page of its allocation.
+the last block (DeepSeek-V4's compressor states, a window pool's K half capped at an unaligned
+token count) in bytes no page of its allocation owns.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NoReturn
 
 import torch
 
-from hisparse_plan.checking.views import rows_a_page
 from hisparse_plan.models.pools import BUFFER_DTYPE_SIZE, Pool
 from hisparse_plan.models.sglang_plan import SGLangPlan
 from hisparse_plan.torch.errors import BackendError, VerifyError
@@ -46,6 +45,7 @@ from hisparse_plan.torch.sglang.binding import (
     placed_views,
 )
 from hisparse_plan.torch.sglang.pools import SGLangPools
+from hisparse_plan.torch.sglang.row_pages import RowPages, check_owned
 from hisparse_plan.torch.verify_layers import (
     Layer,
     Mismatch,
@@ -124,7 +124,7 @@ def verify_sglang(
                 number = numbers[placed.tensor] = numbers.get(placed.tensor, -1) + 1
                 owners = [train for train in members
                           if (train.tensor, train.range) == (placed.tensor, number)]
-                _check_buffer(placed, allocation, owners, blocks, pool, end)
+                _check_buffer(placed, allocation, (owners, members), blocks, pool, end)
         if progress is not None:
             progress("verify", done, len(keys))
     if any(buffer.device.type == "cuda" for buffer in held.values()):
@@ -260,9 +260,14 @@ def _unravel(ids: torch.Tensor, shape: list[int]) -> list[torch.Tensor]:
 
 
 def _check_buffer(
-    placed: PlacedView, allocation: torch.Tensor, owners: list[PageTrain],
-    blocks: int | None, pool: Pool, page_end: int,
+    placed: PlacedView, allocation: torch.Tensor,
+    trains: tuple[list[PageTrain], list[PageTrain]], blocks: int | None, pool: Pool,
+    page_end: int,
 ) -> None:
+    """SGLang's tensor bound as the plan says; its rows where check_plan proves them, read and
+    written both ways. `trains`: the view's own range's trains (one a layer), then every train
+    of the allocation (which a spare row may not meet)."""
+    owners, members = trains
     view = placed.view
     tensor = bind_buffer(placed, allocation)
     check_buffer(placed, tensor, allocation)
@@ -290,13 +295,13 @@ def _check_buffer(
     units = allocation[: allocation.numel() // unit * unit].view(element)
     steps = torch.arange(run // unit, dtype=torch.int64, device=allocation.device)
     per = max(1, BUFFER_BATCH_BYTES // run)
-    pages = _RowPages.of(placed, owners, pool, page_end, allocation.numel())
+    pages = RowPages.of(placed, owners, pool, (page_end, allocation.numel()), members)
     for batch in _batches(ids, per):
         index = _unravel(batch, row_shape)
         starts = torch.full_like(batch, base)
         for position, step in zip(index, row_strides, strict=True):
             starts += position * step
-        _check_owned(where, placed, starts, run, pages, index)
+        check_owned(where, placed, starts, run, pages, index)
         at = (starts // unit)[:, None] + steps[None, :]
         first = row_pattern(starts, run, 1)
         units[at] = first.contiguous().view(element)
@@ -312,64 +317,6 @@ def _check_buffer(
 def _batches(ids: torch.Tensor, per: int) -> Iterator[torch.Tensor]:
     for start in range(0, ids.numel(), per):
         yield ids[start:start + per]
-
-
-@dataclass(frozen=True, slots=True)
-class _RowPages:
-    """Where a view's rows may lie, as check_plan proves it: row j of layer l in layer l's
-    page of block j // per_page of the view's range (`owners`, one train a layer), or, past
-    the last block, in the allocation's unowned tail [tail, end). per_page 0: no row axis walks
-    the pages, so a row may lie in any page of the range and none is spare."""
-
-    owners: list[PageTrain]
-    layered: bool
-    per_page: int
-    tail: int
-    end: int
-
-    @staticmethod
-    def of(placed: PlacedView, owners: list[PageTrain], pool: Pool, tail: int,
-           end: int) -> _RowPages:
-        view, layered = placed.view, pool.allocation == "whole"
-        per_page = 0
-        if owners and int(layered) < len(view.shape) - (view.strides[-1] == 1):
-            step = view.strides[int(layered)] * BUFFER_DTYPE_SIZE[view.dtype]
-            per_page = rows_a_page(step, owners[0].block_stride, pool.block_tokens or 1) or 0
-        return _RowPages(owners, layered, per_page, tail, end)
-
-
-def _check_owned(
-    where: str, placed: PlacedView, starts: torch.Tensor, run: int, pages: _RowPages,
-    index: list[torch.Tensor],
-) -> None:
-    """Every row [start, start + run) where `pages` says it may lie."""
-    inside = torch.zeros_like(starts, dtype=torch.bool)
-    for number, train in enumerate(pages.owners):
-        relative = starts - train.start
-        stride = max(train.block_stride, 1)
-        block = torch.div(relative, stride, rounding_mode="floor")
-        within = (relative >= 0) & (block < train.num_blocks) & (
-            relative - block * stride + run <= train.size)
-        if pages.per_page:  # its own page: its layer's, its row's block
-            own = torch.div(index[int(pages.layered)], pages.per_page, rounding_mode="floor")
-            layer = index[0] == number if pages.layered else True
-            within &= (own == block) & layer
-            inside |= (own >= train.num_blocks) & (starts >= pages.tail) & (
-                starts + run <= pages.end)
-        inside |= within
-    if bool(inside.all()):
-        return
-    row = int(torch.nonzero(~inside)[0, 0])
-    start = int(starts[row])
-    position = tuple(int(axis[row]) for axis in index)
-    raise VerifyError(
-        f"verify failed (buffer inside pages): {where}: row {list(position)} is bytes "
-        f"[{start}, {start + run}) of the allocation, outside its own page of "
-        f"tensors[{placed.tensor}] (a row past the last block: outside the unowned tail from "
-        f"byte {pages.tail}); expected every row of SGLang's tensor inside its page, or a "
-        "spare row past every page",
-        tensor=placed.tensor, layer=placed.allocation[1] or "", block=-1, byte_offset=start,
-    )
 
 
 def _compare_rows(

@@ -13,19 +13,19 @@ every rank's tokens (`agreed_tokens`, the ranks planned on their own by `pipelin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models.base import INT64_MAX
 from hisparse_plan.models.layer_specs import (
     FullAttentionSpec,
-    LayerSpec,
     MambaSpec,
     SlidingWindowSpec,
 )
 from hisparse_plan.models.request import PlanRequest
 from hisparse_plan.models.sglang_settings import SGLangSettings
+from hisparse_plan.targets.sglang.model import MambaGroup, mamba_group
 
 LAYER_INDEX: Final = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 """A request layer's decoder layer: the number after `layers.` (an indexer's keys and its
@@ -151,24 +151,42 @@ def stage_request(request: PlanRequest, stage: Stage | None) -> PlanRequest:
             f"{stage.end}), of which the request has none; expected layers there",
             field="engine.pp_rank",
         )
-    refuse_rank_without_mamba(stage, layers)
     return request.model_copy(update={"layers": layers})
 
 
-def refuse_rank_without_mamba(stage: Stage, layers: dict[str, LayerSpec]) -> None:
-    """A rank of a Mamba hybrid that keeps no Mamba layer: SGLang still charges it the largest
-    stage's Mamba slots and builds Mamba pools over its empty layer slice
-    (KVCacheConfigurator._handle_max_mamba_cache reads the whole model's mambaish_config),
-    which the plan does not describe yet: refused, naming the split, not planned wrong."""
-    if stage.mamba_layers and not any(isinstance(spec, MambaSpec) for spec in layers.values()):
-        raise UnsupportedRequestError(
-            f"engine.pp_size: pipeline rank {stage.rank} of {stage.size} keeps decoder layers "
-            f"[{stage.start}, {stage.end}) and none of the model's {stage.mamba_layers} Mamba "
-            "layers; SGLang gives such a rank empty Mamba pools priced as the largest stage's, "
-            "which this planner does not lay out yet; expected a split where every rank keeps "
-            "a Mamba layer (see docs/planning-rules.md#sglang-server-modes)",
-            field="engine.pp_size",
-        )
+def rank_mamba_group(
+    request: PlanRequest, stage: Stage | None, own: MambaGroup | None
+) -> MambaGroup | None:
+    """The Mamba group a rank sizes and builds its state pools by: its own layers'; on a rank
+    of a Mamba hybrid that keeps none of them, the whole model's states over no layer
+    (SGLang's rank reads the whole model's mambaish_config, charges the largest stage's slots
+    in _handle_max_mamba_cache, and builds its MambaPool over its empty [start, end) slice of
+    the Mamba layers)."""
+    if stage is None or own is not None or not stage.mamba_layers:
+        return own
+    names = [name for name, spec in request.layers.items() if isinstance(spec, MambaSpec)]
+    specs: list[MambaSpec] = [spec for spec in request.layers.values()
+                              if isinstance(spec, MambaSpec)]
+    return replace(mamba_group(names, specs), names=())
+
+
+def refuse_draft_states_without_mamba(
+    settings: SGLangSettings, stage: Stage | None, group: MambaGroup | None
+) -> None:
+    """Speculative decoding on a rank keeping none of a Mamba hybrid's Mamba layers: SGLang's
+    MambaPool there also keeps the draft tokens' intermediate states over no layer, which the
+    plan does not record (its empty pools are the conv and temporal states only): refused,
+    a planner limit, rather than planned without them."""
+    if stage is None or group is None or group.names or settings.speculative_algorithm is None:
+        return
+    raise UnsupportedRequestError(
+        f"engine.speculative_algorithm: pipeline rank {stage.rank} of {stage.size} keeps none "
+        f"of the model's {stage.mamba_layers} Mamba layers; with speculative decoding SGLang "
+        "keeps intermediate Mamba states over no layer there, which this planner does not "
+        "describe; expected no speculative decoding, or a split where every rank keeps a "
+        "Mamba layer",
+        field="engine.speculative_algorithm",
+    )
 
 
 def zero_cell_tokens(page_size: int) -> int:
@@ -178,13 +196,14 @@ def zero_cell_tokens(page_size: int) -> int:
     return INT64_MAX // page_size * page_size
 
 
-def stage_slot_bytes(slot_bytes: int, stage: Stage | None, stage_mamba_layers: int) -> int:
-    """A Mamba state slot's bytes as every rank charges them: the whole model's slot
-    (SGLang's mamba_cache_per_req) times the largest stage's share of its Mamba layers,
-    int() of the float product, as SGLang computes it; the rank's own slot without stages."""
-    if stage is None or stage.mamba_layers == 0 or stage_mamba_layers == 0:
-        return slot_bytes
-    whole = slot_bytes // stage_mamba_layers * stage.mamba_layers
+def stage_slot_bytes(layer_bytes: int, stage: Stage | None, rank_mamba_layers: int) -> int:
+    """A Mamba state slot's bytes as every rank charges them, from one layer's (`layer_bytes`):
+    the whole model's slot (SGLang's mamba_cache_per_req) times the largest stage's share of
+    its Mamba layers, int() of the float product, as SGLang computes it (a rank keeping none
+    of them too); the rank's own layers' without stages."""
+    if stage is None or stage.mamba_layers == 0:
+        return layer_bytes * rank_mamba_layers
+    whole = layer_bytes * stage.mamba_layers
     return int(whole * (stage.mamba_stage_layers / stage.mamba_layers))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_chunked_prefill_size, gpu_memory_mib
 from hisparse_plan.targets.sglang.modes.parallel import attn_dp_size, requests_per_worker
@@ -108,19 +107,3 @@ def full_tokens_beside_cap(
     set aside: the rest over a full token's bytes, floored to a page."""
     return (available_bytes - swa_tokens * swa_bytes) // full_bytes // page_size * page_size
 
-
-def refuse_unaligned_capped_window(swa: int, page_size: int) -> None:
-    """SGLang caps the request-sized window pool by max_total_tokens as given
-    (calculate_pool_sizes_from_max_tokens: min(cap, max_total_tokens)), so an unaligned cap
-    leaves the pool's rows in no whole number of pages: its K rows end mid-page before the V
-    half. The plan's page layout keeps spare rows past every page only, so such a pool is
-    refused (a planner limit, not SGLang's: its allocator hands out the whole pages)."""
-    if swa % page_size:
-        raise UnsupportedRequestError(
-            f"engine.max_total_tokens: with the radix cache off SGLang sizes the window pool "
-            f"min(request cap, max_total_tokens) = {swa} tokens, not a whole number of "
-            f"{page_size}-token pages, which the planner's page layout does not describe; "
-            f"expected max_total_tokens a multiple of page_size (see "
-            f"docs/planning-rules.md#sglang-server-modes)",
-            field="engine.max_total_tokens",
-        )
