@@ -146,15 +146,11 @@ def rearrange_round(request: StagedRequest, round_: StagedRound, staging: Region
     staged = request.staged
     reads = _flat(staging, request.staging_regions(), "staging")
     writes = _flat(destination, staged.pattern.destination, "destination")
-    rows, at, ids = round_.moves.entries()
     written = 0
-    for index in np.unique(rows).tolist():
+    for index, part in round_.moves.by_row():
         row = staged.pattern.rows[index]
         slab = staged.slabs[staged.row_slab[index]].length
-        chosen = rows == index
-        first = int(at[chosen].min())
-        slots = (at[chosen] - first) // slab
-        dst_ids = ids[chosen]
+        first, slots, dst_ids = request.gather(round_, index, part)
         read = _by_block(reads[(row.dst_rank, STAGING_REGION)], first, slab,
                          int(slots.max()) + 1, row.count, row.length,
                          row.src_stride if row.count > 1 else row.length)

@@ -56,11 +56,8 @@ def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,
     the gathered bytes stay in cache and the Python work is per row, not per block.
     Returns the copies made."""
     pattern, moves = request.staged.pattern, round_.moves
-    slabs = request.staged.slabs
-    bounds = np.flatnonzero(np.diff(moves.rows)) + 1
     made = 0
-    for part in np.split(np.arange(moves.rows.size), bounds) if moves.rows.size else []:
-        index = int(moves.rows[part[0]])
+    for index, part in moves.by_row():
         row = pattern.rows[index]
         into = destination[(row.dst_rank, row.dst_region)]
         read_from = staging[(row.dst_rank, STAGING_REGION)]
@@ -78,15 +75,10 @@ def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,
                 np.copyto(write, read)
                 made += 1
             continue
-        _, at, ids = moves.entries(part)
-        slab = slabs[request.staged.row_slab[index]].length
-        base = int(at.min())
-        slots = (at - base) // slab
-        if bool(((at - base) % slab).any()):
-            raise TransferCheckError(f"pattern row {index}: its staged entries are not a "
-                                     "slab apart")
+        base, slots, ids = request.gather(round_, index, part)
         read = _view(read_from, base, (int(slots.max()) + 1, row.count, row.length),
-                     (slab, src_stride, 1))
+                     (request.staged.slabs[request.staged.row_slab[index]].length,
+                      src_stride, 1))
         write = _view(into, row.dst_offset, (int(ids.max()) + 1, row.count, row.length),
                       (row.dst_block_stride, dst_stride, 1))
         batch = max(1, GATHER_BYTES // (row.count * row.length))

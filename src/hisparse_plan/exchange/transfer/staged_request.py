@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from hisparse_plan.exchange.transfer.errors import TransferCheckError
 from hisparse_plan.exchange.transfer.instance import Instantiated
 from hisparse_plan.exchange.transfer.program import (
     STAGING_REGION,
@@ -72,6 +73,14 @@ class Moves:
     staging_step: Ints
     dst_step: Ints
 
+    def by_row(self) -> list[tuple[int, Ints]]:
+        """(pattern row, its moves' indices) per row: the moves are ordered by row."""
+        if not self.rows.size:
+            return []
+        bounds = np.flatnonzero(np.diff(self.rows)) + 1
+        return [(int(self.rows[part[0]]), part)
+                for part in np.split(np.arange(self.rows.size), bounds)]
+
     def entries(self, chosen: Ints | None = None) -> tuple[Ints, Ints, Ints]:
         """The moves (all, or the `chosen` ones) entry by entry: pattern row, first staging
         byte and destination block of each."""
@@ -110,6 +119,18 @@ class StagedRequest:
                     name=STAGING_REGION, pool=STAGING_REGION, layer=None,
                     location=self.staged.staging_location, size=max(size, 1))])
                 for rank, size in enumerate(self.staged.staging_bytes)]
+
+    def gather(self, round_: StagedRound, row: int, part: Ints) -> tuple[int, Ints, Ints]:
+        """One pattern row's entries of a round (its moves `part`) as the staging byte of the
+        lowest one, each entry's slot counted from there, and each entry's destination block;
+        TransferCheckError if the entries are not a whole number of slabs apart."""
+        _, at, ids = round_.moves.entries(part)
+        slab = self.staged.slabs[self.staged.row_slab[row]].length
+        first = int(at.min())
+        if bool(((at - first) % slab).any()):
+            raise TransferCheckError(f"pattern row {row}: its staged entries are not a slab "
+                                     "apart")
+        return first, (at - first) // slab, ids
 
     def phase1_program(self, round_: StagedRound) -> TransferProgram:
         """Phase 1 of a round as rows (one per staged block), for the reference executor."""
