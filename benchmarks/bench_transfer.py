@@ -66,7 +66,7 @@ from hisparse_plan.exchange.transfer import (
     check_transfer,
     tables,
 )
-from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
+from hisparse_plan.exchange.transfer.reference import Buffers, addresses, buffers, execute
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.presets import Settings, build_request, load_preset
@@ -203,10 +203,6 @@ def placement_descriptors(tokens: int) -> None:
                   flush=True)
 
 
-def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
-    return {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
-
-
 def _digest(regions: Buffers) -> str:
     digest = hashlib.sha256()
     for key in sorted(regions):
@@ -222,8 +218,9 @@ def decode_process(destination: list[RankRegions], scratch: int, pipe: Connectio
 
     regions = buffers(destination, fill=None, seed=2)
     regions[SCRATCH] = np.zeros(scratch, dtype=np.uint8)
-    side = endpoint("decode", _addresses(regions))
-    pipe.send((side.metadata, _addresses(regions)))
+    registered = addresses(regions)
+    side = endpoint("decode", registered)
+    pipe.send((side.metadata, registered))
     pipe.recv()
     pipe.send(_digest(regions))
 
@@ -275,9 +272,9 @@ def bandwidth(tokens: int, repeat: int) -> tuple[float, float]:
     child.start()
     try:
         metadata, remote_addresses = ours.recv()
-        side = endpoint("prefill", _addresses(source))
+        side = endpoint("prefill", addresses(source))
         peer = side.agent.add_remote_agent(metadata)
-        local_descs, remote_descs = descriptors(program, _addresses(source), remote_addresses)
+        local_descs, remote_descs = descriptors(program, addresses(source), remote_addresses)
         agent, kind = side.agent, side.mem_type
         program_s = _post_timed(agent, agent.get_xfer_descs(local_descs, kind),
                                 agent.get_xfer_descs(remote_descs, kind), peer, repeat)

@@ -37,14 +37,13 @@ from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.cost import GPU_LINK, LOOPBACK, choose
 from hisparse_plan.exchange.transfer.instance import Instantiated
 from hisparse_plan.exchange.transfer.program import STAGING_REGION
-from hisparse_plan.exchange.transfer.reference import Buffers, buffers
+from hisparse_plan.exchange.transfer.reference import Buffers, addresses, buffers
 from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
 
 STAGING_BYTES = 1 << 30
 DIRECT_COPIES = 200_000
 """The direct pattern is timed too where a request is at most this many copies (the others
 take minutes a request over loopback)."""
-PIECE = 1 << 26
 Blocks = Callable[[Any, int], dict[str, list[int]]]
 
 
@@ -54,25 +53,6 @@ class Pair:
     source: Instance
     destination: Instance
     tokens: int
-
-
-def _random(ranks: Any, seed: int) -> Buffers:  # noqa: ANN401
-    """A buffer of random bytes per region, filled in pieces (no second copy of a region's
-    bytes, which the larger pairs could not hold twice)."""
-    generator = np.random.default_rng(seed)
-    found: Buffers = {}
-    for rank in ranks:
-        for region in rank.regions:
-            buffer = np.empty(region.size, dtype=np.uint8)
-            for at in range(0, region.size, PIECE):
-                size = min(PIECE, region.size - at)
-                buffer[at:at + size] = np.frombuffer(generator.bytes(size), dtype=np.uint8)
-            found[(rank.rank, region.name)] = buffer
-    return found
-
-
-def _addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
-    return {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
 
 
 def verify(made: Instantiated, source: Buffers, destination: Buffers) -> bool:
@@ -178,12 +158,12 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
           "of them read by no row)")
     print(f"cost model, loopback: {choose(staged, LOOPBACK).describe()}")
     print(f"cost model, GPU link: {choose(staged, GPU_LINK).describe()}")
-    source = _random(pattern.source, seed=1)
-    destination = _random(pattern.destination, seed=2)
+    source = buffers(pattern.source, fill=None, seed=1)
+    destination = buffers(pattern.destination, fill=None, seed=2)
     staging = buffers(made.staging_regions(), fill=0)
     scratch = np.zeros(max(staged.staging_bytes), dtype=np.uint8)
-    prefill = endpoint(f"prefill-{pair.name}", _addresses(source), progress_thread=False)
-    theirs = {**_addresses(destination), **_addresses(staging)}
+    prefill = endpoint(f"prefill-{pair.name}", addresses(source), progress_thread=False)
+    theirs = {**addresses(destination), **addresses(staging)}
     decode = endpoint(f"decode-{pair.name}", theirs)
     from hisparse_plan.exchange.transfer import nixl_prepared
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import hisparse_plan as hp
+from bench_transfer import in_runs
 from hisparse_plan.exchange.transfer import (
     Instance,
     TransferRequest,
@@ -60,27 +61,15 @@ def _regions(ranks: Any, device: torch.device, pinned: bool, seed: int  # noqa: 
     return found
 
 
-def _in_runs(plan: hp.KVCachePlan | Any, tokens: int) -> dict[str, list[int]]:  # noqa: ANN401
-    from hisparse_plan.exchange.transfer import tables
-
-    found: dict[str, list[int]] = {}
-    start: dict[int, int] = {}
-    for key, table in tables(plan).items():
-        count = -(-tokens // table.block_tokens)
-        first = start.get(table.num_blocks, table.padding_blocks)
-        found[key] = [first + i + i // 16 for i in range(count)]
-        start[table.num_blocks] = found[key][-1] + 1
-    return found
-
-
 def staged_pair(name: str, src: Instance, dst: Instance, tokens: int, device: torch.device,
                 check: Callable[[str, bool, str], None]) -> None:
     pinned = device.type == "cuda"
     pattern = compile_transfer(src, dst)
     staged = compile_staged(pattern, slots_for(pattern, GIB))
     check_staged(staged, src, dst)
-    request = TransferRequest(num_tokens=tokens, source_blocks=_in_runs(src.plans[0], tokens),
-                              destination_blocks=_in_runs(dst.plans[0], tokens))
+    blocks = in_runs(16)
+    request = TransferRequest(num_tokens=tokens, source_blocks=blocks(src.plans[0], tokens),
+                              destination_blocks=blocks(dst.plans[0], tokens))
     made = staged.instantiate(request)
     source = _regions(pattern.source, device, pinned, 41)
     direct = _regions(pattern.destination, device, pinned, 42)

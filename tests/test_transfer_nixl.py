@@ -25,6 +25,7 @@ from hisparse_plan.exchange.transfer import (
 from hisparse_plan.exchange.transfer.instance import Instantiated
 from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint, post
 from hisparse_plan.exchange.transfer.pattern import TransferPattern
+from hisparse_plan.exchange.transfer.reference import addresses as reference_addresses
 from hisparse_plan.exchange.transfer.reference import buffers
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
 
@@ -35,7 +36,7 @@ def decode_process(destination: Any, pipe: Connection) -> None:
     """Hold the destination's regions (as the oracle starts them), registered with NIXL,
     until the prefill says it is done; then hand the bytes back."""
     regions = buffers(destination, fill=None, seed=2)
-    addresses = {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
+    addresses = reference_addresses(regions)
     side = endpoint("decode", addresses)
     pipe.send((side.metadata, addresses))
     pipe.recv()
@@ -56,8 +57,7 @@ def into_decode_process(destination: Any, source: dict[tuple[int, str], np.ndarr
     child.start()
     try:
         metadata, remote = ours.recv()
-        addresses = {key: (int(value.ctypes.data), value.nbytes)
-                     for key, value in source.items()}
+        addresses = reference_addresses(source)
         post_rows(addresses, metadata, remote)
         ours.send("done")
         received = ours.recv()

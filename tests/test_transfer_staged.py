@@ -21,7 +21,7 @@ from hisparse_plan.exchange.transfer import (
 from hisparse_plan.exchange.transfer.check_staged import check_staged
 from hisparse_plan.exchange.transfer.cost import LinkCosts, choose
 from hisparse_plan.exchange.transfer.rearrange import rearrange
-from hisparse_plan.exchange.transfer.reference import buffers
+from hisparse_plan.exchange.transfer.reference import addresses, buffers
 from hisparse_plan.exchange.transfer.staging import StagedPattern, compile_staged, slots_for
 from transfer_support import (
     attention_layers,
@@ -136,10 +136,9 @@ def staged_decode_process(staged_json: str, request_json: str, pipe: Connection)
     made = staged.instantiate(TransferRequest.model_validate_json(request_json))
     regions = buffers(staged.pattern.destination, fill=None, seed=2)
     staging = buffers(made.staging_regions(), fill=0)
-    addresses = {key: (int(value.ctypes.data), value.nbytes)
-                 for key, value in {**regions, **staging}.items()}
-    side = endpoint("staged-decode", addresses)
-    pipe.send((side.metadata, addresses))
+    registered = addresses({**regions, **staging})
+    side = endpoint("staged-decode", registered)
+    pipe.send((side.metadata, registered))
     while (number := pipe.recv()) is not None:
         rearrange(made.rounds[number], made, staging, regions)
         pipe.send(number)
@@ -166,8 +165,7 @@ def test_nixl_stages_a_request_into_another_process() -> None:
     child.start()
     try:
         metadata, remote = ours.recv()
-        side = endpoint("staged-prefill", {key: (int(value.ctypes.data), value.nbytes)
-                                           for key, value in source.items()})
+        side = endpoint("staged-prefill", addresses(source))
         peer = side.agent.add_remote_agent(metadata)
         posted = 0
         for number, round_ in enumerate(made.rounds):

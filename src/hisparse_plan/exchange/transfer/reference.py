@@ -15,6 +15,11 @@ Buffers = dict[tuple[int, str], NDArray[np.uint8]]
 """(rank, region) -> the region's bytes."""
 
 
+RANDOM_PIECE = 1 << 26
+"""Random bytes are drawn this many at a time (a multiple of 8, so the bytes are those of one
+draw of the whole region), never holding a region's bytes twice."""
+
+
 def buffers(ranks: list[RankRegions], fill: int | None = 0, seed: int = 0) -> Buffers:
     """One uint8 buffer per region of every rank: `fill` bytes, or random ones (None)."""
     generator = np.random.default_rng(seed)
@@ -22,11 +27,19 @@ def buffers(ranks: list[RankRegions], fill: int | None = 0, seed: int = 0) -> Bu
     for rank in ranks:
         for region in rank.regions:
             if fill is None:
-                found[(rank.rank, region.name)] = np.frombuffer(
-                    generator.bytes(region.size), dtype=np.uint8).copy()
+                buffer = np.empty(region.size, dtype=np.uint8)
+                for at in range(0, region.size, RANDOM_PIECE):
+                    size = min(RANDOM_PIECE, region.size - at)
+                    buffer[at:at + size] = np.frombuffer(generator.bytes(size), dtype=np.uint8)
+                found[(rank.rank, region.name)] = buffer
             else:
                 found[(rank.rank, region.name)] = np.full(region.size, fill, dtype=np.uint8)
     return found
+
+
+def addresses(regions: Buffers) -> dict[tuple[int, str], tuple[int, int]]:
+    """Each buffer's (base address, bytes) in this process: what a NIXL endpoint registers."""
+    return {key: (int(value.ctypes.data), value.nbytes) for key, value in regions.items()}
 
 
 def _chunks(buffer: NDArray[np.uint8], offset: int, length: int, count: int, stride: int
