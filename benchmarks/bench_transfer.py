@@ -66,7 +66,7 @@ from hisparse_plan.exchange.transfer import (
     check_transfer,
     tables,
 )
-from hisparse_plan.exchange.transfer.reference import Buffers, addresses, buffers, execute
+from hisparse_plan.exchange.transfer.executors.reference import Buffers, addresses, buffers, execute
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.presets import Settings, build_request, load_preset
@@ -214,7 +214,7 @@ def _digest(regions: Buffers) -> str:
 def decode_process(destination: list[RankRegions], scratch: int, pipe: Connection) -> None:
     """Hold the decode's regions (random bytes, seed 2) and a scratch region, registered with
     NIXL; after the prefill's transfers, send back a digest of the regions."""
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
 
     regions = buffers(destination, fill=None, seed=2)
     regions[SCRATCH] = np.zeros(scratch, dtype=np.uint8)
@@ -245,7 +245,7 @@ def _post_timed(agent: Any, local: object, remote: object, peer: str,  # noqa: A
 def bandwidth(tokens: int, repeat: int) -> tuple[float, float]:
     """GB/s of DeepSeek-V3.2 BLNHC prefill -> vLLM HiSparse's program and of one contiguous
     copy of its bytes, NIXL between two processes."""
-    from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import descriptors, endpoint
 
     # Pools sized to the request (a latent row and index key per layer per token; HiSparse's
     # device pool also keeps hot pages for every sequence), so both processes hold them.
@@ -355,8 +355,9 @@ def reserved(regions: list[RankRegions]) -> tuple[dict[tuple[int, str], tuple[in
 
 def pattern_pair(name: str, src: Instance, dst: Instance, tokens: int, repeat: int,
                  bandwidth_bps: tuple[float, float]) -> None:
-    from hisparse_plan.exchange.transfer import check_pattern, compile_transfer, nixl_prepared
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+    from hisparse_plan.exchange.transfer import check_pattern, compile_transfer
+    from hisparse_plan.exchange.transfer.executors import nixl_prepared
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
 
     started = time.perf_counter()
     pattern = compile_transfer(src, dst)
@@ -416,10 +417,10 @@ def staged_post(name: str, pattern: Any, request: TransferRequest, prefill: Any,
     """The staged program of the same pair, and which of the two the cost model picks on
     each link: proved once; per request, its slots and rounds instantiated and each round's
     descriptors made (initialize_xfer, the handle an engine then posts)."""
-    from hisparse_plan.exchange.transfer.cost import GPU_LINK, LOOPBACK, choose
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
-    from hisparse_plan.exchange.transfer.nixl_staged import run_entries
-    from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_staged import run_entries
+    from hisparse_plan.exchange.transfer.pattern.cost import GPU_LINK, LOOPBACK, choose
+    from hisparse_plan.exchange.transfer.pattern.staging import compile_staged, slots_for
 
     staged = compile_staged(pattern, slots_for(pattern, GIB))
     print(f"cost model, loopback: {choose(staged, LOOPBACK).describe()}")

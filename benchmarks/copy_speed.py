@@ -33,12 +33,12 @@ from hisparse_plan.exchange.transfer import (
     check_pattern,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.check_staged import check_staged
-from hisparse_plan.exchange.transfer.cost import GPU_LINK, LOOPBACK, choose
-from hisparse_plan.exchange.transfer.instance import Instantiated
-from hisparse_plan.exchange.transfer.program import STAGING_REGION
-from hisparse_plan.exchange.transfer.reference import Buffers, addresses, buffers
-from hisparse_plan.exchange.transfer.staging import compile_staged, slots_for
+from hisparse_plan.exchange.transfer.executors.reference import Buffers, addresses, buffers
+from hisparse_plan.exchange.transfer.pattern.check_staged import check_staged
+from hisparse_plan.exchange.transfer.pattern.cost import GPU_LINK, LOOPBACK, choose
+from hisparse_plan.exchange.transfer.pattern.instance import Instantiated
+from hisparse_plan.exchange.transfer.pattern.staging import compile_staged, slots_for
+from hisparse_plan.exchange.transfer.program.transfer_program import STAGING_REGION
 
 STAGING_BYTES = 1 << 30
 DIRECT_COPIES = 200_000
@@ -92,7 +92,7 @@ def _contiguous(source: np.ndarray, there: tuple[int, int], moved: int
 
 def _post_contiguous(prefill: Any, peer: str, source: np.ndarray,  # noqa: ANN401
                      there: tuple[int, int], moved: int) -> float:
-    from hisparse_plan.exchange.transfer.nixl_executor import run_to_done
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import run_to_done
 
     one, far = _contiguous(source, there, moved)
     at = time.perf_counter()
@@ -112,7 +112,7 @@ def _direct(name: str, prefill: Any, prepared: Any, peer: str,  # noqa: ANN401
             checked: Callable[[], bool], local_bps: float) -> None:
     """The direct pattern from prepared lists, interleaved with one contiguous copy of its
     bytes; the difference gives the cost model's cost of one more copy."""
-    from hisparse_plan.exchange.transfer import nixl_prepared
+    from hisparse_plan.exchange.transfer.executors import nixl_prepared
 
     transfer: list[float] = []
     contiguous: list[float] = []
@@ -135,9 +135,9 @@ def _direct(name: str, prefill: Any, prepared: Any, peer: str,  # noqa: ANN401
 
 
 def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
-    from hisparse_plan.exchange.transfer.nixl_staged import post_round, run_entries
-    from hisparse_plan.exchange.transfer.rearrange import rearrange
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_staged import post_round, run_entries
+    from hisparse_plan.exchange.transfer.executors.rearrange import rearrange
 
     src, dst = pair.source, pair.destination
     started = time.perf_counter()
@@ -165,7 +165,7 @@ def copy_speed(pair: Pair, blocks: Blocks, repeat: int) -> None:
     prefill = endpoint(f"prefill-{pair.name}", addresses(source), progress_thread=False)
     theirs = {**addresses(destination), **addresses(staging)}
     decode = endpoint(f"decode-{pair.name}", theirs)
-    from hisparse_plan.exchange.transfer import nixl_prepared
+    from hisparse_plan.exchange.transfer.executors import nixl_prepared
 
     # Prepared lists hold every block's copies: made only where the direct pattern is timed.
     prepared = nixl_prepared.prepare(prefill, decode.metadata, pattern, theirs) \

@@ -676,7 +676,7 @@ def transfer_to_hisparse(device: str, pin: bool, tokens: int = 3000,
         check_transfer,
         compile_transfer,
     )
-    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.exchange.transfer.facts.side import rank_facts
     from hisparse_plan.torch.transfer import execute, execute_request
 
     prefill, decode = transfer_plans(GIB // 2, GIB // 4, 4096, host_layout)

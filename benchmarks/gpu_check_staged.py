@@ -25,7 +25,7 @@ from hisparse_plan.exchange.transfer import (
     compile_staged,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.staging import slots_for
+from hisparse_plan.exchange.transfer.pattern.staging import slots_for
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.presets import Settings, build_request, load_preset
 from hisparse_plan.torch.transfer import execute_request, rearrange_round, stage_round

@@ -154,7 +154,7 @@ def commands(good: dict[str, str]) -> dict[str, tuple[str, Callable[[str], list[
 
 def loaders() -> dict[str, tuple[str, Callable[[str], object]]]:
     """Public loader name -> (the kind it reads, a call on a path's text)."""
-    from hisparse_plan.exchange.transfer.program import TransferProgram
+    from hisparse_plan.exchange.transfer.program.transfer_program import TransferProgram
     from hisparse_plan.models import PlanRequest
     from hisparse_plan.models.any_plan import load_plan
     from hisparse_plan.presets.config_file import load_config_file

@@ -20,7 +20,7 @@ ROOMS = ("hisparse_plan.targets", "hisparse_plan.adapters")
 REGISTRIES = frozenset({
     "hisparse_plan.checking.engines",
     "hisparse_plan.cli.engines",
-    "hisparse_plan.exchange.transfer.engines",
+    "hisparse_plan.exchange.transfer.facts.engines",
     "hisparse_plan.models.engines",
     "hisparse_plan.operator.engines",
     "hisparse_plan.torch.engines",

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 import hisparse_plan as hp
 from hisparse_plan.cli.main import main
 from hisparse_plan.exchange.transfer import Instance, TransferRequest, build_transfer
-from hisparse_plan.exchange.transfer.check import check_transfer
+from hisparse_plan.exchange.transfer.proof.check import check_transfer
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import ConfigError, Settings, build_request, load_preset
 from hisparse_plan.views import plan_views
@@ -228,7 +228,7 @@ def test_the_torch_executor_fills_the_block_outermost_pool_allocate_made() -> No
     prefill's, read through its own."""
     torch = pytest.importorskip("torch")
     from hisparse_plan.exchange.transfer import check_pattern, compile_transfer
-    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.exchange.transfer.facts.side import rank_facts
     from hisparse_plan.torch import allocate, transfer_regions, verify
     from hisparse_plan.torch.transfer import execute_request
 

@@ -85,24 +85,29 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, but those under `if TYPE_CHECKING:`."""
+def _imports(tree: ast.AST, annotations: bool = False
+             ) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth; those under `if TYPE_CHECKING:` only with
+    `annotations`."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if (not annotations and isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test)):
             stack.extend(node.orelse)
         else:
             stack.extend(ast.iter_child_nodes(node))
 
 
-def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules that the module `name` imports."""
+def imported(name: str, path: Path, known: dict[str, Path], annotations: bool = False
+             ) -> set[str]:
+    """The package's modules that the module `name` imports (with `annotations`, also those it
+    imports for annotations only)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8")), annotations):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -117,9 +122,9 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 
 @cache
-def import_graph() -> dict[str, set[str]]:
+def import_graph(annotations: bool = False) -> dict[str, set[str]]:
     known = modules()
-    return {name: imported(name, path, known) for name, path in known.items()}
+    return {name: imported(name, path, known, annotations) for name, path in known.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -191,8 +196,9 @@ def test_the_walker_sees_from_and_deferred_imports_not_annotation_ones() -> None
     assert "hisparse_plan.targets.sglang" in graph["hisparse_plan.adapters.sglang"]
     # `from a.b import c` to the submodule a.b.c:
     assert "hisparse_plan.targets.vllm.pipeline" in graph["hisparse_plan.targets.vllm"]
-    # Not the names for annotations only:
+    # Not the names for annotations only, unless asked for:
     assert "hisparse_plan.operator.refit" not in graph["hisparse_plan"]
+    assert "hisparse_plan.operator.refit" in import_graph(annotations=True)["hisparse_plan"]
 
 
 def test_the_walker_resolves_relative_imports(tmp_path: Path) -> None:
@@ -209,8 +215,11 @@ def test_the_cycle_finder_names_a_cycle() -> None:
     assert one_cycle(graph, frozenset({"a", "b", "c"})) == ["a", "b", "c", "a"]
 
 
-def test_no_import_cycle() -> None:
-    graph = import_graph()
+@pytest.mark.parametrize("annotations", [False, True], ids=["runtime", "with-annotations"])
+def test_no_import_cycle(annotations: bool) -> None:
+    """No cycle at run time, and none once the imports made for annotations only count too (a
+    cycle hidden under TYPE_CHECKING is still two modules that cannot be read apart)."""
+    graph = import_graph(annotations)
     new = [component for component in cycles(graph) if component not in KNOWN_CYCLES]
     assert not new, "import cycles: " + "; ".join(
         " -> ".join(one_cycle(graph, component)) for component in new)
@@ -341,3 +350,65 @@ def test_each_package_says_in_two_lines_what_it_holds_and_may_import() -> None:
         if len(opening) != 2 or "import" not in opening[1]:
             wrong[name] = opening
     assert wrong == {}
+
+
+TRANSFER = f"{PACKAGE}.exchange.transfer"
+TRANSFER_MAY_IMPORT: dict[str, frozenset[str]] = {
+    "facts": frozenset(),
+    "program": frozenset({"facts"}),
+    "proof": frozenset({"facts", "program"}),
+    "pattern": frozenset({"facts", "program", "proof"}),
+    "executors": frozenset({"program", "pattern"}),
+}
+"""The transfer's rooms (its `__init__` says so): facts below the program below the proof, the
+pattern on all three, the executors on the program and the pattern, nothing back up. Every room
+may import the transfer's `errors`."""
+
+
+def transfer_part(module: str) -> str | None:
+    """The transfer room a module sits in; "base" for errors.py, "package" for the
+    package's `__init__`; None outside the transfer."""
+    if module == TRANSFER:
+        return "package"
+    if not module.startswith(f"{TRANSFER}."):
+        return None
+    first = module.removeprefix(f"{TRANSFER}.").split(".")[0]
+    return first if first in TRANSFER_MAY_IMPORT else "base"
+
+
+def transfer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import inside the transfer that its layering does not allow."""
+    wrong = []
+    for name, edges in sorted(graph.items()):
+        part = transfer_part(name)
+        if part not in TRANSFER_MAY_IMPORT:
+            continue
+        allowed = {part, "base", *TRANSFER_MAY_IMPORT[part]}
+        wrong += [f"{name} -> {edge}" for edge in sorted(edges)
+                  if transfer_part(edge) is not None and transfer_part(edge) not in allowed]
+    return wrong
+
+
+def test_the_transfer_is_layered_facts_program_proof_pattern_executors() -> None:
+    found = {path.parent.name for path in (SRC / PACKAGE / "exchange" / "transfer")
+             .glob("*/__init__.py")}
+    assert found == set(TRANSFER_MAY_IMPORT)
+    assert {path.stem for path in (SRC / PACKAGE / "exchange" / "transfer").glob("*.py")} == {
+        "__init__", "errors"}
+    assert transfer_violations(import_graph(annotations=True)) == []
+
+
+def test_a_transfer_import_back_up_is_found() -> None:
+    graph = {
+        f"{TRANSFER}.facts.side": {f"{TRANSFER}.program.match", f"{TRANSFER}.errors"},
+        f"{TRANSFER}.program.build": {f"{TRANSFER}.facts.side"},
+        f"{TRANSFER}.executors.reference": {f"{TRANSFER}.proof.check", f"{TRANSFER}"},
+        f"{TRANSFER}.pattern.instance": {f"{TRANSFER}.proof.check",
+                                         f"{TRANSFER}.executors.reference"},
+    }
+    assert transfer_violations(graph) == [
+        f"{TRANSFER}.executors.reference -> {TRANSFER}",
+        f"{TRANSFER}.executors.reference -> {TRANSFER}.proof.check",
+        f"{TRANSFER}.facts.side -> {TRANSFER}.program.match",
+        f"{TRANSFER}.pattern.instance -> {TRANSFER}.executors.reference",
+    ]

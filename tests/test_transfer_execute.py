@@ -15,7 +15,7 @@ from hisparse_plan.exchange.transfer import (
     TransferRequest,
     TransferRow,
 )
-from hisparse_plan.exchange.transfer.reference import buffers, execute
+from hisparse_plan.exchange.transfer.executors.reference import buffers, execute
 from transfer_support import (
     attention_layers,
     count_wrong,

@@ -22,11 +22,11 @@ from hisparse_plan.exchange.transfer import (
     check_pattern,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.instance import Instantiated
-from hisparse_plan.exchange.transfer.nixl_executor import descriptors, endpoint, post
-from hisparse_plan.exchange.transfer.pattern import TransferPattern
-from hisparse_plan.exchange.transfer.reference import addresses as reference_addresses
-from hisparse_plan.exchange.transfer.reference import buffers
+from hisparse_plan.exchange.transfer.executors.nixl_direct import descriptors, endpoint, post
+from hisparse_plan.exchange.transfer.executors.reference import addresses as reference_addresses
+from hisparse_plan.exchange.transfer.executors.reference import buffers
+from hisparse_plan.exchange.transfer.pattern.instance import Instantiated
+from hisparse_plan.exchange.transfer.pattern.transfer_pattern import TransferPattern
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
 
 pytest.importorskip("nixl_cu12")
@@ -103,7 +103,7 @@ def test_descriptors_are_one_per_contiguous_copy() -> None:
 def post_prepared(pattern: TransferPattern, made: Instantiated, strided: bool, name: str,
                   addresses: Addresses, metadata: bytes, remote: Addresses) -> None:
     """Prepare both sides' lists from the pattern, then post the instantiated request."""
-    from hisparse_plan.exchange.transfer import nixl_prepared
+    from hisparse_plan.exchange.transfer.executors import nixl_prepared
 
     side = endpoint(name, addresses, progress_thread=strided)
     prepared = nixl_prepared.prepare(side, metadata, pattern, remote, strided=strided)

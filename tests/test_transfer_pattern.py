@@ -24,15 +24,15 @@ from hisparse_plan.exchange.transfer import (
     TransferRequest,
     build_transfer,
 )
-from hisparse_plan.exchange.transfer.check_pattern import check_pattern
-from hisparse_plan.exchange.transfer.check_staged import check_staged
-from hisparse_plan.exchange.transfer.compile import compile_transfer
-from hisparse_plan.exchange.transfer.instance import selected_units
-from hisparse_plan.exchange.transfer.pattern import TransferPattern
-from hisparse_plan.exchange.transfer.rearrange import execute_staged
-from hisparse_plan.exchange.transfer.reference import Buffers, buffers, execute
-from hisparse_plan.exchange.transfer.staged_request import StagedRequest
-from hisparse_plan.exchange.transfer.staging import StagedPattern, compile_staged
+from hisparse_plan.exchange.transfer.executors.rearrange import execute_staged
+from hisparse_plan.exchange.transfer.executors.reference import Buffers, buffers, execute
+from hisparse_plan.exchange.transfer.pattern.check_pattern import check_pattern
+from hisparse_plan.exchange.transfer.pattern.check_staged import check_staged
+from hisparse_plan.exchange.transfer.pattern.compile import compile_transfer
+from hisparse_plan.exchange.transfer.pattern.instance import selected_units
+from hisparse_plan.exchange.transfer.pattern.staged_request import StagedRequest
+from hisparse_plan.exchange.transfer.pattern.staging import StagedPattern, compile_staged
+from hisparse_plan.exchange.transfer.pattern.transfer_pattern import TransferPattern
 from transfer_strategies import Pair, pairs
 from transfer_support import layer_shapes, oracle, request_blocks, wrong_bytes
 
@@ -245,7 +245,7 @@ def test_edited_staged_patterns_are_refused(pair: Pair) -> None:
 
 
 def _replicated(pair: Pair, pattern: TransferPattern) -> bool:
-    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.exchange.transfer.facts.side import rank_facts
 
     facts = rank_facts(pair.source.plans[0]).layers.get(pattern.rows[0].layer)
     return facts is None or facts.replicated or facts.heads * pair.source.ranks != (

@@ -90,7 +90,7 @@ def test_edited_programs_are_refused(pair: Pair) -> None:
 
 
 def _replicated(pair: Pair, program: TransferProgram) -> bool:
-    from hisparse_plan.exchange.transfer.side import rank_facts
+    from hisparse_plan.exchange.transfer.facts.side import rank_facts
 
     layer = program.rows[0].layer
     facts = rank_facts(pair.source.plans[0]).layers.get(layer)

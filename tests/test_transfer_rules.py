@@ -16,11 +16,11 @@ from hisparse_plan.exchange.transfer import (
     check_transfer,
     tables,
 )
-from hisparse_plan.exchange.transfer.coalesce import coalesce
-from hisparse_plan.exchange.transfer.facts import LayerFacts
-from hisparse_plan.exchange.transfer.heads import head_start, serving_ranks
-from hisparse_plan.exchange.transfer.lower import Row, flatten
-from hisparse_plan.exchange.transfer.units import (
+from hisparse_plan.exchange.transfer.facts.heads import head_start, serving_ranks
+from hisparse_plan.exchange.transfer.facts.rank_facts import LayerFacts
+from hisparse_plan.exchange.transfer.program.coalesce import coalesce
+from hisparse_plan.exchange.transfer.program.lower import Row, flatten
+from hisparse_plan.exchange.transfer.program.units import (
     chunk_start,
     moved_tokens,
     unit_groups,

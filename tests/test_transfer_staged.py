@@ -18,11 +18,11 @@ from hisparse_plan.exchange.transfer import (
     TransferRequest,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.check_staged import check_staged
-from hisparse_plan.exchange.transfer.cost import LinkCosts, choose
-from hisparse_plan.exchange.transfer.rearrange import rearrange
-from hisparse_plan.exchange.transfer.reference import addresses, buffers
-from hisparse_plan.exchange.transfer.staging import StagedPattern, compile_staged, slots_for
+from hisparse_plan.exchange.transfer.executors.rearrange import rearrange
+from hisparse_plan.exchange.transfer.executors.reference import addresses, buffers
+from hisparse_plan.exchange.transfer.pattern.check_staged import check_staged
+from hisparse_plan.exchange.transfer.pattern.cost import LinkCosts, choose
+from hisparse_plan.exchange.transfer.pattern.staging import StagedPattern, compile_staged, slots_for
 from transfer_support import (
     attention_layers,
     deepseek_plan,
@@ -130,7 +130,7 @@ def test_the_staged_pattern_is_json_and_back() -> None:
 def staged_decode_process(staged_json: str, request_json: str, pipe: Connection) -> None:
     """The decode: its regions (random, seed 2) and a staging region registered with NIXL;
     after each round's phase 1 it rearranges that round; then it hands its bytes back."""
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
 
     staged = StagedPattern.model_validate_json(staged_json)
     made = staged.instantiate(TransferRequest.model_validate_json(request_json))
@@ -147,8 +147,8 @@ def staged_decode_process(staged_json: str, request_json: str, pipe: Connection)
 
 def test_nixl_stages_a_request_into_another_process() -> None:
     pytest.importorskip("nixl_cu12")
-    from hisparse_plan.exchange.transfer.nixl_executor import endpoint
-    from hisparse_plan.exchange.transfer.nixl_staged import post_round
+    from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
+    from hisparse_plan.exchange.transfer.executors.nixl_staged import post_round
 
     src, dst = deepseek_pair()
     staged = compile_staged(compile_transfer(src, dst), 4)

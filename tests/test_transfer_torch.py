@@ -19,8 +19,8 @@ from hisparse_plan.exchange.transfer import (
     compile_staged,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.reference import Buffers, buffers
-from hisparse_plan.exchange.transfer.reference import execute as reference_execute
+from hisparse_plan.exchange.transfer.executors.reference import Buffers, buffers
+from hisparse_plan.exchange.transfer.executors.reference import execute as reference_execute
 from hisparse_plan.torch import allocate, transfer_regions
 from hisparse_plan.torch.transfer import execute, execute_request, rearrange_round, stage_round
 from transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes

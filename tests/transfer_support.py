@@ -340,7 +340,7 @@ def count_wrong(src: Instance, dst: Instance, request: TransferRequest, program:
     """Run `program` with the reference executor over buffers filled through the source's
     views; count the destination bytes that are neither what its views place there nor (past
     the request's last token, in its own blocks) the source's bytes for them."""
-    from hisparse_plan.exchange.transfer.reference import execute
+    from hisparse_plan.exchange.transfer.executors.reference import execute
 
     source, destination, expected, allowed = oracle(src, dst, request, program, firsts, reach,
                                                     states)
@@ -353,7 +353,7 @@ def oracle(src: Instance, dst: Instance, request: TransferRequest, program: Any,
            states: StateCuts | None = None) -> tuple[Buffers, Buffers, Buffers, Buffers]:
     """(source filled through its views, destination as it starts (random, seed 2), what
     the destination must hold after, what it may hold after)."""
-    from hisparse_plan.exchange.transfer.reference import buffers
+    from hisparse_plan.exchange.transfer.executors.reference import buffers
 
     ours, theirs = layer_shapes(src), layer_shapes(dst)
     ids = {name: index for index, name in enumerate(sorted(theirs))}

@@ -4,7 +4,8 @@ in size and depth, no key twice, and the text parsed once into the dict the mode
 
 from __future__ import annotations
 
-from typing import Final, Self
+from collections.abc import Callable
+from typing import Any, Final, Self
 
 from pydantic.config import ExtraValues
 
@@ -32,12 +33,21 @@ class JsonTextModel(Model):
     ) -> Self:
         what = cls.__name__
         if not isinstance(json_data, str | bytes | bytearray):
+            # Typed callers cannot get here; an untyped one gets a PlanError, not json's
+            # TypeError, like every other input a model refuses.
             raise PlanError(f"{what}: expected JSON text as str, bytes or bytearray, got "
                             f"{type(json_data).__name__}", field=what)
-        if len(json_data) > MAX_TEXT:
-            raise PlanError(f"{what}: {len(json_data)} characters of JSON; expected at most "
+        return cls._validate_json_text(
+            bytes(json_data) if isinstance(json_data, bytearray) else json_data,
+            lambda data: cls.model_validate(data, strict=strict, extra=extra, context=context,
+                                            by_alias=by_alias, by_name=by_name))
+
+    @classmethod
+    def _validate_json_text(cls, text: str | bytes,
+                            validate: Callable[[dict[str, Any]], Self]) -> Self:
+        """`validate` of the text's object, read as every untrusted file is read."""
+        what = cls.__name__
+        if len(text) > MAX_TEXT:
+            raise PlanError(f"{what}: {len(text)} characters of JSON; expected at most "
                             f"{MAX_TEXT}", field=what)
-        data = load_json_object(bytes(json_data) if isinstance(json_data, bytearray)
-                                else json_data, what=what, max_depth=MAX_DEPTH)
-        return cls.model_validate(data, strict=strict, extra=extra, context=context,
-                                  by_alias=by_alias, by_name=by_name)
+        return validate(load_json_object(text, what=what, max_depth=MAX_DEPTH))

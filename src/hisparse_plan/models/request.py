@@ -3,12 +3,11 @@ docs/planning-rules.md#requests)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
-from pydantic.config import ExtraValues
 
-from hisparse_plan.errors import PlanError
 from hisparse_plan.models.base import (
     MAX_LAYER_NAMES,
     READ_ONLY,
@@ -21,6 +20,7 @@ from hisparse_plan.models.base import (
 from hisparse_plan.models.distinct import validate_distinct
 from hisparse_plan.models.engines import SGLangSettings
 from hisparse_plan.models.json_input import validate_request_json
+from hisparse_plan.models.json_model import JsonTextModel
 from hisparse_plan.models.kv_sharing import check_sharing_targets
 from hisparse_plan.models.layer_specs import LayerSpec, MambaSpec
 from hisparse_plan.models.layout import KVCacheLayout
@@ -138,7 +138,7 @@ class SchedulerConfig(Model):
         return self.max_num_batched_tokens * self.max_concurrent_batches
 
 
-class PlanRequest(Model):
+class PlanRequest(JsonTextModel):
     """Layers in model order (the order is significant), then the budgets (see
     docs/planning-rules.md#requests)."""
 
@@ -167,32 +167,11 @@ class PlanRequest(Model):
         return validate_distinct(value, handler)
 
     @classmethod
-    def model_validate_json(
-        cls,
-        json_data: str | bytes | bytearray,
-        *,
-        strict: bool | None = None,
-        extra: ExtraValues | None = None,
-        context: object | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
-    ) -> Self:
-        """Validate a request's JSON text; a key named twice anywhere is a PlanError naming it
-        (JSON parsers keep the last copy silently), and no error quotes much of the text."""
-        if not isinstance(json_data, str | bytes | bytearray):
-            # Typed callers cannot get here; an untyped one gets a PlanError, not json's
-            # TypeError, like every other input the request refuses.
-            raise PlanError(
-                "expected a request's JSON text as str, bytes or bytearray, got "
-                f"{type(json_data).__name__}"
-            )
-        return validate_request_json(
-            bytes(json_data) if isinstance(json_data, bytearray) else json_data,
-            lambda data: cls.model_validate(
-                data, strict=strict, extra=extra, context=context, by_alias=by_alias,
-                by_name=by_name,
-            ),
-        )
+    def _validate_json_text(cls, text: str | bytes,
+                            validate: Callable[[dict[str, Any]], Self]) -> Self:
+        """A key named twice anywhere is a PlanError naming it (JSON parsers keep the last copy
+        silently), and no error quotes much of the text."""
+        return validate_request_json(text, validate)
 
     def model_post_init(self, context: object, /) -> None:
         # One search of all names at once finds any reserved ending; only then are they

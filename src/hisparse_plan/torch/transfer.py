@@ -9,21 +9,21 @@ the pools `allocate` returned for its plan."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from hisparse_plan.exchange.transfer import RankRegions, TransferCheckError, TransferProgram
-from hisparse_plan.exchange.transfer.instance import Instantiated
-from hisparse_plan.exchange.transfer.program import STAGING_REGION
-from hisparse_plan.exchange.transfer.staged_request import StagedRequest, StagedRound
+from hisparse_plan.exchange.transfer.pattern.instance import Instantiated
+from hisparse_plan.exchange.transfer.pattern.staged_request import StagedRequest, StagedRound
+from hisparse_plan.exchange.transfer.program.transfer_program import STAGING_REGION
 
 Regions = Mapping[tuple[int, str], torch.Tensor]
 """(rank, region) -> the tensor holding the region's bytes (any dtype, contiguous)."""
 
 
-def _flat(regions: Regions, ranks: list[RankRegions], side: str) -> dict[tuple[int, str],
+def _flat(regions: Regions, ranks: Sequence[RankRegions], side: str) -> dict[tuple[int, str],
                                                                         torch.Tensor]:
     """Each region of `ranks` as flat uint8, refused when missing, strided or too small."""
     found: dict[tuple[int, str], torch.Tensor] = {}

@@ -24,7 +24,7 @@ from hisparse_plan.exchange.transfer import (
     check_transfer,
     tables,
 )
-from hisparse_plan.exchange.transfer.side import FP8_FORMATS
+from hisparse_plan.exchange.transfer.facts.side import FP8_FORMATS
 from hisparse_plan.models.any_plan import Plan, load_plan
 
 
