@@ -7,6 +7,7 @@ period, the rank's own positions by the interleave."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from hisparse_plan.exchange.transfer.facts.context import ContextShard
 from hisparse_plan.exchange.transfer.program.units import UnitGroup
@@ -37,7 +38,7 @@ def shard_groups(first: int, stop: int, src_ids: Sequence[int], src_units: int,
                                        src_units),
                    *range(first // dst_units * dst_units + dst_units, stop, dst_units)})
     groups: list[UnitGroup] = []
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in pairwise(cuts):
         src_pos, src_n = divmod(lo, src_units)
         groups.extend(piece_groups(lo, hi, shard, (src_ids[src_pos], src_n),
                                    (dst_ids[lo // dst_units], 0), local_units))
