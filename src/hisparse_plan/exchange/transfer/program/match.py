@@ -31,9 +31,9 @@ class LayerPair:
 
 def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     """The layers to move, in the destination's order, each proved movable as bytes."""
-    src_ranks, dst_ranks = source.facts, destination.facts
     context_ranks(source, "source")
     context_ranks(destination, "destination")
+    src_ranks, dst_ranks = source.facts, destination.facts
     stages_apart(src_ranks, "source")
     stages_apart(dst_ranks, "destination")
     src, dst = stage_layers(src_ranks), stage_layers(dst_ranks)
