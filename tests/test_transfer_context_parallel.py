@@ -280,3 +280,13 @@ def test_an_interleave_below_one_is_refused() -> None:
 
     with pytest.raises(PlanError, match="cp_kv_cache_interleave_size"):
         Instance([vllm_plan(attention_layers(1, 2))], cp_kv_cache_interleave_size=0)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_staged_patterns_into_a_dcp_decode_are_proved(name: str) -> None:
+    from hisparse_plan.exchange.transfer import check_staged, compile_staged
+
+    make_src, make_dst, _, _ = PAIRS[name]
+    src, dst = make_src(), make_dst()
+    proof = check_staged(compile_staged(compile_transfer(src, dst), 4), src, dst)
+    assert proof.slabs > 0
