@@ -264,11 +264,12 @@ def test_block_outermost_to_layer_outermost_costs_one_row_per_layer_per_run() ->
     assert {row.count for row in program.rows} == {4}
 
 
-def test_decode_context_parallel_plans_are_refused() -> None:
+def test_a_decode_context_parallel_source_is_refused() -> None:
+    # A DCP decode is moved into (tests/test_transfer_context_parallel.py); out of one, not.
     layers = attention_layers(1, 2)
-    error = refused(vllm_plan(layers), vllm_plan(
-        layers, decode_context_parallel_size=2, max_num_batched_tokens=256))
-    assert (error.what, error.destination) == ("decode_context_parallel_size", 2)
+    error = refused(vllm_plan(layers, decode_context_parallel_size=2,
+                              max_num_batched_tokens=256), vllm_plan(layers))
+    assert (error.what, error.source) == ("decode_context_parallel_size", 2)
 
 
 def test_a_window_layer_ignores_the_null_blocks_before_its_window() -> None:
