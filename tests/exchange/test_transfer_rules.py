@@ -265,7 +265,8 @@ def test_block_outermost_to_layer_outermost_costs_one_row_per_layer_per_run() ->
 
 
 def test_a_decode_context_parallel_source_is_refused() -> None:
-    # A DCP decode is moved into (tests/test_transfer_context_parallel.py); out of one, not.
+    # A DCP decode is moved into (tests/exchange/test_transfer_context_parallel.py); out of one,
+    # not.
     layers = attention_layers(1, 2)
     error = refused(vllm_plan(layers, decode_context_parallel_size=2,
                               max_num_batched_tokens=256), vllm_plan(layers))

@@ -46,4 +46,5 @@ def test_no_two_test_files_share_a_name() -> None:
 def test_the_checks_see_a_misplaced_file() -> None:
     assert re.search(r"issue|_\d{2,}\b|round\d", "test_cli_issue17_fixes")
     assert not re.search(r"issue|_\d{2,}\b|round\d", "test_vllm_034_modes")
-    assert "targets/vllm" in source_rooms() and "exchange" in source_rooms()
+    assert "targets/vllm" in source_rooms()
+    assert "exchange" in source_rooms()

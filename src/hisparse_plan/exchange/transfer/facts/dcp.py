@@ -16,12 +16,14 @@ from hisparse_plan.models.any_plan import Plan
 from hisparse_plan.views import spec_of
 
 
-def context_size(plan: Plan) -> tuple[int, str]:
-    """The plan's DCP size and the field that records it."""
+def context_size(plan: Plan) -> tuple[int, str, bool]:
+    """The plan's DCP size, the field that records it, and whether a transfer moves into its
+    DCP ranks (vLLM's; SGLang 0.5.23 shards the latent rows over token ids `dcp_size` apart and
+    keeps the index keys whole, and what its page ids then mean is not modelled here)."""
     if isinstance(plan, KVCachePlan):
         return plan.workload.decode_context_parallel_size, \
-            "workload.decode_context_parallel_size"
-    return plan.budget.dcp_size, "budget.dcp_size"
+            "workload.decode_context_parallel_size", True
+    return plan.budget.dcp_size, "budget.dcp_size", False
 
 
 def context_sharded(plans: Sequence[Plan], facts: tuple[RankFacts, ...], interleave: int,

@@ -68,14 +68,15 @@ def context_ranks(side: Instance, what: str) -> None:
     `dcp_size` apart and keeps the index keys whole; its page ids are not modelled here), and
     plans of one instance with other DCP sizes."""
     sizes = [context_size(plan) for plan in side.plans]
-    for rank, (dcp, where) in enumerate(sizes):
+    for rank, (dcp, where, movable) in enumerate(sizes):
         reason = None
         if dcp != sizes[0][0]:
             reason = f"expected every rank's DCP size, {sizes[0][0]}"
         elif dcp > 1 and what == "source":
             reason = "expected 1: a source with decode context parallelism is not moved"
-        elif dcp > 1 and side.plans[rank].engine == "sglang":
-            reason = "expected 1: SGLang's decode context parallelism is not moved"
+        elif dcp > 1 and not movable:
+            reason = (f"expected 1: the {side.plans[rank].engine} plan's decode context "
+                      "parallelism is not moved")
         if reason is not None:
             raise TransferRefused(
                 f"{what} rank {rank}: decode_context_parallel_size is {dcp}; {reason} (see "

@@ -28,7 +28,7 @@ from hisparse_plan.exchange.transfer import (
 )
 from hisparse_plan.exchange.transfer.executors.reference import buffers, execute
 from hisparse_plan.exchange.transfer.program.transfer_program import TransferProgram
-from transfer_support import (
+from support.transfer_support import (
     Buffers,
     attention_layers,
     encode,
