@@ -27,6 +27,7 @@ vLLM 0.34 wheel, not a change to vLLM's decisions):
   its kernels and `reshape_and_cache_flash` are never called;
 - vLLM's compiled CUDA ops (`vllm._C_stable_libtorch`, which needs libcuda) an empty module:
   selection and resolution call none of them;
+- FlashMLA's compiled extensions (`vllm._flashmla_C`, `vllm._flashmla_extension_C`) present;
 - CUTLASS MLA's import-time 128 MiB workspace allocated on the meta device.
 """
 
@@ -67,6 +68,9 @@ DEPLOYMENTS: dict[str, dict[str, Any]] = {
     "deepseek-v3.2-hisparse": {"kv": "fp8_ds_mla", "hisparse": True, "layers": {
         "sparse_mla": {"head_size": 576, "mla": True, "sparse": True, "num_heads": 128},
         "indexer": "indexer"}},
+    "deepseek-v3.2-bf16": {"kv": "auto", "layers": {
+        "sparse_mla": {"head_size": 576, "mla": True, "sparse": True, "num_heads": 128},
+        "indexer": "indexer"}},
     "glm-5": {"kv": "fp8_ds_mla", "layers": {
         "sparse_mla": {"head_size": 576, "mla": True, "sparse": True, "num_heads": 64},
         "indexer": "indexer"}},
@@ -79,19 +83,33 @@ DEPLOYMENTS: dict[str, dict[str, Any]] = {
 }
 
 
+OVERRIDES = (
+    ("llama-3.1-8b", (10, 0), "FLASH_ATTN"),
+    ("llama-3.1-8b", (10, 0), "TRITON_ATTN"),
+    ("llama-3.1-8b", (9, 0), "FLASHINFER"),
+    ("llama-3.1-8b-fp8", (8, 0), "FLASH_ATTN"),
+    ("deepseek-v3.2", (9, 0), "FLASHINFER_MLA_SPARSE"),
+    ("deepseek-v3.2", (10, 0), "FLASHINFER_MLA_SPARSE"),
+    ("kimi-k2", (10, 0), "TRITON_MLA"),
+    ("deepseek-v4-flash", (9, 0), "FLASHINFER_MLA_SPARSE_DSV4"),
+)
+"""`--attention-backend` cases (vLLM's `AttentionConfig.backend`), layout not given."""
+
+
 class _StubLoader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> mock.MagicMock:
         module = mock.MagicMock(name=spec.name)
         module.__name__, module.__spec__, module.__path__ = spec.name, spec, []
         module.__version__ = "0.7.3"  # the wheel pins flashinfer-python==0.7.3
         return module
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: object) -> None:
         return None
 
 
 class _StubFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: object = None, target: object = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if name.split(".")[0] == "flashinfer":
             return importlib.machinery.ModuleSpec(name, _StubLoader(), is_package=True)
         return None
@@ -157,6 +175,8 @@ def install_stand_ins(flashinfer: bool) -> None:
         fi.has_flashinfer_cubin = lambda: True
     else:
         sys.modules["flashinfer"] = None  # type: ignore[assignment]
+    for name in ("vllm._flashmla_C", "vllm._flashmla_extension_C"):  # FlashMLA's, likewise
+        sys.modules.setdefault(name, types.ModuleType(name))
     for extension in ("_vllm_fa2_C", "_vllm_fa3_C"):  # present in a CUDA wheel; need libcuda
         name = f"vllm.vllm_flash_attn.{extension}"
         sys.modules.setdefault(name, types.ModuleType(name))
@@ -171,10 +191,10 @@ def install_stand_ins(flashinfer: bool) -> None:
         setattr(fa_utils, name, getattr(interface, name))
     empty = torch.empty
 
-    def meta_empty(*args: Any, **kwargs: Any) -> Any:
+    def meta_empty(*args: object, **kwargs: object) -> torch.Tensor:
         if str(kwargs.get("device", "")).startswith("cuda"):
             kwargs["device"] = "meta"
-        return empty(*args, **kwargs)
+        return empty(*args, **kwargs)  # type: ignore[call-overload]
 
     with mock.patch.object(torch, "empty", meta_empty):
         importlib.import_module("vllm.v1.attention.backends.mla.cutlass_mla")
@@ -191,7 +211,7 @@ def capability(value: tuple[int, int]) -> Iterator[None]:
     yield
 
 
-def _config(deployment: dict[str, Any], backend: str | None) -> Any:
+def _config(deployment: dict[str, Any], backend: str | None) -> object:
     import copy
 
     from vllm.config import KVTransferConfig
@@ -206,7 +226,7 @@ def _config(deployment: dict[str, Any], backend: str | None) -> Any:
     return config
 
 
-def _backends(deployment: dict[str, Any], config: Any) -> dict[str, Any]:
+def _backends(deployment: dict[str, Any], config: object) -> dict[str, Any]:
     """Each layer kind's backend class, or the ValueError vLLM raises."""
     import torch
     from vllm.config import set_current_vllm_config
@@ -303,6 +323,7 @@ def main() -> None:
     install_stand_ins(flashinfer=not args.no_flashinfer)
     cases = [resolve(name, cap, layout) for name in DEPLOYMENTS for cap in CAPABILITIES
              for layout in LAYOUTS]
+    cases += [resolve(name, cap, None, backend=backend) for name, cap, backend in OVERRIDES]
     json.dump({"flashinfer": not args.no_flashinfer, "cases": cases}, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

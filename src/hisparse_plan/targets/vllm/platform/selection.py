@@ -18,7 +18,8 @@ from hisparse_plan.targets.vllm.platform.backends import (
 from hisparse_plan.targets.vllm.platform.layout import LayoutResolution, resolve_layout
 from hisparse_plan.targets.vllm.platform.priorities import Capability, backend_priorities
 
-FP8_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
+FP8_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "uint8"})
+"""A K/V layer's cache dtype for an fp8 KV cache (vLLM stores it as bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
