@@ -116,6 +116,12 @@ class _StubFinder(importlib.abc.MetaPathFinder):
 
 
 _CAPABILITY: list[tuple[int, int]] = [(9, 0)]
+
+
+def _module(name: str) -> Any:  # noqa: ANN401
+    """A vLLM module (typed loosely: vLLM ships no stubs)."""
+    return importlib.import_module(name)
+
 _BASE: list[Any] = []
 
 
@@ -125,7 +131,7 @@ def install_stand_ins(flashinfer: bool) -> None:
     import types
 
     import torch
-    import vllm.platforms as platforms
+    platforms = _module("vllm.platforms")
 
     # HiSparse's connector (read for its required layout) imports worker code that queries
     # compiled CUTLASS ops at import; it is imported on the CPU platform first. Nothing it binds
@@ -133,7 +139,7 @@ def install_stand_ins(flashinfer: bool) -> None:
     importlib.import_module("vllm.distributed.kv_transfer.kv_connector.v1.hisparse.connector")
     # A VllmConfig is built once on the CPU platform (which refuses x86 without Triton while
     # building one; planning never runs Triton) and copied per case.
-    from vllm.config import VllmConfig
+    VllmConfig = _module("vllm.config").VllmConfig
     triton_utils: Any = importlib.import_module("vllm.triton_utils")
     saved, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
     try:
@@ -144,12 +150,12 @@ def install_stand_ins(flashinfer: bool) -> None:
         importlib.import_module("vllm._C_stable_libtorch")
     except ImportError:  # needs libcuda; its ops are never called here
         sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
-    from vllm.platforms.cuda import CudaPlatformBase
-    from vllm.platforms.interface import DeviceCapability
+    CudaPlatformBase = _module("vllm.platforms.cuda").CudaPlatformBase
+    DeviceCapability = _module("vllm.platforms.interface").DeviceCapability
 
-    class StandIn(CudaPlatformBase):
+    class StandIn(CudaPlatformBase):  # type: ignore[misc, valid-type]
         @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+        def get_device_capability(cls, device_id: int = 0) -> Any:  # noqa: ANN401
             return DeviceCapability(*_CAPABILITY[0])
 
         @classmethod
@@ -162,17 +168,17 @@ def install_stand_ins(flashinfer: bool) -> None:
 
     cpu = platforms.current_platform
     stand_in = StandIn()
-    platforms._current_platform = stand_in  # type: ignore[attr-defined]
+    platforms._current_platform = stand_in
     # Modules imported so far bound the CPU platform by name; they see the stand-in too.
     for name, module in list(sys.modules.items()):
         if name.startswith("vllm.") and vars(module).get("current_platform") is cpu:
-            module.current_platform = stand_in
+            setattr(module, "current_platform", stand_in)  # noqa: B010
     fa_utils = importlib.import_module("vllm.v1.attention.backends.fa_utils")
     if flashinfer:
         sys.meta_path.insert(0, _StubFinder())
         fi = importlib.import_module("vllm.utils.flashinfer")
-        fi.has_flashinfer = lambda: True
-        fi.has_flashinfer_cubin = lambda: True
+        for check in ("has_flashinfer", "has_flashinfer_cubin"):
+            setattr(fi, check, lambda: True)
     else:
         sys.modules["flashinfer"] = None  # type: ignore[assignment]
     for name in ("vllm._flashmla_C", "vllm._flashmla_extension_C"):  # FlashMLA's, likewise
@@ -181,11 +187,11 @@ def install_stand_ins(flashinfer: bool) -> None:
         name = f"vllm.vllm_flash_attn.{extension}"
         sys.modules.setdefault(name, types.ModuleType(name))
     interface = importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
-    import vllm._custom_ops as ops
+    ops = _module("vllm._custom_ops")
     if not hasattr(ops, "reshape_and_cache_flash"):
         ops.reshape_and_cache_flash = lambda *a, **k: None
     # fa_utils took its CPU branch when first imported: the names its CUDA branch imports.
-    fa_utils.reshape_and_cache_flash = ops.reshape_and_cache_flash
+    setattr(fa_utils, "reshape_and_cache_flash", ops.reshape_and_cache_flash)  # noqa: B010
     for name in ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func",
                  "get_scheduler_metadata"):
         setattr(fa_utils, name, getattr(interface, name))
@@ -194,7 +200,7 @@ def install_stand_ins(flashinfer: bool) -> None:
     def meta_empty(*args: object, **kwargs: object) -> torch.Tensor:
         if str(kwargs.get("device", "")).startswith("cuda"):
             kwargs["device"] = "meta"
-        return empty(*args, **kwargs)  # type: ignore[call-overload]
+        return empty(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
 
     with mock.patch.object(torch, "empty", meta_empty):
         importlib.import_module("vllm.v1.attention.backends.mla.cutlass_mla")
@@ -203,19 +209,20 @@ def install_stand_ins(flashinfer: bool) -> None:
 @contextlib.contextmanager
 def capability(value: tuple[int, int]) -> Iterator[None]:
     _CAPABILITY[0] = value
-    from vllm.platforms import cuda
-    from vllm.v1.attention import selector
+    cuda = _module("vllm.platforms.cuda")
+    selector = _module("vllm.v1.attention.selector")
     cuda._get_backend_priorities.cache_clear()
     with contextlib.suppress(AttributeError):
         selector._cached_get_attn_backend.cache_clear()
     yield
 
 
-def _config(deployment: dict[str, Any], backend: str | None) -> object:
+def _config(deployment: dict[str, Any], backend: str | None) -> Any:  # noqa: ANN401
     import copy
 
-    from vllm.config import KVTransferConfig
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    KVTransferConfig = _module("vllm.config").KVTransferConfig
+    AttentionBackendEnum = _module(
+        "vllm.v1.attention.backends.registry").AttentionBackendEnum
 
     config = copy.deepcopy(_BASE[0])
     config.attention_config.backend = AttentionBackendEnum[backend] if backend else None
@@ -226,11 +233,11 @@ def _config(deployment: dict[str, Any], backend: str | None) -> object:
     return config
 
 
-def _backends(deployment: dict[str, Any], config: object) -> dict[str, Any]:
+def _backends(deployment: dict[str, Any], config: Any) -> dict[str, Any]:  # noqa: ANN401
     """Each layer kind's backend class, or the ValueError vLLM raises."""
     import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.selector import get_attn_backend
+    set_current_vllm_config = _module("vllm.config").set_current_vllm_config
+    get_attn_backend = _module("vllm.v1.attention.selector").get_attn_backend
 
     chosen: dict[str, Any] = {}
     with set_current_vllm_config(config):
@@ -279,10 +286,9 @@ def _specs(deployment: dict[str, Any]) -> list[Any]:
 
 def resolve(name: str, cap: tuple[int, int], layout: str | None, *,
             backend: str | None = None, extensible: bool = True) -> dict[str, Any]:
-    from vllm.v1.attention.backends.utils import (
-        get_supported_kv_cache_layouts,
-        resolve_kv_cache_layout,
-    )
+    utils = _module("vllm.v1.attention.backends.utils")
+    get_supported_kv_cache_layouts = utils.get_supported_kv_cache_layouts
+    resolve_kv_cache_layout = utils.resolve_kv_cache_layout
 
     deployment = DEPLOYMENTS[name]
     with capability(cap):

@@ -1,7 +1,10 @@
-"""vLLM 0.34 on a given CUDA GPU: the attention backend each layer kind gets
-(`selection.py`, over `priorities.py` and `backends.py`), the KV-cache layout those backends
-resolve to (`layout.py`), and the stride rules their kernels hold a plan to (`contracts.py`).
-See docs/planning-rules.md#backends-and-layout."""
+"""vLLM 0.34 on a CUDA GPU: each layer kind's attention backend, the KV-cache layout they
+resolve, and their kernels' stride rules. May import models, rules and the target's modules.
+
+`selection.py` picks backends over `priorities.py` and `backends.py`; `layout.py` resolves the
+layout; `contracts.py` holds a plan to the kernels' stride rules (see
+docs/planning-rules.md#backends-and-layout).
+"""
 
 from hisparse_plan.targets.vllm.platform.contracts import (
     StrideContract,
