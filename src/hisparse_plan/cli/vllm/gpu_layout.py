@@ -8,6 +8,8 @@ import argparse
 from typing import Final
 
 from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.operator import Explanation
+from hisparse_plan.operator.explain import Section, Step
 from hisparse_plan.presets import Architecture, RegularArchitecture
 from hisparse_plan.presets.hardware import find_gpu
 from hisparse_plan.targets.vllm.platform import (
@@ -55,3 +57,25 @@ def resolve_for(args: argparse.Namespace, arch: Architecture, request: PlanReque
 def check_for(plan: KVCachePlan, request: PlanRequest, resolution: Resolution) -> None:
     """The plan against the stride rules of the backends it runs on."""
     check_stride_contracts(plan, request, stride_contracts(request, resolution.backends))
+
+
+def backends_section(resolution: Resolution) -> Section:
+    """`explain`'s account of the backends and the layout vLLM 0.34 takes on the GPU."""
+    platform = resolution.platform
+    chosen = ("--attention-backend " + platform.attention_backend
+              if platform.attention_backend else "the first valid backend in vLLM's order")
+    steps = [Step(name=f"backend of the {kind} layers", value=name,
+                  formula=f"{chosen} on {platform.words} (vllm/platforms/cuda.py)",
+                  inputs={"compute_capability": ".".join(map(str, platform.capability))})
+             for kind, name in resolution.backends.items()]
+    steps.append(Step(name="kv_cache_layout", value=resolution.layout.layout.value,
+                      formula=resolution.layout.why + " (vllm/v1/attention/backends/utils.py)",
+                      inputs={"candidates": ", ".join(resolution.layout.candidates)}))
+    return Section(title="backends and layout (see docs/planning-rules.md#backends-and-layout)",
+                   steps=steps)
+
+
+def with_backends(explanation: Explanation, resolution: Resolution | None) -> Explanation:
+    if resolution is None:
+        return explanation
+    return Explanation(sections=[backends_section(resolution), *explanation.sections])
