@@ -22,6 +22,9 @@ from hisparse_plan.targets.vllm.platform import (
 
 DEFAULT_CAPABILITY: Final = (9, 0)
 """Without --gpu the layout is resolved as on an H100/H200 (the placeholder memory is no GPU's)."""
+RESOLVES_LAYOUT: Final = frozenset({"0.34"})
+"""vLLM releases whose layout resolution these rules mirror; with --vllm 0.33 the request keeps
+the preset's layout (BLNHC unless --layout)."""
 SINK_MODELS: Final = frozenset({"gpt_oss"})
 """Model types whose attention layers keep sinks (vLLM's gpt-oss passes has_sink)."""
 

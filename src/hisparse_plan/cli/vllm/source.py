@@ -21,7 +21,7 @@ from hisparse_plan.cli.input_files import config_label, read_input
 from hisparse_plan.cli.render import add_output_arguments
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.cli.vllm.engine_args import add_engine_arguments, engine_settings, titled
-from hisparse_plan.cli.vllm.gpu_layout import resolve_for
+from hisparse_plan.cli.vllm.gpu_layout import RESOLVES_LAYOUT, resolve_for
 from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
@@ -39,7 +39,7 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.catalog import Length
 from hisparse_plan.presets.kv_dtypes import VLLM_KV_CACHE_DTYPES, resolve_kv_cache_dtype
-from hisparse_plan.presets.settings import HOST_POOL_LAYOUTS
+from hisparse_plan.presets.settings import HOST_POOL_LAYOUTS, vllm_version
 from hisparse_plan.targets.vllm.platform import Resolution
 
 TP_HELP: Final = (
@@ -231,8 +231,10 @@ def _from_architecture(
         kv_dtype = resolve_kv_cache_dtype(args.kv_dtype, sparse_mla=sparse_mla)
     auto = args.max_model_len == AUTO or (args.max_model_len is None and default_length == AUTO)
     settings = replace(settings, kv_dtype=kv_dtype, auto_fit=True if auto else settings.auto_fit)
-    request, resolution = resolve_for(args, arch, build_request(arch, settings),
-                                      explicit=settings.layout is not None)
+    request, resolution = build_request(arch, settings), None
+    if vllm_version(settings) in RESOLVES_LAYOUT:
+        request, resolution = resolve_for(args, arch, request,
+                                          explicit=settings.layout is not None)
     request = _finished(request, args)
     title = titled(title, settings, request)
     if getattr(args, "specs_from_vllm", False):
