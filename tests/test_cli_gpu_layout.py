@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_support import Run
 
+from cli_support import Run
 from hisparse_plan.presets.hardware import find_gpu
 
 CAPABILITY = {"a100-80gb": (8, 0), "l40s": (8, 9), "h100": (9, 0), "h200": (9, 0),
