@@ -59,7 +59,8 @@ def resolve_for(args: argparse.Namespace, arch: Architecture, request: PlanReque
 
 def check_for(plan: KVCachePlan, request: PlanRequest, resolution: Resolution) -> None:
     """The plan against the stride rules of the backends it runs on."""
-    check_stride_contracts(plan, request, stride_contracts(request, resolution.backends))
+    check_stride_contracts(plan, request, stride_contracts(
+        request, resolution.backends, resolution.platform.capability))
 
 
 def backends_section(resolution: Resolution) -> Section:

@@ -26,6 +26,9 @@ FP8_PAGE_TOKENS: Final = 64
 """FlashMLA sparse reads an fp8_ds_mla cache as 64-token pages, flat only when a block spans
 several (mla/flashmla_sparse.py `_fp8_kv_pages`)."""
 INDEXER_PAGE_ALIGN: Final = 256
+DEEP_GEMM_MAJORS: Final = frozenset({9, 10})
+"""Compute capabilities whose indexer scores paged keys with DeepGEMM's kernels (vLLM's
+`support_deep_gemm`: 9.0 and the 10.x family; 12.x's DeepGEMM path is not assumed here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +68,23 @@ class StrideViolation:
                 "vLLM resolves for this GPU, see docs/planning-rules.md#backends-and-layout)")
 
 
-def stride_contracts(request: PlanRequest, backends: Mapping[str, str] | None
-                     ) -> tuple[StrideContract, ...]:
-    """The contracts the request's kernels hold: with the selected `backends` (a layer kind's
-    backend by kind), those backends'; without (no GPU named), those every GPU's kernels
-    hold: the indexer's 256-byte pages, and the latent row rule where every sparse backend
-    reads flat rows (a dtype other than fp8_ds_mla, or blocks spanning several 64-token
-    pages)."""
+def stride_contracts(request: PlanRequest, backends: Mapping[str, str] | None,
+                     capability: tuple[int, int] | None = None) -> tuple[StrideContract, ...]:
+    """The contracts the request's kernels hold. With the GPU known (`backends`, a layer
+    kind's backend by kind, and its `capability`): the selected sparse backend's latent row
+    rule, and on 9.x and 10.x (DeepGEMM's paged logits kernel) the indexer's 256-byte rule.
+    Without (a request alone): the rules every GPU's backends share, the latent row rule where
+    every sparse backend reads flat rows (a dtype other than fp8_ds_mla, or blocks spanning
+    several 64-token pages)."""
     specs = list(request.layers.values())
+    if not any(isinstance(spec, MLASpec) and spec.cache_role == "indexer" for spec in specs):
+        return ()
     contracts = []
-    if any(isinstance(spec, MLASpec) and spec.cache_role == "indexer" for spec in specs):
+    if backends is not None and capability is not None and capability[0] in DEEP_GEMM_MAJORS:
         contracts.append(INDEXER_PAGES)
-        latent = [spec for spec in specs if isinstance(spec, MLASpec)
-                  and spec.cache_role == "sparse"]
-        if latent and _reads_flat(latent[0], backends):
-            contracts.append(LATENT_ROWS)
+    latent = [spec for spec in specs if isinstance(spec, MLASpec) and spec.cache_role == "sparse"]
+    if latent and _reads_flat(latent[0], backends):
+        contracts.append(LATENT_ROWS)
     return tuple(contracts)
 
 
