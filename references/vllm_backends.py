@@ -5,6 +5,8 @@ Run it in the vLLM 0.34 venv from the repository root:
 
     PYTHONPATH=references:src /work/vllm-venv/bin/python references/vllm_backends.py \
         > tests/vllm_backends_cases.json
+    PYTHONPATH=references:src /work/vllm-venv/bin/python references/vllm_backends.py \
+        --no-flashinfer > tests/vllm_backends_cases_no_flashinfer.json
 
 For each deployment (a model's attention layers, its KV-cache dtype, HiSparse on or off), each
 capability (8.0, 8.9, 9.0, 10.0, 12.0) and each layout asked for (none, or one of the six

@@ -19,7 +19,11 @@ from hisparse_plan.presets import Settings, build_request, load_config_file, loa
 from hisparse_plan.targets.vllm.platform import Platform, resolve_platform
 
 HERE = Path(__file__).parent
-CASES: list[dict[str, Any]] = json.loads((HERE / "vllm_backends_cases.json").read_text())["cases"]
+CASES: list[dict[str, Any]] = [
+    {**case, "flashinfer": pinned["flashinfer"]}
+    for file in ("vllm_backends_cases.json", "vllm_backends_cases_no_flashinfer.json")
+    for pinned in [json.loads((HERE / file).read_text())] for case in pinned["cases"]]
+"""With FlashInfer installed (vLLM's CUDA wheel) and without (`--no-flashinfer`)."""
 
 DEPLOYMENTS: dict[str, tuple[str, Settings, dict[str, Any]]] = {
     "llama-3.1-8b": ("llama-3-8b", Settings(), {}),
@@ -51,7 +55,8 @@ def ours(case: dict[str, Any]) -> dict[str, Any]:
     """The target's answer in the harness's terms."""
     name = case["deployment"]
     major, minor = (int(part) for part in case["capability"].split("."))
-    platform = Platform((major, minor), attention_backend=case["attention_backend"])
+    platform = Platform((major, minor), attention_backend=case["attention_backend"],
+                        flashinfer=case["flashinfer"])
     layout = None if case["layout"] is None else KVCacheLayout(case["layout"])
     try:
         resolution = resolve_platform(request_for(name), platform, requested=layout,
@@ -71,11 +76,12 @@ def test_the_harness_covers_every_capability_kind_and_layout() -> None:
     assert {case["capability"] for case in CASES} == {"8.0", "8.9", "9.0", "10.0", "12.0"}
     assert {case["layout"] for case in CASES} == {None, *(lay.value for lay in KVCacheLayout)}
     assert set(DEPLOYMENTS) == {case["deployment"] for case in CASES}
-    assert len(CASES) == 11 * 5 * 7 + 8
+    assert len(CASES) == 2 * (11 * 5 * 7 + 8)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: (
-    f"{c['deployment']}@{c['capability']}:{c['layout']}:{c['attention_backend']}"))
+    f"{c['deployment']}@{c['capability']}:{c['layout']}:{c['attention_backend']}"
+    f"{'' if c['flashinfer'] else ':no-flashinfer'}"))
 def test_backends_and_layout_are_vllms(case: dict[str, Any]) -> None:
     got, want = ours(case), theirs(case)
     got.pop("error", None)
