@@ -20,11 +20,7 @@ from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
-from hisparse_plan.operator.engines import make_plan, required_blocks
-from hisparse_plan.targets.vllm.platform import Platform, resolve_platform
-
-BASELINE_PLATFORM = Platform((9, 0))
-"""The GPU whose backends lay out the baseline when the request names none."""
+from hisparse_plan.operator.engines import engine_layout, make_plan, required_blocks
 
 
 class BaselineCapacity(Model):
@@ -57,8 +53,7 @@ def all_gpu_request(request: PlanRequest) -> PlanRequest:
     data["model"]["index_topk"] = None
     data["device"]["num_blocks_override"] = None
     regular = PlanRequest.model_validate(data)
-    layout = resolve_platform(regular, BASELINE_PLATFORM).layout.layout
-    data["device"]["kv_cache_layout"] = layout.value
+    data["device"]["kv_cache_layout"] = engine_layout(regular).value
     return PlanRequest.model_validate(data)
 
 
