@@ -48,7 +48,7 @@ def refused(code: int, out: str, err: str, *fragments: str) -> None:
 def test_plan_summary(cli: Run, renderer: str) -> None:
     code, out, err = cli("plan", "deepseek-v3.2")
     assert (code, err) == (0, "")
-    assert out.startswith("DeepSeek-V3.2: fp8_ds_mla, block 64, max_model_len 163840, BLNHC")
+    assert out.startswith("DeepSeek-V3.2: fp8_ds_mla, block 64, max_model_len 163840, BLHNC")
     for number in ("26832", "2561024", "118038", "545792", "2560", "3712", "2956", "10.48",
                    "31.80", "39.68", "12+12+12+12+12+1"):
         assert number in out
@@ -319,8 +319,9 @@ def test_explain_json_and_sections(cli: Run) -> None:
         "pools: host and device (see docs/planning-rules.md#host-pool, #device-pool, "
         "#pipeline-stages)"]
     refused(*cli("explain", "glm-5", "--section", "nothing"),
-            "--section 'nothing' matches no section; expected a word from one of: model config, "
-            "pages, groups, pools: host and device, admission, tensors, capacity")
+            "--section 'nothing' matches no section; expected a word from one of: backends and "
+            "layout, model config, pages, groups, pools: host and device, admission, tensors, "
+            "capacity")
 
 
 def test_schema(cli: Run) -> None:

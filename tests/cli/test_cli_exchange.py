@@ -46,7 +46,8 @@ def test_manifest_json_is_the_library_manifest(cli: Run) -> None:
 
 
 def test_manifest_summary(cli: Run) -> None:
-    code, out, err = cli("manifest", "deepseek-v3.2", "--plain")
+    # The request file names BLNHC; the preset on its own takes vLLM's BLHNC.
+    code, out, err = cli("manifest", "deepseek-v3.2", "--layout", "BLNHC", "--plain")
     assert (code, err) == (0, "")
     plan = hp.plan(hp.PlanRequest.model_validate_json(Path(REQUEST).read_text()))
     assert manifest(plan).fingerprint in out
@@ -62,7 +63,7 @@ def test_manifest_summary(cli: Run) -> None:
 
 def test_diff_of_two_plans_of_one_request(cli: Run, tmp_path: Path) -> None:
     a = saved(cli, tmp_path, "a.json", "plan", "--request", REQUEST)
-    b = saved(cli, tmp_path, "b.json", "manifest", "deepseek-v3.2")
+    b = saved(cli, tmp_path, "b.json", "manifest", "deepseek-v3.2", "--layout", "BLNHC")
     code, out, err = cli("diff", a, b)
     assert (code, err) == (0, "")
     assert "transfer-compatible" in out

@@ -113,8 +113,10 @@ def test_deepseek_v32_sglang_prefill_to_an_sglang_hisparse_decode() -> None:
 
 
 def test_deepseek_v32_rows_of_another_format_are_refused() -> None:
-    fp8 = Instance([deepseek_plan(hisparse=False, layers=1)])
-    bf16 = Instance([deepseek_plan(hisparse=False, layers=1, kv_dtype="bfloat16")])
+    # LBNHC: bf16 rows are read as flat rows, which a block-outermost layout misaligns.
+    fp8 = Instance([deepseek_plan(hisparse=False, layers=1, layout="LBNHC")])
+    bf16 = Instance([deepseek_plan(hisparse=False, layers=1, kv_dtype="bfloat16",
+                                   layout="LBNHC")])
     request = TransferRequest(num_tokens=64, source_blocks=request_blocks(fp8, 64, 0),
                               destination_blocks=request_blocks(bf16, 64, 1))
     with pytest.raises(TransferRefused) as error:
