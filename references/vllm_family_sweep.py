@@ -465,6 +465,12 @@ def compute_on_cpu() -> None:
 
 def registry_one(arch: str) -> dict[str, Any]:
     """One architecture: vLLM's meta build and the reader's layers, compared."""
+    config, source = registry_config(arch)
+    return build_one(arch, config, source)
+
+
+def build_one(name: str, config: dict[str, Any] | None, source: str) -> dict[str, Any]:
+    """One config: vLLM's meta build and the reader's layers, compared (`reader_verdict`)."""
     from hisparse_plan.adapters.vllm.layers import layer_dicts
     from hisparse_plan.adapters.vllm.meta_model import kv_cache_specs
     from hisparse_plan.errors import PlanError
@@ -472,8 +478,7 @@ def registry_one(arch: str) -> dict[str, Any]:
     stand_in_cpu_ops()
     compute_on_cpu()
 
-    config, source = registry_config(arch)
-    result: dict[str, Any] = {"name": arch, "source": source}
+    result: dict[str, Any] = {"name": name, "source": source}
     if config is None:
         return {**result, "status": "no_config"}
     result["config"] = config
@@ -537,8 +542,10 @@ def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
     return {"status": "same"}
 
 
-def registry_batch(archs: list[str]) -> None:
-    """Child: one JSON line per architecture, each bounded by REGISTRY_SECONDS."""
+def registry_batch(archs: list[str],
+                   one: Callable[[str], dict[str, Any]] | None = None) -> None:
+    """Child: one JSON line per architecture (or other name `one` builds), each bounded by
+    REGISTRY_SECONDS."""
     import signal
 
     def stop(signum: int, frame: object) -> None:
@@ -549,7 +556,7 @@ def registry_batch(archs: list[str]) -> None:
     for arch in archs:
         signal.alarm(REGISTRY_SECONDS)
         try:
-            line = registry_one(arch)
+            line = (one or registry_one)(arch)
         except Exception as error:  # anything vLLM's model code raises, named
             line = {"name": arch, "status": "sweep_error",
                     "why": f"{type(error).__name__}: {error}"[:300]}
@@ -557,31 +564,35 @@ def registry_batch(archs: list[str]) -> None:
         print(json.dumps(line), flush=True)
 
 
-def sweep_registry_build(chosen: list[str], env: dict[str, str]) -> None:
-    """Parent: batches of architectures, each batch restarted past an architecture that took
-    its process down; results appended to RESULTS."""
-    archs = chosen or registry_architectures()
+def sweep_registry_build(chosen: list[str], env: dict[str, str], *,
+                         every: Callable[[], list[str]] | None = None, script: str = __file__,
+                         results: Path = RESULTS,
+                         table: Callable[[], None] | None = None) -> None:
+    """Parent: batches of architectures (or other names `script --registry-batch` builds, all
+    of them `every()`), each batch restarted past a name that took its process down; results
+    appended to `results`, then the table written (`table`)."""
+    archs = chosen or (every or registry_architectures)()
     # A whole sweep resumes past what RESULTS holds; architectures named are built again.
-    done = {json.loads(line)["name"] for line in RESULTS.read_text().splitlines()} if (
-        RESULTS.exists() and not chosen) else set()
+    done = {json.loads(line)["name"] for line in results.read_text().splitlines()} if (
+        results.exists() and not chosen) else set()
     left = [arch for arch in archs if arch not in done]
     while left:
         batch, left = left[:REGISTRY_BATCH], left[REGISTRY_BATCH:]
-        run = subprocess.run([sys.executable, __file__, "--registry-batch", ",".join(batch)],
+        run = subprocess.run([sys.executable, script, "--registry-batch", ",".join(batch)],
                              env=env, capture_output=True, text=True, check=False,
                              timeout=REGISTRY_SECONDS * len(batch) + 120)
         lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-        with RESULTS.open("a") as out:
+        with results.open("a") as out:
             for line in lines:
                 out.write(json.dumps(line) + "\n")
                 print(f"{line['name']}: {line['status']}", flush=True)
         if len(lines) < len(batch):
             crashed = batch[len(lines)]
-            with RESULTS.open("a") as out:
+            with results.open("a") as out:
                 out.write(json.dumps({"name": crashed, "status": "sweep_error",
                                       "why": run.stderr.strip()[-300:]}) + "\n")
             left = batch[len(lines) + 1:] + left
-    write_registry_table()
+    (table or write_registry_table)()
 
 
 def write_registry_table() -> None:
