@@ -126,6 +126,8 @@ def sweep_config(name: str) -> tuple[dict[str, Any] | None, str]:
         return json.loads((sweep.CONFIGS / key / "config.json").read_text()), f"fixture {key}"
     auto, configs = _mappings()
     arch = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[key]
+    if arch in sweep.FIXTURE_FIRST and (fixture := sweep.fixture_naming(arch)) is not None:
+        return fixture  # as the registry sweep reads it (its FIXTURE_FIRST says why)
     try:
         config = sweep.small_config(configs.CONFIG_MAPPING[key]).to_dict()
     except Exception as error:  # the class fails to import or to build its defaults
@@ -138,8 +140,16 @@ def sweep_config(name: str) -> tuple[dict[str, Any] | None, str]:
     return config, f"transformers {key}"
 
 
-HARNESS_FAILURES: Final = ("no answer in", "No module named")
-"""Failures of the harness rather than of vLLM's resolution or model code."""
+HARNESS_FAILURES: Final = (
+    "no answer in", "No module named", "not supported on CPU", "Can't load image processor",
+    "no valid sparse MLA backend",
+)
+"""Failures of the harness rather than of vLLM's resolution or model code: a timeout, a
+package missing here, a kernel vLLM's CPU build lacks (sparse MLA), a multimodal processor's
+files a config.json alone does not carry."""
+DEFAULTS_INCOMPLETE: Final = ("first_k_dense_replace", "padded_vocab_size")
+"""Fields every checkpoint of the model carries but transformers' class defaults leave out,
+which vLLM's model code reads (MoE layout, vocabulary padding: no cache depends on them)."""
 
 
 def seed_from_registry() -> int:
@@ -166,12 +176,23 @@ def seed_from_registry() -> int:
     return seeded
 
 
+def classified(result: dict[str, Any]) -> str:
+    """A failed build's status by what failed: the defaults, the harness, or vLLM refusing."""
+    if result["status"] not in ("vllm_cannot_build", "vllm_refuses", "refused_by_both",
+                                "reader_plans", "defaults_incomplete"):
+        return str(result["status"])
+    why = str(result.get("why", ""))
+    if any(text in why for text in DEFAULTS_INCOMPLETE):
+        return "defaults_incomplete"
+    if any(text in why for text in HARNESS_FAILURES):
+        return "vllm_cannot_build"
+    return "vllm_refuses"
+
+
 def sweep_one(name: str) -> dict[str, Any]:
     config, source = sweep_config(name)
     result = sweep.build_one(name, config, source)
-    if result["status"] == "vllm_cannot_build" and not any(
-            text in result.get("why", "") for text in HARNESS_FAILURES):
-        result["status"] = "vllm_refuses"
+    result["status"] = classified(result)
     try:
         return {**result, **verdict(result)}
     except Exception as error:  # the reader's verdict is taken again when the table is written
@@ -221,8 +242,7 @@ def write_table() -> None:
     results: dict[str, dict[str, Any]] = {}
     for line in RESULTS.read_text().splitlines():
         entry = json.loads(line)
-        if entry["status"] in ("refused_by_both", "reader_plans"):
-            entry["status"] = "vllm_refuses"
+        entry["status"] = classified(entry)
         entry.pop("reader_why", None)
         if "layers" in entry:
             entry.pop("why", None)
@@ -265,8 +285,11 @@ def write_table() -> None:
         f"alone, {counts['no_cache_both']} with no cache layer (an encoder), refused by the "
         f"reader; {counts['refused_by_both'] + counts['reader_plans']} refused by vLLM, "
         f"{counts['refused_by_both']} of them refused by the reader too; "
-        f"{counts['no_config'] + counts['sweep_error']} not built (no config or harness "
-        "failure).\n\n"
+        f"{counts['defaults_incomplete']} whose class defaults lack a field vLLM's code "
+        "reads and no cache depends on; "
+        f"{counts['no_config'] + counts['sweep_error'] + counts['vllm_cannot_build']} not "
+        "built here (no config, or the harness: a kernel vLLM's CPU build lacks, a "
+        "processor's files).\n\n"
         + "\n".join(rows) + "\n")
     keys = ("source", "status", "model_class", "length", "layers", "shared", "config")
     pinned = {name: {key: entry[key] for key in keys if key in entry

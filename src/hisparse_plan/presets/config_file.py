@@ -9,6 +9,7 @@ leaves out a field transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,9 @@ from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import (
+    GENERIC,
     Layout,
+    family_of,
     layer_layout,
     refuse_unplanned_early,
     renamed_fields,
@@ -144,7 +147,7 @@ def model_from_config(
     _refuse_odd_model_type(fields, origin)
     # vLLM's registry, then its Transformers backend, then its refusals (`resolution`).
     resolution = resolve(config, origin)
-    backend = resolution.route == "transformers_fallback"
+    backend = resolution.route in ("transformers_fallback", "transformers_named")
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields) and not backend:
         return architecture_from_config(config, origin=origin)
@@ -194,7 +197,22 @@ def _layout(fields: Mapping[str, Any], layers: int, resolution: Resolution) -> L
     """The layers of the class vLLM resolves: the Transformers backend's for a config it
     serves by its fallback, else the model_type's family's."""
     if resolution.route == "transformers_fallback" and resolution.architecture is not None:
-        return backend_layout(fields, layers, resolution.backend or {}, resolution.architecture)
+        return backend_layout(fields, layers, resolution.backend or {}, resolution.architecture,
+                              multimodal="MultiModal" in (resolution.model_class or ""))
+    if resolution.route == "transformers_named" and resolution.architecture is not None:
+        # The registry names the backend for it: a family written for the model_type
+        # (SmolLM3's, Gemma's) reads its kinds, else the backend's rule; the names are the
+        # backend's, transformers' module paths, either way.
+        found = resolution.backend or {}
+        if family_of(str(fields.get("model_type") or "")) is GENERIC:
+            return backend_layout(fields, layers, found, resolution.architecture,
+                                  multimodal="MultiModal" in (resolution.model_class or ""))
+        layout = layer_layout(fields, layers)
+        template = found.get("attention")
+        if isinstance(template, str):
+            names = {**layout.names, "attention": f"model.{template}.attn"}
+            return dataclasses.replace(layout, names=names)
+        return layout
     return layer_layout(fields, layers)
 
 

@@ -22,6 +22,9 @@ transformers). Each layer is:
   `hidden_size_per_head`, else `hidden_size // num_attention_heads` (`get_head_size`,
   transformers_utils/model_arch_config_convertor.py).
 
+A heterogeneous model's layers take their own KV heads and head size
+(`model_arch_config[i]`: Gemma-4's full layers, `families.gemma4`).
+
 A layer whose `layer_types` entry is neither (linear attention, Mamba) dispatches through no
 attention interface, and vLLM refuses the model; so does the reader.
 """
@@ -34,6 +37,7 @@ from typing import Any, Final
 from hisparse_plan.presets.attribute_maps import attribute_map
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import base
+from hisparse_plan.presets.families.gemma4 import GEMMA4, gemma4_heads
 from hisparse_plan.presets.regular import LayerKind
 
 KV_HEAD_FIELDS: Final = (
@@ -84,10 +88,11 @@ def _through_class(fields: base.Fields) -> dict[str, Any]:
     return named
 
 
-def backend_layout(fields: base.Fields, layers: int, found: Mapping[str, Any], arch: str
-                   ) -> base.Layout:
+def backend_layout(fields: base.Fields, layers: int, found: Mapping[str, Any], arch: str,
+                   *, multimodal: bool = False) -> base.Layout:
     """The layers the Transformers backend builds for transformers' class `arch` (`found`:
-    what the backend finds in it)."""
+    what the backend finds in it; `multimodal`: the backend's multimodal class, whose vision
+    tower's bidirectional attention does not make the model an encoder)."""
     template = found.get("attention")
     if not isinstance(template, str) or not found.get("layers"):
         what = ("no module that calls the attention interface" if not template else
@@ -98,7 +103,7 @@ def backend_layout(fields: base.Fields, layers: int, found: Mapping[str, Any], a
             f"finds {what} in transformers' model; vLLM refuses to build a model whose layers "
             "do not each dispatch through the attention interface",
             field="architectures")
-    if found.get("encoder"):
+    if found.get("encoder") and not multimodal:
         raise ConfigError(
             f"architectures: vLLM 0.34 serves {arch} through its Transformers backend as an "
             "encoder (a module of transformers' model is not causal: EncoderOnlyAttention), "
@@ -125,5 +130,10 @@ def backend_layout(fields: base.Fields, layers: int, found: Mapping[str, Any], a
                                       "vLLM's Transformers backend (attention only)")
     else:
         kinds = ["full"] * layers
-    return base.Layout(kinds, reads, names=names,
+    per_layer: dict[int, tuple[int, int]] = {}
+    if fields.get("model_type") in GEMMA4.model_types:
+        # Each layer's geometry is `model_arch_config[i]`, transformers' per_layer_config.
+        per_layer = gemma4_heads({**fields, **heads}, [
+            "full_attention" if kind == "full" else "sliding_attention" for kind in kinds])
+    return base.Layout(kinds, reads, names=names, heads=per_layer,
                        fields={**heads, **({} if "sliding" in kinds else {"sliding_window": None})})
