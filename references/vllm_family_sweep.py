@@ -507,10 +507,11 @@ def build_one(name: str, config: dict[str, Any] | None, source: str) -> dict[str
     return {**result, **reader_verdict(result)}
 
 
-def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
+def reader_verdict(entry: dict[str, Any], *, use_transformers: bool = False) -> dict[str, str]:
     """The reader on a built entry's stored config, without transformers (the config is
-    transformers' whole to_dict already, so the verdict does not hang on its version), against
-    the layers vLLM built: same, differ (the first difference) or reader_refuses (why)."""
+    transformers' whole to_dict already, so the verdict does not hang on its version; a
+    published config.json is read through it: `use_transformers`), against the layers vLLM
+    built: same, differ (the first difference) or reader_refuses (why)."""
     from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
     from hisparse_plan.errors import PlanError
     from hisparse_plan.presets import Settings, build_request
@@ -518,7 +519,8 @@ def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
 
     try:
         request = build_request(
-            model_from_config(entry["config"], origin=entry["name"], use_transformers=False),
+            model_from_config(entry["config"], origin=entry["name"],
+                              use_transformers=use_transformers),
             Settings(max_model_len=entry["length"]))
     except PlanError as error:
         return {"status": "reader_refuses", "why": f"{error.field}: {error}"[:300]}

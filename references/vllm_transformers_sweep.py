@@ -126,6 +126,9 @@ def sweep_config(name: str) -> tuple[dict[str, Any] | None, str]:
         return json.loads((sweep.CONFIGS / key / "config.json").read_text()), f"fixture {key}"
     auto, configs = _mappings()
     arch = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[key]
+    if sweep.MODEL_TYPES.get(arch, key) != key:
+        return None, (f"{arch}'s checkpoints carry {sweep.MODEL_TYPES[arch]} configs (the "
+                      "registry sweep's MODEL_TYPES), swept as that type")
     if arch in sweep.FIXTURE_FIRST and (fixture := sweep.fixture_naming(arch)) is not None:
         return fixture  # as the registry sweep reads it (its FIXTURE_FIRST says why)
     try:
@@ -147,9 +150,10 @@ HARNESS_FAILURES: Final = (
 """Failures of the harness rather than of vLLM's resolution or model code: a timeout, a
 package missing here, a kernel vLLM's CPU build lacks (sparse MLA), a multimodal processor's
 files a config.json alone does not carry."""
-DEFAULTS_INCOMPLETE: Final = ("first_k_dense_replace", "padded_vocab_size")
+DEFAULTS_INCOMPLETE: Final = ("first_k_dense_replace", "padded_vocab_size", "scale_embedding")
 """Fields every checkpoint of the model carries but transformers' class defaults leave out,
-which vLLM's model code reads (MoE layout, vocabulary padding: no cache depends on them)."""
+which vLLM's model code reads (MoE layout, vocabulary padding, an audio encoder's embedding
+scale: no cache depends on them)."""
 
 
 def seed_from_registry() -> int:
@@ -206,17 +210,20 @@ def verdict(entry: dict[str, Any]) -> dict[str, Any]:
     from hisparse_plan.presets.config_file import model_from_config
     from hisparse_plan.presets.resolution import vllm_model_class
 
+    # transformers' defaults are stored whole (to_dict); a published config.json is read as
+    # the reader reads one, through transformers' class.
+    published = not entry["name"].startswith("type:")
     if entry["status"] in ("vllm_refuses", "refused_by_both", "reader_plans"):
         try:
             build_request(model_from_config(entry["config"], origin=entry["name"],
-                                            use_transformers=False),
+                                            use_transformers=published),
                           Settings(max_model_len=4096))
         except PlanError as error:
             return {"status": "refused_by_both", "reader_why": f"{error.field}: {error}"[:300]}
         return {"status": "reader_plans"}
     if "layers" not in entry:
         return {}
-    found = sweep.reader_verdict(entry)
+    found = sweep.reader_verdict(entry, use_transformers=published)
     if not entry["layers"] and not entry.get("shared"):
         # vLLM built no cache layer (an encoder's attention): the reader must plan none.
         return ({"status": "no_cache_both", "reader_why": found["why"]}

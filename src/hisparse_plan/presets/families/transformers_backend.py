@@ -14,8 +14,10 @@ transformers). Each layer is:
   projection `kv_b_proj` the MLA fuser needs; with `kv_lora_rank` but no such module, full
   attention whose head size is `qk_nope_head_dim + qk_rope_head_dim`;
 - else `Attention`, sliding by `sliding_window` exactly where `layer_types` says
-  `sliding_attention`, full otherwise: no other window field is read, and no cache beyond
-  attention is built (an indexer's fields are ignored);
+  `sliding_attention`, full otherwise; without `layer_types`, every layer slides by
+  `sliding_window` when it is set (`CacheConfig.sliding_window`, engine/arg_utils.py). No
+  other window field is read, and no cache beyond attention is built (an indexer's fields
+  are ignored);
 - KV heads: the first of `n_head_kv`, `num_kv_heads`, `num_key_value_heads`,
   `multi_query_group_num`, `num_attention_groups` that is set, else `num_attention_heads`
   (`get_total_num_kv_heads`); head size: `head_dim` when positive, else
@@ -129,7 +131,10 @@ def backend_layout(fields: base.Fields, layers: int, found: Mapping[str, Any], a
         kinds = base.from_layer_types(fields, layers, BACKEND_KINDS,
                                       "vLLM's Transformers backend (attention only)")
     else:
-        kinds = ["full"] * layers
+        # No layer_types: every layer slides by the model's window, if it has one
+        # (EngineArgs.create_engine_config sets CacheConfig.sliding_window, which `Attention`
+        # takes where no per-layer window is given; 0 is none: ModelConfig).
+        kinds = ["sliding" if fields.get("sliding_window") else "full"] * layers
     per_layer: dict[int, tuple[int, int]] = {}
     if fields.get("model_type") in GEMMA4.model_types:
         # Each layer's geometry is `model_arch_config[i]`, transformers' per_layer_config.
