@@ -489,12 +489,16 @@ def build_one(name: str, config: dict[str, Any] | None, source: str) -> dict[str
     parallel_state.destroy_model_parallel()
     parallel_state.destroy_distributed_environment()
     length = 4096
-    for length in (4096, 2048, 448):  # the longest vLLM derives for the config
+    text = text_fields(config)
+    own = text.get("max_position_embeddings") or text.get("n_positions")
+    shorter = (own,) if isinstance(own, int) and 0 < own < 448 else ()
+    lengths = (4096, 2048, 448, *shorter)
+    for length in lengths:  # the longest vLLM derives for the config
         try:
             meta = kv_cache_specs(config, max_model_len=length)
             break
         except PlanError as error:
-            if "greater than the derived" not in str(error) or length == 448:
+            if "greater than the derived" not in str(error) or length == lengths[-1]:
                 return {**result, "status": "vllm_cannot_build", "why": str(error)[:300]}
     result.update(model_class=meta.model_class, vllm=meta.vllm_version, length=length,
                   shared=meta.shared)
@@ -520,7 +524,7 @@ def reader_verdict(entry: dict[str, Any], *, use_transformers: bool = False) -> 
     try:
         request = build_request(
             model_from_config(entry["config"], origin=entry["name"],
-                              use_transformers=use_transformers),
+                              use_transformers=use_transformers, vllm_serves=True),
             Settings(max_model_len=entry["length"]))
     except PlanError as error:
         return {"status": "reader_refuses", "why": f"{error.field}: {error}"[:300]}

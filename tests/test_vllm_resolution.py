@@ -39,7 +39,7 @@ def layers(config: dict[str, Any], *, use_transformers: bool = False) -> dict[st
             for name, spec in request.layers.items()}
 
 
-def test_vllm_serves_a_retired_name_through_the_transformers_backend_when_transformers_can() -> None:
+def test_a_retired_name_is_served_by_the_transformers_backend_when_transformers_can() -> None:
     # Dots1ForCausalLM is in _PREVIOUSLY_SUPPORTED_MODELS, but the registry does not name it,
     # so the backend is tried first: transformers' Dots1ForCausalLM, experts -> MoE.
     assert vllm_model_class(DOTS1) == "TransformersMoEForCausalLM"
@@ -70,8 +70,22 @@ def test_the_registry_comes_first_and_names_the_backend_for_some() -> None:
 def test_what_vllm_refuses_is_refused_with_vllms_reason(arch: str, said: str) -> None:
     config = {**PERSIMMON, "architectures": [arch]}
     with pytest.raises(ConfigError, match=said) as caught:
-        model_from_config(config, origin="t", use_transformers=False)
+        model_from_config(config, origin="t", use_transformers=False, vllm_serves=True)
     assert caught.value.field == "architectures"
+
+
+def test_an_architecture_only_other_engines_know_is_read_by_model_type_when_not_for_vllm() -> None:
+    # SGLang serves names vLLM's registry lacks (its EAGLE drafts): read by model_type there.
+    config = {**PERSIMMON, "model_type": "llama", "architectures": ["LlamaForCausalLMEagle"]}
+    arch = model_from_config(config, origin="t", use_transformers=False)
+    assert isinstance(arch, RegularArchitecture)
+    assert arch.num_hidden_layers == 36
+    with pytest.raises(ConfigError, match="serves none of LlamaForCausalLMEagle"):
+        model_from_config(config, origin="t", use_transformers=False, vllm_serves=True)
+    # Retired names stay refused either way.
+    with pytest.raises(ConfigError, match="does not serve XverseForCausalLM"):
+        model_from_config({**config, "architectures": ["XverseForCausalLM"]}, origin="t",
+                          use_transformers=False)
 
 
 def test_dots1_is_planned_as_the_backend_builds_it() -> None:

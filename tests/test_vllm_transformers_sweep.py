@@ -47,8 +47,11 @@ def reader_layers(name: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]
     if published:
         pytest.importorskip("transformers")
     entry = TABLE[name]
-    arch = model_from_config(entry["config"], origin="sweep", use_transformers=published)
-    request = build_request(arch, Settings(max_model_len=entry.get("length", 4096)))
+    arch = model_from_config(entry["config"], origin="sweep", use_transformers=published,
+                             vllm_serves=True)
+    # A refused entry has no length vLLM took: any length, so that a refusal is the model's.
+    request = build_request(arch, Settings(max_model_len=entry.get("length", 4096),
+                                           allow_long_context="length" not in entry))
     layers = {name: {key: value for key, value
                      in spec.model_dump(mode="json", exclude_none=True).items()
                      if key in MODEL_FACTS}

@@ -138,15 +138,19 @@ def _refuse_odd_model_type(fields: Mapping[str, Any], origin: str) -> None:
 
 
 def model_from_config(
-    config: Mapping[str, Any], *, origin: str, use_transformers: bool = True
+    config: Mapping[str, Any], *, origin: str, use_transformers: bool = True,
+    vllm_serves: bool = False,
 ) -> ModelArchitecture | RegularArchitecture:
     """Any model's cache-shaping fields from its parsed `config.json`, each layer's kind as
     vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
+    `vllm_serves`: refuse architectures vLLM 0.34 does not know at all, as its registry does
+    (a config read for vLLM); otherwise such a config is laid out by its model_type (SGLang
+    serves architectures vLLM does not). Retired and out-of-tree ones are refused either way.
     """
     fields = _text_config(config, origin)
     _refuse_odd_model_type(fields, origin)
     # vLLM's registry, then its Transformers backend, then its refusals (`resolution`).
-    resolution = resolve(config, origin)
+    resolution = resolve(config, origin, unknown=vllm_serves)
     backend = resolution.route in ("transformers_fallback", "transformers_named")
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
     if is_sparse_mla(fields) and not _is_deepseek_v4(fields) and not backend:
@@ -266,8 +270,11 @@ def screen_config(config: Mapping[str, Any], origin: str) -> None:
 
 
 def load_config_file(
-    path: str | Path, *, use_transformers: bool = True, label: str | None = None
+    path: str | Path, *, use_transformers: bool = True, label: str | None = None,
+    vllm_serves: bool = True,
 ) -> ModelArchitecture | RegularArchitecture:
-    """Read a `config.json` file (`read_config_file`) and the model in it."""
+    """Read a `config.json` file (`read_config_file`) and the model in it (for vLLM unless
+    `vllm_serves` is False: `model_from_config`)."""
     config = read_config_file(path, label=label)
-    return model_from_config(config, origin=str(path), use_transformers=use_transformers)
+    return model_from_config(config, origin=str(path), use_transformers=use_transformers,
+                             vllm_serves=vllm_serves)

@@ -7,7 +7,8 @@
    model class of that name that may be served (`is_backend_compatible()` or
    `_can_set_attn_implementation()`), and the class is `Transformers` + `MultiModal` (the config
    has a text sub-config) + `MoE` (it has experts: `ModelConfig.is_moe`, the fields of
-   `CONFIG_FIELD_ALIASES["num_experts"]`) + `ForCausalLM` (`ModelConfig._get_transformers_backend_cls`);
+   `CONFIG_FIELD_ALIASES["num_experts"]`) + `ForCausalLM`
+   (`ModelConfig._get_transformers_backend_cls`);
 2. else the first architecture the registry names, which loads its own class, or the
    Transformers backend class it names (`_TRANSFORMERS_SUPPORTED_MODELS`: GemmaForCausalLM,
    SmolLM3ForCausalLM, ...);
@@ -79,9 +80,11 @@ def backend_class(config: Mapping[str, Any]) -> str:
             + ("MoE" if _experts(fields) > 0 else "") + "ForCausalLM")
 
 
-def resolve(config: Mapping[str, Any], origin: str) -> Resolution:
+def resolve(config: Mapping[str, Any], origin: str, *, unknown: bool = True) -> Resolution:
     """The class vLLM 0.34 resolves for `config` (its `architectures`), or a ConfigError saying
-    why vLLM refuses it."""
+    why vLLM refuses it. `unknown` False: an architecture vLLM knows in no way (neither
+    served, retired nor out of tree) is not refused but `unnamed`, laid out by its model_type
+    (a config read for SGLang, which serves architectures vLLM does not)."""
     names = config.get("architectures")
     if not isinstance(names, list) or not names:
         return Resolution("unnamed", None, None)
@@ -101,7 +104,11 @@ def resolve(config: Mapping[str, Any], origin: str) -> Resolution:
             found = data()["backend"].get(arch) if arch in named else None
             model_class = backend_class(config) if arch in named else registry[arch]
             return Resolution(route, arch, model_class, found)
-    raise _refusal(archs, origin)
+    refusal = _refusal(archs, origin)
+    if not unknown and not any(arch in data()["retired"] or arch in data()["out_of_tree"]
+                               for arch in archs):
+        return Resolution("unnamed", None, None)
+    raise refusal
 
 
 def _refusal(archs: list[str], origin: str) -> ConfigError:
