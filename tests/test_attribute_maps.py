@@ -36,16 +36,18 @@ def test_the_table_is_transformers_own_for_every_config_class() -> None:
     version, maps, classes = installed_maps()
     stored: dict[str, dict[str, str]] = table()["attribute_maps"]
     assert stored, "the table maps names for some classes (GPT-2's n_layer at least)"
-    common = set(stored) & set(maps)
-    for model_type in sorted(common):
-        assert stored[model_type] == maps[model_type], model_type
     if version == table()["transformers"]:
-        # The very version the table was written from: every class, no more and no fewer.
+        # The very version the table was written from (the one CI installs): every class, no
+        # more and no fewer (rewrite it with references/vllm_resolution_data.py otherwise).
         assert stored == maps
         assert table()["config_classes"] == classes
     else:
-        # Another version: classes it added or dropped aside, each map is the same.
-        assert len(common) >= 0.9 * len(stored), (version, table()["transformers"])
+        # Another transformers (the vLLM venv's 5.20): classes come and go and maps gain
+        # names between versions, but no name is mapped to another field.
+        conflicts = [(model_type, name) for model_type in set(stored) & set(maps)
+                     for name in set(stored[model_type]) & set(maps[model_type])
+                     if stored[model_type][name] != maps[model_type][name]]
+        assert conflicts == [], version
 
 
 def test_the_table_answers_where_transformers_is_not_used() -> None:
