@@ -3,7 +3,8 @@
 - src/hisparse_plan/presets/data/vllm_resolution.json (vLLM venv): vLLM 0.34's registry
   (`model_executor/models/registry.py`: every architecture it names -> the class it loads, the
   Transformers backend's own names, the retired and out-of-tree architectures), and for each
-  model class of transformers' causal-LM enumeration (the transformers vLLM 0.34 runs with),
+  model class of transformers' causal-LM enumeration (the transformers vLLM 0.34 runs with)
+  and each class the registry names the backend for,
   what vLLM's Transformers modeling backend finds in it: whether the class may be served
   (`is_backend_compatible() or _can_set_attn_implementation()`, `_try_resolve_transformers`)
   and the module path of each decoder layer's attention inside `AutoModel.from_config` (the
@@ -108,8 +109,13 @@ def backend_entry(model_type: str, arch: str) -> dict[str, Any]:
     except Exception as error:
         return {**entry, "built": f"{type(error).__name__}: {error}"[:200]}
     paths = {}
+    text = config.get_text_config()
     for name, module in model.named_modules():
         index = getattr(module, "layer_idx", None)
+        # Only the text model's modules dispatch to vLLM: the backend patches the attention
+        # implementation of the text config alone (`AttentionFuser.validate`).
+        if getattr(module, "config", text) is not text:
+            continue
         if isinstance(index, int) and not isinstance(index, bool) and _calls_interface(
                 type(module)):
             parts = name.split(".")
@@ -140,6 +146,12 @@ def resolution_data() -> dict[str, Any]:
         for name in arch if isinstance(arch, (list, tuple)) else (arch,):
             if name not in backend:
                 backend[name] = backend_entry(model_type, name)
+    from vllm_family_sweep import model_type_of
+
+    # The multimodal classes the registry names the backend for (Aria, Emu3, ...).
+    for name in sorted(registry._TRANSFORMERS_SUPPORTED_MODELS):
+        if name not in backend and (model_type := model_type_of(name)) is not None:
+            backend[name] = backend_entry(model_type, name)
     return {
         "vllm": vllm.__version__, "transformers": transformers.__version__,
         "registry": models,

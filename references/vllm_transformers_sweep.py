@@ -11,6 +11,9 @@ What is swept (`every_name`):
   the config class's defaults at small size (`vllm_family_sweep.small_config`), with the causal
   LM class as its `architectures`, and the checkpoint fields vLLM's code needs where the family
   sweep names them (`CHECKPOINT_FIELDS`);
+- `arch:A` for each architecture vLLM's registry names its Transformers backend for that no
+  such causal LM class is (the multimodal ones), its config made as the registry sweep makes
+  one (`registry_config`);
 - `checkpoint:N` for the published config.json files of CHECKPOINTS (the architectures that the
   registry does not name, which vLLM serves through its Transformers backend or refuses);
 - `fixture:N` for each tests/hf_configs fixture whose architectures vLLM's registry names none
@@ -110,8 +113,19 @@ def fixtures_outside_registry() -> list[str]:
     return found
 
 
+def backend_named_elsewhere() -> list[str]:
+    """The architectures vLLM's registry names its Transformers backend for that no swept
+    model_type's causal LM class is (the multimodal ones: Aria, Emu3, ...)."""
+    from vllm.model_executor.models import registry  # type: ignore[import-not-found, unused-ignore]
+
+    auto, _ = _mappings()
+    covered = set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    return sorted(set(registry._TRANSFORMERS_SUPPORTED_MODELS) - covered)
+
+
 def every_name() -> list[str]:
     return ([f"type:{t}" for t in decoder_types()]
+            + [f"arch:{name}" for name in backend_named_elsewhere()]
             + [f"checkpoint:{name}" for name in CHECKPOINTS]
             + [f"fixture:{name}" for name in fixtures_outside_registry()])
 
@@ -124,6 +138,8 @@ def sweep_config(name: str) -> tuple[dict[str, Any] | None, str]:
         return dict(config), source
     if kind == "fixture":
         return json.loads((sweep.CONFIGS / key / "config.json").read_text()), f"fixture {key}"
+    if kind == "arch":
+        return sweep.registry_config(key)  # as the registry sweep makes one
     auto, configs = _mappings()
     arch = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[key]
     if sweep.MODEL_TYPES.get(arch, key) != key:
@@ -145,11 +161,11 @@ def sweep_config(name: str) -> tuple[dict[str, Any] | None, str]:
 
 HARNESS_FAILURES: Final = (
     "no answer in", "No module named", "not supported on CPU", "Can't load image processor",
-    "no valid sparse MLA backend",
+    "Can't load feature extractor", "no valid sparse MLA backend",
 )
 """Failures of the harness rather than of vLLM's resolution or model code: a timeout, a
 package missing here, a kernel vLLM's CPU build lacks (sparse MLA), a multimodal processor's
-files a config.json alone does not carry."""
+(image processor, feature extractor) files a config.json alone does not carry."""
 DEFAULTS_INCOMPLETE: Final = ("first_k_dense_replace", "padded_vocab_size", "scale_embedding")
 """Fields every checkpoint of the model carries but transformers' class defaults leave out,
 which vLLM's model code reads (MoE layout, vocabulary padding, an audio encoder's embedding
@@ -219,7 +235,7 @@ def verdict(entry: dict[str, Any]) -> dict[str, Any]:
 
     # transformers' defaults are stored whole (to_dict); a published config.json is read as
     # the reader reads one, through transformers' class.
-    published = not entry["name"].startswith("type:")
+    published = not entry["name"].startswith(("type:", "arch:"))
     if entry["status"] in ("vllm_refuses", "refused_by_both", "reader_plans"):
         try:
             # Any context length: a refusal must be about the model, not the length chosen.
