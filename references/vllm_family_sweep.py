@@ -468,6 +468,12 @@ def compute_on_cpu() -> None:
 
 def registry_one(arch: str) -> dict[str, Any]:
     """One architecture: vLLM's meta build and the reader's layers, compared."""
+    config, source = registry_config(arch)
+    return build_one(arch, config, source)
+
+
+def build_one(name: str, config: dict[str, Any] | None, source: str) -> dict[str, Any]:
+    """One config: vLLM's meta build and the reader's layers, compared (`reader_verdict`)."""
     from hisparse_plan.adapters.vllm.layers import layer_dicts
     from hisparse_plan.adapters.vllm.meta_model import kv_cache_specs
     from hisparse_plan.errors import PlanError
@@ -475,8 +481,7 @@ def registry_one(arch: str) -> dict[str, Any]:
     stand_in_cpu_ops()
     compute_on_cpu()
 
-    config, source = registry_config(arch)
-    result: dict[str, Any] = {"name": arch, "source": source}
+    result: dict[str, Any] = {"name": name, "source": source}
     if config is None:
         return {**result, "status": "no_config"}
     result["config"] = config
@@ -487,12 +492,16 @@ def registry_one(arch: str) -> dict[str, Any]:
     parallel_state.destroy_model_parallel()
     parallel_state.destroy_distributed_environment()
     length = 4096
-    for length in (4096, 2048, 448):  # the longest vLLM derives for the config
+    text = text_fields(config)
+    own = text.get("max_position_embeddings") or text.get("n_positions")
+    shorter = (own,) if isinstance(own, int) and 0 < own < 448 else ()
+    lengths = (4096, 2048, 448, *shorter)
+    for length in lengths:  # the longest vLLM derives for the config
         try:
             meta = kv_cache_specs(config, max_model_len=length)
             break
         except PlanError as error:
-            if "greater than the derived" not in str(error) or length == 448:
+            if "greater than the derived" not in str(error) or length == lengths[-1]:
                 return {**result, "status": "vllm_cannot_build", "why": str(error)[:300]}
     result.update(model_class=meta.model_class, vllm=meta.vllm_version, length=length,
                   shared=meta.shared)
@@ -505,10 +514,11 @@ def registry_one(arch: str) -> dict[str, Any]:
     return {**result, **reader_verdict(result)}
 
 
-def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
+def reader_verdict(entry: dict[str, Any], *, use_transformers: bool = False) -> dict[str, str]:
     """The reader on a built entry's stored config, without transformers (the config is
-    transformers' whole to_dict already, so the verdict does not hang on its version), against
-    the layers vLLM built: same, differ (the first difference) or reader_refuses (why)."""
+    transformers' whole to_dict already, so the verdict does not hang on its version; a
+    published config.json is read through it: `use_transformers`), against the layers vLLM
+    built: same, differ (the first difference) or reader_refuses (why)."""
     from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
     from hisparse_plan.errors import PlanError
     from hisparse_plan.presets import Settings, build_request
@@ -516,7 +526,8 @@ def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
 
     try:
         request = build_request(
-            model_from_config(entry["config"], origin=entry["name"], use_transformers=False),
+            model_from_config(entry["config"], origin=entry["name"],
+                              use_transformers=use_transformers, vllm_serves=True),
             Settings(max_model_len=entry["length"]))
     except PlanError as error:
         return {"status": "reader_refuses", "why": f"{error.field}: {error}"[:300]}
@@ -540,8 +551,10 @@ def reader_verdict(entry: dict[str, Any]) -> dict[str, str]:
     return {"status": "same"}
 
 
-def registry_batch(archs: list[str]) -> None:
-    """Child: one JSON line per architecture, each bounded by REGISTRY_SECONDS."""
+def registry_batch(archs: list[str],
+                   one: Callable[[str], dict[str, Any]] | None = None) -> None:
+    """Child: one JSON line per architecture (or other name `one` builds), each bounded by
+    REGISTRY_SECONDS."""
     import signal
 
     def stop(signum: int, frame: object) -> None:
@@ -552,7 +565,7 @@ def registry_batch(archs: list[str]) -> None:
     for arch in archs:
         signal.alarm(REGISTRY_SECONDS)
         try:
-            line = registry_one(arch)
+            line = (one or registry_one)(arch)
         except Exception as error:  # anything vLLM's model code raises, named
             line = {"name": arch, "status": "sweep_error",
                     "why": f"{type(error).__name__}: {error}"[:300]}
@@ -560,31 +573,35 @@ def registry_batch(archs: list[str]) -> None:
         print(json.dumps(line), flush=True)
 
 
-def sweep_registry_build(chosen: list[str], env: dict[str, str]) -> None:
-    """Parent: batches of architectures, each batch restarted past an architecture that took
-    its process down; results appended to RESULTS."""
-    archs = chosen or registry_architectures()
+def sweep_registry_build(chosen: list[str], env: dict[str, str], *,
+                         every: Callable[[], list[str]] | None = None, script: str = __file__,
+                         results: Path = RESULTS,
+                         table: Callable[[], None] | None = None) -> None:
+    """Parent: batches of architectures (or other names `script --registry-batch` builds, all
+    of them `every()`), each batch restarted past a name that took its process down; results
+    appended to `results`, then the table written (`table`)."""
+    archs = chosen or (every or registry_architectures)()
     # A whole sweep resumes past what RESULTS holds; architectures named are built again.
-    done = {json.loads(line)["name"] for line in RESULTS.read_text().splitlines()} if (
-        RESULTS.exists() and not chosen) else set()
+    done = {json.loads(line)["name"] for line in results.read_text().splitlines()} if (
+        results.exists() and not chosen) else set()
     left = [arch for arch in archs if arch not in done]
     while left:
         batch, left = left[:REGISTRY_BATCH], left[REGISTRY_BATCH:]
-        run = subprocess.run([sys.executable, __file__, "--registry-batch", ",".join(batch)],
+        run = subprocess.run([sys.executable, script, "--registry-batch", ",".join(batch)],
                              env=env, capture_output=True, text=True, check=False,
                              timeout=REGISTRY_SECONDS * len(batch) + 120)
         lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-        with RESULTS.open("a") as out:
+        with results.open("a") as out:
             for line in lines:
                 out.write(json.dumps(line) + "\n")
                 print(f"{line['name']}: {line['status']}", flush=True)
         if len(lines) < len(batch):
             crashed = batch[len(lines)]
-            with RESULTS.open("a") as out:
+            with results.open("a") as out:
                 out.write(json.dumps({"name": crashed, "status": "sweep_error",
                                       "why": run.stderr.strip()[-300:]}) + "\n")
             left = batch[len(lines) + 1:] + left
-    write_registry_table()
+    (table or write_registry_table)()
 
 
 def write_registry_table() -> None:

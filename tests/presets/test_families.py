@@ -415,10 +415,12 @@ def test_smollm3_reads_layer_types_as_transformers_derives_them(use_transformers
     assert arch.layer_kinds() == ["full", "full", "full", "sliding"]
 
 
-@pytest.mark.parametrize("architecture", ["Dots1ForCausalLM", "BambaForCausalLM"])
+@pytest.mark.parametrize("architecture", ["XverseForCausalLM", "MiniMaxText01ForCausalLM"])
 def test_architectures_vllm_retired_are_refused_with_its_reason(architecture: str) -> None:
     """Issue 40: vLLM 0.34's registry refuses these (`_PREVIOUSLY_SUPPORTED_MODELS`: supported
-    until v0.23.0); the reader says so instead of naming a field vLLM never reads."""
+    until v0.23.0), and transformers has no class its Transformers backend could serve them
+    with (issue 50: Dots1ForCausalLM, which it has, is served so); the reader says so instead
+    of naming a field vLLM never reads."""
     fields = {**config("llama-3.1-8b-instruct"), "architectures": [architecture],
               "max_window_layers": 61, "use_sliding_window": False}
     with pytest.raises(ConfigError, match=rf"vLLM 0\.34 does not serve {architecture}: it was "

@@ -379,6 +379,8 @@ READS = re.compile(r"\bjson\.loads?\(|\.read_text\(|\.read_bytes\(|\bfrom_json\(
 ALLOWED = {
     "models/json_input.py": "the strict parser that untrusted_json and request text share",
     "presets/catalog.py": "the package's own preset data",
+    "presets/resolution.py": "the package's own data: vLLM's registry and Transformers backend",
+    "presets/attribute_maps.py": "the package's own data: transformers' attribute maps",
     "cli/commands/docs.py": "the package's own docs",
 }
 """Modules that may read a file or parse JSON themselves, and why (untrusted_json opens files

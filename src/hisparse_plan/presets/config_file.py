@@ -9,6 +9,7 @@ leaves out a field transformers would default is refused, naming the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,16 +23,20 @@ from hisparse_plan.models.json_input import excerpt
 from hisparse_plan.presets.architecture import ModelArchitecture
 from hisparse_plan.presets.errors import ConfigError
 from hisparse_plan.presets.families import (
+    GENERIC,
+    Layout,
+    family_of,
     layer_layout,
     refuse_unplanned_early,
     renamed_fields,
 )
 from hisparse_plan.presets.families.aliases import with_common_names, with_vllm_length
 from hisparse_plan.presets.families.layer_names import language_model_prefix
+from hisparse_plan.presets.families.transformers_backend import backend_layout
 from hisparse_plan.presets.hf_transformers import transformers_text_fields
 from hisparse_plan.presets.layer_count import MAX_LAYERS, check_layer_counts
 from hisparse_plan.presets.regular import LayerNames, RegularArchitecture
-from hisparse_plan.presets.retired import refuse_retired
+from hisparse_plan.presets.resolution import Resolution, resolve
 
 ArchitectureT = TypeVar("ArchitectureT", bound=BaseModel)
 SPARSE_MARKER = "kv_lora_rank"
@@ -133,16 +138,22 @@ def _refuse_odd_model_type(fields: Mapping[str, Any], origin: str) -> None:
 
 
 def model_from_config(
-    config: Mapping[str, Any], *, origin: str, use_transformers: bool = True
+    config: Mapping[str, Any], *, origin: str, use_transformers: bool = True,
+    vllm_serves: bool = False,
 ) -> ModelArchitecture | RegularArchitecture:
     """Any model's cache-shaping fields from its parsed `config.json`, each layer's kind as
     vLLM's model code lays it out; refused, naming the field, when that cannot be told for sure.
+    `vllm_serves`: refuse architectures vLLM 0.34 does not know at all, as its registry does
+    (a config read for vLLM); otherwise such a config is laid out by its model_type (SGLang
+    serves architectures vLLM does not). Retired and out-of-tree ones are refused either way.
     """
     fields = _text_config(config, origin)
     _refuse_odd_model_type(fields, origin)
-    refuse_retired(config, origin)
+    # vLLM's registry, then its Transformers backend, then its refusals (`resolution`).
+    resolution = resolve(config, origin, unknown=vllm_serves)
+    backend = resolution.route in ("transformers_fallback", "transformers_named")
     # DeepSeek-V4 carries an indexer's fields too, but its caches are the compressed ones.
-    if is_sparse_mla(fields) and not _is_deepseek_v4(fields):
+    if is_sparse_mla(fields) and not _is_deepseek_v4(fields) and not backend:
         return architecture_from_config(config, origin=origin)
     hf_fields = transformers_text_fields(config, origin) if use_transformers else None
     missing_why = NO_TRANSFORMERS if fields.get("model_type") else (
@@ -150,10 +161,10 @@ def model_from_config(
     if hf_fields is not None:
         fields = hf_fields
         missing_why = "expected in a model's config.json (transformers has no default for it)"
-    merged = with_vllm_length(with_common_names(fields))
+    merged = with_vllm_length(with_common_names(fields, use_transformers=use_transformers))
     if "num_nextn_predict_layers" in merged and merged["num_nextn_predict_layers"] is None:
         del merged["num_nextn_predict_layers"]  # transformers 5.25 writes null for "none"
-    if _is_deepseek_v4(merged):
+    if _is_deepseek_v4(merged) and not backend:
         return _validated(RegularArchitecture, merged, origin, missing_why)
     try:
         merged = renamed_fields(merged)
@@ -163,25 +174,50 @@ def model_from_config(
         # transformers' rule for every model it knows: no field, one KV head per query head.
         merged["num_key_value_heads"] = merged["num_attention_heads"]
     try:
-        refuse_unplanned_early(merged)
+        if not backend:
+            refuse_unplanned_early(merged)
     except ConfigError as error:
         raise ConfigError(f"{origin}: {error}", field=error.field) from None
     layers = _layer_count(merged, origin)
     try:
-        layout = layer_layout(merged, layers)
+        layout = _layout(merged, layers, resolution)
     except ConfigError as error:
         raise ConfigError(f"{origin}: {error}", field=error.field) from None
     merged.update(layout.fields)
     merged["kinds"], merged["states"] = layout.kinds, layout.states
     merged["kv_sharing"] = dict(layout.reads_cache_of) or None
     merged["layer_heads"] = dict(layout.heads) or None
-    prefix = language_model_prefix(config)
+    # The backend's names are transformers' module paths, from the top of its model.
+    prefix = "" if backend else language_model_prefix(config)
     names = {**LayerNames().model_dump(), **layout.names}
     merged["layer_names"] = LayerNames.model_validate({
         key: prefix + value if isinstance(value, str)
         else [prefix + one for one in value] if isinstance(value, list) else value
         for key, value in names.items()})
     return _validated(RegularArchitecture, merged, origin, missing_why)
+
+
+def _layout(fields: Mapping[str, Any], layers: int, resolution: Resolution) -> Layout:
+    """The layers of the class vLLM resolves: the Transformers backend's for a config it
+    serves by its fallback, else the model_type's family's."""
+    if resolution.route == "transformers_fallback" and resolution.architecture is not None:
+        return backend_layout(fields, layers, resolution.backend or {}, resolution.architecture,
+                              multimodal="MultiModal" in (resolution.model_class or ""))
+    if resolution.route == "transformers_named" and resolution.architecture is not None:
+        # The registry names the backend for it: a family written for the model_type
+        # (SmolLM3's, Gemma's) reads its kinds, else the backend's rule; the names are the
+        # backend's, transformers' module paths, either way.
+        found = resolution.backend or {}
+        if family_of(str(fields.get("model_type") or "")) is GENERIC:
+            return backend_layout(fields, layers, found, resolution.architecture,
+                                  multimodal="MultiModal" in (resolution.model_class or ""))
+        layout = layer_layout(fields, layers)
+        template = found.get("attention")
+        if isinstance(template, str):
+            names = {**layout.names, "attention": f"model.{template}.attn"}
+            return dataclasses.replace(layout, names=names)
+        return layout
+    return layer_layout(fields, layers)
 
 
 def _layer_count(fields: Mapping[str, Any], origin: str) -> int:
@@ -234,8 +270,11 @@ def screen_config(config: Mapping[str, Any], origin: str) -> None:
 
 
 def load_config_file(
-    path: str | Path, *, use_transformers: bool = True, label: str | None = None
+    path: str | Path, *, use_transformers: bool = True, label: str | None = None,
+    vllm_serves: bool = True,
 ) -> ModelArchitecture | RegularArchitecture:
-    """Read a `config.json` file (`read_config_file`) and the model in it."""
+    """Read a `config.json` file (`read_config_file`) and the model in it (for vLLM unless
+    `vllm_serves` is False: `model_from_config`)."""
     config = read_config_file(path, label=label)
-    return model_from_config(config, origin=str(path), use_transformers=use_transformers)
+    return model_from_config(config, origin=str(path), use_transformers=use_transformers,
+                             vllm_serves=vllm_serves)

@@ -139,6 +139,7 @@ def layer_layout(fields: Fields, layers: int) -> Layout:
 __all__ = [
     "BY_MODEL_TYPE",
     "FAMILIES",
+    "GENERIC",
     "MARKERS",
     "Family",
     "Layout",

@@ -4,7 +4,7 @@ docs/vllm-registry.md).
 
 - By text `model_type`, the attention layer's template: Falcon (`models/falcon.py`:
   `transformer.h.{i}.self_attention.attn`), OPT (`models/opt.py`, also BLIP-2's language
-  model: `model.decoder.layers.{i}.self_attn.attn`), GPT-2 and GPT-J (`models/gpt2.py`,
+  model: `model.decoder.layers.{i}.self_attn.attn`), GPT-2, GPT-SW3 and GPT-J (`models/gpt2.py`,
   `gpt_j.py`: `transformer.h.{i}.attn.attn`), BLOOM (`models/bloom.py`:
   `transformer.h.{i}.self_attention.attn`) and DBRX (`models/dbrx.py`:
   `transformer.blocks.{i}.norm_attn_norm.attn.attn`).
@@ -29,6 +29,7 @@ ATTENTION_BY_MODEL_TYPE: Final = {
     "falcon": "transformer.h.{i}.self_attention.attn",
     "opt": "model.decoder.layers.{i}.self_attn.attn",
     "gpt2": "transformer.h.{i}.attn.attn",
+    "gpt-sw3": "transformer.h.{i}.attn.attn",
     "gptj": "transformer.h.{i}.attn.attn",
     "bloom": "transformer.h.{i}.self_attention.attn",
     "dbrx": "transformer.blocks.{i}.norm_attn_norm.attn.attn",

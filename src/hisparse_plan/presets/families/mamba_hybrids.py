@@ -81,6 +81,10 @@ def read_nemotron_h(fields: base.Fields, layers: int) -> base.Layout:
             )
         kinds = [NEMOTRON_H_KINDS[c] for c in pattern]
     else:
+        if not base.given(fields, "layer_types") and base.given(fields, "layers_block_type"):
+            # transformers 5's NemotronHConfig keeps layer_types as layers_block_type (its
+            # attribute_map), the only per-layer field its to_dict writes.
+            fields = {**fields, "layer_types": fields["layers_block_type"]}
         kinds = base.from_layer_types(fields, layers, NEMOTRON_H_TYPES, "Nemotron-H")
     heads = base.integer(fields, "mamba_num_heads", "Nemotron-H's Mamba heads")
     head_dim = base.integer(fields, "mamba_head_dim", "Nemotron-H's Mamba head size")

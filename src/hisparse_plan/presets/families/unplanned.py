@@ -21,6 +21,8 @@ BUILDS: Final[dict[str, str]] = {
     "longcat_flash": "MLA layers (longcat_flash.py), not checked against the MLA reader yet",
     "hy_v4": "MLA layers (vllm/models/hy_v4/), not checked against the MLA reader yet",
     "minimax_m3_vl": "sparse MLA layers (vllm/models/minimax_m3/)",
+    "mimo_v2_flash": "sliding and full layers of their own geometry by hybrid_layer_pattern "
+                     "(mimo_v2.py), not checked against a reader yet",
 }
 """What vLLM's code builds, by model_type."""
 
@@ -42,7 +44,7 @@ UNPLANNED = base.Family(
         "Qwen4ExpForCausalLM",
         "Qwen4ExpForConditionalGeneration", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "HYV4ForCausalLM",
-        "MiniMaxM3SparseForConditionalGeneration",
+        "MiniMaxM3SparseForConditionalGeneration", "MiMoV2FlashForCausalLM",
     ),
     read=refuse_unplanned,
     vllm="see BUILDS",
