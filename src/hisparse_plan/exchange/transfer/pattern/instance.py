@@ -35,8 +35,11 @@ class LinkArrays:
     dst_slot: Ints
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PatternArrays:
+    """A pattern's rows as numpy columns, cached on the pattern (compared by identity, so
+    that two patterns compare by their fields whether or not a request made them)."""
+
     links: tuple[LinkArrays, ...]
     src_offset: Ints
     src_block_stride: Ints

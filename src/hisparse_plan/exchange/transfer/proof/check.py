@@ -89,7 +89,10 @@ def _same_ranks(program: TransferProgram, src: Instance, dst: Instance) -> None:
         for rank, (listed, plan) in enumerate(zip(ranks, side.plans, strict=True)):
             theirs = {(r.name, r.size, r.location) for r in listed.regions}
             ours = set(region_sizes(plan))
-            if listed.rank != rank or theirs != ours:
+            if listed.rank != rank:
+                raise TransferCheckError(f"the program's {what} rank {rank} is listed as rank "
+                                         f"{listed.rank}")
+            if theirs != ours:
                 missing = sorted(ours ^ theirs)[0]
                 raise TransferCheckError(
                     f"the program's {what} rank {rank} lists other regions than its plan "
