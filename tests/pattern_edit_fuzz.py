@@ -146,6 +146,14 @@ def seeded(pair: SeedPair, rng: random.Random, tally: Tally) -> Seeded | None:
     if not cases:
         tally.bad_seeds.append(f"{pair.name}: no request fits its pools")
         return None
+    for model in (pattern, staged):
+        try:
+            if type(model).model_validate_json(model.model_dump_json()) != model:
+                raise ValueError("another pattern read back")
+        except (ValueError, PlanError) as error:
+            tally.bad_seeds.append(f"{pair.name}: its {type(model).__name__} does not survive "
+                                   f"its own JSON: {error}"[:300])
+            return None
     return Seeded(pair, pattern, staged, cases)
 
 
@@ -166,7 +174,7 @@ def _leaves(doc: Any, path: Path = ()) -> list[Path]:
     if isinstance(doc, list):
         found = [leaf for index, value in enumerate(doc) for leaf in _leaves(value,
                                                                              (*path, index))]
-        return [*found, path] if not found else found
+        return found or [path]
     return [path]
 
 
@@ -212,10 +220,12 @@ def sites(doc: Any) -> Sites:
                                           for k, vs in values.items()})
 
 
-def edit(doc: Any, where: Sites | None, rng: random.Random) -> str:
-    """One random edit of `doc` in place; returns what it did."""
+def edit(doc: Any, where: Sites | None, rng: random.Random,
+         focus: frozenset[str] | None = None) -> str:
+    """One random edit of `doc` in place (of a field named in `focus` only, when given);
+    returns what it did."""
     assert where is not None
-    if where.lists and rng.random() < 0.15:
+    if where.lists and rng.random() < 0.15 and focus is None:
         path = rng.choice(where.lists)
         items = _get(doc, path)
         if not items:
@@ -231,7 +241,8 @@ def edit(doc: Any, where: Sites | None, rng: random.Random) -> str:
         else:
             items.clear()
         return f"{_name(path)}: {op} item {at}"
-    kind = rng.choice(sorted(where.by_field))
+    kinds = sorted(k for k in where.by_field if focus is None or str(k[-1]) in focus)
+    kind = rng.choice(kinds or sorted(where.by_field))
     path = rng.choice(where.by_field[kind])
     old = _get(doc, path)
     new = _new_value(old, kind, path, doc, where, rng)
@@ -275,13 +286,14 @@ def _new_value(old: Any, kind: tuple[str, ...], path: Path, doc: Any, where: Sit
 EXPECTED = (PlanError, ValidationError)
 
 
-def one_edit(seed: Seeded, staged: bool, edits: int, rng: random.Random, tally: Tally) -> None:
+def one_edit(seed: Seeded, staged: bool, edits: int, rng: random.Random, tally: Tally,
+             focus: frozenset[str] | None = None) -> None:
     model: TransferPattern | StagedPattern = seed.staged if staged else seed.pattern
     text = seed.staged_text if staged else seed.pattern_text
     doc = json.loads(text)
-    done = [edit(doc, seed.staged_sites if staged else seed.pattern_sites, rng)]
+    done = [edit(doc, seed.staged_sites if staged else seed.pattern_sites, rng, focus)]
     for _ in range(edits - 1):
-        done.append(edit(doc, sites(doc), rng))
+        done.append(edit(doc, sites(doc), rng, focus))
     what = f"{seed.pair.name} [{'staged' if staged else 'pattern'}] " + "; ".join(done)
     tally.outcomes["tried"] += 1
     text = json.dumps(doc)
@@ -296,7 +308,7 @@ def one_edit(seed: Seeded, staged: bool, edits: int, rng: random.Random, tally: 
     except EXPECTED:
         tally.outcomes["invalid" if step == "validation" else "refused"] += 1
         return
-    except Exception as error:  # noqa: BLE001 - anything else is a finding
+    except Exception as error:  # anything else is a finding
         tally.outcomes["crashed"] += 1
         tally.note(tally.crashes, f"{step}: {type(error).__name__}", f"{what}: {error}"[:300])
         return
@@ -334,7 +346,7 @@ def _judge(seed: Seeded, edited: TransferPattern | StagedPattern, rng: random.Ra
                 return "ACCEPTED UNSOUND"
             verdict = "accepted, a request refused"
             continue
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # anything else is a finding
             tally.note(tally.crashes, f"{step}: {type(error).__name__}",
                        f"{what}, {case.request.num_tokens} tokens: {error}"[:300])
             return "crashed"
@@ -352,9 +364,11 @@ def _field_kind(name: str) -> str:
 
 
 def run(seed: int, edits: int, pairs: int | None = None,
-        progress: Callable[[Tally], None] | None = None, double: float = 0.3) -> Tally:
+        progress: Callable[[Tally], None] | None = None, double: float = 0.3,
+        focus: frozenset[str] | None = None) -> Tally:
     """`edits` edits spread over the seed pairs (the first `pairs` of them), a `double`
-    share of them two edits at once, half of them of staged patterns."""
+    share of them two edits at once, half of them of staged patterns; of the fields named
+    in `focus` only, when given (list edits then left out)."""
     rng = random.Random(seed)
     np.random.seed(seed % 2**32)
     tally = Tally()
@@ -365,7 +379,7 @@ def run(seed: int, edits: int, pairs: int | None = None,
         return tally
     for number in range(edits):
         one_edit(rng.choice(ready), rng.random() < 0.5, 2 if rng.random() < double else 1,
-                 rng, tally)
+                 rng, tally, focus)
         if progress is not None and (number + 1) % 1000 == 0:
             progress(tally)
     return tally
