@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse_plan.exchange.transfer.errors import TransferRefused
+from hisparse_plan.exchange.transfer.errors import TransferCheckError, TransferRefused
 from hisparse_plan.exchange.transfer.pattern.parts import PatternLink, PatternRow, PatternTable
 from hisparse_plan.exchange.transfer.program.transfer_program import (
     RankRegions,
@@ -193,6 +193,12 @@ def instantiate(pattern: PatternShape, request: TransferRequest) -> Instantiated
             blocks = given[side][table]
             spans.setdefault((side, table), []).append((low, high))
             positions = (periods[:, None] * (period // units_per_block) + slots[None, :])[keep]
+            if link.kind != "state" and positions.size and (
+                    int(positions.min()) < low or int(positions.max()) >= high):
+                # Only a pattern check_pattern has not proved gets here.
+                raise TransferCheckError(f"link {link.source_table!r} -> "
+                                         f"{link.destination_table!r}: its rows read {side} "
+                                         f"positions outside {low}..{high - 1}")
             ids.append(blocks[low:high][positions - low] if link.kind != "state"
                        else np.full(positions.size, blocks[-1], dtype=np.int64))
         parts.append((which, ids[0], ids[1]))
