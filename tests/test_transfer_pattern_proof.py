@@ -191,3 +191,16 @@ def test_the_reference_executor_refuses_a_region_it_has_no_buffer_for() -> None:
     edited = program.model_copy(update={"rows": [row]})
     with pytest.raises(TransferCheckError, match="no buffer"):
         execute(edited, {}, {})
+
+
+def test_a_staging_region_is_exactly_what_its_areas_take() -> None:
+    """An executor allocates `staging_bytes`: one byte more or less than the areas take is
+    refused (more would let a staged pattern ask for any amount of memory)."""
+    pair = shared_small_pool()
+    staged = compile_staged(compile_transfer(pair.source, pair.destination), 2)
+    check_staged(staged, pair.source, pair.destination)
+    for change in (1, -1, 2**40):
+        sizes = [size + change for size in staged.staging_bytes]
+        with pytest.raises(TransferCheckError, match="staging"):
+            check_staged(staged.model_copy(update={"staging_bytes": sizes}), pair.source,
+                         pair.destination)

@@ -54,7 +54,7 @@ def prove_period(rows: Sequence[PatternRow], links: Sequence[PatternLink],
     blocks = tuple({table.name: table.num_blocks for table in listed} for listed in tables)
     rules = {pair.name: layer_rule(pair) for pair in pairs}
     written: dict[tuple[int, str], list[Written]] = {}
-    cache: dict[tuple[str, int], dict[str, Positions]] = {}
+    cache: dict[tuple[int, int, str, int], dict[str, Positions]] = {}
     for index, row in enumerate(rows):
         link = links[row.link]
         ranks = (row.src_rank, row.dst_rank)
@@ -66,7 +66,7 @@ def prove_period(rows: Sequence[PatternRow], links: Sequence[PatternLink],
         for number, (table, slot) in enumerate(((link.source_table, row.src_slot),
                                                 (link.destination_table, row.dst_slot))):
             side = list(sides[number])
-            key = (table, slot)
+            key = (number, ranks[number], table, slot)
             if key not in cache:
                 cache[key] = _only_block_zero(side[ranks[number]], table, slot)
             side[ranks[number]] = replace(side[ranks[number]], positions=cache[key])
