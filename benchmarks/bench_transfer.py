@@ -393,7 +393,8 @@ def pattern_pair(name: str, src: Instance, dst: Instance, tokens: int, repeat: i
           f"({made.bytes / 1e9:.2f} GB)")
     print(f"compile {1e3 * (compiled - started):.0f} ms + check_pattern "
           f"{1e3 * (proved - compiled):.0f} ms (once; {proof.rows} rows per period, "
-          f"{proof.links} links, {proof.token_counts} token counts, probes {proof.probes})")
+          f"{proof.links} links, {proof.token_counts} token counts and residues, "
+          f"{proof.boxes} boxes)")
     print(f"prepare (once): {prepared.entries[0]:,} + {prepared.entries[1]:,} prepared copies "
           f"(source + destination lists), {1e3 * (ready - before):.0f} ms")
     print(f"per request: {made.entries:,} entries (rows x blocks), {made.chunks:,} copies "

@@ -6,8 +6,9 @@ through the destination's own views, nothing else touched. Edited patterns are r
 check_pattern, bad requests by instantiate. Each pattern is also staged (a few blocks a
 round, so requests take several rounds), proved by check_staged, and each request's two
 phases, row by row and by the numpy rearrangement, leave the destination as the pattern's
-rows do; edited staged patterns are refused. HISPARSE_PATTERN_EXAMPLES sets the number of
-pairs (1,000 by default: the plans are small)."""
+rows do; edited staged patterns are refused. The pattern, the staged pattern, each request
+and each instantiated program survive their own JSON. HISPARSE_PATTERN_EXAMPLES sets the
+number of pairs (1,000 by default: the plans are small)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from hisparse_plan.exchange.transfer import (
     TransferCheckError,
+    TransferProgram,
     TransferRefused,
     TransferRequest,
     build_transfer,
@@ -100,12 +102,17 @@ def test_instances_of_a_proved_pattern_move_what_build_transfer_moves(
     assert not pair.refusal, f"expected a refusal ({sorted(pair.refusal)})"
     staged = compile_staged(pattern, data.draw(st.integers(1, 4), label="slots"))
     check_staged(staged, pair.source, pair.destination)
+    # Each survives its own JSON (a pattern cached at handshake is read back).
+    assert TransferPattern.model_validate_json(pattern.model_dump_json()) == pattern
+    assert StagedPattern.model_validate_json(staged.model_dump_json()) == staged
     if staged.pattern is not pattern:
         check_pattern(pattern, pair.source, pair.destination)
         event("staged: wide rows cut into chunks")
     for number, (request, firsts) in enumerate(_requests(pair, data)):
         program = pattern.instantiate(request).program()
         built = build_transfer(pair.source, pair.destination, request)
+        assert TransferRequest.model_validate_json(request.model_dump_json()) == request
+        assert TransferProgram.model_validate_json(program.model_dump_json()) == program
         reach = _reach(pair, firsts)
         source, start, expected, allowed = oracle(pair.source, pair.destination, request,
                                                   program, firsts, reach, pair.states)

@@ -45,8 +45,8 @@ def show_pattern(args: argparse.Namespace, src: Instance, dst: Instance) -> int:
         ("pattern rows (one period of each link)", str(len(pattern.rows))),
         ("compiled in", f"{(compiled - started) * 1e3:.1f} ms"),
         ("proved by check_pattern in", f"{(proved - compiled) * 1e3:.1f} ms "
-         f"({proof.token_counts} token counts, probe requests of {list(proof.probes)} "
-         "tokens)"),
+         f"({proof.token_counts} token counts and residues, {proof.boxes} boxes of one "
+         "period)"),
     ])
     out.line()
     out.table(

@@ -1,5 +1,5 @@
 """Posting a proved pattern with NIXL the way engines' connectors post (see
-docs/transfer.md#how-a-connector-uses-it): each region registered once (nixl_executor's
+docs/transfer.md#how-a-connector-uses-it): each region registered once (nixl_direct's
 endpoint), one prepared list per side at handshake, per request `make_prepped_xfer` with
 index arrays computed in numpy.
 
@@ -10,7 +10,7 @@ contiguous copies as Nx3 entries. Either way a request's indices name copies (NI
 strided entry's copies one by one): the copy `i` of row `t` at block `b` is `start[link] +
 b * per_block[link] + first[t] + i`. nixl-cu12 1.5.1 posts from both at the same cost per
 copy (measured interleaved, 158,720 copies: 12.3 and 11.9 ms of CPU); the strided list is
-the compact one. NIXL is imported with nixl_executor, never by the package."""
+the compact one. NIXL is imported with nixl_direct, never by the package."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Posting phase 1 of a staged transfer with NIXL (see docs/transfer.md#staged-transfers):
-each region registered once (nixl_executor's endpoint, the staging region among the
+each region registered once (nixl_direct's endpoint, the staging region among the
 destination's); per round, the request's (slab, block) -> (slab, slot) pairs joined in numpy
 into one descriptor per run of consecutive blocks wherever a slab is its whole block, so a
 round posts a few descriptors per run, built per round (a prepared list would index one
 entry per block and leave the joining to NIXL). The destination rearranges after NIXL's
 notification (rearrange.py, or the torch backend on a GPU). NIXL is imported with
-nixl_executor, never by the package."""
+nixl_direct, never by the package."""
 
 from __future__ import annotations
 

@@ -32,16 +32,23 @@ def _view(buffer: NDArray[np.uint8], offset: int, shape: tuple[int, ...],
     return as_strided(buffer[offset:], shape=shape, strides=strides, writeable=True)
 
 
+def _buffer(found: Buffers, rank: int, region: str) -> NDArray[np.uint8]:
+    buffer = found.get((rank, region))
+    if buffer is None:
+        raise TransferCheckError(f"rank {rank} has no buffer for region {region!r}")
+    return buffer
+
+
 def stage(round_: StagedRound, request: StagedRequest, source: Buffers, staging: Buffers
           ) -> int:
     """Phase 1 of a round; returns the copies made."""
     runs = round_.phase1.run_list()
     for slab_index, block, slot, size in runs:
         slab = request.staged.slabs[slab_index]
-        read = _view(source[(slab.src_rank, slab.src_region)],
+        read = _view(_buffer(source, slab.src_rank, slab.src_region),
                      slab.offset + block * slab.block_stride, (size, slab.length),
                      (slab.block_stride, 1))
-        write = _view(staging[(slab.dst_rank, STAGING_REGION)],
+        write = _view(_buffer(staging, slab.dst_rank, STAGING_REGION),
                       slab.staging_offset + slot * slab.length, (size, slab.length),
                       (slab.length, 1))
         np.copyto(write, read)
@@ -59,8 +66,8 @@ def rearrange(round_: StagedRound, request: StagedRequest, staging: Buffers,
     made = 0
     for index, part in moves.by_row():
         row = pattern.rows[index]
-        into = destination[(row.dst_rank, row.dst_region)]
-        read_from = staging[(row.dst_rank, STAGING_REGION)]
+        into = _buffer(destination, row.dst_rank, row.dst_region)
+        read_from = _buffer(staging, row.dst_rank, STAGING_REGION)
         src_stride = row.src_stride if row.count > 1 else row.length
         dst_stride = row.dst_stride if row.count > 1 else row.length
         if row.count * row.length >= LARGE_CHUNKS:

@@ -53,10 +53,20 @@ def _chunks(buffer: NDArray[np.uint8], offset: int, length: int, count: int, str
 
 
 def execute(program: TransferProgram, source: Buffers, destination: Buffers) -> None:
-    """Copy every row's chunks from `source` to `destination`."""
-    for row in program.rows:
-        read = _chunks(source[(row.src_rank, row.src_region)], row.src_offset, row.length,
-                       row.count, row.src_stride if row.count > 1 else row.length)
-        write = _chunks(destination[(row.dst_rank, row.dst_region)], row.dst_offset,
-                        row.length, row.count, row.dst_stride if row.count > 1 else row.length)
+    """Copy every row's chunks from `source` to `destination` (TransferCheckError for a row
+    whose region has no buffer, or whose bytes leave it)."""
+    for index, row in enumerate(program.rows):
+        read = _chunks(_buffer(source, row.src_rank, row.src_region, index), row.src_offset,
+                       row.length, row.count, row.src_stride if row.count > 1 else row.length)
+        write = _chunks(_buffer(destination, row.dst_rank, row.dst_region, index),
+                        row.dst_offset, row.length, row.count,
+                        row.dst_stride if row.count > 1 else row.length)
         write[...] = read
+
+
+def _buffer(found: Buffers, rank: int, region: str, index: int) -> NDArray[np.uint8]:
+    buffer = found.get((rank, region))
+    if buffer is None:
+        raise TransferCheckError(f"row {index}: rank {rank} has no buffer for region "
+                                 f"{region!r}", row=index)
+    return buffer

@@ -2,37 +2,37 @@
 instantiates a pattern to a sound, complete program (see
 docs/transfer.md#what-is-proved-once-what-per-request).
 
-A request changes a pattern in two ways only, and each is proved once:
-- which rows of which periods it selects (`selected_units` of `num_tokens`): checked for
-  every `num_tokens` up to where the rules repeat (a window, a chunk and two periods past
-  them), against what the destination needs, computed here: the units it attends to, all
-  within the request's own blocks on both sides, every row of a period wholly in or out;
-- the block ids: a row is affine in its block id on each side, and so is each plan's
-  address of a logical byte; a row proved at two requests whose ids differ at every
-  position (the pool's lowest ids, then its highest, in reverse) has each side's block
-  stride right and stays in its region for every id between. Each row lies in one block of
-  each side (its units within one block), so rows of other periods, at other blocks, never
-  meet it, and distinct block ids keep them apart.
-Those two probe requests (each at least one period of every link, and past every window or
-chunk where the pools hold it) are proved with check_transfer's own decoding: each row reads
-and writes the same logical bytes, the rows share no byte and cover every unit, head and
-byte each layer needs on each destination rank. The cost grows with rows per period (and the
-window in blocks), never with a request's blocks or tokens.
+A request changes a pattern in two ways only, and each is proved once for all requests:
+- the block ids: every row is proved at block id 0 with check_transfer's own decoding and
+  its block stride against the plans' own (check_period): at any id it moves the same
+  logical bytes of that block, inside its region up to the table's last id, so neither the
+  ids nor the pool's size matter. Over one period, each destination rank's rows of each
+  layer tile the period's units, heads and row bytes exactly, each row within its units;
+- which rows of which periods it selects (`selected_units` of `num_tokens`): the start
+  depends only on the first unit the destination needs modulo the period, the stop only on
+  `num_tokens` modulo it, so every residue of each is checked (and every `num_tokens` up to
+  where the rules repeat: a window, a chunk and two periods past them): the selection
+  covers what the destination needs, starts in the block of its first unit and stops
+  within the request's own blocks on both sides, and cuts no row (a block boundary on one
+  side at least). A selection of whole rows of a tiled period then writes each needed
+  byte exactly once.
+The cost grows with rows per period and the period's units, never with a request's blocks
+or tokens, nor with a pool's blocks. What only a request can say (its ids: enough of them,
+each a block of its pool, none twice, none in two tables of one pool) `instantiate` checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import lcm
 
 from hisparse_plan.exchange.transfer.errors import TransferCheckError
 from hisparse_plan.exchange.transfer.facts.side import Instance, as_instance
+from hisparse_plan.exchange.transfer.pattern.check_period import layer_rule, prove_period
 from hisparse_plan.exchange.transfer.pattern.parts import PatternLink, PatternTable
 from hisparse_plan.exchange.transfer.pattern.transfer_pattern import TransferPattern
-from hisparse_plan.exchange.transfer.program.match import LayerPair, match_layers
-from hisparse_plan.exchange.transfer.program.transfer_program import TransferRequest
-from hisparse_plan.exchange.transfer.proof.check import check_transfer
+from hisparse_plan.exchange.transfer.program.match import match_layers
+from hisparse_plan.exchange.transfer.program.units import chunk_start, window_start
 from hisparse_plan.models.any_plan import Plan
 
 
@@ -41,23 +41,21 @@ class PatternProof:
     rows: int
     links: int
     token_counts: int
-    """num_tokens values whose selection was checked."""
-    probes: tuple[int, ...]
-    """num_tokens of the probe requests proved with check_transfer."""
+    """num_tokens values and residues whose selection was checked."""
+    boxes: int
+    """Logical boxes one period's rows were proved to write (disjoint, complete)."""
 
 
 def check_pattern(pattern: TransferPattern, source: Instance | Plan | Sequence[Plan],
                   destination: Instance | Plan | Sequence[Plan]) -> PatternProof:
     """Prove `pattern` (module doc), or raise TransferCheckError naming what is wrong."""
-    from hisparse_plan.exchange.transfer.pattern.instance import selected_units
-
     src, dst = as_instance(source), as_instance(destination)
     pairs = match_layers(src, dst)
     _same_tables(pattern, src, dst)
     if list(pattern.layers) != [pair.name for pair in pairs]:
         raise TransferCheckError(f"the pattern moves layers {list(pattern.layers)[:4]}...; "
                                  f"the plans pair {[p.name for p in pairs][:4]}...")
-    expected = {pair.name: _link(pair) for pair in pairs}
+    expected = {pair.name: layer_rule(pair) for pair in pairs}
     for link in pattern.links:
         if link not in expected.values():
             raise TransferCheckError(f"link {link.source_table!r} -> "
@@ -69,34 +67,34 @@ def check_pattern(pattern: TransferPattern, source: Instance | Plan | Sequence[P
         if row.layer not in expected or pattern.links[row.link] != expected[row.layer]:
             raise TransferCheckError(f"row {index}: its link is not layer {row.layer!r}'s "
                                      "rule", row=index)
+    counts = sum(_selections(link) for link in pattern.links)
+    boxes = prove_period(pattern.rows, pattern.links,
+                         (pattern.source_tables, pattern.destination_tables),
+                         (pattern.source, pattern.destination), pairs, src, dst)
+    return PatternProof(len(pattern.rows), len(pattern.links), counts, boxes)
+
+
+def _selections(link: PatternLink) -> int:
+    """Check the link's selection for every residue (module doc); returns the cases."""
+    from hisparse_plan.exchange.transfer.pattern.instance import selected_units, start_unit
+
+    def fault(tokens: int, reason: str | None) -> None:
+        if reason is not None:
+            raise TransferCheckError(f"link {link.source_table!r} -> "
+                                     f"{link.destination_table!r}, {tokens} tokens: {reason}")
+
     counts = 0
-    for link in pattern.links:
-        horizon = (link.window or 0) + (link.chunk or 0) + 2 * link.period * max(
-            link.tokens_per_unit, 1) + 1
-        for num_tokens in range(1, horizon + 1):
-            reason = _selection_fault(link, num_tokens, selected_units(link, num_tokens))
-            if reason is not None:
-                raise TransferCheckError(f"link {link.source_table!r} -> "
-                                         f"{link.destination_table!r}, {num_tokens} tokens: "
-                                         f"{reason}")
+    horizon = (link.window or 0) + (link.chunk or 0) + 2 * link.period * max(
+        link.tokens_per_unit, 1) + 1
+    for num_tokens in range(1, horizon + 1):
+        fault(num_tokens, _selection_fault(link, num_tokens, selected_units(link, num_tokens)))
+        counts += 1
+    if link.kind == "tokens":
+        # Every first unit a window or chunk may need: one of each residue of the period.
+        for first in range(link.period):
+            fault(first, _start_fault(link, first, start_unit(link, first)))
             counts += 1
-    probes = _probe_tokens(pattern)
-    for number, tokens in enumerate(probes):
-        request = _probe(pattern, tokens, high=number % 2 == 1)
-        check_transfer(pattern.instantiate(request).program(), src, dst)
-    return PatternProof(len(pattern.rows), len(pattern.links), counts, tuple(probes))
-
-
-def _link(pair: LayerPair) -> PatternLink:
-    """The rule the plans give a layer, read here from the pair's facts."""
-    src, dst = pair.source, pair.destination
-    units = (1, 1) if src.kind == "state" else (src.units_per_block, dst.units_per_block)
-    tokens = src.kind == "tokens"
-    chunk = src.chunk if src.chunk is not None else dst.chunk
-    return PatternLink(source_table=src.table, destination_table=dst.table, kind=src.kind,
-                       source_units=units[0], destination_units=units[1],
-                       period=lcm(*units), tokens_per_unit=src.tokens_per_unit,
-                       window=pair.window if tokens else None, chunk=chunk if tokens else None)
+    return counts
 
 
 def _same_tables(pattern: TransferPattern, src: Instance, dst: Instance) -> None:
@@ -151,74 +149,34 @@ def _selection_fault(link: PatternLink, tokens: int, selected: tuple[int, int]) 
         return None if selected == (0, 1) else f"selects {selected}, not the one state"
     if link.kind == "pages":
         need = _ceil(tokens, link.tokens_per_unit)
-        return None if selected == (0, need) else f"selects pages {selected}, needs 0..{need}"
-    first = 0 if link.window is None else max(0, tokens - link.window)
+        if selected != (0, need):
+            return f"selects pages {selected}, needs 0..{need}"
+        return _stop_fault(link, need, stop, need)
+    first = window_start(tokens, link.window)
     if link.chunk is not None:
-        first = max(first, tokens - (tokens % link.chunk))
-    ends = []
-    for units in (link.source_units, link.destination_units):
-        held = _ceil(tokens, units)  # the blocks a request of `tokens` holds
-        if start > first or start // units != first // units:
-            return f"starts at unit {start}, outside the block of unit {first}"
-        if stop < tokens or _ceil(stop, units) > held:
-            return f"stops at unit {stop}: not all {tokens} tokens, or past its {held} blocks"
-        ends.append((start % units == 0, stop % units == 0))
-    if not (ends[0][0] or ends[1][0]) or not (ends[0][1] or ends[1][1]):
-        return f"units {start}..{stop} cut a row of the period"
+        first = max(first, chunk_start(tokens, link.chunk))
+    return _start_fault(link, first, start) or _stop_fault(link, tokens, stop, tokens)
+
+
+def _start_fault(link: PatternLink, first: int, start: int) -> str | None:
+    """Why a selection from unit `start` is wrong for a first needed unit `first`: after it,
+    in an earlier block than its own on a side (ids a request need not give), or cutting a
+    row (a block start on one side at least)."""
+    units = (link.source_units, link.destination_units)
+    if start > first or any(start // u != first // u for u in units):
+        return f"starts at unit {start}, outside the block of unit {first}"
+    if all(start % u for u in units):
+        return f"starts at unit {start}, cutting a row of the period"
     return None
 
 
-def _probe_tokens(pattern: TransferPattern) -> list[int]:
-    """Two requests of one period of every link (or of all the pools hold, if less); two
-    more past every window and chunk where the pools hold them."""
-    period = 1
-    reach = 0
-    for link in pattern.links:
-        period = lcm(period, link.period * max(link.tokens_per_unit, 1))
-        reach = max(reach, (link.window or 0) + (link.chunk or 0))
-    found = [period, period]
-    longer = _ceil(reach + period, period) * period
-    if reach and longer <= _capacity(pattern):
-        found += [longer, longer]
-    # Pools smaller than a period: every request the pools admit is at most their capacity,
-    # and a request of that many tokens selects every row any of them selects.
-    capacity = max(_capacity(pattern), 1)
-    return [tokens for tokens in found if tokens <= capacity] or [capacity, capacity]
-
-
-def _capacity(pattern: TransferPattern) -> int:
-    """Tokens every table can give blocks for at once (_probe gives tables of one size of
-    pool ids apart, as tables of one pool need)."""
-    fewest = None
-    for tables in (pattern.source_tables, pattern.destination_tables):
-        for table in tables:
-            if table.state:
-                continue
-            sharing = sum(1 for other in tables
-                          if other.num_blocks == table.num_blocks and not other.state)
-            tokens = (table.num_blocks - table.padding_blocks) // sharing * table.block_tokens
-            fewest = tokens if fewest is None else min(fewest, tokens)
-    return 2**40 if fewest is None else fewest
-
-
-def _probe(pattern: TransferPattern, tokens: int, *, high: bool) -> TransferRequest:
-    """Blocks for every table: the lowest ids in order, or the highest in reverse (tables
-    with pools of one size take ids apart: those that share a pool must)."""
-    blocks = []
-    for tables in (pattern.source_tables, pattern.destination_tables):
-        found: dict[str, list[int]] = {}
-        taken: dict[int, int] = {}
-        for table in tables:
-            count = 1 if table.state else _ceil(tokens, table.block_tokens)
-            used = taken.get(table.num_blocks, 0)
-            if high:
-                ids = list(range(table.num_blocks - 1 - used, table.num_blocks - 1 - used
-                                 - count, -1))
-            else:
-                ids = list(range(table.padding_blocks + used,
-                                 table.padding_blocks + used + count))
-            taken[table.num_blocks] = used + count
-            found[table.name] = ids
-        blocks.append(found)
-    return TransferRequest(num_tokens=tokens, source_blocks=blocks[0],
-                           destination_blocks=blocks[1])
+def _stop_fault(link: PatternLink, held_units: int, stop: int, need: int) -> str | None:
+    """Why a selection up to unit `stop` is wrong for a request holding `held_units` units
+    and needing `need`: short of them, past its last block on a side, or cutting a row."""
+    units = (link.source_units, link.destination_units)
+    held = [_ceil(held_units, u) for u in units]
+    if stop < need or any(_ceil(stop, u) > h for u, h in zip(units, held, strict=True)):
+        return f"stops at unit {stop}: not all {need} units, or past its {held} blocks"
+    if all(stop % u for u in units):
+        return f"stops at unit {stop}, cutting a row of the period"
+    return None

@@ -8,7 +8,8 @@ docs/transfer.md#staged-transfers). On top of check_pattern's proof of the rows:
   other links, or of one link and one block of its period) read disjoint bytes of it: a
   staged byte is read at most once;
 - each slab's staging area (`slots` blocks) lies in its destination rank's staging region,
-  apart from every other slab's: a staging byte is written at most once a round.
+  apart from every other slab's: a staging byte is written at most once a round; each
+  rank's staging region is exactly what its areas take (an executor allocates it).
 So phase 2, reading `staging_offset + slot * length + (src_offset - offset)` for the block in
 `slot`, reads what the direct row reads at that block: the two phases move what check_pattern
 proved, and nothing else is written. The cost grows with rows per period, never with blocks.
@@ -175,6 +176,11 @@ def _areas_apart(staged: StagedPattern) -> None:
             raise TransferCheckError(f"slab {number}: its staging area ends at byte {end}, "
                                      "past its destination rank's staging region")
         by_rank.setdefault(slab.dst_rank, []).append((slab.staging_offset, end, number))
+    for rank, size in enumerate(staged.staging_bytes):
+        end = max((area[1] for area in by_rank.get(rank, ())), default=0)
+        if size != end:
+            raise TransferCheckError(f"staging_bytes[{rank}]: {size}; its slabs' areas take "
+                                     f"{end} (the region an executor allocates)")
     for areas in by_rank.values():
         areas.sort()
         for (_, end, first), (start, _, second) in pairwise(areas):

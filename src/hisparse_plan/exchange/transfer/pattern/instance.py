@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse_plan.exchange.transfer.errors import TransferRefused
+from hisparse_plan.exchange.transfer.errors import TransferCheckError, TransferRefused
 from hisparse_plan.exchange.transfer.pattern.parts import PatternLink, PatternRow, PatternTable
 from hisparse_plan.exchange.transfer.program.transfer_program import (
     RankRegions,
@@ -35,8 +35,11 @@ class LinkArrays:
     dst_slot: Ints
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PatternArrays:
+    """A pattern's rows as numpy columns, cached on the pattern (compared by identity, so
+    that two patterns compare by their fields whether or not a request made them)."""
+
     links: tuple[LinkArrays, ...]
     src_offset: Ints
     src_block_stride: Ints
@@ -92,10 +95,9 @@ def ceil_div(a: int, b: int) -> int:
 def selected_units(link: PatternLink, num_tokens: int) -> tuple[int, int]:
     """[start, stop) of the units the link's rows move for `num_tokens`: both block-aligned
     on one side at least, so every row of a period is wholly in or out. A window or chunk
-    starts at the later of the two sides' block starts at or before its first unit, so no
-    block before the one holding that unit is read or written; the stop is where the
-    shorter of the two last blocks ends (vllm's and SGLang's last block holds the request's
-    last token; bytes past it stay in the request's own blocks)."""
+    starts at `start_unit` of its first unit; the stop is where the shorter of the two last
+    blocks ends (vllm's and SGLang's last block holds the request's last token; bytes past
+    it stay in the request's own blocks)."""
     if link.kind == "state":
         return 0, 1
     if link.kind == "pages":
@@ -106,8 +108,16 @@ def selected_units(link: PatternLink, num_tokens: int) -> tuple[int, int]:
     if link.chunk is not None:
         first = max(first, num_tokens // link.chunk * link.chunk)
     src, dst = link.source_units, link.destination_units
-    start = max(first // src * src, first // dst * dst)
-    return start, min(ceil_div(num_tokens, src) * src, ceil_div(num_tokens, dst) * dst)
+    return start_unit(link, first), min(ceil_div(num_tokens, src) * src,
+                                        ceil_div(num_tokens, dst) * dst)
+
+
+def start_unit(link: PatternLink, first: int) -> int:
+    """Where a selection whose first needed unit is `first` starts: the later of the two
+    sides' block starts at or before it, so no block before the one holding that unit is
+    read or written."""
+    src, dst = link.source_units, link.destination_units
+    return max(first // src * src, first // dst * dst)
 
 
 @dataclass(frozen=True)
@@ -162,31 +172,33 @@ class Instantiated:
 
 def instantiate(pattern: PatternShape, request: TransferRequest) -> Instantiated:
     """See TransferPattern.instantiate."""
-    arrays = pattern.arrays
     given = {"source": _given(pattern, request, "source"),
              "destination": _given(pattern, request, "destination")}
+    selections = [_selection(link, request.num_tokens, given) for link in pattern.links]
+    arrays = pattern.arrays  # sized by the pattern, after every table has its ids
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     parts: list[tuple[Ints, Ints, Ints]] = []
-    for link, columns in zip(pattern.links, arrays.links, strict=True):
-        start, stop = selected_units(link, request.num_tokens)
+    for link, columns, (start, stop, ranges) in zip(pattern.links, arrays.links, selections,
+                                                   strict=True):
         period = link.period
         periods = np.arange(start // period, ceil_div(stop, period), dtype=np.int64)
         units = periods[:, None] * period + columns.unit_start[None, :]
         keep = (units >= start) & (units < stop)
         which = np.broadcast_to(columns.rows[None, :], keep.shape)[keep]
         ids = []
-        for side, table, units_per_block, slots in (
+        for (side, table, units_per_block, slots), (low, high) in zip((
                 ("source", link.source_table, link.source_units, columns.src_slot),
                 ("destination", link.destination_table, link.destination_units,
-                 columns.dst_slot)):
-            blocks = _enough(side, table, given[side].get(table), 1)
-            if link.kind == "state":
-                low, high = blocks.size - 1, blocks.size
-            else:
-                low, high = start // units_per_block, ceil_div(stop, units_per_block)
-            _enough(side, table, blocks, high)
+                 columns.dst_slot)), ranges, strict=True):
+            blocks = given[side][table]
             spans.setdefault((side, table), []).append((low, high))
             positions = (periods[:, None] * (period // units_per_block) + slots[None, :])[keep]
+            if link.kind != "state" and positions.size and (
+                    int(positions.min()) < low or int(positions.max()) >= high):
+                # Only a pattern check_pattern has not proved gets here.
+                raise TransferCheckError(f"link {link.source_table!r} -> "
+                                         f"{link.destination_table!r}: its rows read {side} "
+                                         f"positions outside {low}..{high - 1}")
             ids.append(blocks[low:high][positions - low] if link.kind != "state"
                        else np.full(positions.size, blocks[-1], dtype=np.int64))
         parts.append((which, ids[0], ids[1]))
@@ -196,6 +208,26 @@ def instantiate(pattern: PatternShape, request: TransferRequest) -> Instantiated
                         np.concatenate([p[0] for p in parts]) if parts else empty,
                         np.concatenate([p[1] for p in parts]) if parts else empty,
                         np.concatenate([p[2] for p in parts]) if parts else empty)
+
+
+def _selection(link: PatternLink, num_tokens: int, given: dict[str, dict[str, Ints]]
+               ) -> tuple[int, int, list[tuple[int, int]]]:
+    """The link's selected units and, per side, the positions [low, high) of the table's ids
+    they read, the request giving that many ids (checked before any array is sized: a
+    request's num_tokens is bounded by what its ids hold)."""
+    start, stop = selected_units(link, num_tokens)
+    ranges = []
+    for side, table, units_per_block in (
+            ("source", link.source_table, link.source_units),
+            ("destination", link.destination_table, link.destination_units)):
+        blocks = _enough(side, table, given[side].get(table), 1)
+        if link.kind == "state":
+            low, high = blocks.size - 1, blocks.size
+        else:
+            low, high = start // units_per_block, ceil_div(stop, units_per_block)
+        _enough(side, table, blocks, high)
+        ranges.append((low, high))
+    return start, stop, ranges
 
 
 def _given(pattern: PatternShape, request: TransferRequest, side: str) -> dict[str, Ints]:

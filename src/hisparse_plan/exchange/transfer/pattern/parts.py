@@ -6,12 +6,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from hisparse_plan.exchange.transfer.program.transfer_program import Rank
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 
 Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+def _array_as_tuple(value: object) -> object:
+    """A JSON array read back as the tuple it was dumped from (the models are strict, and
+    JSON text is read as Python lists first)."""
+    return tuple(value) if type(value) is list else value
+
+
+SharedTables = Annotated[tuple[str, str, str], BeforeValidator(_array_as_tuple)]
+"""(side, table, table): two tables of one side whose layers share a region."""
 
 
 class PatternTable(Model):

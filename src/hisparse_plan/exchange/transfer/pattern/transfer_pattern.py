@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal
 
 from pydantic import Field
 
-from hisparse_plan.exchange.transfer.pattern.parts import PatternLink, PatternRow, PatternTable
+from hisparse_plan.exchange.transfer.pattern.parts import (
+    PatternLink,
+    PatternRow,
+    PatternTable,
+    SharedTables,
+)
 from hisparse_plan.exchange.transfer.program.transfer_program import RankRegions, TransferRequest
 from hisparse_plan.models.base import READ_ONLY, Model
 
@@ -40,7 +45,7 @@ class TransferPattern(Model):
     destination: Annotated[list[RankRegions], Field(min_length=1), READ_ONLY]
     source_tables: Annotated[list[PatternTable], READ_ONLY]
     destination_tables: Annotated[list[PatternTable], READ_ONLY]
-    shared: Annotated[list[tuple[str, str, str]], READ_ONLY] = Field(
+    shared: Annotated[list[SharedTables], READ_ONLY] = Field(
         description="(side, table, table): two tables of one side whose layers share a "
         "region (vLLM's groups over one pool), so a request gives them other blocks.")
     layers: Annotated[list[str], READ_ONLY]

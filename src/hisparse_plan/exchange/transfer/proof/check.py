@@ -69,7 +69,7 @@ def check_transfer(
     boxes = 0
     for index, row in enumerate(program.rows):
         frame = frames[row.dst_rank] if row.dst_rank < len(frames) else None
-        for reading in _row(index, row, src_sides, dst_sides, frame):
+        for _, reading in row_readings(index, row, src_sides, dst_sides, frame):
             for box in reading.boxes:
                 for layer in reading.pattern.layers[box.layers[0]:box.layers[1]]:
                     written.setdefault((row.dst_rank, layer), []).append(
@@ -77,7 +77,8 @@ def check_transfer(
                     boxes += 1
     for pair in pairs:
         for rank in dst.group(pair.name):
-            _complete(pair, rank, dst, written.get((rank, pair.name), []), num_tokens)
+            complete(pair, rank, dst, written.get((rank, pair.name), []),
+                     required_units(pair, num_tokens))
     return TransferProof(len(program.rows), program.bytes, len(pairs), boxes)
 
 
@@ -92,7 +93,10 @@ def _same_ranks(program: TransferProgram, src: Instance, dst: Instance) -> None:
         for rank, (listed, plan) in enumerate(zip(ranks, side.plans, strict=True)):
             theirs = {(r.name, r.size, r.location) for r in listed.regions}
             ours = set(region_sizes(plan))
-            if listed.rank != rank or theirs != ours:
+            if listed.rank != rank:
+                raise TransferCheckError(f"the program's {what} rank {rank} is listed as rank "
+                                         f"{listed.rank}")
+            if theirs != ours:
                 missing = sorted(ours ^ theirs)[0]
                 raise TransferCheckError(
                     f"the program's {what} rank {rank} lists other regions than its plan "
@@ -102,6 +106,34 @@ def _same_ranks(program: TransferProgram, src: Instance, dst: Instance) -> None:
 def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
            num_tokens: int, is_source: bool) -> list[Side]:
     """Each rank's patterns, region sizes and the request's block positions per table."""
+    placed = rank_patterns(side, pairs)
+    states = {p.table for rank in placed for found in rank.values() for p in found if p.state}
+    spans: dict[str, tuple[int, int]] = {}
+    for pair in pairs:
+        layer = pair.source if is_source else pair.destination
+        first, stop = needed_units(pair, num_tokens)
+        per_block = layer.units_per_block
+        low, high = first // per_block, ceil_div(stop, per_block)
+        known = spans.get(layer.table)
+        spans[layer.table] = (low, high) if known is None else (
+            min(known[0], low), max(known[1], high))
+    positions: dict[str, Positions] = {}
+    for table, (low, high) in spans.items():
+        ids = list(given.get(table, ()))
+        if table in states:
+            ids, low, high = ids[-1:], 0, 1
+        positions[table] = Positions.of(ids[:high], low)
+    what = "source" if is_source else "destination"
+    sides = []
+    for plan, found in zip(side.plans, placed, strict=True):
+        _tables_apart(found, positions, what)
+        sides.append(rank_side(plan, found, positions))
+    return sides
+
+
+def rank_patterns(side: Instance, pairs: list[LayerPair]) -> list[dict[str, list[ByteLayout]]]:
+    """Each rank's patterns of the paired layers, by region (a state between TP sizes as its
+    pieces of the full state)."""
     wanted = {pair.name for pair in pairs}
     splits = {pair.name: pair.states for pair in pairs if pair.states is not None}
     found = []
@@ -120,29 +152,14 @@ def _sides(side: Instance, pairs: list[LayerPair], given: dict[str, list[int]],
             return (state_pieces(shape, size // max(1, prod(shape)), split[index],
                                  *side.tp_rank(name, rank)), split[index].size)
         found.append(patterns(plan, wanted, origin, pieces))
-    states = {p.table for rank in found for placed in rank.values() for p in placed if p.state}
-    spans: dict[str, tuple[int, int]] = {}
-    for pair in pairs:
-        layer = pair.source if is_source else pair.destination
-        first, stop = needed_units(pair, num_tokens)
-        per_block = layer.units_per_block
-        low, high = first // per_block, ceil_div(stop, per_block)
-        known = spans.get(layer.table)
-        spans[layer.table] = (low, high) if known is None else (
-            min(known[0], low), max(known[1], high))
-    positions: dict[str, Positions] = {}
-    for table, (low, high) in spans.items():
-        ids = list(given.get(table, ()))
-        if table in states:
-            ids, low, high = ids[-1:], 0, 1
-        positions[table] = Positions.of(ids[:high], low)
-    what = "source" if is_source else "destination"
-    sides = []
-    for plan, placed in zip(side.plans, found, strict=True):
-        _tables_apart(placed, positions, what)
-        sizes = {name: size for name, size, _ in region_sizes(plan)}
-        sides.append(Side.of(placed, sizes, positions))
-    return sides
+    return found
+
+
+def rank_side(plan: Plan, found: dict[str, list[ByteLayout]],
+              positions: dict[str, Positions]) -> Side:
+    """One rank as check_transfer reads it: its patterns, region sizes and block positions."""
+    sizes = {name: size for name, size, _ in region_sizes(plan)}
+    return Side.of(found, sizes, positions)
 
 
 def _tables_apart(found: dict[str, list[ByteLayout]], positions: dict[str, Positions],
@@ -161,11 +178,12 @@ def _tables_apart(found: dict[str, list[ByteLayout]], positions: dict[str, Posit
                         "written twice")
 
 
-def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Side],
-         frame: Frame | None) -> list[Reading]:
-    """The row's readings: one, or one per piece where its chunks run through several
-    tensors (a block-outermost slab: each tensor's layers are one piece). The source is read
-    in the destination rank's units (`frame`: a DCP rank's own positions)."""
+def row_readings(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Side],
+                 frame: Frame | None = None) -> list[tuple[Reading, Reading]]:
+    """The row's (source, destination) readings, proved to move the same logical bytes: one,
+    or one per piece where its chunks run through several tensors (a block-outermost slab:
+    each tensor's layers are one piece). The source is read in the destination rank's units
+    (`frame`: a DCP rank's own positions)."""
     src = _side(index, "source", src_sides, row.src_rank, row.src_region, row.src_offset,
                 row.src_stride, row)
     dst = _side(index, "destination", dst_sides, row.dst_rank, row.dst_region, row.dst_offset,
@@ -176,7 +194,7 @@ def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Si
                   row.layer)]
     if isinstance(whole[0], Reading) and isinstance(whole[1], Reading):
         _same(index, row, whole[0], whole[1])
-        return [whole[1]]
+        return [(whole[0], whole[1])]
     cuts = sorted(set(_cuts(src, row.src_region, row.src_offset, row.length))
                   | set(_cuts(dst, row.dst_region, row.dst_offset, row.length)))
     if len(cuts) < 2:
@@ -184,7 +202,7 @@ def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Si
                                                     strict=True) if isinstance(r, str))
         raise TransferCheckError(f"row {index} ({what}): {reason}", row=index,
                                  layer=row.layer)
-    readings: list[Reading] = []
+    readings: list[tuple[Reading, Reading]] = []
     start = 0
     for stop in cuts:
         pieces = [read(side, region, offset + start, stop - start, row.count, stride, "",
@@ -199,7 +217,7 @@ def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Si
                                          f"{piece}", row=index, layer=row.layer)
         if isinstance(ours, Reading) and isinstance(theirs, Reading):
             _same(index, row, ours, theirs)
-            readings.append(theirs)
+            readings.append((ours, theirs))
         start = stop
     return readings
 
@@ -245,9 +263,9 @@ def _same(index: int, row: TransferRow, source: Reading, destination: Reading) -
         raise TransferCheckError(f"row {index}: {reason}", row=index, layer=row.layer)
 
 
-def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
-              num_tokens: int) -> None:
-    """The rank's boxes of the layer share no byte and cover all it needs."""
+def complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
+             units: tuple[int, int]) -> None:
+    """The rank's boxes of the layer share no byte and cover all it needs of `units`."""
     layer = dst.facts[rank].layers[pair.name]
     clash = first_overlap(boxes)
     if clash is not None:
@@ -255,7 +273,6 @@ def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
             f"rows {clash[0].index} and {clash[1].index} both write layer {pair.name!r} "
             f"units {max(clash[0].units[0], clash[1].units[0])}.. on destination rank {rank}",
             row=clash[1].index, layer=pair.name)
-    units = required_units(pair, num_tokens)
     if layer.shard is not None:  # a DCP rank: its own units of those the layer needs
         units = (layer.shard.held(units[0]), layer.shard.held(units[1]))
     if pair.states is not None:
