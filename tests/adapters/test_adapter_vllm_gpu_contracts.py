@@ -1,6 +1,7 @@
-"""The builder plugged into vLLM 0.34 refuses, while vLLM plans, a placement the kernels of the
+"""The kernels' stride rules inside vLLM 0.34. The builder plugged into vLLM refuses, while vLLM plans, a placement the kernels of the
 backends vLLM selected would assert against (vllm#55431), instead of handing vLLM a KV cache
-config its workers crash on; it holds the same placement where the backend reads pages.
+config its workers crash on; it holds the same placement where the backend reads pages. And
+`request_from_vllm` names the GPU vLLM's platform reports, so `plan()` holds its kernels' rules.
 
 vLLM's planner runs on CPU on a real `VllmConfig` (see `vllm_support`), for DeepSeek-V3.2
 (fp8_ds_mla, 64-token blocks, no HiSparse) asked for BLNHC, a layout vLLM 0.34 accepts. One
@@ -24,7 +25,7 @@ import pytest
 pytest.importorskip("vllm")
 
 import hisparse_plan as hp
-from hisparse_plan.adapters.vllm import BUILDER_QUALNAME
+from hisparse_plan.adapters.vllm import BUILDER_QUALNAME, request_from_vllm
 from hisparse_plan.models import KVCacheLayout
 from hisparse_plan.presets import Settings, build_request, load_preset
 from support import vllm_support as vs
@@ -151,3 +152,15 @@ def test_the_worker_profiling_call_is_refused_too() -> None:
         with pytest.raises(hp.PlanError, match="3076352 bytes is not a multiple of 656"):
             builder.HisparsePlanKVCacheConfigBuilder().get_kv_cache_config_from_groups(
                 inputs.config, groups, 1)
+
+
+def test_request_from_vllm_names_the_platforms_gpu(cuda: Any) -> None:
+    inputs = v32_inputs(KVCacheLayout.BLNHC)
+    request = request_from_vllm(inputs.specs, inputs.config, inputs.available_bytes)
+    assert request.device.compute_capability is None  # vLLM's CPU platform: no GPU
+    hp.plan(request)
+    cuda(12, 0)
+    request = request_from_vllm(inputs.specs, inputs.config, inputs.available_bytes)
+    assert request.device.compute_capability == (12, 0)
+    with pytest.raises(hp.PlanError, match="3076352 bytes is not a multiple of 656 bytes"):
+        hp.plan(request)
