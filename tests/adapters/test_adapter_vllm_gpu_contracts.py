@@ -1,7 +1,8 @@
-"""The kernels' stride rules inside vLLM 0.34. The builder plugged into vLLM refuses, while vLLM plans, a placement the kernels of the
-backends vLLM selected would assert against (vllm#55431), instead of handing vLLM a KV cache
-config its workers crash on; it holds the same placement where the backend reads pages. And
-`request_from_vllm` names the GPU vLLM's platform reports, so `plan()` holds its kernels' rules.
+"""The kernels' stride rules inside vLLM 0.34. The builder plugged into vLLM refuses, while
+vLLM plans, a placement the kernels of the backends vLLM selected would assert against
+(vllm#55431), instead of handing vLLM a KV cache config its workers crash on; it holds the same
+placement where the backend reads pages. And `request_from_vllm` names the GPU vLLM's platform
+reports, so `plan()` holds the plan to its kernels' rules.
 
 vLLM's planner runs on CPU on a real `VllmConfig` (see `vllm_support`), for DeepSeek-V3.2
 (fp8_ds_mla, 64-token blocks, no HiSparse) asked for BLNHC, a layout vLLM 0.34 accepts. One

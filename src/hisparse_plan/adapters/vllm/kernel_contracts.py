@@ -1,8 +1,8 @@
 """The kernels' stride rules (targets/vllm/platform/contracts.py) applied by the builder to the
-tensors it places, with the backends vLLM selected for the layers: a placement a kernel would
-assert against is refused while vLLM plans, before it allocates the KV cache, instead of
-`MLAAttention.bind_kv_cache` (vllm/model_executor/layers/attention/mla_attention.py) asserting
-in every worker and the engine restarting into the same assert (vllm#55431).
+tensors it places, with the backends vLLM selected for the layers: a placement that one of
+their kernels would trip on is refused while vLLM plans, before it allocates the KV cache, not
+left to `MLAAttention.bind_kv_cache` (vllm/model_executor/layers/attention/mla_attention.py),
+whose check fails in every worker, the engine restarting into it again (vllm#55431).
 
 Which backends (what the builder's call can reach of vLLM's objects):
 - each layer's own, where vLLM registered the model's attention layers in this process
