@@ -74,3 +74,14 @@ def test_with_the_kv_cache_bytes_given_the_weights_need_not_fit(cli: Run) -> Non
     assert "leaves no KV cache" in err
     assert layout(cli, "deepseek-v3.2", "--gpu", "h100") == "BLHNC"
     assert layout(cli, "deepseek-v3.2", "--gpu", "h100", "--no-hisparse") == "LBNHC"
+
+
+def test_the_gpu_goes_with_the_request_so_explain_holds_its_kernels_too(cli: Run) -> None:
+    """`explain` plans the request alone: it refuses what the --gpu's kernel would misread
+    because the request names that GPU (device.compute_capability)."""
+    argv = ("deepseek-v3.2", "--no-hisparse", "--layout", "BLNHC", "--kv-cache-memory", "60GiB")
+    code, _, err = cli("explain", *argv, "--gpu", "rtx-pro-6000")
+    assert code != 0
+    assert "block stride 3076352 bytes is not a multiple of 656 bytes" in err
+    code, _, err = cli("explain", *argv, "--gpu", "h200")  # FlashMLA reads 64-token pages
+    assert code == 0, err

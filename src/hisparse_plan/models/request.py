@@ -106,6 +106,15 @@ class DeviceConfig(Model):
         description="One entry per stage, in order; replaces available_bytes (see "
         "docs/planning-rules.md#requests).",
     )
+    compute_capability: Annotated[
+        tuple[PositiveInt, Annotated[int, Field(ge=0, le=9)]], Field(strict=False)
+    ] | None = Field(
+        default=None,
+        description="The CUDA compute capability [major, minor] of the GPU vLLM runs on: the "
+        "plan is held to the stride rules of the kernels of the backends vLLM 0.34 selects "
+        "there; null: to the rules every GPU's backends share (see "
+        "docs/planning-rules.md#backends-and-layout). SGLang's is engine.compute_capability.",
+    )
 
 
 class SchedulerConfig(Model):

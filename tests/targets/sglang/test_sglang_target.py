@@ -537,3 +537,8 @@ def test_vllm_only_sections_are_refused_not_ignored() -> None:
     with pytest.raises(UnsupportedRequestError, match="max_total_tokens") as caught:
         plan_sglang(PlanRequest.model_validate(data))
     assert caught.value.field == "device.num_blocks_override"
+    data["device"]["num_blocks_override"] = None
+    data["device"]["compute_capability"] = [12, 0]
+    with pytest.raises(UnsupportedRequestError, match=r"engine\.compute_capability") as caught:
+        plan_sglang(PlanRequest.model_validate(data))
+    assert caught.value.field == "device.compute_capability"

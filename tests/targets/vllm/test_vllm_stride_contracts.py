@@ -87,7 +87,7 @@ def test_check_plan_refuses_a_plan_the_kernels_would_misread(
                                           layout=KVCacheLayout.BLNHC))
     pipeline = "hisparse_plan.targets.vllm.pipeline"
     with monkeypatch.context() as patched:  # the plan as a planner without the rules writes it
-        patched.setattr(f"{pipeline}.stride_contracts", lambda request, backends: ())
+        patched.setattr(f"{pipeline}.gpu_contracts", lambda layers, capability: ())
         plan = hp.plan(request)
     with pytest.raises(hp.PlanInvariantError, match="5012736 bytes is not a multiple of 1152"):
         hp.check_plan(plan, request=request)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from hisparse_plan.adapters.vllm import kv_sharing
+from hisparse_plan.adapters.vllm.kernel_contracts import engine_capability
 from hisparse_plan.adapters.vllm.kv_cache_config import to_kv_cache_config, to_kv_cache_configs
 from hisparse_plan.adapters.vllm.off_cuda import hisparse_off_cuda
 from hisparse_plan.adapters.vllm.settings import (
@@ -64,6 +66,10 @@ def request_from_vllm(
     in `kv_cache_specs`: `shared_kv_cache_layers` (vLLM's `get_shared_kv_cache_layers`) names
     them and their targets, read off `vllm_config`'s attention layers when not given; each
     enters the request as its target's layer with `kv_sharing_target`.
+
+    On CUDA the request names the GPU vLLM's platform reports (`device.compute_capability`),
+    so planning it holds the plan to the stride rules of the kernels vLLM runs there; off CUDA
+    it names none (set it to plan for a GPU this process is not on).
     """
     if not isinstance(kv_cache_specs, Mapping):
         raise PlanError(
@@ -87,6 +93,7 @@ def request_from_vllm(
         ) from None
     shared = (kv_sharing.shared_kv_cache_layers(vllm_config) if shared_kv_cache_layers is None
               else dict(shared_kv_cache_layers))
+    settings = replace(settings, compute_capability=engine_capability())
     return request_from_settings(kv_cache_specs, settings, available_bytes, shared)
 
 

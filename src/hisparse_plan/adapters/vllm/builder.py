@@ -7,7 +7,8 @@ vLLM makes a fresh one per call.
 - `get_kv_cache_groups` runs the planner's group stage (SPEC 5.2-5.6, 7.3) on the layers and
   hands back its groups as vLLM groups (the engine's spec objects kept).
 - `get_kv_cache_config_from_groups` sizes and places the groups it is given for `num_blocks`
-  blocks with the planner's size and place stages (see `placement`).
+  blocks with the planner's size and place stages (see `placement`), and refuses a placement
+  the kernels of vLLM's backends would assert against (see `kernel_contracts`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from vllm.v1.core.kv_cache_config_builder import (  # type: ignore[import-not-fo
     KVCacheConfigBuilder,
 )
 
+from hisparse_plan.adapters.vllm.kernel_contracts import check_placed_strides, engine_capability
 from hisparse_plan.adapters.vllm.kv_cache_config import assemble, vllm_groups
 from hisparse_plan.adapters.vllm.placement import HostSettings, place_groups
 from hisparse_plan.adapters.vllm.settings import (
@@ -86,6 +88,8 @@ class HisparsePlanKVCacheConfigBuilder(KVCacheConfigBuilder):  # type: ignore[mi
         layout = KVCacheLayout(vllm_config.cache_config.get_resolved_kv_cache_layout().name)
         extra = max(0, vllm_config.num_prefill_lookahead_tokens - 1)
         placed = place_groups(kv_cache_groups, layout, num_blocks, extra, host)
+        # The kernels of the backends vLLM runs would assert on these strides in every worker.
+        check_placed_strides(vllm_config, placed.layers, placed.tensors, engine_capability())
         # vLLM lists the host group first.
         groups = [group for group in kv_cache_groups if group.host_resident] + [
             group for group in kv_cache_groups if not group.host_resident

@@ -49,6 +49,9 @@ class HostSettings:
 class Placement:
     tensors: list[KVCacheTensor]
     host_pool: HostPool | None
+    layers: dict[str, LayerSpec]
+    """The placed groups' layers by name (HiSparse's derived resident and hot layers left
+    out): what the kernels' stride rules read."""
 
 
 def our_group_spec(group: VllmObject, extra_tokens: int) -> GroupSpec:
@@ -70,6 +73,15 @@ def our_group_spec(group: VllmObject, extra_tokens: int) -> GroupSpec:
     return _LAYER_SPEC.validate_python(layer_dicts({label: spec}, extra_tokens)[label])
 
 
+def layer_specs(spec: GroupSpec, names: Sequence[str]) -> dict[str, LayerSpec]:
+    """A group's layers by name: a uniform_type group's members, else `names` with its spec."""
+    if isinstance(spec, UniformTypeSpec):
+        return dict(spec.specs)
+    if isinstance(spec, HisparseResidentSpec | HisparseHotSpec):
+        return {}
+    return dict.fromkeys(names, spec)
+
+
 def place_groups(
     groups: Sequence[VllmObject],
     layout: KVCacheLayout,
@@ -80,12 +92,15 @@ def place_groups(
     """Tensors (host first, as vLLM lists them) and the host pool of `groups` at `num_blocks`."""
     device: list[list[SpecBucket]] = []
     source: list[SpecBucket] | None = None
+    layers: dict[str, LayerSpec] = {}
     for group in groups:
         # The group's own layer names decide what this worker places, as in vLLM 0.34: a
         # pipeline stage holding none of a group's layers keeps the group and places nothing
         # for it (vLLM 0.33 placed the other stages' members of a uniform_type group here).
         names = list(group.layer_names)
-        buckets = stage_buckets(our_group_spec(group, extra_tokens), names, set(names))
+        spec = our_group_spec(group, extra_tokens)
+        layers.update(layer_specs(spec, names))
+        buckets = stage_buckets(spec, names, set(names))
         if group.host_resident:
             source = buckets
         else:
@@ -110,4 +125,5 @@ def place_groups(
         host_tensors + place_pool(device, layout, num_blocks, per_block,
                                   pool=stage_pool_name("device", 0, 1)),
         host_pool,
+        layers,
     )

@@ -49,6 +49,8 @@ class EngineSettings:
     mamba_cache_mode: str = "none"
     disable_hybrid_kv_cache_manager: bool = False
     decode_context_parallel_size: int = 1
+    compute_capability: tuple[int, int] | None = None
+    """The CUDA GPU vLLM runs on (None: not known, e.g. off CUDA)."""
 
     @property
     def extra_window_tokens(self) -> int:
@@ -81,6 +83,13 @@ def request_dict(
         scheduler["disable_hybrid_kv_cache_manager"] = True
     if settings.decode_context_parallel_size != 1:
         scheduler["decode_context_parallel_size"] = settings.decode_context_parallel_size
+    device: dict[str, object] = {
+        "available_bytes": available_bytes,
+        "kv_cache_layout": settings.kv_cache_layout,
+        "num_blocks_override": settings.num_blocks_override,
+    }
+    if settings.compute_capability is not None:
+        device["compute_capability"] = list(settings.compute_capability)
     return {
         "layers": layer_dicts(specs, settings.extra_window_tokens),
         "model": model,
@@ -91,11 +100,7 @@ def request_dict(
             "max_decode_query_len": hisparse.max_decode_query_len,
             "shared_host_pool": hisparse.shared_host_pool,
         },
-        "device": {
-            "available_bytes": available_bytes,
-            "kv_cache_layout": settings.kv_cache_layout,
-            "num_blocks_override": settings.num_blocks_override,
-        },
+        "device": device,
         "scheduler": scheduler,
     }
 

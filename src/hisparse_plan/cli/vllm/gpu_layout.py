@@ -29,19 +29,22 @@ SINK_MODELS: Final = frozenset({"gpt_oss"})
 """Model types whose attention layers keep sinks (vLLM's gpt-oss passes has_sink)."""
 
 
-def platform_of(args: argparse.Namespace) -> Platform:
+def given_capability(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The compute capability of the `--gpu` named, or None (none named, or one of unknown
+    capability)."""
     gpu = getattr(args, "gpu", None)
-    capability = DEFAULT_CAPABILITY
-    if gpu is not None:
-        found = find_gpu(gpu).compute_capability
-        capability = found if found is not None else DEFAULT_CAPABILITY
+    return None if gpu is None else find_gpu(gpu).compute_capability
+
+
+def platform_of(args: argparse.Namespace) -> Platform:
+    capability = given_capability(args) or DEFAULT_CAPABILITY
     return Platform(capability, attention_backend=getattr(args, "attention_backend", None))
 
 
 def resolve_for(args: argparse.Namespace, arch: Architecture, request: PlanRequest,
                 explicit: bool) -> tuple[PlanRequest, Resolution]:
     """`request` with the layout vLLM resolves (unless one was asked for, which must be one vLLM
-    accepts), and the resolution."""
+    accepts) and the `--gpu`'s compute capability, and the resolution."""
     model_type = getattr(arch, "model_type", None)
     heads = getattr(arch, "num_attention_heads", None)
     tp = getattr(args, "tp", None) or 1
@@ -50,11 +53,12 @@ def resolve_for(args: argparse.Namespace, arch: Architecture, request: PlanReque
         requested=request.device.kv_cache_layout if explicit else None,
         sinks=isinstance(arch, RegularArchitecture) and model_type in SINK_MODELS,
         num_heads=None if heads is None else max(1, heads // tp))
+    data = request.model_dump(mode="json")
     if not explicit:
-        data = request.model_dump(mode="json")
         data["device"]["kv_cache_layout"] = resolution.layout.layout.value
-        request = PlanRequest.model_validate(data)
-    return request, resolution
+    # The GPU named goes with the request, so plan() and check_plan hold it to its kernels.
+    data["device"]["compute_capability"] = given_capability(args)
+    return PlanRequest.model_validate(data), resolution
 
 
 def check_for(plan: KVCachePlan, request: PlanRequest, resolution: Resolution) -> None:

@@ -39,8 +39,8 @@ def sglang_settings(request: PlanRequest) -> SGLangSettings:
 def refuse_vllm_sections(request: PlanRequest) -> None:
     """vLLM-only sections have no SGLang meaning: HiSparse on SGLang is engine.enable_hisparse
     (its host pool follows host_to_device_ratio, not a GiB budget), and SGLang's tokens are
-    capped by engine.max_total_tokens, not a block count. Reading them silently would plan
-    something else than asked."""
+    capped by engine.max_total_tokens, not a block count, and its GPU is
+    engine.compute_capability. Reading them silently would plan something else than asked."""
     if request.hisparse is not None and request.hisparse.host_pool_layout == "block_outermost":
         raise UnsupportedRequestError(
             "hisparse.host_pool_layout: 'block_outermost' is a vLLM host pool placement; "
@@ -60,6 +60,12 @@ def refuse_vllm_sections(request: PlanRequest) -> None:
             "device.num_blocks_override: vLLM's block count does not apply to SGLang; expected "
             "null, and engine.max_total_tokens to cap SGLang's tokens",
             field="device.num_blocks_override",
+        )
+    if request.device.compute_capability is not None:
+        raise UnsupportedRequestError(
+            "device.compute_capability: the GPU vLLM's backends are selected for; expected "
+            "null, and engine.compute_capability for the GPU SGLang runs on",
+            field="device.compute_capability",
         )
 
 

@@ -44,7 +44,7 @@ from hisparse_plan.targets.vllm.one_manager import one_manager_layers
 from hisparse_plan.targets.vllm.place import check_placeable, place_pool
 from hisparse_plan.targets.vllm.platform.contracts import (
     check_stride_contracts,
-    stride_contracts,
+    gpu_contracts,
 )
 from hisparse_plan.targets.vllm.regular_groups import regular_groups
 from hisparse_plan.targets.vllm.rules.block_bytes import check_layout
@@ -113,8 +113,10 @@ def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
     else:
         result = _plan_hisparse(request, request.hisparse, layers, trace)
     result = with_sharing(result, sharing)
-    # The kernels' stride rules every GPU's backends hold (targets/vllm/platform/contracts.py).
-    check_stride_contracts(result, request, stride_contracts(request, None))
+    # The kernels' stride rules of the backends vLLM selects on the request's GPU, or those
+    # every GPU's backends hold (targets/vllm/platform/contracts.py).
+    check_stride_contracts(
+        result, request, gpu_contracts(request.layers, request.device.compute_capability))
     for note in result.warnings:
         warn(note, PlanWarning, stacklevel=4)
     if LOG.isEnabledFor(logging.INFO):

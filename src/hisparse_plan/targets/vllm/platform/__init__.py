@@ -10,6 +10,10 @@ from hisparse_plan.targets.vllm.platform.contracts import (
     StrideContract,
     StrideViolation,
     check_stride_contracts,
+    first_violation,
+    gpu_contracts,
+    layer_contracts,
+    selected_backends,
     stride_contracts,
 )
 from hisparse_plan.targets.vllm.platform.layout import LayoutResolution, resolve_layout
@@ -17,6 +21,7 @@ from hisparse_plan.targets.vllm.platform.selection import (
     AttentionLayer,
     Platform,
     Resolution,
+    kinds_of,
     layers_of,
     resolve_platform,
     select_backend,
@@ -30,9 +35,14 @@ __all__ = [
     "StrideContract",
     "StrideViolation",
     "check_stride_contracts",
+    "first_violation",
+    "gpu_contracts",
+    "kinds_of",
+    "layer_contracts",
     "layers_of",
     "resolve_layout",
     "resolve_platform",
     "select_backend",
+    "selected_backends",
     "stride_contracts",
 ]

@@ -6,14 +6,15 @@ layout gives a latent block stride that is no whole number of 656-byte rows, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from hisparse_plan.errors import UnsupportedRequestError
-from hisparse_plan.models import KVCachePlan, PlanRequest
+from hisparse_plan.models import KVCachePlan, KVCacheTensor, PlanRequest
 from hisparse_plan.models.dtypes import dtype_size
 from hisparse_plan.models.layer_specs import LatentLayerSpec, LayerSpec, MLASpec
+from hisparse_plan.targets.vllm.platform.selection import Platform, kinds_of, select_backend
 
 FLAT_ROW_BACKENDS: Final = frozenset({
     "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4",
@@ -70,15 +71,21 @@ class StrideViolation:
 
 def stride_contracts(request: PlanRequest, backends: Mapping[str, str] | None,
                      capability: tuple[int, int] | None = None) -> tuple[StrideContract, ...]:
-    """The contracts the request's kernels hold. With the GPU known (`backends`, a layer
+    """The contracts the request's kernels hold: `layer_contracts` of its layers."""
+    return layer_contracts(request.layers, backends, capability)
+
+
+def layer_contracts(layers: Mapping[str, LayerSpec], backends: Mapping[str, str] | None,
+                    capability: tuple[int, int] | None = None) -> tuple[StrideContract, ...]:
+    """The contracts the kernels reading `layers` hold. With the GPU known (`backends`, a layer
     kind's backend by kind, and its `capability`): the selected sparse backend's latent row
     rule, and on 9.x and 10.x (DeepGEMM's paged logits kernel) the indexer's 256-byte rule.
-    Without (a request alone): the rules every GPU's backends share, the latent row rule where
+    Without (a request alone): the rule every GPU's backends share, the latent row rule where
     every sparse backend reads flat rows (a dtype other than fp8_ds_mla, or blocks spanning
     several 64-token pages)."""
-    specs = list(request.layers.values())
-    if not any(isinstance(spec, MLASpec) and spec.cache_role == "indexer" for spec in specs):
+    if not _sparse(layers):
         return ()
+    specs = list(layers.values())
     contracts = []
     if backends is not None and capability is not None and capability[0] in DEEP_GEMM_MAJORS:
         contracts.append(INDEXER_PAGES)
@@ -86,6 +93,37 @@ def stride_contracts(request: PlanRequest, backends: Mapping[str, str] | None,
     if latent and _reads_flat(latent[0], backends):
         contracts.append(LATENT_ROWS)
     return tuple(contracts)
+
+
+def gpu_contracts(layers: Mapping[str, LayerSpec],
+                  capability: tuple[int, int] | None) -> tuple[StrideContract, ...]:
+    """The contracts of the backends vLLM 0.34 selects for `layers` on the GPU of compute
+    capability `capability` (`selected_backends`); None: the rule every GPU's backends share."""
+    if capability is None:
+        return layer_contracts(layers, None)
+    if not _sparse(layers):
+        return ()
+    return layer_contracts(layers, selected_backends(layers, capability), capability)
+
+
+def selected_backends(layers: Mapping[str, LayerSpec],
+                      capability: tuple[int, int]) -> dict[str, str]:
+    """Each kind of layer's backend as vLLM 0.34 selects it on the GPU (`selection.py`; a GPU
+    no backend of a kind runs on is refused, as vLLM refuses it at start-up).
+
+    vLLM's own choice is taken: what `--attention-backend` or the query heads per rank (10.x's
+    sparse order) could change does not change a contract, since every sparse backend reads
+    the latent rows flat but FlashMLA on 64-token fp8_ds_mla pages, and FlashMLA is the one
+    sparse backend serving fp8_ds_mla on 9.x and 10.x (FlashInfer's refuse it there)."""
+    platform = Platform(capability)
+    return {layer.kind: select_backend(layer, platform)
+            for layer in kinds_of(layers.values(), platform)}
+
+
+def _sparse(layers: Mapping[str, LayerSpec]) -> bool:
+    """A sparse-MLA model (it has an indexer): the only one with kernels' stride rules."""
+    return any(isinstance(spec, MLASpec) and spec.cache_role == "indexer"
+               for spec in layers.values())
 
 
 def _reads_flat(spec: MLASpec, backends: Mapping[str, str] | None) -> bool:
@@ -107,16 +145,25 @@ def _row_bytes(spec: LayerSpec) -> int:
 def check_stride_contracts(plan: KVCachePlan, request: PlanRequest,
                            contracts: tuple[StrideContract, ...]) -> None:
     """Refuse `plan` at the first GPU tensor a contract's kernel would misread."""
+    found = first_violation(plan.tensors, request.layers, contracts)
+    if found is not None:
+        raise UnsupportedRequestError(found.message)
+
+
+def first_violation(tensors: Sequence[KVCacheTensor], layers: Mapping[str, LayerSpec],
+                    contracts: tuple[StrideContract, ...]) -> StrideViolation | None:
+    """The first GPU tensor of a layer in `layers` whose block stride a contract's kernel
+    would misread, or None."""
     for contract in contracts:
-        for tensor in plan.tensors:
+        for tensor in tensors:
             if tensor.host_resident:
                 continue
             for name in tensor.layers:
-                spec = request.layers.get(name)
+                spec = layers.get(name)
                 if not isinstance(spec, MLASpec) or spec.cache_role != contract.role:
                     continue
                 divisor = (_row_bytes(spec) if contract.divisor == "row"
                            else int(contract.divisor))
                 if tensor.block_stride % divisor:
-                    raise UnsupportedRequestError(StrideViolation(
-                        contract, name, tensor.block_stride, divisor).message)
+                    return StrideViolation(contract, name, tensor.block_stride, divisor)
+    return None

@@ -3,11 +3,12 @@ the KV-cache layout the backends resolve to."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
-from hisparse_plan.models.layer_specs import LatentLayerSpec, MLASpec
+from hisparse_plan.models.layer_specs import LatentLayerSpec, LayerSpec, MLASpec
 from hisparse_plan.models.layout import KVCacheLayout
 from hisparse_plan.targets.vllm.platform.backends import (
     BACKENDS,
@@ -122,7 +123,13 @@ def layers_of(request: PlanRequest, platform: Platform, *, sinks: bool = False,
     """The request's kinds of attention layer, each once, in model order. `sinks`: the
     model's attention layers keep sinks (gpt-oss); `num_heads`: query heads per rank (the
     10.x sparse-MLA order reads it). Mamba and other state layers take no attention backend."""
-    specs = list(request.layers.values())
+    return kinds_of(request.layers.values(), platform, sinks=sinks, num_heads=num_heads)
+
+
+def kinds_of(layer_specs: Iterable[LayerSpec], platform: Platform, *, sinks: bool = False,
+             num_heads: int | None = None) -> list[AttentionLayer]:
+    """`layers_of` for layer specs in model order (a request's, or a vLLM builder's groups')."""
+    specs = list(layer_specs)
     if any(isinstance(spec, LatentLayerSpec) and spec.model_version == "deepseek_v4"
            for spec in specs):
         return _dsv4_backends(platform)
