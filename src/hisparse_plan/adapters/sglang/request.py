@@ -13,6 +13,10 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from hisparse_plan.adapters.sglang.draft import draft_settings
+from hisparse_plan.adapters.sglang.server_args_table import (
+    SERVER_ARG_ALIASES,
+    check_server_arg,
+)
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.entry_input import refuse_preset
@@ -73,6 +77,8 @@ HISPARSE_CONFIG: Final[dict[str, str]] = {
     "host_to_device_ratio": "hisparse_host_to_device_ratio",
 }
 """`--hisparse-config` keys that size the pools, and the settings they become."""
+MODELLED: Final = frozenset({*SERVER_ARGS, *LAYER_ARGS, *SERVER_ARG_ALIASES, "hisparse_config"})
+"""Server arguments the plan reads (server_args_table.py: the rest are refused or ignored)."""
 HISPARSE_CONFIG_IGNORED: Final = frozenset({
     "swap_in_block_size", "algorithm", "backend", "min_sparse_prompt_len", "page_size",
 })
@@ -123,6 +129,30 @@ def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
     return fields
 
 
+def alias_settings(server_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings ServerArgs fields of other names give: the DSA backend from
+    dsa_prefill_backend and dsa_decode_backend (each `dsa_backend` when not given; trtllm on
+    either keeps raw rows, otherwise the two must agree), `disable_cuda_graph` as both graph
+    switches."""
+    fields: dict[str, Any] = {}
+    if server_args.get("disable_cuda_graph"):
+        fields["disable_decode_cuda_graph"] = fields["disable_prefill_cuda_graph"] = True
+    backend = server_args.get("dsa_backend")
+    prefill = server_args.get("dsa_prefill_backend") or backend
+    decode = server_args.get("dsa_decode_backend") or backend
+    if prefill == decode:
+        if prefill is not None:
+            fields["dsa_backend"] = prefill
+    elif "trtllm" in (prefill, decode):
+        fields["dsa_backend"] = "trtllm"
+    else:
+        raise UnsupportedRequestError(
+            f"server_args.dsa_decode_backend: a DSA prefill backend other than the decode "
+            f"one is not planned unless one is trtllm; expected {prefill!r}, got {decode!r}",
+            field="server_args.dsa_decode_backend")
+    return fields
+
+
 def settings_from_server_args(
     server_args: Mapping[str, Any], memory: Mapping[str, Any] | None = None,
     *, context_length: int | None = None, gpu: Mapping[str, Any] | None = None,
@@ -136,16 +166,13 @@ def settings_from_server_args(
     gpu = None if gpu is None else mapping_argument(gpu, "gpu")
     fields: dict[str, Any] = {"name": "sglang"}
     for key, value in server_args.items():
-        if value is None:
-            continue
+        if value is None or not check_server_arg(key, value, MODELLED):
+            continue  # SGLang's default, or a field SGLang's pools do not read
         if key in SERVER_ARGS:
             fields[SERVER_ARGS[key]] = value
         elif key == "hisparse_config":
             fields.update(hisparse_settings(value))
-        elif key not in LAYER_ARGS:
-            known = ", ".join(sorted([*SERVER_ARGS, *LAYER_ARGS]))
-            raise PlanError(f"server_args.{key}: not an argument the SGLang plan reads; "
-                            f"expected one of {known}", field=f"server_args.{key}")
+    fields.update(alias_settings(server_args))
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]
