@@ -21,7 +21,7 @@ TABLE = (Path(__file__).resolve().parent.parent / "src" / "hisparse_plan" / "ada
          / "sglang" / "server_args_0_5_23.json")
 
 
-def _default(field: Any) -> tuple[bool, Any]:
+def _default(field: Any) -> tuple[bool, Any]:  # noqa: ANN401 (a msgspec FieldInfo)
     import msgspec
 
     if field.default is msgspec.NODEFAULT:

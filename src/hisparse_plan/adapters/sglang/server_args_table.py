@@ -91,6 +91,10 @@ UNPLANNED: Final[dict[str, str]] = {
     "enable_flexkv": _HOST,
     "enable_unified_cache_external_linker": _HOST,
     "disaggregation_decode_enable_offload_kvcache": _HOST,
+    "radix_cache_backend": "a registered radix-cache backend (mem_cache/registry.py) may keep "
+                           "pools of its own",
+    "uses_mamba_radix_cache": "SGLang derives it from the model (configs/"
+                              "linear_attn_model_registry.py)",
     "enable_unified_memory": "unified memory places SGLang's pools in another way "
                              "(mem_cache/kv_cache_configurator.py)",
     "enable_page_major_kv_layout": "it lays SGLang's KV pool out page-major, another layout "
@@ -155,7 +159,7 @@ def default_of(name: str) -> tuple[bool, Any]:
     return ("default" in entry), entry.get("default")
 
 
-def check_server_arg(key: str, value: Any, modelled: frozenset[str]) -> bool:
+def check_server_arg(key: str, value: object, modelled: frozenset[str]) -> bool:
     """Whether the plan reads `key` (it is among `modelled`); else whether it is a field
     SGLang has that the plan may leave alone (False), refusing a name SGLang does not have and
     an unplanned field set to anything but its default."""
