@@ -12,20 +12,36 @@ SGLang in this interpreter."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import random
 from typing import Any
 
-SKIPPED: dict[str, str] = {}
-"""Ignored fields left out of the draw on purpose, and why (none: every drawable one runs)."""
+_ALONE = "SGLang's own argument check refuses it without "
+SKIPPED: dict[str, str] = {
+    "elastic_ep_initial_size": _ALONE + "an elastic EP deployment (--max-ep-size)",
+    "ep_join_rank_offset": _ALONE + "--elastic-ep-join-mode scale",
+    "quantize_and_serve": _ALONE + "a ModelOpt --quantization",
+    "enable_http_worker_reuseport": _ALONE + "--tokenizer-worker-num > 1",
+    "enable_megamoe_for_layernorm_sp": _ALONE + "--enable-layernorm-sp",
+    "speculative_use_block_verification": _ALONE + "an EAGLE / NEXTN algorithm",
+    "speculative_draft_sink_size": _ALONE + "--speculative-draft-window-size",
+    "prefill_kv_cache_dequant_dtype": _ALONE + "--kv-cache-dtype nvfp4",
+    "enable_nvidia_megakernel": "SGLang refuses it without the sgl-nvidia-mega plugin",
+}
+"""Ignored fields left out of the draw, and why: SGLang refuses them alone (its argument checks
+of other flags, which the planner does not repeat), found by earlier draws."""
+SKIPPED_VALUES: dict[str, tuple[Any, ...]] = {
+    "mamba_backend": ("flashinfer",),  # FlashInfer's mamba module is absent on this host
+}
+"""Values left out of a field's draw, for the same reason."""
 
 _CACHE: dict[str, Any] = {}
 
 
 def _actions() -> dict[str, argparse.Action]:
-    from sglang.srt.server_args import ServerArgs
-
+    server_args = importlib.import_module("sglang.srt.server_args")
     parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
+    server_args.ServerArgs.add_cli_args(parser)
     return {action.dest: action for action in parser._actions}
 
 
@@ -46,8 +62,8 @@ def _values(action: argparse.Action, default: object) -> list[Any]:
         base = default if isinstance(default, int) and not isinstance(default, bool) else 0
         return sorted({v for v in (base + 1, 2 * base, 8) if v > 0 and v != default})
     if action.type is float:
-        base = default if isinstance(default, float | int) else 0.0
-        return [v for v in (base * 0.5, base * 2, 0.25) if v > 0 and v != default]
+        low = float(default) if isinstance(default, float | int) else 0.0
+        return [v for v in (low * 0.5, low * 2, 0.25) if v > 0 and v != default]
     return []
 
 
@@ -71,7 +87,8 @@ def drawable_fields() -> tuple[dict[str, list[Any]], dict[str, str]]:
         if action is None:
             undrawable[name] = "no command-line flag"
             continue
-        values = _values(action, entry.get("default"))
+        values = [value for value in _values(action, entry.get("default"))
+                  if value not in SKIPPED_VALUES.get(name, ())]
         if values:
             fields[name] = values
         else:

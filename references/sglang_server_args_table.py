@@ -12,6 +12,7 @@ namespace and its declared default (JSON, or absent when it has none or a factor
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -22,8 +23,7 @@ TABLE = (Path(__file__).resolve().parent.parent / "src" / "hisparse_plan" / "ada
 
 
 def _default(field: Any) -> tuple[bool, Any]:  # noqa: ANN401 (a msgspec FieldInfo)
-    import msgspec
-
+    msgspec = importlib.import_module("msgspec")
     if field.default is msgspec.NODEFAULT:
         return False, None
     try:
@@ -35,9 +35,9 @@ def _default(field: Any) -> tuple[bool, Any]:  # noqa: ANN401 (a msgspec FieldIn
 
 def server_args_table() -> dict[str, Any]:
     """{"sglang": version, "fields": {name: {"namespace": ..., "default": ...}}}, by name."""
-    import msgspec
-    import sglang
-    from sglang.srt.server_args import ServerArgs
+    msgspec = importlib.import_module("msgspec")
+    version = importlib.import_module("sglang").__version__
+    ServerArgs = importlib.import_module("sglang.srt.server_args").ServerArgs
 
     namespaces: dict[str, str] = ServerArgs._NS_BY_FIELD
     fields: dict[str, Any] = {}
@@ -47,7 +47,7 @@ def server_args_table() -> dict[str, Any]:
         if has:
             entry["default"] = value
         fields[field.name] = entry
-    return {"sglang": sglang.__version__, "fields": fields}
+    return {"sglang": version, "fields": fields}
 
 
 def table_text(table: dict[str, Any]) -> str:
