@@ -26,12 +26,19 @@ SKIPPED: dict[str, str] = {
     "speculative_use_block_verification": _ALONE + "an EAGLE / NEXTN algorithm",
     "speculative_draft_sink_size": _ALONE + "--speculative-draft-window-size",
     "prefill_kv_cache_dequant_dtype": _ALONE + "--kv-cache-dtype nvfp4",
+    "max_ep_size": _ALONE + "--elastic-ep-backend",
+    "elastic_ep_backend": _ALONE + "pp_size 1 (elastic EP)",
+    "ep_size": _ALONE + "a parallel topology it fits (tp, moe_dp)",
+    "enable_linker_mla_dedup": _ALONE + "the Mooncake linker",
     "enable_nvidia_megakernel": "SGLang refuses it without the sgl-nvidia-mega plugin",
+    "enable_http2": "SGLang refuses it without the granian package (absent here)",
+    "enable_memory_saver": "SGLang refuses it without torch_memory_saver (absent here)",
 }
 """Ignored fields left out of the draw, and why: SGLang refuses them alone (its argument checks
 of other flags, which the planner does not repeat), found by earlier draws."""
 SKIPPED_VALUES: dict[str, tuple[Any, ...]] = {
     "mamba_backend": ("flashinfer",),  # FlashInfer's mamba module is absent on this host
+    "hicache_host_memory_fraction": (1.6,),  # SGLang takes (0, 1] only
 }
 """Values left out of a field's draw, for the same reason."""
 

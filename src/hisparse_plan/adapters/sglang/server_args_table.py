@@ -75,6 +75,9 @@ UNPLANNED: Final[dict[str, str]] = {
     "cuda_graph_bs_prefill": _GRAPH,
     "cuda_graph_prefill_max_context": _GRAPH,
     "cuda_graph_max_seq_len_prefill": _GRAPH,
+    "enable_two_batch_overlap": "it turns SGLang's prefill CUDA graphs off (arg_groups/"
+                                "cuda_graph_hook.py), which moves its default "
+                                "mem_fraction_static",
     "max_prefill_tokens": "SGLang's default mem_fraction_static reserves activations for "
                           "it when chunked prefill is off (arg_groups/memory_hook.py)",
     "disaggregation_mode": _DISAGG,
