@@ -16,29 +16,17 @@ import importlib
 import random
 from typing import Any
 
-_ALONE = "SGLang's own argument check refuses it without "
 SKIPPED: dict[str, str] = {
-    "elastic_ep_initial_size": _ALONE + "an elastic EP deployment (--max-ep-size)",
-    "ep_join_rank_offset": _ALONE + "--elastic-ep-join-mode scale",
-    "quantize_and_serve": _ALONE + "a ModelOpt --quantization",
-    "enable_http_worker_reuseport": _ALONE + "--tokenizer-worker-num > 1",
-    "enable_megamoe_for_layernorm_sp": _ALONE + "--enable-layernorm-sp",
-    "speculative_use_block_verification": _ALONE + "an EAGLE / NEXTN algorithm",
-    "speculative_draft_sink_size": _ALONE + "--speculative-draft-window-size",
-    "prefill_kv_cache_dequant_dtype": _ALONE + "--kv-cache-dtype nvfp4",
-    "max_ep_size": _ALONE + "--elastic-ep-backend",
-    "elastic_ep_backend": _ALONE + "pp_size 1 (elastic EP)",
-    "ep_size": _ALONE + "a parallel topology it fits (tp, moe_dp)",
-    "enable_linker_mla_dedup": _ALONE + "the Mooncake linker",
-    "enable_nvidia_megakernel": "SGLang refuses it without the sgl-nvidia-mega plugin",
-    "enable_http2": "SGLang refuses it without the granian package (absent here)",
-    "enable_memory_saver": "SGLang refuses it without torch_memory_saver (absent here)",
+    "ep_size": "SGLang checks it against its resolved MoE topology (tp_size, moe_dp_size, "
+               "attn_cp_size, the all-to-all backend: arg_groups/parallel_hook.py), which the "
+               "planner does not mirror",
 }
-"""Ignored fields left out of the draw, and why: SGLang refuses them alone (its argument checks
-of other flags, which the planner does not repeat), found by earlier draws."""
+"""Ignored fields left out of the draw, and why. The fields SGLang's argument checks refuse
+alone are drawn: the planner refuses them as SGLang does (adapters/sglang/
+server_args_checks.py). A field SGLang refuses for a package this host lacks is drawn too, and
+its case counted as unusable here (sglang_diff.UNUSABLE_HERE)."""
 SKIPPED_VALUES: dict[str, tuple[Any, ...]] = {
     "mamba_backend": ("flashinfer",),  # FlashInfer's mamba module is absent on this host
-    "hicache_host_memory_fraction": (1.6,),  # SGLang takes (0, 1] only
 }
 """Values left out of a field's draw, for the same reason."""
 

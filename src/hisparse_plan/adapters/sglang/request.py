@@ -13,6 +13,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from hisparse_plan.adapters.sglang.draft import draft_settings
+from hisparse_plan.adapters.sglang.server_args_checks import check_server_args
 from hisparse_plan.adapters.sglang.server_args_table import (
     SERVER_ARG_ALIASES,
     check_server_arg,
@@ -173,6 +174,7 @@ def settings_from_server_args(
         elif key == "hisparse_config":
             fields.update(hisparse_settings(value))
     fields.update(alias_settings(server_args))
+    check_server_args(server_args)  # SGLang's own startup checks of the fields left alone
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]

@@ -78,6 +78,9 @@ UNPLANNED: Final[dict[str, str]] = {
     "enable_two_batch_overlap": "it turns SGLang's prefill CUDA graphs off (arg_groups/"
                                 "cuda_graph_hook.py), which moves its default "
                                 "mem_fraction_static",
+    "enable_mis": "multi-item scoring turns SGLang's radix cache, chunked prefill and CUDA "
+                  "graphs off, and needs the flashinfer attention backend (arg_groups/"
+                  "attention_hook.py, _handle_multi_item_scoring)",
     "max_prefill_tokens": "SGLang's default mem_fraction_static reserves activations for "
                           "it when chunked prefill is off (arg_groups/memory_hook.py)",
     "disaggregation_mode": _DISAGG,

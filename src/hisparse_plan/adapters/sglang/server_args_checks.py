@@ -1,0 +1,171 @@
+"""SGLang 0.5.23's own checks of ServerArgs fields the plan otherwise ignores: a combination
+SGLang refuses at startup (its argument hooks, sglang/srt/arg_groups/) is refused here too,
+with SGLang's reason, so that no deployment SGLang would not start is planned. One function a
+check, each naming the hook it mirrors; a field not given reads as SGLang's default
+(server_args_table.SERVER_ARGS_FIELDS). The fields these checks need beside the checked one
+are either modelled (dcp_size, speculative_algorithm, kv_cache_dtype, pp_size, tp_size) or
+refused unless at their default (server_args_table.UNPLANNED), which the checks take as given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from hisparse_plan.adapters.sglang.server_args_table import default_of
+from hisparse_plan.errors import UnsupportedRequestError
+
+
+def _arg(server_args: Mapping[str, Any], name: str) -> Any:  # noqa: ANN401 (any field's value)
+    """The field as given, else SGLang's declared default (None where it declares none)."""
+    value = server_args.get(name)
+    return default_of(name)[1] if value is None else value
+
+
+def _refuse(field: str, why: str, got: object) -> UnsupportedRequestError:
+    return UnsupportedRequestError(f"server_args.{field}: SGLang 0.5.23 refuses it at startup: "
+                                   f"{why}; got {got!r}", field=f"server_args.{field}")
+
+
+def check_dcp_comm_backend(server_args: Mapping[str, Any]) -> None:
+    """--dcp-comm-backend a2a / fi_a2a and --dcp-replicate-q-proj act on decode context
+    parallelism only: SGLang refuses them without --dcp-size above 1, and the Q-projection
+    replication without an a2a backend (arg_groups/parallel_hook.py, its DCP checks)."""
+    dcp = _arg(server_args, "dcp_size") or 1
+    backend = _arg(server_args, "dcp_comm_backend")
+    if backend in ("a2a", "fi_a2a") and dcp <= 1:
+        raise _refuse("dcp_comm_backend", f"--dcp-comm-backend {backend} needs --dcp-size "
+                      f"above 1 (dcp_size {dcp})", backend)
+    if _arg(server_args, "dcp_replicate_q_proj"):
+        if dcp <= 1:
+            raise _refuse("dcp_replicate_q_proj", f"it needs --dcp-size above 1 (dcp_size "
+                          f"{dcp})", True)
+        if backend not in ("a2a", "fi_a2a"):
+            raise _refuse("dcp_replicate_q_proj", "it needs --dcp-comm-backend a2a or fi_a2a "
+                          f"(dcp_comm_backend {backend!r})", True)
+
+
+def check_elastic_ep(server_args: Mapping[str, Any]) -> None:
+    """Elastic EP's flags (arg_groups/parallel_hook.py, handle_elastic_ep): a backend needs one
+    pipeline stage; --elastic-ep-join-mode and --max-ep-size need a backend; a join rank offset
+    needs the scale join mode (which needs a positive offset and --node-rank 1);
+    --elastic-ep-initial-size needs scale-up (a backend and --max-ep-size above tp_size).
+    Scale-up itself asks for more than the plan reads (mooncake, --moe-a2a-backend nixl, which
+    the plan refuses), so it is refused here as there."""
+    backend = _arg(server_args, "elastic_ep_backend")
+    join = _arg(server_args, "ep_join_mode")
+    offset = _arg(server_args, "ep_join_rank_offset") or 0
+    most = _arg(server_args, "max_ep_size")
+    if backend is not None and (_arg(server_args, "pp_size") or 1) != 1:
+        raise _refuse("elastic_ep_backend", "elastic EP needs --pp-size 1", backend)
+    if join is not None and backend is None:
+        raise _refuse("ep_join_mode", "--elastic-ep-join-mode needs --elastic-ep-backend", join)
+    if join == "scale" and (_arg(server_args, "node_rank") != 1 or offset <= 0):
+        raise _refuse("ep_join_mode", "a scale joiner needs --node-rank 1 and a positive "
+                      "--elastic-ep-join-rank-offset", join)
+    if offset != 0 and join != "scale":
+        raise _refuse("ep_join_rank_offset", "--elastic-ep-join-rank-offset needs "
+                      "--elastic-ep-join-mode scale", offset)
+    if most is not None and (backend is None or most <= 0):
+        raise _refuse("max_ep_size", "--max-ep-size needs --elastic-ep-backend and a positive "
+                      "size", most)
+    scaling = backend is not None and most is not None and most > (_arg(server_args, "tp_size")
+                                                                   or 1)
+    if _arg(server_args, "elastic_ep_initial_size") is not None and not scaling:
+        raise _refuse("elastic_ep_initial_size", "it needs elastic EP scale-up "
+                      "(--elastic-ep-backend with --max-ep-size above tp_size)",
+                      _arg(server_args, "elastic_ep_initial_size"))
+    if scaling:
+        raise _refuse("max_ep_size", "elastic EP scale-up needs --moe-a2a-backend nixl, which "
+                      "the plan does not model", most)
+
+
+def check_http_worker_reuseport(server_args: Mapping[str, Any]) -> None:
+    """--enable-http-worker-reuseport needs --tokenizer-worker-num above 1 and no HTTP/2
+    (arg_groups/serving_hook.py)."""
+    if _arg(server_args, "enable_http_worker_reuseport") and (
+            (_arg(server_args, "tokenizer_worker_num") or 1) == 1
+            or _arg(server_args, "enable_http2")):
+        raise _refuse("enable_http_worker_reuseport", "it needs --tokenizer-worker-num above 1 "
+                      "and no --enable-http2", True)
+
+
+BLOCK_VERIFICATION: Final = frozenset({"EAGLE", "EAGLE3", "NEXTN", "DFLASH", "DSPARK"})
+"""Speculative algorithms block verification runs with (NEXTN is EAGLE to SGLang)."""
+
+
+def check_speculative_extras(server_args: Mapping[str, Any]) -> None:
+    """Block verification needs an EAGLE-family algorithm on CUDA; a draft sink size needs a
+    draft window size and no negative count (arg_groups/speculative_hook.py)."""
+    algorithm = _arg(server_args, "speculative_algorithm")
+    if _arg(server_args, "speculative_use_block_verification") and (
+            str(algorithm).upper() not in BLOCK_VERIFICATION):
+        raise _refuse("speculative_use_block_verification", "it runs with EAGLE / EAGLE3 / "
+                      f"NEXTN / DFLASH / DSPARK only (speculative_algorithm {algorithm!r})",
+                      True)
+    sink = _arg(server_args, "speculative_draft_sink_size")
+    if sink is not None and (int(sink) < 0
+                             or _arg(server_args, "speculative_draft_window_size") is None):
+        raise _refuse("speculative_draft_sink_size", "it needs --speculative-draft-window-size "
+                      "and a count of at least 0", sink)
+
+
+def check_prefill_kv_dequant(server_args: Mapping[str, Any]) -> None:
+    """--prefill-kv-cache-dequant-dtype other than auto applies only to an nvfp4 KV cache
+    (arg_groups/kv_cache_hook.py, handle_nvfp4_prefill_kv_dequant_dtype)."""
+    dtype = _arg(server_args, "prefill_kv_cache_dequant_dtype")
+    if dtype not in (None, "auto") and _arg(server_args, "kv_cache_dtype") != "nvfp4":
+        raise _refuse("prefill_kv_cache_dequant_dtype", "it applies only with --kv-cache-dtype "
+                      "nvfp4", dtype)
+
+
+def check_layernorm_sp(server_args: Mapping[str, Any]) -> None:
+    """MegaMoE for layernorm sequence parallelism needs --enable-layernorm-sp
+    (arg_groups/layernorm_sp_hook.py, handle_layernorm_sp), which SGLang takes for Muse Spark
+    and Qwen3ForCausalLM only (layers/layernorm_sp.py) and MegaMoE for Muse Spark only."""
+    if _arg(server_args, "enable_megamoe_for_layernorm_sp") and not _arg(
+            server_args, "enable_layernorm_sp"):
+        raise _refuse("enable_megamoe_for_layernorm_sp", "it needs --enable-layernorm-sp",
+                      True)
+
+
+def check_linker_mla_dedup(server_args: Mapping[str, Any]) -> None:
+    """--enable-linker-mla-dedup needs the Mooncake unified-cache linker
+    (arg_groups/hicache_hook.py), an external KV cache the plan refuses."""
+    if _arg(server_args, "enable_linker_mla_dedup") and not (
+            _arg(server_args, "enable_unified_cache_external_linker")
+            and _arg(server_args, "unified_cache_external_linker_backend") == "mooncake"):
+        raise _refuse("enable_linker_mla_dedup", "it needs the Mooncake linker "
+                      "(--enable-unified-cache-external-linker)", True)
+
+
+def check_quantize_and_serve(server_args: Mapping[str, Any]) -> None:
+    """--quantize-and-serve: SGLang's ModelConfig refuses it without a ModelOpt quantization
+    and, with one, raises NotImplementedError (configs/model_config.py,
+    _validate_quantize_and_serve_config): it never starts."""
+    if _arg(server_args, "quantize_and_serve"):
+        raise _refuse("quantize_and_serve", "it is disabled in SGLang 0.5.23 (and needs a "
+                      "ModelOpt --quantization)", True)
+
+
+def check_hicache_host_fraction(server_args: Mapping[str, Any]) -> None:
+    """--hicache-host-memory-fraction is a share in (0, 1], checked whether or not the
+    hierarchical cache is on (arg_groups/hicache_hook.py, handle_hicache_ratio_default)."""
+    fraction = _arg(server_args, "hicache_host_memory_fraction")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise _refuse("hicache_host_memory_fraction", "it must be in (0, 1]", fraction)
+
+
+CHECKS: Final[tuple[Callable[[Mapping[str, Any]], None], ...]] = (
+    check_dcp_comm_backend, check_elastic_ep, check_http_worker_reuseport,
+    check_speculative_extras, check_prefill_kv_dequant, check_layernorm_sp,
+    check_linker_mla_dedup, check_quantize_and_serve, check_hicache_host_fraction,
+)
+
+
+def check_server_args(server_args: Mapping[str, Any]) -> None:
+    """Every check above, in turn (the first refusal wins)."""
+    for check in CHECKS:
+        check(server_args)
+
+
+__all__ = ["CHECKS", "check_server_args"]

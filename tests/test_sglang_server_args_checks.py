@@ -1,0 +1,110 @@
+"""SGLang 0.5.23's own startup checks of server arguments the plan otherwise ignores
+(adapters/sglang/server_args_checks.py): each combination SGLang refuses (its messages,
+arg_groups/*_hook.py, quoted in the comments) is refused, naming the field, and the
+combination SGLang takes is planned. Found by `references/sglang_diff.py
+--server-args-fields`, where SGLang refused these cases and the planner did not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hisparse_plan.adapters.sglang import settings_from_server_args
+from hisparse_plan.adapters.sglang.server_args_table import UNPLANNED
+from hisparse_plan.errors import UnsupportedRequestError
+
+BASE: dict[str, Any] = {"tp_size": 2, "context_length": 4096}
+MEMORY = {"available_bytes": 8 << 30}
+
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    # "--dcp-comm-backend fi_a2a ... requires --dcp-size ... > 1"
+    ({"dcp_comm_backend": "fi_a2a"}, "dcp_comm_backend"),
+    ({"dcp_comm_backend": "a2a", "dcp_size": 1}, "dcp_comm_backend"),
+    # "--dcp-replicate-q-proj requires --dcp-size > 1."
+    ({"dcp_replicate_q_proj": True}, "dcp_replicate_q_proj"),
+    ({"dcp_replicate_q_proj": True, "dcp_size": 2, "dcp_comm_backend": "ag_rs"},
+     "dcp_replicate_q_proj"),
+    # "PP size should be set to 1 under elastic EP"
+    ({"elastic_ep_backend": "mooncake", "pp_size": 2}, "elastic_ep_backend"),
+    # "--max-ep-size requires --elastic-ep-backend to be set."
+    ({"max_ep_size": 8}, "max_ep_size"),
+    # "--elastic-ep-join-rank-offset is only valid with --elastic-ep-join-mode scale."
+    ({"ep_join_rank_offset": 2}, "ep_join_rank_offset"),
+    # "--elastic-ep-initial-size is only valid for an Elastic EP deployment ..."
+    ({"elastic_ep_initial_size": 2}, "elastic_ep_initial_size"),
+    ({"elastic_ep_initial_size": 2, "elastic_ep_backend": "mooncake", "max_ep_size": 2},
+     "elastic_ep_initial_size"),
+    # "--elastic-ep-join-mode requires --elastic-ep-backend to be set."
+    ({"ep_join_mode": "scale"}, "ep_join_mode"),
+    # "--enable-http-worker-reuseport requires --tokenizer-worker-num > 1 ..."
+    ({"enable_http_worker_reuseport": True}, "enable_http_worker_reuseport"),
+    ({"enable_http_worker_reuseport": True, "tokenizer_worker_num": 2, "enable_http2": True},
+     "enable_http_worker_reuseport"),
+    # "--speculative-use-block-verification only supports EAGLE / EAGLE3 / NEXTN / ..."
+    ({"speculative_use_block_verification": True}, "speculative_use_block_verification"),
+    # "--speculative-draft-sink-size requires --speculative-draft-window-size."
+    ({"speculative_draft_sink_size": 4}, "speculative_draft_sink_size"),
+    # "--prefill-kv-cache-dequant-dtype applies only with --kv-cache-dtype=nvfp4."
+    ({"prefill_kv_cache_dequant_dtype": "fp8_e4m3"}, "prefill_kv_cache_dequant_dtype"),
+    # "--enable-megamoe-for-layernorm-sp requires --enable-layernorm-sp."
+    ({"enable_megamoe_for_layernorm_sp": True}, "enable_megamoe_for_layernorm_sp"),
+    # "--enable-linker-mla-dedup requires the Mooncake linker."
+    ({"enable_linker_mla_dedup": True}, "enable_linker_mla_dedup"),
+    # "quantize_and_serve requires ModelOpt quantization" / NotImplementedError
+    ({"quantize_and_serve": True}, "quantize_and_serve"),
+    # "--hicache-host-memory-fraction must be in (0, 1]."
+    ({"hicache_host_memory_fraction": 1.6}, "hicache_host_memory_fraction"),
+]
+
+
+@pytest.mark.parametrize(("extra", "field"), REFUSED, ids=[f for _, f in REFUSED])
+def test_combinations_sglang_refuses_at_startup_are_refused(
+    extra: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(UnsupportedRequestError) as caught:
+        settings_from_server_args({**BASE, **extra}, MEMORY)
+    assert caught.value.field == f"server_args.{field}"
+    assert "refuses it at startup" in str(caught.value)
+
+
+TAKEN: list[dict[str, Any]] = [
+    {"dcp_comm_backend": "ag_rs"},
+    {"dcp_comm_backend": "a2a", "dcp_size": 2},
+    {"dcp_replicate_q_proj": True, "dcp_size": 2, "dcp_comm_backend": "a2a"},
+    {"elastic_ep_backend": "mooncake"},
+    {"elastic_ep_backend": "mooncake", "max_ep_size": 2},  # not above tp_size: no scale-up
+    {"enable_http_worker_reuseport": True, "tokenizer_worker_num": 2},
+    {"speculative_use_block_verification": False},
+    {"prefill_kv_cache_dequant_dtype": "auto"},
+    {"enable_megamoe_for_layernorm_sp": False, "quantize_and_serve": False},
+    {"hicache_host_memory_fraction": 1.0},
+]
+
+
+@pytest.mark.parametrize("extra", TAKEN)
+def test_combinations_sglang_takes_are_planned(extra: dict[str, Any]) -> None:
+    settings = settings_from_server_args({**BASE, **extra}, MEMORY)
+    assert settings.tp_size == 2
+
+
+def test_block_verification_with_an_eagle_family_algorithm_passes_the_check() -> None:
+    """NEXTN is EAGLE to SGLang; the check lets the speculative settings go on to the
+    planner's own draft rules."""
+    from hisparse_plan.adapters.sglang.server_args_checks import check_speculative_extras
+
+    for algorithm in ("NEXTN", "EAGLE", "EAGLE3"):
+        check_speculative_extras({"speculative_use_block_verification": True,
+                                  "speculative_algorithm": algorithm})
+    with pytest.raises(UnsupportedRequestError):
+        check_speculative_extras({"speculative_use_block_verification": True,
+                                  "speculative_algorithm": "NGRAM"})
+
+
+def test_multi_item_scoring_is_unplanned() -> None:
+    """--enable-mis turns the radix cache, chunked prefill and CUDA graphs off and needs
+    flashinfer (SGLang refused it on its default backends in the draw): refused unless off."""
+    assert "enable_mis" in UNPLANNED
+    with pytest.raises(UnsupportedRequestError, match=r"server_args\.enable_mis"):
+        settings_from_server_args({**BASE, "enable_mis": True}, MEMORY)
+    settings_from_server_args({**BASE, "enable_mis": False}, MEMORY)
