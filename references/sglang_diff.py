@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -679,6 +680,24 @@ UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build"
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 
+UNUSABLE_HERE = "SGLang unusable here"
+"""SGLang refusing for a package this CPU host lacks (a flag's plugin or library): no
+comparison is possible here, and the case is counted apart, never as agreeing. Our side is
+then only asked not to crash."""
+HOST_ABSENT = (
+    re.compile(r"^ModuleNotFoundError: No module named '(torch_memory_saver|flashinfer|granian)"),
+    re.compile(r"requires the '\w+' package"),
+    re.compile(r"plugin is not installed"),
+)
+"""SGLang's messages for a package absent on this host (torch_memory_saver for
+--enable-memory-saver, granian for --enable-http2, the sgl-nvidia-mega plugin for
+--enable-nvidia-megakernel, FlashInfer's modules)."""
+
+
+def _unusable_here(ref: dict[str, Any]) -> bool:
+    return "refused" in ref and any(p.search(ref["refused"]) for p in HOST_ABSENT)
+
+
 def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
     if "refused" not in ours or "refused" in ref or "unusable" not in ref:
         return False
@@ -687,6 +706,8 @@ def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
 
 
 def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
+    if _unusable_here(ref):
+        return UNUSABLE_HERE
     if "refused" in ref and "refused" in ours:
         return "both refuse"
     if _refused_as_unusable(ours, ref):
@@ -801,7 +822,8 @@ def main(argv: list[str] | None = None) -> int:
                          indent=1))
         if ours is None:
             return 0
-    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, "mismatch": 0}
+    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, UNUSABLE_HERE: 0,
+                              "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
     per_field: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):

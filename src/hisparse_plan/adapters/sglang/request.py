@@ -83,7 +83,11 @@ MODELLED: Final = frozenset({*SERVER_ARGS, *LAYER_ARGS, *SERVER_ARG_ALIASES, "hi
 HISPARSE_CONFIG_IGNORED: Final = frozenset({
     "swap_in_block_size", "algorithm", "backend", "min_sparse_prompt_len", "page_size",
 })
-"""`--hisparse-config` keys that do not move a pool (kernels, policies)."""
+"""`--hisparse-config` keys that do not move a pool (kernels, policies). Any other key SGLang
+keeps as the sparse algorithm's extra settings (mem_cache/sparsity/factory.py,
+`sparse_extra_config`), and so does the plan: it moves no pool."""
+SWAP_IN_BLOCK: Final = (1, 1024)
+"""The swap_in_block_size SGLang takes (mem_cache/sparsity/factory.py, _parse_sparse_config)."""
 BF16_DSA_DTYPES: Final = frozenset({"auto", "bfloat16", "float16"})
 """SGLang kv dtypes that keep a DSA model's latent rows unquantized on Hopper (`auto` is
 bfloat16 there)."""
@@ -123,10 +127,12 @@ def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
     for key, value in config.items():
         if key in HISPARSE_CONFIG:
             fields[HISPARSE_CONFIG[key]] = value
-        elif key not in HISPARSE_CONFIG_IGNORED:
-            known = ", ".join(sorted([*HISPARSE_CONFIG, *HISPARSE_CONFIG_IGNORED]))
-            raise PlanError(f"hisparse_config.{key}: expected one of {known}, got {key!r}",
-                            field=f"hisparse_config.{key}")
+    block = config.get("swap_in_block_size", 960)
+    low, high = SWAP_IN_BLOCK
+    if not isinstance(block, int) or isinstance(block, bool) or not low <= block <= high:
+        raise PlanError(f"hisparse_config.swap_in_block_size: SGLang takes an integer in "
+                        f"[{low}, {high}]; got {block!r}",
+                        field="hisparse_config.swap_in_block_size")
     return fields
 
 
