@@ -688,10 +688,11 @@ HOST_ABSENT = (
     re.compile(r"^ModuleNotFoundError: No module named '(torch_memory_saver|flashinfer|granian)"),
     re.compile(r"requires the '\w+' package"),
     re.compile(r"plugin is not installed"),
+    re.compile(r"FlashInfer mamba module not available"),
 )
 """SGLang's messages for a package absent on this host (torch_memory_saver for
 --enable-memory-saver, granian for --enable-http2, the sgl-nvidia-mega plugin for
---enable-nvidia-megakernel, FlashInfer's modules)."""
+--enable-nvidia-megakernel, FlashInfer's modules such as --mamba-backend flashinfer's)."""
 
 
 def _unusable_here(ref: dict[str, Any]) -> bool:

@@ -25,9 +25,7 @@ SKIPPED: dict[str, str] = {
 alone are drawn: the planner refuses them as SGLang does (adapters/sglang/
 server_args_checks.py). A field SGLang refuses for a package this host lacks is drawn too, and
 its case counted as unusable here (sglang_diff.UNUSABLE_HERE)."""
-SKIPPED_VALUES: dict[str, tuple[Any, ...]] = {
-    "mamba_backend": ("flashinfer",),  # FlashInfer's mamba module is absent on this host
-}
+SKIPPED_VALUES: dict[str, tuple[Any, ...]] = {}
 """Values left out of a field's draw, for the same reason."""
 
 _CACHE: dict[str, Any] = {}

@@ -29,6 +29,8 @@ ABSENT = [
     "ValueError: --enable-http2 requires the 'granian' package. Install it with: pip install",
     "ValueError: --enable-nvidia-megakernel cannot run this setup:\n  - the "
     "'nvidia_megakernel' plugin is not installed; install sgl-nvidia-mega",
+    "ValueError: FlashInfer mamba module not available, please check the FlashInfer "
+    "installation.",
 ]
 
 

@@ -55,6 +55,10 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"quantize_and_serve": True}, "quantize_and_serve"),
     # "--hicache-host-memory-fraction must be in (0, 1]."
     ({"hicache_host_memory_fraction": 1.6}, "hicache_host_memory_fraction"),
+    # "attn_cp_size != moe_dp_size is only supported when moe_dp_size == 1"
+    ({"moe_dp_size": 2}, "moe_dp_size"),
+    # "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer."
+    ({"flashinfer_a2a_dispatch_type": "mxfp8"}, "flashinfer_a2a_dispatch_type"),
 ]
 
 
@@ -79,6 +83,7 @@ TAKEN: list[dict[str, Any]] = [
     {"prefill_kv_cache_dequant_dtype": "auto"},
     {"enable_megamoe_for_layernorm_sp": False, "quantize_and_serve": False},
     {"hicache_host_memory_fraction": 1.0},
+    {"moe_dp_size": 1, "flashinfer_a2a_dispatch_type": "auto"},
 ]
 
 

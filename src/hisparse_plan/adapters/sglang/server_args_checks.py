@@ -155,10 +155,31 @@ def check_hicache_host_fraction(server_args: Mapping[str, Any]) -> None:
         raise _refuse("hicache_host_memory_fraction", "it must be in (0, 1]", fraction)
 
 
+def check_moe_dp(server_args: Mapping[str, Any]) -> None:
+    """--moe-dp-size above 1 runs only as wide as attention context parallelism: SGLang
+    asserts attn_cp_size == moe_dp_size unless moe_dp_size is 1 (arg_groups/parallel_hook.py),
+    and attention context parallelism is a field the plan refuses (UNPLANNED)."""
+    moe_dp = _arg(server_args, "moe_dp_size") or 1
+    if moe_dp > 1 and (_arg(server_args, "attn_cp_size") or 1) != moe_dp:
+        raise _refuse("moe_dp_size", "attn_cp_size != moe_dp_size runs only with moe_dp_size "
+                      "1", moe_dp)
+
+
+def check_flashinfer_a2a_dispatch(server_args: Mapping[str, Any]) -> None:
+    """--flashinfer-a2a-dispatch-type other than auto needs --moe-a2a-backend flashinfer
+    (arg_groups/moe_hook.py, handle_a2a_moe), an all-to-all backend the plan does not take:
+    SGLang's MoE all-to-all is read as given (none unless deepep)."""
+    dispatch = _arg(server_args, "flashinfer_a2a_dispatch_type")
+    if dispatch not in (None, "auto") and _arg(server_args, "moe_a2a_backend") != "flashinfer":
+        raise _refuse("flashinfer_a2a_dispatch_type", "it needs --moe-a2a-backend flashinfer",
+                      dispatch)
+
+
 CHECKS: Final[tuple[Callable[[Mapping[str, Any]], None], ...]] = (
     check_dcp_comm_backend, check_elastic_ep, check_http_worker_reuseport,
     check_speculative_extras, check_prefill_kv_dequant, check_layernorm_sp,
     check_linker_mla_dedup, check_quantize_and_serve, check_hicache_host_fraction,
+    check_moe_dp, check_flashinfer_a2a_dispatch,
 )
 
 
