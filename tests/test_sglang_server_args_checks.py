@@ -6,11 +6,13 @@ combination SGLang takes is planned. Found by `references/sglang_diff.py
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hisparse_plan.adapters.sglang import settings_from_server_args
+from hisparse_plan.adapters.sglang import report_for_case, settings_from_server_args
 from hisparse_plan.adapters.sglang.server_args_table import UNPLANNED
 from hisparse_plan.errors import UnsupportedRequestError
 
@@ -113,3 +115,43 @@ def test_multi_item_scoring_is_unplanned() -> None:
     with pytest.raises(UnsupportedRequestError, match=r"server_args\.enable_mis"):
         settings_from_server_args({**BASE, "enable_mis": True}, MEMORY)
     settings_from_server_args({**BASE, "enable_mis": False}, MEMORY)
+
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+
+
+def _report(config: str, **server_args: Any) -> dict[str, Any]:
+    return report_for_case({"config": str(CONFIGS / config / "config.json"),
+                            "server_args": {**BASE, **server_args}, "memory": MEMORY})
+
+
+@pytest.mark.parametrize(("config", "extra", "field"), [
+    # "--enable-layernorm-sp is only supported for [...]; got Gemma3ForConditionalGeneration."
+    ("gemma-3-27b-it", {"enable_layernorm_sp": True}, "enable_layernorm_sp"),
+    ("qwen3-30b-a3b", {"enable_layernorm_sp": True, "tp_size": 1}, "enable_layernorm_sp"),
+    ("qwen3-30b-a3b", {"enable_layernorm_sp": True, "pp_size": 2}, "enable_layernorm_sp"),
+    # "--shared-experts-tp-size (8) must be a positive divisor of attention TP size (...)"
+    ("llama-3.1-8b-instruct", {"shared_experts_tp_size": 8}, "shared_experts_tp_size"),
+    ("llama-3.1-8b-instruct", {"shared_experts_tp_size": 2}, "shared_experts_tp_size"),
+])
+def test_checks_that_read_the_model(config: str, extra: dict[str, Any], field: str) -> None:
+    got = _report(config, **extra)
+    assert got["error"].startswith(f"UnsupportedRequestError: server_args.{field}: SGLang")
+
+
+def test_layernorm_sp_on_qwen3_over_ranks_is_planned() -> None:
+    """Dense Qwen3 (Qwen3ForCausalLM: Qwen3-30B-A3B's attention, no experts) over 2 ranks."""
+    config = json.loads((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
+    config.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    case = {"config": config, "server_args": {**BASE, "enable_layernorm_sp": True},
+            "memory": MEMORY}
+    assert "error" not in report_for_case(case)
+    case["server_args"]["enable_dp_attention"], case["server_args"]["dp_size"] = True, 2
+    assert "attention DP" in report_for_case(case)["error"]
+
+
+@pytest.mark.parametrize("field", ["enable_cp_decode_attn_tp", "rl_on_policy_target"])
+def test_fields_that_move_attention_or_its_sharding_are_unplanned(field: str) -> None:
+    """--enable-cp-decode-attn-tp is context parallelism's; --rl-on-policy-target turns
+    deterministic inference on (SGLang refused both on the draw's models and backends)."""
+    assert field in UNPLANNED

@@ -13,7 +13,10 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from hisparse_plan.adapters.sglang.draft import draft_settings
-from hisparse_plan.adapters.sglang.server_args_checks import check_server_args
+from hisparse_plan.adapters.sglang.server_args_checks import (
+    check_model_server_args,
+    check_server_args,
+)
 from hisparse_plan.adapters.sglang.server_args_table import (
     SERVER_ARG_ALIASES,
     check_server_arg,
@@ -311,6 +314,7 @@ def request_from_server_args(
         server_args, memory, context_length=default_length, gpu=gpu
     )
     if facts is not None:
+        check_model_server_args(server_args, facts.architecture)
         engine = engine.model_copy(update=config_settings(facts))
         drafted = draft_settings(facts.config, server_args, draft_config, attn_tp_size(engine))
         engine = SGLangSettings.model_validate({**engine.model_dump(), **drafted})

@@ -189,4 +189,71 @@ def check_server_args(server_args: Mapping[str, Any]) -> None:
         check(server_args)
 
 
-__all__ = ["CHECKS", "check_server_args"]
+SP_ARCHITECTURES: Final = frozenset({"MuseSparkForConditionalGeneration", "Qwen3ForCausalLM"})
+"""The architectures SGLang's layernorm sequence parallelism serves (layers/layernorm_sp.py,
+SP_SUPPORTED_ARCHITECTURES)."""
+
+
+def _attn_tp(server_args: Mapping[str, Any]) -> int:
+    """SGLang's attention TP width: tp_size over the attention DP groups (dp_size with
+    --enable-dp-attention) and attention context parallelism."""
+    tp = _arg(server_args, "tp_size") or 1
+    dp = (_arg(server_args, "dp_size") or 1) if _arg(server_args, "enable_dp_attention") else 1
+    return max(1, int(tp) // (int(dp) * int(_arg(server_args, "attn_cp_size") or 1)))
+
+
+def check_layernorm_sp_model(server_args: Mapping[str, Any], architecture: str) -> None:
+    """--enable-layernorm-sp (arg_groups/layernorm_sp_hook.py, validate_layernorm_sp): Muse
+    Spark or Qwen3ForCausalLM only, over more than one TP rank, without attention DP, pipeline
+    stages or speculative decoding (but Muse Spark's DFLASH). Muse Spark's also needs the
+    flashinfer all-to-all or MegaMoE, which the plan does not take."""
+    if not _arg(server_args, "enable_layernorm_sp"):
+        return
+    why = None
+    if architecture not in SP_ARCHITECTURES:
+        why = f"it serves {', '.join(sorted(SP_ARCHITECTURES))} only, not {architecture}"
+    elif (_arg(server_args, "tp_size") or 1) <= 1:
+        why = "it needs tp_size above 1"
+    elif architecture != "Qwen3ForCausalLM":
+        why = "Muse Spark's needs the flashinfer all-to-all or MegaMoE"
+    elif _arg(server_args, "enable_dp_attention") and (_arg(server_args, "dp_size") or 1) > 1:
+        why = "it does not run with attention DP"
+    elif _arg(server_args, "speculative_algorithm") is not None:
+        why = "it does not run with speculative decoding"
+    elif (_arg(server_args, "pp_size") or 1) > 1:
+        why = "it does not run with pipeline stages"
+    if why is not None:
+        raise _refuse("enable_layernorm_sp", why, True)
+
+
+def check_shared_experts_tp(server_args: Mapping[str, Any], architecture: str) -> None:
+    """--shared-experts-tp-size (arg_groups/parallel_hook.py, handle_shared_experts_tp): a
+    positive divisor of the attention TP width, for Kimi-K3 only, with an expert-parallel
+    all-to-all (deepep, megamoe, mooncake, ascend_fuseep, mori)."""
+    size = _arg(server_args, "shared_experts_tp_size")
+    if size is None:
+        return
+    attn_tp = _attn_tp(server_args)
+    if size < 1 or attn_tp % size:
+        raise _refuse("shared_experts_tp_size", f"it must be a positive divisor of the "
+                      f"attention TP size ({attn_tp})", size)
+    if architecture != "KimiK3ForConditionalGeneration":
+        raise _refuse("shared_experts_tp_size", f"it serves Kimi-K3 only, not {architecture}",
+                      size)
+    if _arg(server_args, "moe_a2a_backend") != "deepep":
+        raise _refuse("shared_experts_tp_size", "it needs an expert-parallel all-to-all "
+                      "(of those the plan takes, deepep)", size)
+
+
+MODEL_CHECKS: Final[tuple[Callable[[Mapping[str, Any], str], None], ...]] = (
+    check_layernorm_sp_model, check_shared_experts_tp,
+)
+
+
+def check_model_server_args(server_args: Mapping[str, Any], architecture: str) -> None:
+    """The checks that read the model SGLang serves (its architectures[0]), in turn."""
+    for check in MODEL_CHECKS:
+        check(server_args, architecture)
+
+
+__all__ = ["CHECKS", "MODEL_CHECKS", "check_model_server_args", "check_server_args"]

@@ -145,8 +145,12 @@ UNPLANNED: Final[dict[str, str]] = {
     "enable_prefill_cp": _CP,
     "enable_dsa_cache_layer_split": _CP,
     "enable_kv_cache_sharding": _CP,
+    "enable_cp_decode_attn_tp": _CP,
     "enable_deterministic_inference": "deterministic inference picks other attention "
                                       "backends and chunk sizes",
+    "rl_on_policy_target": "it turns deterministic inference on (arg_groups/attention_hook.py, "
+                           "handle_deterministic_inference), which picks other attention "
+                           "backends and chunk sizes",
     "attn_dp_size": "SGLang resolves it from dp_size with enable_dp_attention: give those",
     "_swa_full_tokens_ratio_explicitly_set": "SGLang's own bookkeeping of "
                                              "swa_full_tokens_ratio: give that instead",
