@@ -61,6 +61,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"moe_dp_size": 2}, "moe_dp_size"),
     # "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer."
     ({"flashinfer_a2a_dispatch_type": "mxfp8"}, "flashinfer_a2a_dispatch_type"),
+    # parallel_hook.py: `assert resolved_view(server_args).ep_size > 1` (an empty message)
+    ({"enable_eplb": True}, "enable_eplb"),
+    ({"enable_eplb": True, "moe_a2a_backend": "deepep", "tp_size": 1}, "enable_eplb"),
+    # "--ep-dispatch-algorithm lp picks a different physical replica per rank, ..."
+    ({"ep_dispatch_algorithm": "lp"}, "ep_dispatch_algorithm"),
 ]
 
 
@@ -86,6 +91,9 @@ TAKEN: list[dict[str, Any]] = [
     {"enable_megamoe_for_layernorm_sp": False, "quantize_and_serve": False},
     {"hicache_host_memory_fraction": 1.0},
     {"moe_dp_size": 1, "flashinfer_a2a_dispatch_type": "auto"},
+    {"enable_eplb": True, "ep_size": 2},
+    {"enable_eplb": True, "moe_a2a_backend": "deepep"},  # ep_size resolved as tp_size, 2
+    {"ep_dispatch_algorithm": "dynamic"},
 ]
 
 

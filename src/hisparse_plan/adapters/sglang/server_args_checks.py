@@ -175,11 +175,29 @@ def check_flashinfer_a2a_dispatch(server_args: Mapping[str, Any]) -> None:
                       dispatch)
 
 
+def check_eplb(server_args: Mapping[str, Any]) -> None:
+    """Expert placement (arg_groups/parallel_hook.py, handle_eplb_and_dispatch): without an
+    all-to-all backend every EP rank runs the MoE over the same tokens, so
+    --ep-dispatch-algorithm static or lp is refused; --enable-eplb (outside a scale joiner)
+    asserts more than one expert-parallel rank, SGLang's ep_size resolved as tp_size under
+    DeepEP (arg_groups/overrides.py, _a2a_ep_size), else as given."""
+    deepep = _arg(server_args, "moe_a2a_backend") == "deepep"
+    dispatch = _arg(server_args, "ep_dispatch_algorithm")
+    if not deepep and dispatch in ("static", "lp"):
+        raise _refuse("ep_dispatch_algorithm", f"{dispatch} needs an all-to-all backend "
+                      "(--moe-a2a-backend)", dispatch)
+    ep = (_arg(server_args, "tp_size") or 1) if deepep else (_arg(server_args, "ep_size") or 1)
+    if _arg(server_args, "enable_eplb") and _arg(server_args, "ep_join_mode") != "scale" and (
+            ep <= 1):
+        raise _refuse("enable_eplb", f"it needs more than one expert-parallel rank (ep_size "
+                      f"{ep})", True)
+
+
 CHECKS: Final[tuple[Callable[[Mapping[str, Any]], None], ...]] = (
     check_dcp_comm_backend, check_elastic_ep, check_http_worker_reuseport,
     check_speculative_extras, check_prefill_kv_dequant, check_layernorm_sp,
     check_linker_mla_dedup, check_quantize_and_serve, check_hicache_host_fraction,
-    check_moe_dp, check_flashinfer_a2a_dispatch,
+    check_moe_dp, check_flashinfer_a2a_dispatch, check_eplb,
 )
 
 
