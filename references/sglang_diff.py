@@ -689,10 +689,12 @@ HOST_ABSENT = (
     re.compile(r"requires the '\w+' package"),
     re.compile(r"plugin is not installed"),
     re.compile(r"FlashInfer mamba module not available"),
+    re.compile(r"on SM100\+ requires CUDA 13\+, got CUDA 12\.8"),
 )
 """SGLang's messages for a package absent on this host (torch_memory_saver for
 --enable-memory-saver, granian for --enable-http2, the sgl-nvidia-mega plugin for
---enable-nvidia-megakernel, FlashInfer's modules such as --mamba-backend flashinfer's)."""
+--enable-nvidia-megakernel, FlashInfer's modules such as --mamba-backend flashinfer's), and
+SGLang's CUDA version check where the CUDA-host stand-in answers 12.8 (sglang_cuda_host.py)."""
 
 
 def _unusable_here(ref: dict[str, Any]) -> bool:

@@ -66,6 +66,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"enable_eplb": True, "moe_a2a_backend": "deepep", "tp_size": 1}, "enable_eplb"),
     # "--ep-dispatch-algorithm lp picks a different physical replica per rank, ..."
     ({"ep_dispatch_algorithm": "lp"}, "ep_dispatch_algorithm"),
+    # "--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile to be specified."
+    ({"enable_ssl_refresh": True}, "enable_ssl_refresh"),
+    ({"enable_ssl_refresh": True, "ssl_certfile": "c.pem"}, "enable_ssl_refresh"),
+    # "--linear-attn-decode-backend flashkda is not supported: FlashKDA is prefill-only."
+    ({"linear_attn_decode_backend": "flashkda"}, "linear_attn_decode_backend"),
 ]
 
 
@@ -94,6 +99,8 @@ TAKEN: list[dict[str, Any]] = [
     {"enable_eplb": True, "ep_size": 2},
     {"enable_eplb": True, "moe_a2a_backend": "deepep"},  # ep_size resolved as tp_size, 2
     {"ep_dispatch_algorithm": "dynamic"},
+    {"enable_ssl_refresh": True, "ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"},
+    {"linear_attn_backend": "flashinfer"},  # on Hopper (no capability given)
 ]
 
 
@@ -163,3 +170,29 @@ def test_fields_that_move_attention_or_its_sharding_are_unplanned(field: str) ->
     """--enable-cp-decode-attn-tp is context parallelism's; --rl-on-policy-target turns
     deterministic inference on (SGLang refused both on the draw's models and backends)."""
     assert field in UNPLANNED
+
+
+B200 = {"capability": [10, 0]}
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    # "--linear-attn-decode-backend flashinfer on SM100+ requires --mamba-ssm-dtype bfloat16"
+    ({"linear_attn_backend": "flashinfer"}, "linear_attn_decode_backend"),
+    ({"linear_attn_decode_backend": "flashinfer"}, "linear_attn_decode_backend"),
+    ({"linear_attn_verify_backend": "flashinfer"}, "linear_attn_verify_backend"),
+])
+def test_flashinfer_linear_attention_on_blackwell_needs_bfloat16_states(
+    extra: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(UnsupportedRequestError) as caught:
+        settings_from_server_args({**BASE, **extra}, MEMORY, gpu=B200)
+    assert caught.value.field == f"server_args.{field}"
+    settings_from_server_args({**BASE, **extra, "mamba_ssm_dtype": "bfloat16"}, MEMORY,
+                              gpu=B200)
+    settings_from_server_args({**BASE, **extra}, MEMORY, gpu={"capability": [9, 0]})
+
+
+def test_dwdp_is_unplanned() -> None:
+    """DWDP runs attention DP over every rank and turns CUDA graphs off (SGLang refused
+    dwdp_size 8 at tp_size 1 in the draw)."""
+    assert "dwdp_size" in UNPLANNED

@@ -183,7 +183,10 @@ def settings_from_server_args(
         elif key == "hisparse_config":
             fields.update(hisparse_settings(value))
     fields.update(alias_settings(server_args))
-    check_server_args(server_args)  # SGLang's own startup checks of the fields left alone
+    capability = None if gpu is None else gpu.get("capability")
+    # SGLang's own startup checks of the fields left alone.
+    check_server_args(server_args, tuple(capability) if isinstance(capability, list | tuple)
+                      and len(capability) == 2 else None)
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]

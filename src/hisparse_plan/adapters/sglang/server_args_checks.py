@@ -193,18 +193,54 @@ def check_eplb(server_args: Mapping[str, Any]) -> None:
                       f"{ep})", True)
 
 
+def check_ssl_refresh(server_args: Mapping[str, Any]) -> None:
+    """--enable-ssl-refresh needs --ssl-certfile and --ssl-keyfile
+    (arg_groups/serving_hook.py)."""
+    if _arg(server_args, "enable_ssl_refresh") and not (
+            _arg(server_args, "ssl_certfile") and _arg(server_args, "ssl_keyfile")):
+        raise _refuse("enable_ssl_refresh", "it needs --ssl-certfile and --ssl-keyfile", True)
+
+
+def check_linear_attn_backends(server_args: Mapping[str, Any],
+                               capability: tuple[int, int] | None = None) -> None:
+    """Linear-attention kernels (arg_groups/attention_hook.py, handle_linear_attn_backend):
+    FlashKDA has no decode kernel, so an explicit --linear-attn-decode-backend flashkda is
+    refused; FlashInfer's decode and verify kernels on SM100 and later (a `capability` of 10
+    or more; none given is Hopper) need --mamba-ssm-dtype bfloat16. (Its prefill kernel there
+    also needs CUDA 13, which the plan is not told.)"""
+    decode_given = _arg(server_args, "linear_attn_decode_backend")
+    if decode_given == "flashkda":
+        raise _refuse("linear_attn_decode_backend", "FlashKDA is prefill-only", decode_given)
+    if capability is None or capability[0] < 10 or (
+            _arg(server_args, "mamba_ssm_dtype") == "bfloat16"):
+        return
+    decode = decode_given or _arg(server_args, "linear_attn_backend")
+    if decode == "flashkda":
+        decode = "triton"  # SGLang falls back to triton for an inherited flashkda
+    verify = _arg(server_args, "linear_attn_verify_backend") or (
+        "flashinfer" if decode == "flashinfer" else None)
+    for field, backend in (("linear_attn_decode_backend", decode),
+                           ("linear_attn_verify_backend", verify)):
+        if backend == "flashinfer":
+            raise _refuse(field, "FlashInfer's linear-attention kernels on SM100 and later "
+                          "need --mamba-ssm-dtype bfloat16", backend)
+
+
 CHECKS: Final[tuple[Callable[[Mapping[str, Any]], None], ...]] = (
     check_dcp_comm_backend, check_elastic_ep, check_http_worker_reuseport,
     check_speculative_extras, check_prefill_kv_dequant, check_layernorm_sp,
     check_linker_mla_dedup, check_quantize_and_serve, check_hicache_host_fraction,
-    check_moe_dp, check_flashinfer_a2a_dispatch, check_eplb,
+    check_moe_dp, check_flashinfer_a2a_dispatch, check_eplb, check_ssl_refresh,
 )
 
 
-def check_server_args(server_args: Mapping[str, Any]) -> None:
-    """Every check above, in turn (the first refusal wins)."""
+def check_server_args(server_args: Mapping[str, Any],
+                      capability: tuple[int, int] | None = None) -> None:
+    """Every check above, in turn (the first refusal wins), then those that read the GPU's
+    compute capability."""
     for check in CHECKS:
         check(server_args)
+    check_linear_attn_backends(server_args, capability)
 
 
 SP_ARCHITECTURES: Final = frozenset({"MuseSparkForConditionalGeneration", "Qwen3ForCausalLM"})

@@ -148,6 +148,8 @@ UNPLANNED: Final[dict[str, str]] = {
     "enable_cp_decode_attn_tp": _CP,
     "enable_deterministic_inference": "deterministic inference picks other attention "
                                       "backends and chunk sizes",
+    "dwdp_size": "DWDP runs attention DP over every rank and turns CUDA graphs off "
+                 "(arg_groups/parallel_hook.py, handle_dwdp)",
     "rl_on_policy_target": "it turns deterministic inference on (arg_groups/attention_hook.py, "
                            "handle_deterministic_inference), which picks other attention "
                            "backends and chunk sizes",
