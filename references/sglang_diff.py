@@ -1,6 +1,7 @@
 """Random SGLang cases: SGLang 0.5.23's own report against our planner's, field by field.
 
     python references/sglang_diff.py --seed 0 --count 20 [--kinds mha,swa,...] [--dump]
+        [--server-args-fields]
 
 Each case (a config built from a fixture in tests/hf_configs or from DeepSeek-V4-Flash's
 config in references/sglang_cases, with random layers, heads, dims, dtypes, tp, page size,
@@ -10,6 +11,10 @@ context length, memory) is run twice:
   here, else in one subprocess of the SGLang interpreter (``--sglang-python``, default
   ``$SGLANG_PYTHON`` or /work/sglang/bin/python, with the import stubs on PYTHONPATH);
 * our side, ``hisparse_plan.adapters.sglang.report_for_case(case)``.
+
+With ``--server-args-fields`` each case also carries one to three ServerArgs fields the
+planner accepts and ignores, with values drawn from SGLang's own command line
+(sglang_server_args_draw.py; needs SGLang in this interpreter): SGLang's report must not move.
 
 It prints one line per case (agree / both refuse / mismatch with the first differing
 field and both values) and the totals.  Without SGLang it says so and exits 2; without
@@ -24,6 +29,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -674,6 +680,27 @@ UNUSABLE_NAMES = {"decode swap-in": "hisparse_device_buffer_size", "model build"
 """The reference's probe (the start of its `unusable`) and what our refusal names for it."""
 
 
+UNUSABLE_HERE = "SGLang unusable here"
+"""SGLang refusing for a package this CPU host lacks (a flag's plugin or library): no
+comparison is possible here, and the case is counted apart, never as agreeing. Our side is
+then only asked not to crash."""
+HOST_ABSENT = (
+    re.compile(r"^ModuleNotFoundError: No module named '(torch_memory_saver|flashinfer|granian)"),
+    re.compile(r"requires the '\w+' package"),
+    re.compile(r"plugin is not installed"),
+    re.compile(r"FlashInfer mamba module not available"),
+    re.compile(r"on SM100\+ requires CUDA 13\+, got CUDA 12\.8"),
+)
+"""SGLang's messages for a package absent on this host (torch_memory_saver for
+--enable-memory-saver, granian for --enable-http2, the sgl-nvidia-mega plugin for
+--enable-nvidia-megakernel, FlashInfer's modules such as --mamba-backend flashinfer's), and
+SGLang's CUDA version check where the CUDA-host stand-in answers 12.8 (sglang_cuda_host.py)."""
+
+
+def _unusable_here(ref: dict[str, Any]) -> bool:
+    return "refused" in ref and any(p.search(ref["refused"]) for p in HOST_ABSENT)
+
+
 def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
     if "refused" not in ours or "refused" in ref or "unusable" not in ref:
         return False
@@ -682,6 +709,8 @@ def _refused_as_unusable(ours: dict[str, Any], ref: dict[str, Any]) -> bool:
 
 
 def compare(ours: dict[str, Any], ref: dict[str, Any]) -> str:
+    if _unusable_here(ref):
+        return UNUSABLE_HERE
     if "refused" in ref and "refused" in ours:
         return "both refuse"
     if _refused_as_unusable(ours, ref):
@@ -751,6 +780,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU every case without one of its own runs on (SGLang's "
                              "CUDA resolution for that compute capability; default: each "
                              "case's own, else an H200, SM90)")
+    parser.add_argument("--server-args-fields", action="store_true",
+                        help="also draw 1-3 ServerArgs fields beyond the modelled ones into "
+                             "each case (sglang_server_args_draw.py; SGLang in this "
+                             "interpreter)")
     parser.add_argument("--presets", action="store_true",
                         help="also every preset as `plan PRESET --engine sglang` plans it "
                              "(sglang_presets.py), beside SGLang on its published config")
@@ -762,6 +795,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = (make_cases(args.seed, args.count, kinds) if args.cases is None
              else [fixed_case(path) for path in args.cases])
+    drawn: dict[str, list[str]] = {}
+    if args.server_args_fields:
+        drawn = _draw_server_args_fields(args.seed, cases)
     preset_requests: dict[str, PlanRequest] = {}
     if args.presets:
         sys.path.insert(0, str(HERE))
@@ -789,8 +825,10 @@ def main(argv: list[str] | None = None) -> int:
                          indent=1))
         if ours is None:
             return 0
-    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, "mismatch": 0}
+    totals: dict[str, int] = {"agree": 0, "both refuse": 0, UNUSABLE: 0, UNUSABLE_HERE: 0,
+                              "mismatch": 0}
     by_mode: dict[str, dict[str, int]] = {}
+    per_field: dict[str, dict[str, int]] = {}
     for case, ref in zip(cases, refs, strict=True):
         side = ours
         if case["name"] in preset_requests:
@@ -801,11 +839,41 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes_of(case):
             counts = by_mode.setdefault(mode, dict.fromkeys(totals, 0))
             counts[key] += 1
-        print(f"{case['name']} [{'+'.join(modes_of(case))}]: {verdict}")
+        extra = drawn.get(case["name"])
+        fields = "" if not extra else " {" + ", ".join(
+            f"{name}={case['server_args'][name]!r}" for name in extra) + "}"
+        print(f"{case['name']} [{'+'.join(modes_of(case))}]{fields}: {verdict}")
+        for name in extra or ():
+            per_field.setdefault(name, dict.fromkeys(totals, 0))[key] += 1
     for mode, counts in sorted(by_mode.items()):
         print(f"  {mode}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if drawn:
+        _field_totals(per_field)
     print(", ".join(f"{k} {v}" for k, v in totals.items()) + f" (of {len(cases)})")
     return 1 if totals["mismatch"] else 0
+
+
+def _draw_server_args_fields(seed: int, cases: list[Case]) -> dict[str, list[str]]:
+    """Each case with 1-3 ignored ServerArgs fields drawn (their names by case), from a random
+    stream of its own so that the cases' other draws stay as without the flag."""
+    sys.path.insert(0, str(HERE))
+    import sglang_server_args_draw
+
+    rng = random.Random(f"server-args-fields-{seed}")
+    return {case["name"]: sglang_server_args_draw.draw_fields(rng, case) for case in cases}
+
+
+def _field_totals(per_field: dict[str, dict[str, int]]) -> None:
+    """How many drawn fields ran, and the verdicts of any drawn where a case did not agree."""
+    import sglang_server_args_draw
+
+    fields, undrawable = sglang_server_args_draw.drawable_fields()
+    print(f"  server_args_fields: {len(per_field)} distinct fields drawn of {len(fields)} "
+          f"drawable ({len(undrawable)} ignored fields not drawable: free text, lists, "
+          "no flag)")
+    for name, counts in sorted(per_field.items()):
+        if counts["mismatch"]:
+            print(f"    {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 if __name__ == "__main__":

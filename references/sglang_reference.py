@@ -1179,12 +1179,19 @@ def _num(value: float) -> int | float:
 
 
 def run_case_safely(case: dict[str, Any]) -> dict[str, Any]:
-    """The report, or ``{"refused": message}`` when SGLang raises."""
+    """The report, or ``{"refused": message}`` when SGLang raises. The process environment is
+    put back after each case: SGLang's argument hooks set environment variables (e.g.
+    ``--rl-on-policy-target`` sets SGLANG_VLM_CACHE_SIZE_MB=0, ``--enable-symm-mem`` its
+    preallocation), which would otherwise carry into the cases run after it."""
+    saved = dict(os.environ)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             report = run_case(case)
     except Exception as exc:  # SGLang's refusals are plain exceptions
         report = {"refused": f"{type(exc).__name__}: {exc}"}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     if "name" in case:
         report = {"case": case["name"], **report}
     return report

@@ -107,8 +107,14 @@ def test_server_args_map_onto_settings() -> None:
     assert request.engine is not None
     assert (request.engine.page_size, request.engine.context_length) == (16, 131072)
     assert request.device.available_bytes == 2**30
-    with pytest.raises(PlanError, match=r"hisparse_config\.nope"):
-        request_from_server_args(DSV32, {"hisparse_config": '{"nope": 1}'}, H200)
+    # SGLang keeps other keys as the sparse algorithm's extras (sparsity/factory.py).
+    extra = request_from_server_args(DSV32, {"hisparse_config": '{"nope": 1}'}, H200)
+    assert extra.engine == request_from_server_args(DSV32, {"hisparse_config": "{}"},
+                                                    H200).engine
+    for block in (0, 1025, 1.5, True):
+        with pytest.raises(PlanError, match=r"hisparse_config\.swap_in_block_size"):
+            request_from_server_args(DSV32, {"hisparse_config": {"swap_in_block_size": block}},
+                                     H200)
     with pytest.raises(PlanError, match="tp_size"):
         request_from_server_args(LLAMA, {"tp_size": 0}, {"available_bytes": 2**30})
 

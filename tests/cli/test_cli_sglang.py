@@ -217,3 +217,18 @@ def test_capacity_counts_the_request_table_and_hisparse_beside_the_budget(cli: R
                          "-tp", "8", "--kv-cache-dtype", "fp8", "--plain")
     assert code == 0, err
     assert "beside the budget" in out
+
+
+def test_disable_overlap_schedule_is_sglangs_flag(cli: Run) -> None:
+    """`--disable-overlap-schedule`, a ServerArgs field the plan reads, is taken under SGLang's
+    name (a radix-off gpt-oss deployment carries it): with the radix cache off and the requests
+    given, SGLang's window pool then keeps one prefill chunk in flight instead of its overlap
+    scheduler's two, which leaves the full pool more tokens."""
+    argv = ("gpt-oss-120b", "--gpu", "h200", "-tp", "8", "--disable-radix-cache",
+            "--max-running-requests", "8")
+    overlap = planned(cli, *argv)
+    serial = planned(cli, *argv, "--disable-overlap-schedule")
+    assert serial.max_total_num_tokens > overlap.max_total_num_tokens
+    code, _, err = cli("plan", *argv, "--disable-overlap-schedule")
+    assert code != 0
+    assert "--engine sglang" in err

@@ -381,6 +381,7 @@ ALLOWED = {
     "presets/catalog.py": "the package's own preset data",
     "presets/resolution.py": "the package's own data: vLLM's registry and Transformers backend",
     "presets/attribute_maps.py": "the package's own data: transformers' attribute maps",
+    "adapters/sglang/server_args_table.py": "the package's own data: SGLang's ServerArgs fields",
     "cli/commands/docs.py": "the package's own docs",
 }
 """Modules that may read a file or parse JSON themselves, and why (untrusted_json opens files

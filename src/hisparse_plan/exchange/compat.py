@@ -3,10 +3,13 @@
 Transfer-compatible means: the same transferred layers (by name; the resident and hot layers
 HiSparse derives on the GPU are not transferred), and for each the same dtype, page bytes,
 tokens per block, per-block shape and byte strides, and place of the page inside its block
-(`block_offset`). Then page `b` of a layer on one side holds every element at the same byte of
-the page as page `b'` on the other (the strides fix the in-page offset of every element, and so
-of every contiguous run), and with blocks outermost a layer's page sits at the same byte of
-either side's block. Strides of axes of extent 1 address nothing and are not compared.
+(`block_offset`); and no layer a transfer refuses (`LayerEntry.refused`), and each layer that
+reads another's pages reading the same layer's on both sides: the rules `transfer` applies,
+from exchange/movable.py, not derived again here. Then page `b` of a layer on one side holds
+every element at the same byte of the page as page `b'` on the other (the strides fix the
+in-page offset of every element, and so of every contiguous run), and with blocks outermost a
+layer's page sits at the same byte of either side's block. Strides of axes of extent 1 address
+nothing and are not compared.
 
 What may differ: num_blocks, and so pool sizes and, with layers outermost, where each layer's
 slab starts. A prefill and a decode instance rarely have the same memory; a transfer engine
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 from hisparse_plan.exchange.manifest import LayerEntry, TransferManifest, manifest
+from hisparse_plan.exchange.movable import sharing_difference
 from hisparse_plan.models import KVCachePlan
 from hisparse_plan.models.base import Model
 
@@ -37,7 +41,9 @@ class TransferCompatibility(Model):
     layer: str | None = None
     """The first layer that differs (in the first side's layer order)."""
     field: str | None = None
-    """What differs: one of LAYOUT_FIELDS, or "present" when one side lacks the layer."""
+    """What differs: one of LAYOUT_FIELDS, "present" when one side lacks the layer, "kind"
+    when a side keeps it as a kind a transfer does not move, "kv_sharing_target" when it
+    reads another layer's pages on one side and not the same layer's on the other."""
     a: Value | None = None
     b: Value | None = None
     message: str
@@ -82,10 +88,27 @@ def diff(
             layer=layer, field=field, a=in_a, b=in_b, message=message,
         )
 
+    shared = sharing_difference(left.kv_sharing, right.kv_sharing)
+    if shared is not None:  # transfer's own rule (exchange/movable.py)
+        name, in_a, in_b = shared
+        return TransferCompatibility(
+            compatible=False, same_fingerprint=same, layers_compared=len(ours), layer=name,
+            field="kv_sharing_target", a=in_a or "its own pages", b=in_b or "its own pages",
+            message=f"layer {name!r} reads {in_a or 'its own'} pages on A and "
+            f"{in_b or 'its own'} on B; a transfer moves a layer's KV with its target's "
+            "pages, so both must read the same")
     for name, entry in ours.items():
         other = theirs.get(name)
         if other is None:
             return differs(name, "present", True, False)
+        for side, held in (("A", entry), ("B", other)):
+            if held.refused is not None:  # transfer's own refusal (exchange/movable.py)
+                return TransferCompatibility(
+                    compatible=False, same_fingerprint=same, layers_compared=len(ours),
+                    layer=name, field="kind", a=entry.refused or "moves",
+                    b=other.refused or "moves",
+                    message=f"layer {name!r}: {side} keeps it as {held.refused}, which a "
+                    "transfer does not move (see docs/transfer.md#what-is-refused)")
         mine, yours = _page_values(entry), _page_values(other)
         for field in LAYOUT_FIELDS:
             if mine[field] != yours[field]:

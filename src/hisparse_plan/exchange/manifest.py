@@ -13,17 +13,17 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
+from hisparse_plan.exchange.movable import group_transferred, unmovable_kind
 from hisparse_plan.models import (
-    HOT_SUFFIX,
-    RESIDENT_SUFFIX,
     DType,
+    GroupSpec,
     KVCacheLayout,
     KVCachePlan,
     dtype_size,
 )
-from hisparse_plan.models.base import ByteCount, Model, PositiveInt, is_empty
+from hisparse_plan.models.base import ByteCount, Model, PositiveInt, is_empty, is_none
 from hisparse_plan.models.fingerprint import fingerprint
-from hisparse_plan.views import LayerView, plan_views, pool_name
+from hisparse_plan.views import LayerView, plan_views, pool_name, spec_of
 
 MANIFEST_VERSION: Final = 1
 SHARED_HOST_ALIGNMENT: Final = 4096
@@ -72,6 +72,11 @@ class LayerEntry(Model):
         description="A resident or hot layer, which HiSparse fills on the GPU from the source "
         "cache: nothing to transfer."
     )
+    refused: str | None = Field(
+        default=None, exclude_if=is_none,
+        description="Why a transfer refuses this layer (a kind this version does not move, "
+        "exchange/movable.py, as `transfer` decides); left out when it moves.",
+    )
     tokens_per_block: PositiveInt
     offset: ByteCount
     block_offset: ByteCount = Field(
@@ -108,14 +113,16 @@ class TransferManifest(Model):
     )
 
 
-def _layer(plan: KVCachePlan, view: LayerView) -> LayerEntry:
+def _layer(plan: KVCachePlan, view: LayerView, spec: GroupSpec) -> LayerEntry:
     run_bytes, run_starts = view.runs()
+    moved = group_transferred(plan.groups[view.group])
     return LayerEntry(
         name=view.name,
         region=pool_name(plan, view.stage, view.host_resident),
         group=view.group,
         tensor=view.tensor,
-        derived=view.name.endswith((RESIDENT_SUFFIX, HOT_SUFFIX)),
+        derived=not moved,
+        refused=unmovable_kind(spec) if moved else None,
         tokens_per_block=plan.groups[view.group].spec.block_size,
         offset=view.offset,
         block_offset=view.offset % view.block_stride if view.block_stride else view.offset,
@@ -141,7 +148,9 @@ def _alignment(layers: list[LayerEntry], region: str, shared: bool) -> int:
 def manifest(plan: KVCachePlan) -> TransferManifest:
     """The plan's transfer manifest: its pools as regions, every placed layer's geometry, and
     the layers that read another's pages."""
-    layers = [_layer(plan, view) for view in plan_views(plan).values()]
+    specs = spec_of(plan)
+    layers = [_layer(plan, view, specs[view.name][1])
+              for view in plan_views(plan, specs).values()]
     regions: list[MemoryRegion] = []
     host = plan.host_pool
     if host is not None:

@@ -172,6 +172,23 @@ def test_qwen3_next_layer_types_sglang_does_not_build_are_refused() -> None:
     assert "error" not in report_for_case(case(same, **args))
 
 
+def test_qwen3_next_with_layer_types_and_no_interval_is_refused() -> None:
+    """transformers 5 writes Qwen3-Next's config.json with layer_types and no
+    full_attention_interval; SGLang's own Qwen3NextConfig drops layer_types, has no default
+    interval and fails on reading its layers (AttributeError in layers_block_type, as
+    references/sglang_reference.py shows), so the config is refused, naming the field."""
+    types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2
+    config = fixture(QWEN3_NEXT, num_hidden_layers=8, layer_types=types)
+    args: dict[str, Any] = {"tp_size": 4, "context_length": 4096, "mem_fraction_static": 0.85}
+    assert "error" not in report_for_case(case(config, **args))  # with its interval, 4
+    del config["full_attention_interval"]
+    got = report_for_case(case(config, **args))
+    assert got["error"].startswith("UnsupportedRequestError: full_attention_interval:")
+    assert "layer_types alone" in got["error"]
+    del config["layer_types"]
+    assert "got neither" in report_for_case(case(config, **args))["error"]
+
+
 def test_sm100_override_page_decides_the_mamba_strategy() -> None:
     """Qwen3-Next with EAGLE (no top-k) on a B200, overlap off, page 16 given: the hybrid
     override sets triton's page 1 before SGLang resolves the Mamba radix strategy, which then

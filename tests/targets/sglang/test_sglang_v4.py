@@ -188,7 +188,6 @@ def test_refuses_what_sglang_cannot_hold(available: int, engine: dict[str, Any])
 @pytest.mark.parametrize(
     ("engine", "field", "match"),
     [
-        ({"page_size": 64}, "engine.page_size", "expected 256 or null, got 64"),
         ({"kv_cache_dtype": "bfloat16"}, "engine.kv_cache_dtype", "got bfloat16"),
         ({"dsa_backend": "trtllm"}, "engine.dsa_backend", "expected null, got trtllm"),
         ({"speculative_num_draft_tokens": 2}, "engine.speculative_num_draft_tokens",
@@ -199,6 +198,16 @@ def test_refuses_settings_not_planned(engine: dict[str, Any], field: str, match:
     with pytest.raises(UnsupportedRequestError, match=match) as info:
         plan_sglang(v4_request(4 * GIB, **engine))
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("page", [64, 128, 512])
+def test_a_given_page_size_is_replaced_by_256(page: int) -> None:
+    """SGLang's DeepSeek-V4 override sets 256-token pages over any --page-size
+    (references/sglang_reference.py: pages of 64, 128 and 512 given, 256 resolved, the same
+    222720 tokens as none given on references/sglang_cases/dsv4_flash_tp1_small.json)."""
+    given = plan_sglang(v4_request(4 * GIB, page_size=page))
+    assert given.page_size == 256
+    assert given == plan_sglang(v4_request(4 * GIB))
 
 
 def _edited(edit: dict[str, Any | None]) -> PlanRequest:

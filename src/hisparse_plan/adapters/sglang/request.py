@@ -13,6 +13,14 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from hisparse_plan.adapters.sglang.draft import draft_settings
+from hisparse_plan.adapters.sglang.server_args_checks import (
+    check_model_server_args,
+    check_server_args,
+)
+from hisparse_plan.adapters.sglang.server_args_table import (
+    SERVER_ARG_ALIASES,
+    check_server_arg,
+)
 from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import PlanRequest
 from hisparse_plan.models.entry_input import refuse_preset
@@ -73,10 +81,16 @@ HISPARSE_CONFIG: Final[dict[str, str]] = {
     "host_to_device_ratio": "hisparse_host_to_device_ratio",
 }
 """`--hisparse-config` keys that size the pools, and the settings they become."""
+MODELLED: Final = frozenset({*SERVER_ARGS, *LAYER_ARGS, *SERVER_ARG_ALIASES, "hisparse_config"})
+"""Server arguments the plan reads (server_args_table.py: the rest are refused or ignored)."""
 HISPARSE_CONFIG_IGNORED: Final = frozenset({
     "swap_in_block_size", "algorithm", "backend", "min_sparse_prompt_len", "page_size",
 })
-"""`--hisparse-config` keys that do not move a pool (kernels, policies)."""
+"""`--hisparse-config` keys that do not move a pool (kernels, policies). Any other key SGLang
+keeps as the sparse algorithm's extra settings (mem_cache/sparsity/factory.py,
+`sparse_extra_config`), and so does the plan: it moves no pool."""
+SWAP_IN_BLOCK: Final = (1, 1024)
+"""The swap_in_block_size SGLang takes (mem_cache/sparsity/factory.py, _parse_sparse_config)."""
 BF16_DSA_DTYPES: Final = frozenset({"auto", "bfloat16", "float16"})
 """SGLang kv dtypes that keep a DSA model's latent rows unquantized on Hopper (`auto` is
 bfloat16 there)."""
@@ -116,10 +130,36 @@ def hisparse_settings(config: Mapping[str, Any] | str) -> dict[str, Any]:
     for key, value in config.items():
         if key in HISPARSE_CONFIG:
             fields[HISPARSE_CONFIG[key]] = value
-        elif key not in HISPARSE_CONFIG_IGNORED:
-            known = ", ".join(sorted([*HISPARSE_CONFIG, *HISPARSE_CONFIG_IGNORED]))
-            raise PlanError(f"hisparse_config.{key}: expected one of {known}, got {key!r}",
-                            field=f"hisparse_config.{key}")
+    block = config.get("swap_in_block_size", 960)
+    low, high = SWAP_IN_BLOCK
+    if not isinstance(block, int) or isinstance(block, bool) or not low <= block <= high:
+        raise PlanError(f"hisparse_config.swap_in_block_size: SGLang takes an integer in "
+                        f"[{low}, {high}]; got {block!r}",
+                        field="hisparse_config.swap_in_block_size")
+    return fields
+
+
+def alias_settings(server_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings ServerArgs fields of other names give: the DSA backend from
+    dsa_prefill_backend and dsa_decode_backend (each `dsa_backend` when not given; trtllm on
+    either keeps raw rows, otherwise the two must agree), `disable_cuda_graph` as both graph
+    switches."""
+    fields: dict[str, Any] = {}
+    if server_args.get("disable_cuda_graph"):
+        fields["disable_decode_cuda_graph"] = fields["disable_prefill_cuda_graph"] = True
+    backend = server_args.get("dsa_backend")
+    prefill = server_args.get("dsa_prefill_backend") or backend
+    decode = server_args.get("dsa_decode_backend") or backend
+    if prefill == decode:
+        if prefill is not None:
+            fields["dsa_backend"] = prefill
+    elif "trtllm" in (prefill, decode):
+        fields["dsa_backend"] = "trtllm"
+    else:
+        raise UnsupportedRequestError(
+            f"server_args.dsa_decode_backend: a DSA prefill backend other than the decode "
+            f"one is not planned unless one is trtllm; expected {prefill!r}, got {decode!r}",
+            field="server_args.dsa_decode_backend")
     return fields
 
 
@@ -136,16 +176,17 @@ def settings_from_server_args(
     gpu = None if gpu is None else mapping_argument(gpu, "gpu")
     fields: dict[str, Any] = {"name": "sglang"}
     for key, value in server_args.items():
-        if value is None:
-            continue
+        if value is None or not check_server_arg(key, value, MODELLED):
+            continue  # SGLang's default, or a field SGLang's pools do not read
         if key in SERVER_ARGS:
             fields[SERVER_ARGS[key]] = value
         elif key == "hisparse_config":
             fields.update(hisparse_settings(value))
-        elif key not in LAYER_ARGS:
-            known = ", ".join(sorted([*SERVER_ARGS, *LAYER_ARGS]))
-            raise PlanError(f"server_args.{key}: not an argument the SGLang plan reads; "
-                            f"expected one of {known}", field=f"server_args.{key}")
+    fields.update(alias_settings(server_args))
+    capability = None if gpu is None else gpu.get("capability")
+    # SGLang's own startup checks of the fields left alone.
+    check_server_args(server_args, tuple(capability) if isinstance(capability, list | tuple)
+                      and len(capability) == 2 else None)
     fields.setdefault("context_length", context_length)
     if gpu is not None and gpu.get("total_memory_bytes") is not None:
         fields["gpu_memory_bytes"] = gpu["total_memory_bytes"]
@@ -276,6 +317,7 @@ def request_from_server_args(
         server_args, memory, context_length=default_length, gpu=gpu
     )
     if facts is not None:
+        check_model_server_args(server_args, facts.architecture)
         engine = engine.model_copy(update=config_settings(facts))
         drafted = draft_settings(facts.config, server_args, draft_config, attn_tp_size(engine))
         engine = SGLangSettings.model_validate({**engine.model_dump(), **drafted})

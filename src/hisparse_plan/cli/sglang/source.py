@@ -113,6 +113,9 @@ def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
                        help="no prefix cache (prefill/decode nodes): one Mamba state slot a "
                             "request; with --max-running-requests, a window pool sized for "
                             "those requests")
+    group.add_argument("--disable-overlap-schedule", action="store_true",
+                       help="the overlap scheduler off: its Mamba radix strategy and window "
+                            "chunks in flight follow it")
     group.add_argument("--dcp-size", type=positive_int, metavar="N",
                        help="decode context parallelism of a DSA model over N ranks: latent "
                             "rows sharded, index keys whole (default 1)")
@@ -158,6 +161,7 @@ SGLANG_ONLY: Final[tuple[tuple[str, str], ...]] = (
     ("dp_size", "--dp-size"),
     ("moe_a2a_backend", "--moe-a2a-backend"),
     ("disable_radix_cache", "--disable-radix-cache"),
+    ("disable_overlap_schedule", "--disable-overlap-schedule"),
     ("dcp_size", "--dcp-size"),
     ("speculative_algorithm", "--speculative-algorithm"),
     ("speculative_num_steps", "--speculative-num-steps"),
@@ -297,6 +301,7 @@ def sglang_settings(args: argparse.Namespace, arch: Architecture, tp: int,
         "tp_size": tp,
         "enable_dp_attention": bool(args.enable_dp_attention),
         "disable_radix_cache": bool(args.disable_radix_cache),
+        "disable_overlap_schedule": bool(args.disable_overlap_schedule),
         # --allow-long-context is SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to SGLang.
         "allow_overwrite_longer_context_len": bool(args.allow_long_context),
         **(facts or {}),

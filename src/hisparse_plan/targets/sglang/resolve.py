@@ -153,7 +153,7 @@ def _resolve_v4(read: ReadV4, trace: Trace) -> DefaultsV4:
     )
     if trace.enabled:
         trace.add(STAGE, POOLS, "page_size", defaults.page_size,
-                  "256: the only page SGLang's paged DeepSeek-V4 pools take")
+                  "256: SGLang's DeepSeek-V4 override sets it over any --page-size")
         _trace_fraction(settings, defaults.mem_fraction_static, trace)
         trace.add(STAGE, BUDGET, "swa_full_tokens_ratio", defaults.swa_full_tokens_ratio,
                   _given(settings, "swa_full_tokens_ratio") or "DeepSeek-V4's override: 0.1")

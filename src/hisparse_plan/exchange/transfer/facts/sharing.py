@@ -7,6 +7,7 @@ SGLang plan shares nothing in its pools (SGLang allocates every layer's buffers)
 
 from __future__ import annotations
 
+from hisparse_plan.exchange.movable import sharing_difference
 from hisparse_plan.exchange.transfer.errors import refuse_difference
 from hisparse_plan.exchange.transfer.facts.side import Instance
 from hisparse_plan.models import KVCachePlan
@@ -19,11 +20,11 @@ def _sharing(side: Instance) -> dict[str, str]:
 
 def same_sharing(source: Instance, destination: Instance) -> None:
     """Each layer reads the same target's pages on both sides, or its own on both."""
-    src, dst = _sharing(source), _sharing(destination)
-    for name in [*src, *dst]:
-        if src.get(name) != dst.get(name):
-            raise refuse_difference(
-                name, "kv_sharing_target", src.get(name), dst.get(name),
-                "a layer that reads another layer's pages on one side must read the same "
-                "layer's on the other (its KV moves with its target's pages)",
-            )
+    found = sharing_difference(_sharing(source), _sharing(destination))
+    if found is not None:
+        name, src, dst = found
+        raise refuse_difference(
+            name, "kv_sharing_target", src, dst,
+            "a layer that reads another layer's pages on one side must read the same "
+            "layer's on the other (its KV moves with its target's pages)",
+        )

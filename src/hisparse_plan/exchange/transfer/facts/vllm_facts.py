@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hisparse_plan.exchange.movable import group_transferred, unmovable_kind
 from hisparse_plan.exchange.transfer.facts.rank_facts import (
     FieldPlace,
     LayerFacts,
@@ -13,16 +14,14 @@ from hisparse_plan.exchange.transfer.facts.rank_facts import (
     TableFacts,
 )
 from hisparse_plan.models import DTYPE_SIZE, KVCachePlan
-from hisparse_plan.models.group_specs import GroupSpec, HisparseHotSpec, HisparseResidentSpec
+from hisparse_plan.models.group_specs import GroupSpec
 from hisparse_plan.models.layer_specs import (
     ChunkedLocalAttentionSpec,
-    CrossAttentionSpec,
     FullAttentionSpec,
     KVLayerSpec,
     LatentLayerSpec,
     MambaSpec,
     MLASpec,
-    SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
 from hisparse_plan.views import LayerView, plan_views, spec_of
@@ -44,7 +43,7 @@ def vllm_facts(plan: KVCachePlan) -> RankFacts:
     layers: dict[str, LayerFacts] = {}
     for view in plan_views(plan, specs).values():
         group = plan.groups[view.group]
-        if not _transferred(group.spec) or not group.enable_kv_transfer:
+        if not group_transferred(group):
             continue
         tensor = plan.tensors[view.tensor]
         key = table_key(view.group)
@@ -62,22 +61,14 @@ def vllm_facts(plan: KVCachePlan) -> RankFacts:
     return RankFacts("vllm", layers, tables, regions)
 
 
-def _transferred(spec: GroupSpec) -> bool:
-    """Resident and hot layers hold copies HiSparse makes on the GPU: never moved."""
-    return not isinstance(spec, HisparseResidentSpec | HisparseHotSpec)
-
-
 def layer_facts(view: LayerView, spec: GroupSpec, table: str, region: str) -> LayerFacts:
     """One layer's facts from its view: K/V rows, latent rows, index-key pages, states."""
     name = view.name
+    refused = unmovable_kind(spec)  # the one decision manifest and diff read too
+    if refused is not None:
+        return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (), unsupported=refused)
     if isinstance(spec, MambaSpec):
         return _state(view, spec, table, region)
-    if isinstance(spec, SlidingWindowMLASpec) or (
-        isinstance(spec, LatentLayerSpec)
-        and (spec.compress_ratio != 1 or spec.model_version is not None)
-    ):
-        return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (),
-                          unsupported="a compressed or DeepSeek-V4 latent cache")
     _, heads, units, _ = view.shape
     block_stride, head_stride, unit_stride, _ = view.strides
 
@@ -96,14 +87,8 @@ def layer_facts(view: LayerView, spec: GroupSpec, table: str, region: str) -> La
         latent = place("latent", 0, spec.content_bytes, spec.dtype)
         return LayerFacts(name, table, "tokens", units, 1, heads, True, spec.cache_dtype,
                           (latent,))
-    if isinstance(spec, CrossAttentionSpec):
-        # Its rows are the encoder's output, one table of their own sized by the encoder's
-        # tokens, not the request's: the token ranges a transfer moves do not address them.
-        return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (),
-                          unsupported="a cross_attention layer (the encoder's keys and values)")
-    if not isinstance(spec, KVLayerSpec):
-        return LayerFacts(name, table, "tokens", 1, 1, 1, True, None, (),
-                          unsupported=f"a {spec.kind} layer")
+    if not isinstance(spec, KVLayerSpec):  # unmovable_kind refused every other kind
+        raise TypeError(f"layer {name!r}: no rows for a {type(spec).__name__}")
     size = DTYPE_SIZE[spec.dtype]
     k_bytes, v_bytes = spec.head_size * size, spec.value_head_size * size
     fields = (place("k", 0, k_bytes, spec.dtype), place("v", k_bytes, v_bytes, spec.dtype))

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models.sglang_settings import SGLangSettings
 from hisparse_plan.targets.sglang.memory_rule import default_mem_fraction_static
 from hisparse_plan.targets.sglang.modes.parallel import requests_per_worker
 
 V4_PAGE_SIZE: Final = 256
-"""The only page size SGLang's paged V4 pools take on CUDA (its model override's default)."""
+"""The page size SGLang's DeepSeek-V4 model override sets on CUDA, over any given."""
 V4_SWA_RATIO: Final = 0.1
 """swa_full_tokens_ratio SGLang's DeepSeek-V4 override sets when none is given."""
 V4_MAX_RUNNING_REQUESTS: Final = 256
@@ -20,15 +19,10 @@ V4_MAX_RUNNING_REQUESTS: Final = 256
 
 
 def v4_page_size(settings: SGLangSettings) -> int:
-    """Tokens per page: SGLang sets 256 for DeepSeek-V4 and asserts it for its paged SWA
-    pool, so another `--page-size` is refused."""
-    page = settings.page_size
-    if page is not None and page != V4_PAGE_SIZE:
-        raise UnsupportedRequestError(
-            f"engine.page_size: SGLang's paged DeepSeek-V4 pools take {V4_PAGE_SIZE}-token pages "
-            f"only; expected {V4_PAGE_SIZE} or null, got {page}",
-            field="engine.page_size",
-        )
+    """Tokens per page: 256 whatever `--page-size` says. SGLang's DeepSeek-V4 model override
+    sets page_size to 256 on CUDA over any given one (arg_groups/model_overrides/deepseek_v4.py,
+    _deepseek_v4_overrides), so a given 64 or 512 is served on 256-token pages."""
+    del settings  # the given page size does not reach SGLang's V4 pools
     return V4_PAGE_SIZE
 
 

@@ -12,14 +12,12 @@ from typing import Any, Final
 from hisparse_plan.errors import UnsupportedRequestError
 
 QWEN3_NEXT: Final = "Qwen3NextForCausalLM"
-DEFAULT_INTERVAL: Final = 4
-"""Qwen3NextConfig's full_attention_interval when the config names none."""
 
 
 def sglang_qwen3_next_kinds(config: Mapping[str, Any]) -> list[str]:
     """SGLang's layers_block_type as layer_types names: layer i is full attention when
     (i + 1) is a multiple of full_attention_interval, else linear attention."""
-    every = config.get("full_attention_interval", DEFAULT_INTERVAL)
+    every = config.get("full_attention_interval")
     layers = config.get("num_hidden_layers")
     if not isinstance(every, int) or isinstance(every, bool) or every < 1 or not isinstance(
             layers, int) or isinstance(layers, bool):
@@ -28,11 +26,30 @@ def sglang_qwen3_next_kinds(config: Mapping[str, Any]) -> list[str]:
             for i in range(layers)]
 
 
+def refuse_without_interval(config: Mapping[str, Any], architecture: str) -> None:
+    """A Qwen3-Next config without full_attention_interval is refused: SGLang's own
+    Qwen3NextConfig (configs/qwen3_next.py) takes layer_types and keeps none of it, declares no
+    default interval, and its `layers_block_type` (read for the Gated DeltaNet layers' state
+    pools, `mamba2_cache_params`) raises AttributeError without one. transformers 5 writes a
+    Qwen3-Next config.json with layer_types alone, which vLLM serves and SGLang cannot load."""
+    if architecture != QWEN3_NEXT or config.get("full_attention_interval") is not None:
+        return
+    given = "layer_types alone" if "layer_types" in config else "neither"
+    raise UnsupportedRequestError(
+        "full_attention_interval: SGLang 0.5.23's Qwen3NextConfig builds Qwen3-Next's layers "
+        "from full_attention_interval, has no default for it and does not read layer_types "
+        f"(configs/qwen3_next.py, layers_block_type); expected an interval, got {given}",
+        field="full_attention_interval",
+    )
+
+
 def refuse_unlike_layer_types(config: Mapping[str, Any], architecture: str) -> None:
     """A Qwen3-Next config whose layer_types (of the right length: transformers refuses
     another) name other layers than SGLang builds is refused: SGLang would size and build its
     interval layers, not the checkpoint's, so the checkpoint's weights do not fit the model it
-    serves. A layer_types equal to SGLang's layers is planned."""
+    serves. A layer_types equal to SGLang's layers is planned; a config without an interval is
+    refused first (refuse_without_interval)."""
+    refuse_without_interval(config, architecture)
     types = config.get("layer_types")
     if architecture != QWEN3_NEXT or not isinstance(types, list):
         return
