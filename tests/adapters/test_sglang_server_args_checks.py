@@ -71,6 +71,12 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"enable_ssl_refresh": True, "ssl_certfile": "c.pem"}, "enable_ssl_refresh"),
     # "--linear-attn-decode-backend flashkda is not supported: FlashKDA is prefill-only."
     ({"linear_attn_decode_backend": "flashkda"}, "linear_attn_decode_backend"),
+    # "--enable-tp-lm-head-all-to-all requires attention DP (--attn-dp-size)."
+    ({"enable_tp_lm_head_all_to_all": True}, "enable_tp_lm_head_all_to_all"),
+    ({"enable_tp_lm_head_all_to_all": True, "tp_size": 4, "dp_size": 2,
+      "enable_dp_attention": True}, "enable_tp_lm_head_all_to_all"),
+    # "--enable-dp-lm-head requires attention DP (--attn-dp-size)."
+    ({"enable_dp_lm_head": True, "dp_size": 2}, "enable_dp_lm_head"),
 ]
 
 
@@ -101,6 +107,9 @@ TAKEN: list[dict[str, Any]] = [
     {"ep_dispatch_algorithm": "dynamic"},
     {"enable_ssl_refresh": True, "ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"},
     {"linear_attn_backend": "flashinfer"},  # on Hopper (no capability given)
+    {"enable_tp_lm_head_all_to_all": True, "dp_size": 2, "enable_dp_attention": True},
+    {"enable_dp_lm_head": True},  # one DP rank: SGLang turns it off
+    {"enable_dp_lm_head": True, "dp_size": 2, "enable_dp_attention": True},
 ]
 
 

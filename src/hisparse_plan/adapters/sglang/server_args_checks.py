@@ -201,6 +201,27 @@ def check_ssl_refresh(server_args: Mapping[str, Any]) -> None:
         raise _refuse("enable_ssl_refresh", "it needs --ssl-certfile and --ssl-keyfile", True)
 
 
+def check_lm_head(server_args: Mapping[str, Any]) -> None:
+    """The LM head's DP modes need attention DP (arg_groups/overrides.py,
+    _dp_lm_head_validation): --enable-dp-lm-head, which SGLang turns off itself on a single DP
+    rank (_data_parallelism_defaults) but not over --dp-size replicas; and
+    --enable-tp-lm-head-all-to-all, which moreover needs tp_size equal to the attention DP size
+    and no --enable-dp-lm-head."""
+    dp = _arg(server_args, "dp_size") or 1
+    attn_dp = dp if _arg(server_args, "enable_dp_attention") else 1
+    dp_head = bool(_arg(server_args, "enable_dp_lm_head")) and dp > 1
+    if dp_head and attn_dp <= 1:
+        raise _refuse("enable_dp_lm_head", "it needs attention DP (over --dp-size replicas "
+                      "without --enable-dp-attention)", True)
+    if not _arg(server_args, "enable_tp_lm_head_all_to_all"):
+        return
+    tp = _arg(server_args, "tp_size") or 1
+    if attn_dp <= 1 or dp_head or tp != attn_dp:
+        raise _refuse("enable_tp_lm_head_all_to_all", f"it needs attention DP over every rank "
+                      f"(tp_size {tp}, attention DP {attn_dp}) and no --enable-dp-lm-head",
+                      True)
+
+
 def check_linear_attn_backends(server_args: Mapping[str, Any],
                                capability: tuple[int, int] | None = None) -> None:
     """Linear-attention kernels (arg_groups/attention_hook.py, handle_linear_attn_backend):
@@ -231,6 +252,7 @@ CHECKS: Final[tuple[Callable[[Mapping[str, Any]], None], ...]] = (
     check_speculative_extras, check_prefill_kv_dequant, check_layernorm_sp,
     check_linker_mla_dedup, check_quantize_and_serve, check_hicache_host_fraction,
     check_moe_dp, check_flashinfer_a2a_dispatch, check_eplb, check_ssl_refresh,
+    check_lm_head,
 )
 
 
