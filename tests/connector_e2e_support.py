@@ -20,7 +20,7 @@ import numpy as np
 
 import vllm_support as vs
 from hisparse_plan.adapters.vllm import to_kv_cache_config
-from hisparse_plan.models import KVCacheLayout, KVCachePlan, PlanRequest
+from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.targets.vllm import plan as make_plan
 
 MODULE = "hisparse_plan.connectors.vllm"

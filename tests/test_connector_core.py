@@ -153,6 +153,8 @@ def test_leases_free_on_the_last_reader_or_on_expiry() -> None:
     assert leases.due(50.0) == ({"a"}, set())
     assert leases.due(100.0) == (set(), {"b"})
     assert leases.held == {}
+    leases.notified("a", (0, 2), 2)  # late: "a" was let go, and vLLM must not hear of it again
+    assert leases.due(200.0) == (set(), set())
 
 
 def test_notifications_parse_strictly() -> None:

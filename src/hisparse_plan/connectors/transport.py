@@ -155,8 +155,12 @@ class Leases:
     """Requests whose blocks a holder keeps for its readers (module doc)."""
 
     held: dict[str, Lease] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)
+    """Requests let go: a late or repeated notification for one is ignored (vLLM asserts
+    that a finished id is a request it still holds)."""
 
     def hold(self, request_id: str, expires_at: float, readers: int | None = None) -> None:
+        self.released.discard(request_id)
         lease = self.held.setdefault(request_id, Lease(expires_at))
         lease.expires_at = expires_at
         if readers is not None:
@@ -166,6 +170,8 @@ class Leases:
 
     def notified(self, request_id: str, reader: tuple[int, int], readers: int) -> None:
         """A reader is done (a note for a request not held yet is kept: it may come first)."""
+        if request_id in self.released:
+            return
         lease = self.held.setdefault(request_id, Lease(float("inf")))
         lease.readers = readers
         lease.seen.add(reader)
@@ -178,6 +184,7 @@ class Leases:
                    if request not in read and lease.expires_at <= now}
         for request in read | expired:
             del self.held[request]
+        self.released |= read | expired
         return read, expired
 
 
