@@ -86,7 +86,8 @@ class WorkerSide:
                           mem_type="VRAM" if on_gpu and kinds[name] == "device" else "DRAM",
                           device=index if on_gpu and kinds[name] == "device" else 0)
                    for name, (base, size) in sorted(bound.items())]
-        name = f"{self.settings.instance_id}-pp{self.pp_rank}-tp{self.tp_rank}-{uuid.uuid4().hex[:8]}"
+        unique = uuid.uuid4().hex[:8]
+        name = f"{self.settings.instance_id}-pp{self.pp_rank}-tp{self.tp_rank}-{unique}"
         self.agent = Agent(name, regions)
         rank = self.tp_rank
         self.addresses = {(rank, r.name): (r.base, r.size) for r in regions}
