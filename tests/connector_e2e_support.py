@@ -33,6 +33,7 @@ sampling = importlib.import_module("vllm")
 structured = importlib.import_module("vllm.v1.structured_output")
 config_mod = importlib.import_module("vllm.config")
 worker_utils = importlib.import_module("vllm.v1.worker.utils")
+kv_utils = importlib.import_module("vllm.distributed.kv_transfer.kv_connector.utils")
 torch = importlib.import_module("torch")
 
 
@@ -50,6 +51,7 @@ class Instance:
     scheduler: Any
     workers: list[Any]
     tensors: list[dict[str, Any]]
+    aggregator: Any
     keep: list[Any] = field(default_factory=list)
     steps: int = 0
 
@@ -62,19 +64,26 @@ class Instance:
         return {key: region_view(*found) for key, found in side.addresses.items()}
 
     def step(self) -> tuple[Any, Any]:
-        """One engine step: schedule, the workers' connector calls, update from output."""
+        """One engine step: schedule, the workers' connector calls (ActiveKVConnector's
+        order), their outputs merged by vLLM's own KVOutputAggregator (an id finishes once
+        every worker has reported it, in whichever steps they do), update from output."""
         out = self.scheduler.schedule()
         meta = out.kv_connector_metadata
-        results = []
+        per_worker = []
         for worker in self.workers:
             worker.handle_preemptions(meta)
             worker.bind_connector_metadata(meta)
             worker.start_load_kv(None)
             worker.wait_for_save()
-            results.append((worker.get_transfer_results(out.finished_req_ids),
-                            worker.get_block_ids_with_load_errors()))
+            results = worker.get_transfer_results(out.finished_req_ids)
+            per_worker.append(outputs.ModelRunnerOutput(
+                req_ids=[], kv_connector_output=outputs.KVConnectorOutput(
+                    finished_sending=results.finished_sending or None,
+                    finished_recving=results.finished_recving or None,
+                    failed_recving=set(results.failed_recving),
+                    invalid_block_ids=worker.get_block_ids_with_load_errors())))
             worker.clear_connector_metadata()
-        connector_output = aggregate(results)
+        connector_output = self.aggregator.aggregate(per_worker).kv_connector_output
         sampled = [[7] if out.num_scheduled_tokens.get(rid) else []
                    for rid in out.num_scheduled_tokens]
         runner = outputs.ModelRunnerOutput(
@@ -83,20 +92,6 @@ class Instance:
         engine = self.scheduler.update_from_output(out, runner)
         self.steps += 1
         return out, engine
-
-
-def aggregate(results: list[tuple[Any, set[int]]]) -> Any:
-    """KVOutputAggregator's rule: an id is finished when every worker reports it."""
-    def every(attr: str) -> set[str]:
-        sets = [set(getattr(found, attr)) for found, _ in results]
-        return set.intersection(*sets) if sets else set()
-
-    failed = set().union(*(set(found.failed_recving) for found, _ in results))
-    invalid = set().union(*(ids for _, ids in results))
-    return outputs.KVConnectorOutput(
-        finished_sending=every("finished_sending") or None,
-        finished_recving=(every("finished_recving") | failed) or None,
-        failed_recving=failed, invalid_block_ids=invalid)
 
 
 def vllm_config(plan: KVCachePlan, request_path: str, port: int, tp: int, instance: str,
@@ -157,7 +152,8 @@ def start(request_data: dict[str, Any], *, tp: int, port: int, instance: str,
         keep.extend(held)
     # The engine core's _set_kv_connector_handshake_metadata.
     scheduler.connector.set_xfer_handshake_metadata_pp_aware(metadata)
-    return Instance(request, plan, scheduler, workers, tensors, keep)
+    aggregator = kv_utils.KVOutputAggregator.from_connector(workers[0], world_size=tp)
+    return Instance(request, plan, scheduler, workers, tensors, aggregator, keep)
 
 
 def new_request(request_id: str, tokens: int, params: dict[str, Any], max_tokens: int
