@@ -2,7 +2,8 @@
 
 Ours: `request_from_vllm` (vLLM specs and config in) + `plan` + `to_kv_cache_config` (vLLM's
 KVCacheConfig out). vLLM's: `get_global_kv_cache_groups` + `get_kv_cache_configs` with its
-default builder, the engine's flow (tests/vllm_support.py `run_vllm`). Both get the same spec
+default builder, the engine's flow (tests/support/vllm_support.py `run_vllm`). Both get the same
+spec
 objects and engine config, for DeepSeek-V3.2 (HiSparse), Qwen3-Next-80B and Gemma-3-27B. The
 two are timed call by call, alternately, so a busy machine slows both alike; each figure is a
 median. Also: JSON text to plan (`PlanRequest.model_validate_json` + `plan`) for DeepSeek-V3.2,
@@ -10,7 +11,7 @@ with its parse, validation and planning apart and the cost of one plain pydantic
 
     PYTHONPATH=src:tests /work/vllm34/bin/python benchmarks/bench_engine_path.py [--calls N]
 
-The engine config is the real `VllmConfig` tests/vllm_support.py builds on the CPU platform.
+The engine config is the real `VllmConfig` tests/support/vllm_support.py builds on the CPU platform.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def engine_path(case: str, calls: int) -> dict[str, Any]:
     golden case, timed alternately."""
     from vllm.v1.core import kv_cache_planning  # type: ignore[import-not-found, unused-ignore]
 
-    import vllm_support as vs
     from hisparse_plan.adapters.vllm import request_from_vllm, to_kv_cache_config
+    from support import vllm_support as vs
 
     inputs = vs.vllm_inputs(golden(case))
     workers = inputs.worker_specs()
@@ -138,7 +139,7 @@ def main() -> None:
           f"included) {parts['validate']:.0f} us, plan {parts['plan']:.0f} us; one five-field "
           f"pydantic model {parts['one model']:.2f} us")
     try:
-        # vLLM's CPU platform, as tests/vllm_support.py sets it, before vLLM resolves one.
+        # vLLM's CPU platform, as tests/support/vllm_support.py sets it, before vLLM resolves one.
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         import vllm  # type: ignore[import-not-found, unused-ignore]
     except ImportError:

@@ -3,7 +3,7 @@ outcome, peak memory and time of each, one process each (issue 36).
 
     .venv/bin/python benchmarks/bench_hostile_inputs.py [--keys 2000000] [--layers 1000000]
 
-The inputs are tests/hostile_inputs.py's (a FIFO, /dev/zero, a 1 GB file, 100,000 levels of
+The inputs are tests/support/hostile_inputs.py's (a FIFO, /dev/zero, a 1 GB file, 100,000 levels of
 nesting, NaN, 2^70, non-UTF-8 bytes, a byte order mark, `--keys` unknown keys, and an SGLang
 plan of `--layers` layers, in one tensor or ten, for the commands that read plans). A command
 must exit 2 with one `error:` line; a loader must raise PlanError or ValidationError. Peak
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from hostile_inputs import BUILDERS, SPECIAL, commands, loaders  # noqa: E402
+from support.hostile_inputs import BUILDERS, SPECIAL, commands, loaders  # noqa: E402
 
 LIMIT_MIB = 300
 TIMEOUT_S = 120
@@ -47,7 +47,7 @@ if kind == "command":
 else:
     from pydantic import ValidationError
     from hisparse_plan.errors import PlanError
-    from hostile_inputs import loaders
+    from support.hostile_inputs import loaders
     from hisparse_plan.checking import check_plan
     call = loaders()[name][1]
     try:
@@ -65,7 +65,7 @@ WRITER = f"""
 import json, sys
 from pathlib import Path
 sys.path.insert(0, {str(REPO / "tests")!r})
-from hostile_inputs import good_plan, write_inputs
+from support.hostile_inputs import good_plan, write_inputs
 folder = Path(sys.argv[1])
 paths = write_inputs(folder, int(sys.argv[2]), int(sys.argv[3]))
 (folder / "good.plan.json").write_text(json.dumps(good_plan()))

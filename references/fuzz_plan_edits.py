@@ -3,13 +3,15 @@
 Seed plans are the planner's own, a few layers each and small enough to enumerate byte by byte:
 model presets (Llama-3-8B, Gemma-3-27B, gpt-oss-120b, Qwen3-Next-80B, Llama-4-Scout,
 DeepSeek-V3.2 with and without HiSparse, GLM-5, DeepSeek-V4-Flash), for SGLang also every server
-mode it plans (tests/plan_edit_seeds.py SGLANG_MODES: pipeline ranks, a rank of window layers
+mode it plans (tests/support/plan_edit_seeds.py SGLANG_MODES: pipeline ranks, a rank of window
+layers
 only, speculative drafts and Mamba intermediates, DP attention, decode context parallelism,
 HiSparse's metadata, the radix cache off, Llama-4's windows, shared-index placeholders), and
 random requests. Each edit
 (a number, name, literal, flag or list changed in one place, or a pool renamed everywhere) goes
 through validation and `check_plan`; every edit check_plan accepts is judged by an oracle of its
-own arithmetic (tests/plan_edit_oracle_vllm.py, tests/plan_edit_oracle_sglang.py: their
+own arithmetic (tests/support/plan_edit_oracle_vllm.py, tests/support/plan_edit_oracle_sglang.py:
+their
 docstrings say what is sound) and, if it changed the plan, by `check_plan(plan, request=...)`,
 which must refuse it.
 
@@ -19,7 +21,7 @@ which must refuse it.
 Prints, per engine, how the edits ended and every kind of accepted-but-unsound edit with
 examples; exits 1 if any accepted edit is unsound (or too large to judge), any changed plan
 passed with its request, or anything but a ValidationError or PlanError escaped. The fuzzer is
-tests/plan_edit_fuzz.py (tests/test_plan_edit_fuzz.py runs it smaller).
+tests/support/plan_edit_fuzz.py (tests/checking/test_plan_edit_fuzz.py runs it smaller).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(default 12)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "tests"))
-    from plan_edit_fuzz import Tally, report, run
+    from support.plan_edit_fuzz import Tally, report, run
 
     engines = ["vllm", "sglang"] if args.engine == "both" else [args.engine]
     failures = 0

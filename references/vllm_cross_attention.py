@@ -1,5 +1,6 @@
 """vLLM 0.34's own plan of an encoder-decoder model's caches (Whisper), the figures
-tests/test_cross_attention.py pins. Needs vLLM (run it in the vLLM venv, this checkout's sources
+tests/targets/vllm/test_cross_attention.py pins. Needs vLLM (run it in the vLLM venv, this
+checkout's sources
 first):
 
     PYTHONPATH=src /work/vllm-venv/bin/python references/vllm_cross_attention.py \

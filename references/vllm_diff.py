@@ -1,8 +1,9 @@
 """Differential check: vLLM's own planner (0.34, or 0.33) against hisparse_plan on random
 requests, through vLLM's engine flow (global grouping, then `get_kv_cache_configs` per worker)
-on a real `VllmConfig` of the installed version (tests/vllm_support.py).
+on a real `VllmConfig` of the installed version (tests/support/vllm_support.py).
 
-Both answers are projected onto the golden fields (tests/golden.py `project`) and compared; a
+Both answers are projected onto the golden fields (tests/support/golden.py `project`) and compared;
+a
 refusal is compared as a refusal. Needs vLLM (run it in the vLLM venv):
 
     /work/vllm-venv/bin/python references/vllm_diff.py --count 300 --seed 1 --save-dir /tmp/diff
@@ -41,14 +42,14 @@ from typing import Any, TypeVar
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import golden  # noqa: E402
 import hisparse_plan as hp  # noqa: E402
-import vllm_support as vs  # noqa: E402
 from hisparse_plan.adapters.vllm import (  # noqa: E402
     BUILDER_QUALNAME,
     request_from_vllm,
     to_kv_cache_configs,
 )
+from support import golden  # noqa: E402
+from support import vllm_support as vs  # noqa: E402
 
 GIB = 2**30
 T = TypeVar("T")

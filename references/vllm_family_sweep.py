@@ -19,7 +19,7 @@ stood in for like the other packages below.
    `kv_sharing_target_layer_name`, the reader's `kv_sharing_target`). A family is equal when
    every fixture vLLM builds here is. The count of equal families is printed last.
 2. `--pin` writes what vLLM built for each fixture to tests/hf_configs/NAME/vllm-layers.json:
-   tests/test_families.py checks the reader against those files in CI, without vLLM.
+   tests/presets/test_families.py checks the reader against those files in CI, without vLLM.
 3. vLLM's registry (text generation and multimodal architectures) is swept by its model
    modules' source for the layer kinds whose KV layout differs from plain attention (state
    layers, MLA, cross-layer sharing, chunked local attention, sliding windows): each such
@@ -30,7 +30,8 @@ stood in for like the other packages below.
    tests/hf_configs fixture naming the architecture) and is built with vLLM's class on meta and
    with the reader, compared as in 1. Several architectures a process (batches restart after a
    crash); the table goes to docs/vllm-registry.md and tests/vllm_registry.json
-   (tests/test_vllm_registry.py pins it without vLLM). `--registry-table` rewrites both from the
+   (tests/presets/test_vllm_registry.py pins it without vLLM). `--registry-table` rewrites both
+   from the
    last run's results without building. Architectures named are built again; a whole sweep
    resumes past what the results file (HISPARSE_REGISTRY_RESULTS) holds. Where vLLM fails on
    the harness rather than on the model, the harness makes up the difference, each named below:
@@ -138,7 +139,8 @@ def run_fixture(name: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def pin(result: dict[str, Any]) -> None:
-    """vLLM's layers of one fixture, each distinct layer once, for tests/test_families.py."""
+    """vLLM's layers of one fixture, each distinct layer once, for
+    tests/presets/test_families.py."""
     specs: dict[str, dict[str, Any]] = {}
     order: list[list[str]] = []
     for layer, spec in result["layers"].items():
@@ -443,9 +445,10 @@ def compute_on_cpu() -> None:
     no data to read. Neither value shapes a cache (ALiBi biases scores, XIELU is an MLP's)."""
     import functools
 
-    import torch
     from vllm.model_executor.layers import activation  # type: ignore[import-not-found]
     from vllm.model_executor.models import bloom  # type: ignore[import-not-found, unused-ignore]
+
+    import torch
 
     def on_cpu(function: Callable[..., object]) -> Callable[..., object]:
         if getattr(function, "on_cpu", False):
@@ -615,7 +618,7 @@ def write_registry_table() -> None:
         "tests/hf_configs fixture, built with vLLM's model class on the meta device and read by "
         "the config reader, compared layer by layer (kinds, heads, head sizes, dtypes, windows, "
         "chunks, MLA rows, state shapes and dtypes, cross-layer sharing, names). "
-        "tests/test_vllm_registry.py pins this table without vLLM.\n\n"
+        "tests/presets/test_vllm_registry.py pins this table without vLLM.\n\n"
         f"{len(results)} architectures: {built} built on meta, {counts['same']} equal, "
         f"{counts['reader_refuses']} refused by the reader, {counts['differ']} differing; "
         f"{len(results) - built} not built ("

@@ -11,9 +11,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest
 from hypothesis import HealthCheck, settings
 
-from cli_support import Run
 from hisparse_plan.cli import render
 from hisparse_plan.cli.main import main
+from support.cli_support import Run
 
 settings.register_profile(
     "ci",

@@ -12,7 +12,7 @@ from typing import Any
 from hisparse_plan.cli.arg_types import non_negative_int, positive_int, positive_size, size_arg
 from hisparse_plan.cli.errors import CommandError
 from hisparse_plan.cli.input_files import config_label
-from hisparse_plan.presets import Settings, Weights, load_preset
+from hisparse_plan.presets import ConfigError, Settings, Weights, load_preset
 from hisparse_plan.presets.config_file import read_config_file
 from hisparse_plan.presets.hardware import (
     DEFAULT_ACTIVATION_RESERVE,
@@ -111,7 +111,7 @@ def add_deployment_arguments(group: argparse._ArgumentGroup) -> None:
 def deployment_settings(args: argparse.Namespace, settings: Settings) -> Settings:
     """`settings` with what the deployment flags say."""
     kv_bytes = kv_cache_override(args, settings.gpu_mem_bytes)
-    breakdown = rank_memory(args)
+    breakdown = given_memory_breakdown(args, kv_bytes)
     if kv_bytes is None and breakdown is not None:
         kv_bytes = breakdown.kv_cache
     return replace(
@@ -132,6 +132,23 @@ def kv_cache_override(args: argparse.Namespace, gpu_mem: int | None) -> int | No
         raise CommandError("--gpu-mem and --kv-cache-memory both set the KV-cache memory; "
                            "expected one of them")
     return gpu_mem if gpu_mem is not None else args.kv_cache_memory
+
+
+def given_memory_breakdown(args: argparse.Namespace, kv_bytes: int | None
+                           ) -> MemoryBreakdown | None:
+    """`rank_memory`, except that with the KV-cache bytes given (--kv-cache-memory-bytes,
+    --gpu-mem) weights that do not fit the GPU are no refusal: --gpu then names only the GPU
+    (its compute capability, hence vLLM's backends and layout), and no breakdown is shown."""
+    if kv_bytes is None:
+        return rank_memory(args)
+    if args.gpu is not None:
+        find_gpu(args.gpu)  # an unknown name stays a refusal
+    try:
+        return rank_memory(args)
+    except ConfigError as error:
+        if error.field != "gpu" or "leaves no KV cache" not in str(error):
+            raise
+        return None
 
 
 def rank_memory(args: argparse.Namespace) -> MemoryBreakdown | None:

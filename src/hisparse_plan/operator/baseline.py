@@ -2,7 +2,11 @@
 
 The baseline request is the HiSparse request with HiSparse switched off: the same layers (every
 sparse latent and indexer cache becomes a regular `mla` layer on the GPU, beside any other
-layers), the same memory, layout and scheduler, no `index_topk` and no block-count override.
+layers), the same memory and scheduler, no `index_topk` and no block-count override, and the
+layout vLLM 0.34 resolves for those layers without HiSparse's connector (as on compute
+capability 9.0; LBNHC for DeepSeek-V3.2 and GLM-5 on every CUDA GPU that serves them, see
+docs/planning-rules.md#backends-and-layout): the HiSparse request's block-outermost layout is
+no layout vLLM would give the baseline, and its kernels would misread it.
 The planner plans it as it plans any regular request (see docs/planning-rules.md), so its groups,
 bytes per block,
 admission and capacity are the ones a vLLM engine without HiSparse would get. When that plan is
@@ -16,7 +20,7 @@ from hisparse_plan.errors import PlanError, UnsupportedRequestError
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.base import ByteCount, Model, PositiveInt
 from hisparse_plan.models.plan import Concurrency
-from hisparse_plan.operator.engines import make_plan, required_blocks
+from hisparse_plan.operator.engines import engine_layout, make_plan, required_blocks
 
 
 class BaselineCapacity(Model):
@@ -48,6 +52,8 @@ def all_gpu_request(request: PlanRequest) -> PlanRequest:
     data["hisparse"] = None
     data["model"]["index_topk"] = None
     data["device"]["num_blocks_override"] = None
+    regular = PlanRequest.model_validate(data)
+    data["device"]["kv_cache_layout"] = engine_layout(regular).value
     return PlanRequest.model_validate(data)
 
 

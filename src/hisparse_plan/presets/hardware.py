@@ -61,6 +61,9 @@ class GPU:
 GPUS: Final[tuple[GPU, ...]] = (
     GPU("a100-80gb", "NVIDIA A100 80GB", 81920 * MIB,
         "nvidia-smi memory.total 81920MiB (A100/A800 80GB)", ("a100",), (8, 0)),
+    GPU("l40s", "NVIDIA L40S", 46068 * MIB,
+        "nvidia-smi memory.total 46068MiB (\"NVIDIA L40S\", 48 GB GDDR6; not re-measured here)",
+        (), (8, 9)),
     GPU("h100", "NVIDIA H100 80GB HBM3 (SXM)", 81559 * MIB,
         "nvidia-smi memory.total 81559MiB (\"NVIDIA H100 80GB HBM3\")", ("h100-sxm", "h100-80gb"),
         (9, 0)),
@@ -70,6 +73,12 @@ GPUS: Final[tuple[GPU, ...]] = (
     GPU("b200", "NVIDIA B200 HBM3e", 183359 * MIB,
         "nvidia-smi memory.total 183359MiB (\"NVIDIA B200\", marketed as 180/192 GB)", (),
         (10, 0)),
+    GPU("gb200", "NVIDIA GB200 (one Blackwell GPU of a Grace Blackwell superchip)", 189471 * MIB,
+        "nvidia-smi memory.total 189471MiB (\"NVIDIA GB200\", 186 GB HBM3e; not re-measured "
+        "here)", (), (10, 0)),
+    GPU("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell", 97887 * MIB,
+        "nvidia-smi memory.total 97887MiB (\"NVIDIA RTX PRO 6000 Blackwell\", 96 GB GDDR7; not "
+        "re-measured here)", ("rtx-pro-6000-blackwell",), (12, 0)),
     GPU("mi300x", "AMD Instinct MI300X", 205822885888,
         "rocm-smi VRAM Total Memory 205822885888 B (192 GiB)", ("mi300",)),
 )

@@ -7,10 +7,11 @@ import argparse
 import json
 from dataclasses import replace
 
-from hisparse_plan.cli.deployment_args import kv_cache_override, rank_memory
+from hisparse_plan.cli.deployment_args import given_memory_breakdown, kv_cache_override
 from hisparse_plan.cli.render import Column, Renderer, concurrency
 from hisparse_plan.cli.serving import show_serving
 from hisparse_plan.cli.sizes import format_size
+from hisparse_plan.cli.vllm.gpu_layout import check_for, with_backends
 from hisparse_plan.cli.vllm.memory_render import (
     gpu_title,
     memory_json,
@@ -35,8 +36,10 @@ def run_plan(args: argparse.Namespace) -> int:
     JSON; with --gpu, where each byte of HBM went."""
     source = resolve_source(args)
     result = make_plan(source.request)
-    breakdown = rank_memory(args)
+    if source.platform is not None:
+        check_for(result, source.request, source.platform)
     kv_override = kv_cache_override(args, args.gpu_mem)
+    breakdown = given_memory_breakdown(args, kv_override)
     ranks = Ranks(tp=args.tp or 1, pp=len(result.device_pools), dp=args.dp or 1)
     deployed = {"expert_parallel": args.enable_expert_parallel,
                 "max_num_seqs": args.max_num_seqs}
@@ -69,8 +72,9 @@ def explain_plan(args: argparse.Namespace) -> tuple[str, Explanation]:
     """`explain` for vLLM: the request's title and every number of its plan, from the
     config.json fields of a preset or config.json."""
     source = resolve_source(args)
-    return source.title, explain(source.request, architecture=source.config or source.architecture,
-                                 kv_dtype=source.kv_dtype)
+    explained = explain(source.request, architecture=source.config or source.architecture,
+                        kv_dtype=source.kv_dtype)
+    return source.title, with_backends(explained, source.platform)
 
 
 def describe(source: Source, plan: KVCachePlan) -> str:

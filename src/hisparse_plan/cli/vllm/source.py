@@ -21,6 +21,7 @@ from hisparse_plan.cli.input_files import config_label, read_input
 from hisparse_plan.cli.render import add_output_arguments
 from hisparse_plan.cli.sizes import SIZE_HELP
 from hisparse_plan.cli.vllm.engine_args import add_engine_arguments, engine_settings, titled
+from hisparse_plan.cli.vllm.gpu_layout import RESOLVES_LAYOUT, resolve_for
 from hisparse_plan.cli.vllm.layers import checked_by_vllm, refuse_without_config_file
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import (
@@ -38,7 +39,8 @@ from hisparse_plan.presets import (
 )
 from hisparse_plan.presets.catalog import Length
 from hisparse_plan.presets.kv_dtypes import VLLM_KV_CACHE_DTYPES, resolve_kv_cache_dtype
-from hisparse_plan.presets.settings import HOST_POOL_LAYOUTS
+from hisparse_plan.presets.settings import HOST_POOL_LAYOUTS, vllm_version
+from hisparse_plan.targets.vllm.platform import Resolution
 
 TP_HELP: Final = (
     "tensor-parallel ranks (default 1), as vLLM's: a regular model's KV heads and linear "
@@ -61,6 +63,9 @@ class Source:
     kv_dtype: KVDtype | None
     config: Architecture | None = None
     """The config fields of a preset or config.json, of any kind."""
+    platform: Resolution | None = None
+    """The backends and layout vLLM 0.34 resolves on the deployment's GPU (a preset's or
+    config.json's request; a request file names its own layout)."""
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +118,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, host_pool: bool =
     group.add_argument("--device-buffer", type=positive_int, metavar="ROWS",
                        help="hot rows per request (HiSparse; default (1 + N + 1) * index_topk)")
     group.add_argument("--layout", type=str.upper, choices=[lay.value for lay in KVCacheLayout],
-                       help="device KV-cache layout (default BLNHC)")
+                       help="device KV-cache layout, as VLLM_KV_CACHE_LAYOUT (default: the one "
+                            "vLLM 0.34 resolves for the model on --gpu; refused where vLLM "
+                            "refuses it)")
     group.add_argument("--kv-cache-dtype", "--kv-dtype", dest="kv_dtype",
                        choices=VLLM_KV_CACHE_DTYPES, metavar="DTYPE",
                        help="KV-cache dtype, as vLLM's: auto (the model dtype, bfloat16), fp8 "
@@ -224,13 +231,17 @@ def _from_architecture(
         kv_dtype = resolve_kv_cache_dtype(args.kv_dtype, sparse_mla=sparse_mla)
     auto = args.max_model_len == AUTO or (args.max_model_len is None and default_length == AUTO)
     settings = replace(settings, kv_dtype=kv_dtype, auto_fit=True if auto else settings.auto_fit)
-    request = _finished(build_request(arch, settings), args)
+    request, resolution = build_request(arch, settings), None
+    if vllm_version(settings) in RESOLVES_LAYOUT:
+        request, resolution = resolve_for(args, arch, request,
+                                          explicit=settings.layout is not None)
+    request = _finished(request, args)
     title = titled(title, settings, request)
     if getattr(args, "specs_from_vllm", False):
         title = f"{title}; {checked_by_vllm(args.hf_config, arch, settings, args.kv_dtype)}"
     sparse = arch if isinstance(arch, ModelArchitecture) else None
     shown = kv_dtype or (DEFAULTS.kv_dtype if sparse_mla else "bfloat16")
-    return Source(request, title, sparse, shown, config=arch)
+    return Source(request, title, sparse, shown, config=arch, platform=resolution)
 
 
 def _finished(request: PlanRequest, args: argparse.Namespace) -> PlanRequest:

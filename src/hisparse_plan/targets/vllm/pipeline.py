@@ -42,6 +42,10 @@ from hisparse_plan.targets.vllm.host_pool import longest_request_for_host, plan_
 from hisparse_plan.targets.vllm.kv_sharing import allocating_request, with_sharing
 from hisparse_plan.targets.vllm.one_manager import one_manager_layers
 from hisparse_plan.targets.vllm.place import check_placeable, place_pool
+from hisparse_plan.targets.vllm.platform.contracts import (
+    check_stride_contracts,
+    stride_contracts,
+)
 from hisparse_plan.targets.vllm.regular_groups import regular_groups
 from hisparse_plan.targets.vllm.rules.block_bytes import check_layout
 from hisparse_plan.targets.vllm.rules.capacity import hisparse_capacity, regular_capacity
@@ -109,6 +113,8 @@ def _run(request: PlanRequest, trace: Trace) -> TracedPlan:
     else:
         result = _plan_hisparse(request, request.hisparse, layers, trace)
     result = with_sharing(result, sharing)
+    # The kernels' stride rules every GPU's backends hold (targets/vllm/platform/contracts.py).
+    check_stride_contracts(result, request, stride_contracts(request, None))
     for note in result.warnings:
         warn(note, PlanWarning, stacklevel=4)
     if LOG.isEnabledFor(logging.INFO):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hisparse_plan.exchange.transfer.facts.context import ContextShard
+
 Kind = Literal["tokens", "pages", "state"]
 
 
@@ -66,6 +68,15 @@ class LayerFacts:
     tensor: int = -1
     """The plan's tensor that places the layer (its first field's): layers of one tensor are
     one layer axis, which a row may step along."""
+    shard: ContextShard | None = None
+    """Decode context parallelism: the units this rank holds of a DCP-sharded layer (its
+    places are at the rank's own positions, `units_per_block / shard.size` a block), or None.
+    `units_per_block` is then the request's: what one block id of the table stands for."""
+
+    @property
+    def local_units(self) -> int:
+        """Units one block holds on this rank (the request's units per block / DCP size)."""
+        return self.units_per_block // (1 if self.shard is None else self.shard.size)
 
     @property
     def row_bytes(self) -> int:

@@ -8,6 +8,7 @@ from functools import cached_property
 from types import MappingProxyType
 
 from hisparse_plan.errors import PlanError
+from hisparse_plan.exchange.transfer.facts.dcp import context_sharded
 from hisparse_plan.exchange.transfer.facts.engines import reading
 from hisparse_plan.exchange.transfer.facts.rank_facts import RankFacts, TableFacts
 from hisparse_plan.models.any_plan import Plan
@@ -38,13 +39,18 @@ class Instance:
     transfer of such rows needs each side to say it. `state_groups` gives a Mamba or
     linear-attention conv state's channel blocks, each sharded over the ranks on its own
     (SGLang's `conv_shard_groups`: Mamba-2's x, B, C; Gated DeltaNet's q, k, v), full sizes in
-    channels; a conv state moved between TP sizes needs it on either side."""
+    channels; a conv state moved between TP sizes needs it on either side.
+    `cp_kv_cache_interleave_size` is vLLM's (`--cp-kv-cache-interleave-size`, 1 unless set;
+    vLLM sets it to the block size for a NixlConnector P/D pair): tokens a DCP rank holds in
+    a row, for a decode with decode context parallelism (its plans record the DCP size, not
+    the interleave)."""
 
     plans: Sequence[Plan]
     total_kv_heads: int | None = None
     windows: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     cache_dtype: str | None = None
     state_groups: tuple[int, ...] | None = None
+    cp_kv_cache_interleave_size: int = 1
 
     def __post_init__(self) -> None:
         if not self.plans:
@@ -58,6 +64,10 @@ class Instance:
                 not self.state_groups or min(self.state_groups) < 1):
             raise PlanError(f"state_groups: expected positive channel counts, got "
                             f"{list(self.state_groups)}", field="state_groups")
+        if self.cp_kv_cache_interleave_size < 1:
+            raise PlanError(f"cp_kv_cache_interleave_size: expected a positive token count, "
+                            f"got {self.cp_kv_cache_interleave_size}",
+                            field="cp_kv_cache_interleave_size")
         engines = {plan.engine for plan in self.plans}
         if len(engines) > 1:
             raise PlanError(f"plans: expected one engine's plans, got {sorted(engines)}",
@@ -73,7 +83,8 @@ class Instance:
 
     @cached_property
     def facts(self) -> tuple[RankFacts, ...]:
-        return tuple(rank_facts(plan) for plan in self.plans)
+        return context_sharded(self.plans, tuple(rank_facts(plan) for plan in self.plans),
+                               self.cp_kv_cache_interleave_size)
 
     @cached_property
     def holders(self) -> Mapping[str, tuple[int, ...]]:

@@ -16,6 +16,7 @@ from hisparse_plan.exchange.transfer.pattern.parts import PatternLink, PatternRo
 from hisparse_plan.exchange.transfer.pattern.transfer_pattern import TransferPattern
 from hisparse_plan.exchange.transfer.program.build import _ordinals, _regions
 from hisparse_plan.exchange.transfer.program.coalesce import coalesce
+from hisparse_plan.exchange.transfer.program.context_units import piece_groups
 from hisparse_plan.exchange.transfer.program.lower import Row, lower_move
 from hisparse_plan.exchange.transfer.program.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program.serving import moves
@@ -82,15 +83,20 @@ def _layer_rows(pair: LayerPair, ordinal: int, index: int, link: PatternLink, sr
     """One destination rank's rows of one layer over one period of its link, each tagged
     with its piece and block strides."""
     rows: list[Row] = []
+    layer = dst.facts[dst_rank].layers[pair.name]
     for move in moves(pair, src, dst, dst_rank):
         for segment in move.segments:
             for number, piece in enumerate(period_pieces(link)):
                 lo, hi, _, src_n, _, dst_n = piece
-                group = UnitGroup(lo, hi - lo, 1, 0, src_n, 0, 0, 0, dst_n, 0, 0)
+                # A DCP rank: its own runs of the piece, at its own positions.
+                groups = [UnitGroup(lo, hi - lo, 1, 0, src_n, 0, 0, 0, dst_n, 0, 0)] \
+                    if layer.shard is None else piece_groups(
+                        lo, hi, layer.shard, (0, src_n), (0, 0), layer.local_units)
                 tag = f"{TAG}{index}{TAG}{number}"
                 rows.extend(
                     row._replace(src_region=_tag(row.src_region, tag, segment[2]),
                                  dst_region=_tag(row.dst_region, tag, segment[4]))
+                    for group in groups
                     for row in lower_move((pair.name, ordinal), (move.src_rank, dst_rank),
                                           move.heads, move.head_starts, segment, group))
     return rows

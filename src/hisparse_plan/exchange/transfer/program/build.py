@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hisparse_plan.exchange.transfer.facts.context import ContextShard
 from hisparse_plan.exchange.transfer.facts.rank_facts import TableFacts
 from hisparse_plan.exchange.transfer.facts.side import Instance, as_instance
 from hisparse_plan.exchange.transfer.program.coalesce import coalesce
+from hisparse_plan.exchange.transfer.program.context_units import shard_groups
 from hisparse_plan.exchange.transfer.program.lower import Row, lower_move
 from hisparse_plan.exchange.transfer.program.match import LayerPair, match_layers
 from hisparse_plan.exchange.transfer.program.serving import moves
@@ -39,11 +41,12 @@ def build_transfer(
     src, dst = as_instance(source), as_instance(destination)
     pairs = match_layers(src, dst)
     rows: list[Row] = []
-    groups_cache: dict[tuple[str, str, int, int], list[UnitGroup]] = {}
+    groups_cache: GroupCache = {}
     used: tuple[Used, Used] = (Used(), Used())
     for ordinal, pair in zip(_ordinals(pairs), pairs, strict=True):
-        groups = _groups(pair, request, src.tables, dst.tables, groups_cache, used)
         for dst_rank in dst.group(pair.name):
+            shard = dst.facts[dst_rank].layers[pair.name].shard
+            groups = _groups(pair, request, src.tables, dst.tables, groups_cache, used, shard)
             rows.extend(_layer_rows(pair, ordinal, src, dst, dst_rank, groups))
     no_block_twice("source", used[0].blocks, used[0].regions)
     no_block_twice("destination", used[1].blocks, used[1].regions)
@@ -81,22 +84,27 @@ def _ordinals(pairs: list[LayerPair]) -> list[int]:
     return ordinals
 
 
+GroupCache = dict[tuple[str, str, int, int, ContextShard | None], list[UnitGroup]]
+
+
 def _groups(
     pair: LayerPair, request: TransferRequest, src: Mapping[str, TableFacts],
-    dst: Mapping[str, TableFacts],
-    cache: dict[tuple[str, str, int, int], list[UnitGroup]], used: tuple[Used, Used],
+    dst: Mapping[str, TableFacts], cache: GroupCache, used: tuple[Used, Used],
+    shard: ContextShard | None,
 ) -> list[UnitGroup]:
     """The layer's units as runs on both sides' blocks (shared by the layers of one pair of
-    tables)."""
+    tables); a DCP destination rank's own units only, at its own positions."""
     first, stop = needed_units(pair, request.num_tokens)
-    key = (pair.source.table, pair.destination.table, first, stop)
+    key = (pair.source.table, pair.destination.table, first, stop, shard)
     if key not in cache:
         src_units, dst_units = pair.source.units_per_block, pair.destination.units_per_block
         src_ids = table_blocks("source", src[pair.source.table],
                                request.source_blocks, pair.name, first, stop, src_units)
         dst_ids = table_blocks("destination", dst[pair.destination.table],
                                request.destination_blocks, pair.name, first, stop, dst_units)
-        cache[key] = unit_groups(first, stop, src_ids, src_units, dst_ids, dst_units)
+        cache[key] = unit_groups(first, stop, src_ids, src_units, dst_ids, dst_units) \
+            if shard is None else shard_groups(first, stop, src_ids, src_units, dst_ids,
+                                               dst_units, shard)
         for side, layer, ids in ((used[0], pair.source, src_ids),
                                  (used[1], pair.destination, dst_ids)):
             side.blocks.setdefault(layer.table, set()).update(

@@ -144,7 +144,7 @@ def lower_move(
         (group.count,
          group.src_block_step * src.block_stride + group.src_n_step * src.unit_stride,
          group.dst_block_step * dst.block_stride + group.dst_n_step * dst.unit_stride,
-         (0, group.length, 0, 0)),
+         (0, group.unit_step or group.length, 0, 0)),
         (heads[1] - heads[0], src.head_stride, dst.head_stride, (0, 0, 1, 0)),
     ]
     logical = ((layer[1], group.unit, heads[0], lo), (1, 1, 1, hi - lo))

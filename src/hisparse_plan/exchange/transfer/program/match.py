@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from hisparse_plan.exchange.transfer.errors import TransferRefused, refuse_difference
+from hisparse_plan.exchange.transfer.facts.dcp import context_size
 from hisparse_plan.exchange.transfer.facts.heads import global_heads
 from hisparse_plan.exchange.transfer.facts.rank_facts import FieldPlace, LayerFacts, RankFacts
 from hisparse_plan.exchange.transfer.facts.sharing import same_sharing
 from hisparse_plan.exchange.transfer.facts.side import FP8_FORMATS, Instance
 from hisparse_plan.exchange.transfer.facts.states import StateSplit, state_splits
-from hisparse_plan.models.plan import KVCachePlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +31,9 @@ class LayerPair:
 
 def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     """The layers to move, in the destination's order, each proved movable as bytes."""
+    context_ranks(source, "source")
+    context_ranks(destination, "destination")
     src_ranks, dst_ranks = source.facts, destination.facts
-    one_context_rank(source, "source")
-    one_context_rank(destination, "destination")
     stages_apart(src_ranks, "source")
     stages_apart(dst_ranks, "destination")
     src, dst = stage_layers(src_ranks), stage_layers(dst_ranks)
@@ -60,21 +60,27 @@ def match_layers(source: Instance, destination: Instance) -> list[LayerPair]:
     return pairs
 
 
-def one_context_rank(side: Instance, what: str) -> None:
-    """Decode context parallelism spreads a layer's tokens over the DCP ranks, token `t` to
-    rank `t % dcp` (SGLang's `build_dcp_token_transfer_plan`): both engines move into it, but
-    this version's rows, patterns and proof describe contiguous token ranges only."""
-    for rank, plan in enumerate(side.plans):
-        if isinstance(plan, KVCachePlan):
-            dcp, where = plan.workload.decode_context_parallel_size, \
-                "workload.decode_context_parallel_size"
-        else:
-            dcp, where = plan.budget.dcp_size, "budget.dcp_size"
-        if dcp > 1:
+def context_ranks(side: Instance, what: str) -> None:
+    """Decode context parallelism: a vLLM decode's DCP ranks each hold a strided set of the
+    request's tokens (facts/context.py), and rows move into them. Refused, naming the field:
+    a source with DCP (its ranks' token sets would have to be matched to the destination's:
+    not done), an SGLang side with DCP (SGLang 0.5.23 shards the latent rows over token ids
+    `dcp_size` apart and keeps the index keys whole; its page ids are not modelled here), and
+    plans of one instance with other DCP sizes."""
+    sizes = [context_size(plan) for plan in side.plans]
+    for rank, (dcp, where, movable) in enumerate(sizes):
+        reason = None
+        if dcp != sizes[0][0]:
+            reason = f"expected every rank's DCP size, {sizes[0][0]}"
+        elif dcp > 1 and what == "source":
+            reason = "expected 1: a source with decode context parallelism is not moved"
+        elif dcp > 1 and not movable:
+            reason = (f"expected 1: the {side.plans[rank].engine} plan's decode context "
+                      "parallelism is not moved")
+        if reason is not None:
             raise TransferRefused(
-                f"{what} rank {rank}: decode_context_parallel_size is {dcp}; expected 1 "
-                "(a DCP rank holds every dcp-th token, a strided set this version's rows and "
-                "proof do not describe; see docs/transfer.md#not-yet)",
+                f"{what} rank {rank}: decode_context_parallel_size is {dcp}; {reason} (see "
+                "docs/transfer.md#decode-context-parallelism)",
                 what="decode_context_parallel_size", source=dcp if what == "source" else None,
                 destination=dcp if what == "destination" else None,
                 field=f"{what}.plans[{rank}].{where}")

@@ -14,8 +14,9 @@ from hisparse_plan.exchange.transfer.program.match import LayerPair
 
 @dataclass(frozen=True, slots=True)
 class UnitGroup:
-    """`count` runs of `length` units, run `j` being units `[unit + j * length, ...)`; on each
-    side run `j` starts at unit `n + j * n_step` of block `block + j * block_step`."""
+    """`count` runs of `length` units, run `j` being units `[unit + j * step, ...)` (`step`
+    is `unit_step`, or `length` where it is 0: runs that follow one another); on each side run
+    `j` starts at unit `n + j * n_step` of block `block + j * block_step`."""
 
     unit: int
     length: int
@@ -28,6 +29,9 @@ class UnitGroup:
     dst_n: int
     dst_block_step: int
     dst_n_step: int
+    unit_step: int = 0
+    """Units from one run to the next where they do not follow one another (a DCP rank's
+    runs); 0: `length`."""
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -30,6 +30,7 @@ from hisparse_plan.exchange.transfer.program.match import LayerPair, match_layer
 from hisparse_plan.exchange.transfer.program.transfer_program import TransferProgram, TransferRow
 from hisparse_plan.exchange.transfer.program.units import ceil_div, needed_units, required_units
 from hisparse_plan.exchange.transfer.proof.check_boxes import Written, covered, first_overlap
+from hisparse_plan.exchange.transfer.proof.check_context import Frame, rank_frame
 from hisparse_plan.exchange.transfer.proof.check_places import ByteLayout, patterns, region_sizes
 from hisparse_plan.exchange.transfer.proof.check_row import Reading, Side, read, same
 from hisparse_plan.exchange.transfer.proof.check_walk import Positions, contiguous
@@ -62,10 +63,13 @@ def check_transfer(
     num_tokens = program.request.num_tokens
     src_sides = _sides(src, pairs, program.request.source_blocks, num_tokens, True)
     dst_sides = _sides(dst, pairs, program.request.destination_blocks, num_tokens, False)
+    frames = [rank_frame({name: layer.shard for name, layer in facts.layers.items()
+                          if layer.shard is not None}) for facts in dst.facts]
     written: dict[tuple[int, str], list[Written]] = {}
     boxes = 0
     for index, row in enumerate(program.rows):
-        for reading in _row(index, row, src_sides, dst_sides):
+        frame = frames[row.dst_rank] if row.dst_rank < len(frames) else None
+        for reading in _row(index, row, src_sides, dst_sides, frame):
             for box in reading.boxes:
                 for layer in reading.pattern.layers[box.layers[0]:box.layers[1]]:
                     written.setdefault((row.dst_rank, layer), []).append(
@@ -157,16 +161,17 @@ def _tables_apart(found: dict[str, list[ByteLayout]], positions: dict[str, Posit
                         "written twice")
 
 
-def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Side]
-         ) -> list[Reading]:
+def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Side],
+         frame: Frame | None) -> list[Reading]:
     """The row's readings: one, or one per piece where its chunks run through several
-    tensors (a block-outermost slab: each tensor's layers are one piece)."""
+    tensors (a block-outermost slab: each tensor's layers are one piece). The source is read
+    in the destination rank's units (`frame`: a DCP rank's own positions)."""
     src = _side(index, "source", src_sides, row.src_rank, row.src_region, row.src_offset,
                 row.src_stride, row)
     dst = _side(index, "destination", dst_sides, row.dst_rank, row.dst_region, row.dst_offset,
                 row.dst_stride, row)
     whole = [read(src, row.src_region, row.src_offset, row.length, row.count, row.src_stride,
-                  row.layer),
+                  row.layer, frame),
              read(dst, row.dst_region, row.dst_offset, row.length, row.count, row.dst_stride,
                   row.layer)]
     if isinstance(whole[0], Reading) and isinstance(whole[1], Reading):
@@ -182,10 +187,11 @@ def _row(index: int, row: TransferRow, src_sides: list[Side], dst_sides: list[Si
     readings: list[Reading] = []
     start = 0
     for stop in cuts:
-        pieces = [read(side, region, offset + start, stop - start, row.count, stride, "")
-                  for side, region, offset, stride in (
-                      (src, row.src_region, row.src_offset, row.src_stride),
-                      (dst, row.dst_region, row.dst_offset, row.dst_stride))]
+        pieces = [read(side, region, offset + start, stop - start, row.count, stride, "",
+                       framed)
+                  for side, region, offset, stride, framed in (
+                      (src, row.src_region, row.src_offset, row.src_stride, frame),
+                      (dst, row.dst_region, row.dst_offset, row.dst_stride, None))]
         ours, theirs = pieces
         for what, piece in (("source", ours), ("destination", theirs)):
             if isinstance(piece, str):
@@ -250,6 +256,8 @@ def _complete(pair: LayerPair, rank: int, dst: Instance, boxes: list[Written],
             f"units {max(clash[0].units[0], clash[1].units[0])}.. on destination rank {rank}",
             row=clash[1].index, layer=pair.name)
     units = required_units(pair, num_tokens)
+    if layer.shard is not None:  # a DCP rank: its own units of those the layer needs
+        units = (layer.shard.held(units[0]), layer.shard.held(units[1]))
     if pair.states is not None:
         # The rank's pieces of the full state: boxes of its own bytes, none twice.
         heads, row = (0, 1), (0, full_row(pair.states))

@@ -13,6 +13,7 @@ from hisparse_plan.exchange.transfer.proof.check_boxes import (
     logical_box,
     union_of_steps,
 )
+from hisparse_plan.exchange.transfer.proof.check_context import Frame
 from hisparse_plan.exchange.transfer.proof.check_walk import (
     Level,
     Positions,
@@ -85,8 +86,9 @@ class Reading:
 
 
 def read(side: Side, region: str, offset: int, length: int, count: int, stride: int,
-         hint: str) -> Reading | str:
-    """One side of a row, or why it cannot be read."""
+         hint: str, frame: Frame | None = None) -> Reading | str:
+    """One side of a row, or why it cannot be read; `frame` maps its units to a DCP
+    destination rank's own (check_context)."""
     found = side.find(region, hint, offset)
     if found is None:
         return f"byte {offset} of {region!r} is no byte of a moved layer"
@@ -117,6 +119,11 @@ def read(side: Side, region: str, offset: int, length: int, count: int, stride: 
         if box is None:
             return f"byte {offset} of {region!r} lies in a block that is not the request's"
         boxes.append(box)
+    if frame is not None:
+        framed = frame(pattern, boxes, unit_step, count)
+        if isinstance(framed, str):
+            return framed
+        boxes, unit_step = framed
     step = _logical_step(levels, delta, unit_step)
     layer_index = _digit(levels, digits, "layer")
     first = boxes[0]

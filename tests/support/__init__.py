@@ -1,0 +1,1 @@
+"""What the tests share: oracles, strategies, engine stand-ins, fixtures' paths."""
