@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from support.connector_support import MemType, payloads
 from hisparse_plan.connectors import peering
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import HandshakePayload, Ticket, plan_fingerprint
@@ -22,6 +21,7 @@ from hisparse_plan.connectors.transport import (
     parse_notification,
 )
 from hisparse_plan.errors import PlanError
+from support.connector_support import MemType, payloads
 from support.transfer_support import attention_layers, deepseek_plan, vllm_plan
 
 

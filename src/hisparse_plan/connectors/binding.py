@@ -16,6 +16,7 @@ pattern must know both are the plan's, or the proof says nothing about the bytes
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -62,13 +63,34 @@ def check_live_config(plan: KVCachePlan, live: Any,  # noqa: ANN401
                       tensor_parallel_size: int | None = None) -> None:
     """`to_kv_cache_config(plan)` equal to `live`, or BindingError at the first difference."""
     specs = live_layer_specs(live)
-    ours = to_kv_cache_config(plan, specs, tensor_parallel_size=tensor_parallel_size)
+    ours = scheduler_view(to_kv_cache_config(plan, specs,
+                                             tensor_parallel_size=tensor_parallel_size), live)
     difference = first_difference(ours, live, "kv_cache_config")
     if difference is not None:
         where, expected, got = difference
         raise BindingError(f"{where}: the live KVCacheConfig has {got!r}; the plan gives "
                            f"{expected!r}. Expected the config of the plan the connector was "
                            "given (docs/connector.md#binding)", field=where)
+
+
+def scheduler_view(ours: Any, live: Any) -> Any:  # noqa: ANN401
+    """Our config as the scheduler sees it when `live` is the scheduler's: vLLM's engine core
+    hands its scheduler (and so the scheduler's connector) not a worker's config but
+    `generate_scheduler_kv_cache_config` of them (vllm/v1/core/kv_cache_utils.py), where a
+    uniform-type group's spec is replaced by its first member's. Where a live group's spec
+    has no members and ours has, ours is replaced the same way; a worker's config (members
+    kept) is compared whole."""
+    live_groups = list(getattr(live, "kv_cache_groups", ()))
+    groups = list(getattr(ours, "kv_cache_groups", ()))
+    if len(live_groups) != len(groups):
+        return ours
+    found = copy.deepcopy(ours)
+    for mine, theirs in zip(found.kv_cache_groups, live_groups, strict=True):
+        members = getattr(mine.kv_cache_spec, "kv_cache_specs", None)
+        if isinstance(members, Mapping) and members and not hasattr(
+                theirs.kv_cache_spec, "kv_cache_specs"):
+            mine.kv_cache_spec = next(iter(members.values()))
+    return found
 
 
 def live_layer_specs(live: Any) -> dict[str, Any]:  # noqa: ANN401

@@ -84,7 +84,8 @@ def side(payloads: Sequence[HandshakePayload]) -> Side:
         raise ConnectorError(f"payloads: workers {keys}; expected each of {wanted} once",
                              field="payloads")
     for payload in ordered:
-        for what in ("engine", "instance_id", "pp_size", "tp_size", "dcp_size", "facts"):
+        for what in ("engine", "instance_id", "pp_size", "tp_size", "dcp_size",
+                     "cp_kv_cache_interleave_size", "facts"):
             if getattr(payload, what) != getattr(first, what):
                 raise ConnectorError(
                     f"payloads: worker {payload.key} has {what} {getattr(payload, what)!r}, "
@@ -113,7 +114,8 @@ def side(payloads: Sequence[HandshakePayload]) -> Side:
                         total_kv_heads=facts.total_kv_heads, windows=dict(facts.windows),
                         cache_dtype=facts.cache_dtype,
                         state_groups=None if facts.state_groups is None
-                        else tuple(facts.state_groups))
+                        else tuple(facts.state_groups),
+                        cp_kv_cache_interleave_size=first.cp_kv_cache_interleave_size)
     return Side(ordered, instance, owners)
 
 

@@ -83,6 +83,8 @@ class HandshakePayload(JsonTextModel):
     pp_size: PositiveInt
     tp_size: PositiveInt
     dcp_size: PositiveInt = 1
+    cp_kv_cache_interleave_size: PositiveInt = 1
+    """vLLM's `--cp-kv-cache-interleave-size`: tokens a DCP rank holds in a row."""
     plan_json: Annotated[str, Field(min_length=2, max_length=MAX_PLAN_TEXT)]
     fingerprint: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     facts: InstanceFacts

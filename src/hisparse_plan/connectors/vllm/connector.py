@@ -65,7 +65,8 @@ class HisparsePlanConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[mi
                 self.plan, self.settings, pp_rank=_rank("pp"), tp_rank=_rank("tp"),
                 pp_size=parallel.pipeline_parallel_size,
                 tp_size=parallel.tensor_parallel_size,
-                dcp_size=parallel.decode_context_parallel_size)
+                dcp_size=parallel.decode_context_parallel_size,
+                cp_kv_cache_interleave_size=getattr(parallel, "cp_kv_cache_interleave_size", 1))
 
     # -- class-level answers -----------------------------------------------------------
     @classmethod

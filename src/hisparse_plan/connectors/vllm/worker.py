@@ -9,7 +9,8 @@ prepared lists (made once per lane). When every lane is done, each source worker
 notified (with how many readers it has); a source worker no lane reads is told by the first
 destination worker that it has none. A refused or failed pull is reported in
 `failed_recving` with all of the request's blocks invalid (vLLM's kv_load_failure_policy
-decides), and the holders are told all the same, so they free.
+decides; invalid block ids only for a single-group config, which is all vLLM can map back to
+requests), and the holders are told all the same, so they free.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Pull:
     handles: list[Any] = field(default_factory=list)
     failed: bool = False
     blocks: list[int] = field(default_factory=list)
+    release_only: bool = False
+    """Read nothing, only let the holders free: vLLM waits for no answer (the request is
+    running on a local hit, or gone), so none is reported."""
 
 
 @dataclass
@@ -58,6 +62,7 @@ class WorkerSide:
     pp_size: int
     tp_size: int
     dcp_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
     payload: HandshakePayload | None = None
     agent: Agent | None = None
     addresses: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
@@ -94,7 +99,9 @@ class WorkerSide:
         self.payload = HandshakePayload(
             engine="vllm", instance_id=self.settings.instance_id, pp_rank=self.pp_rank,
             tp_rank=self.tp_rank, pp_size=self.pp_size, tp_size=self.tp_size,
-            dcp_size=self.dcp_size, plan_json=self.plan.model_dump_json(),
+            dcp_size=self.dcp_size,
+            cp_kv_cache_interleave_size=self.cp_kv_cache_interleave_size,
+            plan_json=self.plan.model_dump_json(),
             fingerprint=plan_fingerprint(self.plan), facts=self.settings.facts,
             regions=regions, agent_name=name, agent_metadata=self.agent.metadata.hex())
         return self.payload
@@ -114,7 +121,8 @@ class WorkerSide:
 
     def start_pull(self, request_id: str, load: Load) -> None:
         ticket = Ticket.model_validate_json(load.ticket)
-        pull = Pull(ticket, blocks=sorted({b for ids in load.blocks.values() for b in ids}))
+        pull = Pull(ticket, blocks=sorted({b for ids in load.blocks.values() for b in ids}),
+                    release_only=load.release_only)
         self.pulls[request_id] = pull
         try:
             pull.source = self.side(ticket.side_channel)
@@ -172,9 +180,17 @@ class WorkerSide:
                 continue
             self._notify(request_id, pull)
             del self.pulls[request_id]
+            if pull.release_only:
+                # vLLM asserts a finished_recving id is waiting for its KV or finished
+                # with its blocks held for it; neither holds here.
+                continue
             if pull.failed:
                 failing.add(request_id)
-                self.invalid.update(pull.blocks)
+                if len(self.plan.groups) == 1:
+                    # vLLM maps invalid block ids back to requests only with one KV cache
+                    # group (Scheduler._handle_invalid_blocks raises otherwise); with more,
+                    # failed_recving alone says it, as NixlConnector does under HMA.
+                    self.invalid.update(pull.blocks)
             else:
                 recving.add(request_id)
         sending: set[str] = set()
@@ -186,12 +202,20 @@ class WorkerSide:
         return sending, recving, failing
 
     def _notify(self, request_id: str, pull: Pull) -> None:
-        """Tell each source worker of the request that this reader is done (module doc)."""
+        """Tell each source worker of the request that this reader is done (module doc). A
+        refused pattern is refused alike on every destination worker (one pattern per pair
+        of instances), so none reads: each source worker is told it has no reader and frees
+        at once rather than at its lease's end."""
         if self.agent is None or pull.source is None:
             return
         try:
             destination = self.side(self.settings.side_channel)
-            found = self.cache.peering(pull.source, destination)
+            try:
+                found = self.cache.peering(pull.source, destination)
+            except PlanError:
+                for payload in pull.source.payloads:
+                    self.agent.notify(payload, notification(request_id, self.me, 0))
+                return
             lanes = peering.mine(found, self.me, "destination")
             sources = {lane[0] for lane in lanes}
             first = min(p.key for p in destination.payloads) == self.me
@@ -200,7 +224,7 @@ class WorkerSide:
                 if payload.key in sources or (readers == 0 and first):
                     self.agent.notify(payload, notification(request_id, self.me, readers))
         except (PlanError, ConnectorError, OSError, RuntimeError) as error:
-            # A refused pattern: each source worker frees on its lease.
+            # Nobody to tell (a side channel or an agent gone): each holder frees on its lease.
             LOG.warning("hisparse_plan: could not notify the holders of %s: %s",
                         request_id, error)
 
