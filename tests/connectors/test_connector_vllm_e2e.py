@@ -18,6 +18,7 @@ are tiny (2 layers, a few dozen blocks). Runs where vLLM, torch and nixl-cu12 im
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -50,7 +51,9 @@ def serve(role: str, pipe: Connection) -> None:
     while True:
         case = pipe.recv()
         if case is None:
-            return
+            pipe.close()
+            os._exit(0)  # NIXL's progress threads need not wind down one by one
+        cases.ALIVE.clear()
         try:
             (cases.prefill_case if role == "prefill" else cases.decode_case)(case, pipe)
         except Exception as error:  # reported to the test, which fails naming it

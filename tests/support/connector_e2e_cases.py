@@ -25,6 +25,8 @@ from support.transfer_support import (
 TOKENS = 40
 REQUEST = "req-0"
 ALIVE: list[Any] = []
+"""The instances of the case running (and of the one before, dropped when the next starts:
+its notifications have landed, since its prefill reported its blocks freed)."""
 CONV, HEADS = (16, 8, 8), 4
 """The Mamba layers' conv channel blocks (x | B | C) and temporal heads, full sizes."""
 
@@ -72,7 +74,7 @@ PAIRS: dict[str, dict[str, Any]] = {
     # its coordinator keeps until its worker acks the host copies stay held.
     "deepseek-v3.2 dense -> hisparse host pool": {
         "prefill": deepseek_request(layers=2),
-        "decode": deepseek_request(hisparse=True, layers=2),
+        "decode": deepseek_request(hisparse=True, layers=2, hisparse_bytes=(2**21, 2**23)),
         "decode_memory": "hisparse_plan", "decode_keeps": "hisparse"},
     "mamba hybrid tp2 -> tp1": {"prefill": mamba(2), "decode": mamba(1), "prefill_tp": 2,
                                 "facts": MAMBA_FACTS, "states": MAMBA_CUTS,
@@ -193,7 +195,9 @@ def decode_case(case: dict[str, Any], pipe: Connection) -> None:
     loaded_by = None
     deadline = time.monotonic() + 60
     steps = 0
-    while time.monotonic() < deadline and REQUEST in scheduler.requests:
+    # The engine core steps while its scheduler has requests, finished ones not yet told to
+    # the connector included (Scheduler.has_requests): so must this loop.
+    while time.monotonic() < deadline and scheduler.has_requests():
         began = time.time()
         _, _ = instance.step()
         steps += 1
@@ -209,8 +213,6 @@ def decode_case(case: dict[str, Any], pipe: Connection) -> None:
                                          enumerate(granted)}
         if case.get("abort_decode") == "during the load" and steps == 1:
             scheduler.finish_requests(REQUEST, request_status("FINISHED_ABORTED"))
-        if request.is_finished() and REQUEST not in scheduler.requests:
-            break
         time.sleep(0.001)
     report.update(status=request.status.name, outputs=request.num_output_tokens,
                   computed=request.num_computed_tokens, loaded_by=loaded_by,

@@ -198,7 +198,7 @@ def new_request(request_id: str, tokens: int, params: dict[str, Any], max_tokens
     return found
 
 
-def beside_hisparse(config: Any, request: PlanRequest) -> Any:  # noqa: ANN401
+def beside_hisparse(config: Any, request: PlanRequest) -> Any:
     """The decode's scheduler config for a HiSparse plan: MultiConnector of this connector
     and vLLM's HiSparseConnector (CONNECTORS.md 1.6). The worker halves stay this
     connector's alone: HiSparseConnector's worker pins and registers host memory with CUDA."""
