@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
-pytest.importorskip("nixl_cu12")
-pytest.importorskip("torch")
+if os.environ.get("CI", "").lower() != "true":  # CI installs all three: a failure there
+    pytest.importorskip("vllm")
+    pytest.importorskip("nixl_cu12")
+    pytest.importorskip("torch")
 
 from support.connector_e2e_cases import PAIRS, TOKENS, llama
 

@@ -6,10 +6,12 @@ the hybrid manager off, or refuses: `factory.py::create_connector`). Runs where 
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 
-pytest.importorskip("vllm")
+if os.environ.get("CI", "").lower() != "true":  # CI installs vLLM: a failure there
+    pytest.importorskip("vllm")
 
 MODULE = "hisparse_plan.connectors.vllm"
 
