@@ -164,9 +164,9 @@ def tampered(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def request_status(name: str) -> Any:
-    from vllm.v1.request import RequestStatus
+    import importlib
 
-    return getattr(RequestStatus, name)
+    return getattr(importlib.import_module("vllm.v1.request").RequestStatus, name)
 
 
 # ---- the decode role -------------------------------------------------------------------------

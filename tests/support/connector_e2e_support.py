@@ -205,7 +205,8 @@ def beside_hisparse(config: Any, request: PlanRequest) -> Any:
     hisparse = request.hisparse
     assert hisparse is not None
     found = copy.copy(config)
-    found.attention_config.hisparse_config = vs.HiSparseConfig(
+    attention = importlib.import_module("vllm.config.attention")
+    found.attention_config.hisparse_config = attention.HiSparseConfig(
         device_buffer_size=hisparse.device_buffer_size)
     ours = config.kv_transfer_config
     found.kv_transfer_config = config_mod.KVTransferConfig(
