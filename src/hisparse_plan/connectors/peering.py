@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hisparse_plan.connectors import engines
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import HandshakePayload, check_regions
 from hisparse_plan.exchange.transfer import (
@@ -46,9 +47,8 @@ Lane = tuple[Owner, Owner, str, str]
 
 def transfer_rank(payload: HandshakePayload) -> int:
     """The rank a pattern names for this worker's regions (module doc)."""
-    if payload.engine == "vllm":
-        return payload.tp_rank
-    return payload.pp_rank * payload.tp_size + payload.tp_rank
+    return engines.transfer_rank(payload.engine, payload.pp_rank, payload.tp_rank,
+                                 payload.tp_size)
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,15 @@ at the cost of reading it.
 
 from __future__ import annotations
 
-import hashlib
 from functools import cached_property
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, model_validator
 
+from hisparse_plan.connectors.engines import plan_fingerprint as plan_fingerprint
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.models.any_plan import Plan, load_plan
 from hisparse_plan.models.base import ByteCount, PositiveInt
-from hisparse_plan.models.fingerprint import canonical_json
 from hisparse_plan.models.json_model import JsonTextModel
 
 PAYLOAD_VERSION: Final = 1
@@ -39,16 +38,6 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Rank = Annotated[int, Field(ge=0, le=2**20)]
 BlockId = Annotated[int, Field(ge=0, le=2**62)]
 Address = Annotated[int, Field(ge=0, le=2**64 - 1)]
-
-
-def plan_fingerprint(plan: Plan) -> str:
-    """A vLLM plan's layout fingerprint (`KVCachePlan.fingerprint`: everything that places a
-    byte, num_blocks included); an SGLang plan, which has none, the sha256 of its canonical
-    JSON. Two ranks with one fingerprint pair with a peer through one proved pattern."""
-    if plan.engine == "vllm":
-        return str(plan.fingerprint)
-    text = canonical_json(plan.model_dump(mode="json"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 class Region(JsonTextModel):

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from hisparse_plan.adapters.vllm import request_from_vllm
-from hisparse_plan.connectors.binding import live_layer_specs, plan_for_live_config
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import InstanceFacts
+from hisparse_plan.connectors.vllm.binding import live_layer_specs, plan_for_live_config
 from hisparse_plan.models import KVCachePlan, PlanRequest
 from hisparse_plan.models.untrusted_json import read_json_file
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisparse_plan.connectors import peering
-from hisparse_plan.connectors.binding import bind_vllm_tensors
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import (
     HandshakePayload,
@@ -32,6 +31,7 @@ from hisparse_plan.connectors.protocol import (
     plan_fingerprint,
 )
 from hisparse_plan.connectors.transport import Agent, Leases, fetch_payloads, notification
+from hisparse_plan.connectors.vllm.binding import bind_vllm_tensors
 from hisparse_plan.connectors.vllm.scheduler import Load, StepMeta
 from hisparse_plan.connectors.vllm.settings import Settings
 from hisparse_plan.errors import PlanError
