@@ -12,85 +12,25 @@ reference executor on the prefill's bytes. The prefill frees the request's block
 the decode has notified it (its free time is after the start of the decode step that saw the
 load finish), or when its lease expires (after the ticket's expiry).
 
-Two long-lived role processes serve every case (support/connector_e2e_cases.py); the cases
-are tiny (2 layers, a few dozen blocks). Runs where vLLM, torch and nixl-cu12 import."""
+Two long-lived role processes serve every case (tests/connectors/conftest.py: they run under
+the Python that has vLLM, torch and nixl-cu12, this one or `.venv-vllm`'s); the cases are tiny
+(2 layers, a few dozen blocks: support/connector_e2e_cases.py)."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import socket
-from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
 
-if os.environ.get("CI", "").lower() != "true":  # CI installs all three: a failure there
-    pytest.importorskip("vllm")
-    pytest.importorskip("nixl_cu12")
-    pytest.importorskip("torch")
-
 from support.connector_e2e_cases import PAIRS, TOKENS, llama
-
-Servers = dict[str, Connection]
+from support.connector_e2e_role import Servers, answer
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def serve(role: str, pipe: Connection) -> None:
-    """One long-lived process per role: vLLM imported at once (both roles in parallel), then
-    each case it is sent, until None."""
-    from support import connector_e2e_cases as cases
-    from support import connector_e2e_support  # noqa: F401  (imports vLLM)
-
-    pipe.send("ready")
-    while True:
-        case = pipe.recv()
-        if case is None:
-            pipe.close()
-            os._exit(0)  # NIXL's progress threads need not wind down one by one
-        cases.ALIVE.clear()
-        try:
-            (cases.prefill_case if role == "prefill" else cases.decode_case)(case, pipe)
-        except Exception as error:  # reported to the test, which fails naming it
-            import traceback
-
-            pipe.send(("error", f"{error!r}\n{traceback.format_exc()}"))
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[Servers]:
-    context = multiprocessing.get_context("spawn")
-    pipes, children = {}, []
-    for role in ("prefill", "decode"):
-        ours, theirs = context.Pipe()
-        child = context.Process(target=serve, args=(role, theirs), daemon=True)
-        child.start()
-        pipes[role] = ours
-        children.append(child)
-    for role, pipe in pipes.items():
-        answer(pipe, role)
-    yield pipes
-    for pipe in pipes.values():
-        pipe.send(None)
-    for child in children:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.terminate()
-
-
-def answer(pipe: Connection, what: str) -> Any:
-    if not pipe.poll(240):
-        raise AssertionError(f"the {what} did not answer")
-    found = pipe.recv()
-    if isinstance(found, tuple) and found and found[0] == "error":
-        raise AssertionError(f"the {what} failed: {found[1]}")
-    return found
 
 
 def run_pair(servers: Servers, name: str, case: dict[str, Any], *, decode: bool = True

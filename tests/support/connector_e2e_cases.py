@@ -286,3 +286,32 @@ def check_bytes(instance: Any, case: dict[str, Any], params: dict[str, Any],
             "reference_mismatch": sum(int((after[k] != reference[k]).sum()) for k in after),
             "moved_bytes": program.bytes, "checked_bytes": sum(v.size for v in after.values()),
             "changed": sum(int((after[k] != start[k]).sum()) for k in after)}
+
+
+def factory_facts() -> dict[str, Any]:
+    """What vLLM 0.34's KVConnectorFactory makes of the connector's module path."""
+    import importlib
+
+    factory = importlib.import_module("vllm.distributed.kv_transfer.kv_connector.factory")
+    base = importlib.import_module("vllm.distributed.kv_transfer.kv_connector.v1.base")
+    kv_transfer = importlib.import_module("vllm.config.kv_transfer")
+
+    def config(name: str) -> Any:
+        return kv_transfer.KVTransferConfig(
+            kv_connector=name, kv_connector_module_path="hisparse_plan.connectors.vllm",
+            kv_role="kv_both")
+
+    found = factory.KVConnectorFactory.get_connector_class(config("HisparsePlanConnector"))
+    try:
+        factory.KVConnectorFactory.get_connector_class(config("NoSuchConnector"))
+        wrong = None
+    except (AttributeError, ValueError) as error:
+        wrong = repr(error)
+    return {"name": found.__name__, "module": found.__module__,
+            "is_v1_connector": issubclass(found, base.KVConnectorBase_V1),
+            "supports_hma": base.supports_hma(found),
+            "supports_hma_config": factory.KVConnectorFactory.supports_hma_config(
+                config("HisparsePlanConnector")),
+            "layout": found.get_required_kvcache_layout(None),
+            "access": found.kv_cache_access(config("HisparsePlanConnector")).name,
+            "wrong_name": wrong}
