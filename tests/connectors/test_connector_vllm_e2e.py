@@ -66,6 +66,8 @@ def test_a_request_moves_between_two_vllm_instances(servers: Servers, name: str)
     assert report["gone"]
     if PAIRS[name].get("decode_keeps") != "hisparse":
         assert report["free"] == report["total"] - 1
+    else:  # HiSparse's host import: recorded at allocation, published on finished_recving
+        assert report["host_import"] == ["pending", "published"]
     # Held until the decode's notification (sent in the step that saw the load finish).
     assert held["held_free"] < held["total"] - 1
     assert held["freed_at"] is not None, "the prefill never freed the request's blocks"

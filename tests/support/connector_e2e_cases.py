@@ -187,6 +187,17 @@ def decode_case(case: dict[str, Any], pipe: Connection) -> None:
     for rank in range(len(instance.workers)):
         live.update(instance.regions(rank))
     start = canaries(case, params, instance, live)
+
+    def probe() -> None:  # HiSparse's host import, seen before the workers run each step
+        pending = host_imports(scheduler)
+        if pending is None or REQUEST not in scheduler.requests:
+            return
+        states = report.setdefault("host_import", [])
+        state = "pending" if REQUEST in pending else "published"
+        if not states or states[-1] != state:
+            states.append(state)
+
+    instance.on_scheduled = probe
     request = e2e.new_request(REQUEST, TOKENS, dict(params), max_tokens=2)
     scheduler.add_request(request)
     report: dict[str, Any] = {"failed": False, "invalid": 0}
@@ -225,6 +236,17 @@ def decode_case(case: dict[str, Any], pipe: Connection) -> None:
         report.update(check_bytes(instance, case, params, source_bytes, start, live,
                                   report["granted"]))
     pipe.send(report)
+
+
+def host_imports(scheduler: Any) -> Any:
+    """HiSparse's pending host imports (request -> tokens) where the decode runs
+    HiSparseConnector beside this one, else None: what `finish_host_import` publishes."""
+    children = getattr(scheduler.connector, "_connectors", ())
+    for child in children:
+        coordinator = getattr(getattr(child, "connector_scheduler", None), "coordinator", None)
+        if coordinator is not None and hasattr(coordinator, "_pending_imports"):
+            return coordinator._pending_imports
+    return None
 
 
 def canaries(case: dict[str, Any], params: dict[str, Any], instance: Any,

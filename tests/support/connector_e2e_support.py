@@ -55,6 +55,8 @@ class Instance:
     aggregator: Any
     keep: list[Any] = field(default_factory=list)
     steps: int = 0
+    on_scheduled: Any = None
+    """Called after each schedule(), before the workers run (a test's probe)."""
     last_output: Any = None
     """The aggregated KVConnectorOutput of the last step (what the scheduler was handed)."""
 
@@ -71,6 +73,8 @@ class Instance:
         order), their outputs merged by vLLM's own KVOutputAggregator (an id finishes once
         every worker has reported it, in whichever steps they do), update from output."""
         out = self.scheduler.schedule()
+        if self.on_scheduled is not None:
+            self.on_scheduled()
         meta = out.kv_connector_metadata
         if hasattr(meta, "metadata"):  # MultiConnector's: this connector's is the first child's
             meta = meta.metadata[0]
