@@ -445,10 +445,9 @@ def compute_on_cpu() -> None:
     no data to read. Neither value shapes a cache (ALiBi biases scores, XIELU is an MLP's)."""
     import functools
 
+    import torch
     from vllm.model_executor.layers import activation  # type: ignore[import-not-found]
     from vllm.model_executor.models import bloom  # type: ignore[import-not-found, unused-ignore]
-
-    import torch
 
     def on_cpu(function: Callable[..., object]) -> Callable[..., object]:
         if getattr(function, "on_cpu", False):

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 # The DeepSeek-V4 package imports its vision tower, which needs einops; no byte of it is used.
 sys.modules.setdefault("einops", types.ModuleType("einops"))
 
+import torch  # noqa: E402
 import vllm.config.vllm as vllm_config_module  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 from transformers.models.deepseek_v4.configuration_deepseek_v4 import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     DeepseekV4Config,
@@ -56,7 +57,6 @@ from vllm.v1.kv_cache_interface import AttentionSpec, KVQuantMode  # type: ignor
 from vllm.v1.worker.utils import customize_attention_spec  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
 import hisparse_plan as hp  # noqa: E402
-import torch  # noqa: E402
 from hisparse_plan.adapters.vllm import request_from_vllm, to_kv_cache_config  # noqa: E402
 from hisparse_plan.adapters.vllm.types import VllmObject  # noqa: E402
 from hisparse_plan.presets import Settings, build_request, load_preset  # noqa: E402

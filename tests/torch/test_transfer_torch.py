@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import torch
+
 from hisparse_plan.exchange.transfer import (
     Instance,
     TransferCheckError,
