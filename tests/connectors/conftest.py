@@ -1,5 +1,6 @@
-"""The connector's vLLM tests share two long-lived role processes (a prefill and a decode
-instance's), started once under the Python that has vLLM (support/connector_e2e_role.py).
+"""A module of the connector's vLLM tests shares two long-lived role processes (a prefill
+and a decode instance's), started under the Python that has vLLM (support/connector_e2e_role.py)
+and ended with the module, so they take no CPU from the rest of the suite.
 Where there is none they skip, except under CI (CI=true), which builds one: there its absence
 is a failure."""
 
@@ -15,7 +16,7 @@ import pytest
 from support.connector_e2e_role import Servers, answer, start, vllm_python
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
     python = vllm_python()
     if python is None:

@@ -47,6 +47,8 @@ def run_pair(servers: Servers, name: str, case: dict[str, Any], *, decode: bool 
     finally:
         servers["prefill"].send("stop")  # a decode that failed: stop holding for it
         held = answer(servers["prefill"], "prefill")
+        for pipe in servers.values():
+            pipe.send("release")
     return report, held
 
 
@@ -152,3 +154,18 @@ def test_a_prefill_abort_holds_nothing(servers: Servers) -> None:
     assert not found["held"]
     assert found["free"] == found["total"] - 1
 
+
+# vLLM 0.34's own KVConnectorFactory, asked in the role process (the venv that has vLLM with
+# the project installed): it loads the class by module path, and SupportsHMA holds (else
+# vLLM switches the hybrid manager off, or refuses: factory.py::create_connector).
+def test_vllms_factory_loads_the_class_by_module_path(servers: Servers) -> None:
+    servers["prefill"].send({"factory": True})
+    found = answer(servers["prefill"], "prefill")
+    assert found["name"] == "HisparsePlanConnector"
+    assert found["module"] == "hisparse_plan.connectors.vllm.connector"
+    assert found["is_v1_connector"]
+    assert found["supports_hma"]
+    assert found["supports_hma_config"]
+    assert found["layout"] is None  # any layout: the plan says
+    assert found["access"] == "REGISTERS"
+    assert found["wrong_name"] is not None  # a class the module lacks is vLLM's error

@@ -8,6 +8,7 @@ builds one), else $HISPARSE_PLAN_VLLM_PYTHON. The test's own process needs none 
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import subprocess
@@ -65,7 +66,10 @@ def serve(role: str, pipe: Connection) -> None:
         if case is None:
             pipe.close()
             os._exit(0)  # NIXL's progress threads need not wind down one by one
-        cases.ALIVE.clear()
+        cases.ALIVE.clear()  # the case before: its notifications have landed
+        if case == "release":  # nothing runs until the next case: no agent polls meanwhile
+            gc.collect()
+            continue
         try:
             handler = {"prefill": cases.prefill_case, "decode": cases.decode_case}[role]
             if case.get("factory"):
