@@ -160,7 +160,12 @@ def test_leases_free_on_the_last_reader_or_on_expiry() -> None:
 def test_notifications_parse_strictly() -> None:
     note = notification("req-1", (0, 1), 2)
     assert parse_notification(note) == ("req-1", (0, 1), 2)
-    for bad in (b"transfer done", b"hpc1|[1,2]", b"hpc1|" + b"x" * 2000, b"hpc1|{"):
+    for bad in (b"transfer done", b"hpc1|[1,2]", b"hpc1|" + b"x" * 2000, b"hpc1|{",
+                b'hpc1|["req-1", [0, 1], 2]',
+                b'hpc1|{"request": "r", "reader": [0, 1], "readers": true}',
+                b'hpc1|{"request": "r", "reader": [0], "readers": 1}',
+                b'hpc1|{"request": "r", "reader": [0, 1], "readers": 1, "more": 0}',
+                b'hpc1|{"request": "r", "request": "s", "reader": [0, 1], "readers": 1}'):
         assert parse_notification(bad) is None
 
 

@@ -25,6 +25,8 @@ from typing import Any, Final
 
 from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import HandshakePayload, Region
+from hisparse_plan.errors import PlanError
+from hisparse_plan.models.json_input import load_json_object
 
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_MESSAGE: Final = 256 * 2**20
@@ -54,7 +56,7 @@ class SideChannel:
                 asked = self.request.recv(len(ASK))
                 if asked != ASK:
                     return
-                body = json.dumps(list(answer())).encode()
+                body = json.dumps({"payloads": list(answer())}).encode()
                 self.request.sendall(struct.pack("!Q", len(body)) + body)
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -99,10 +101,9 @@ def fetch_payloads(address: str, timeout_s: float = 10.0) -> list[HandshakePaylo
                                  f"most {MAX_MESSAGE}", field="payloads")
         body = _read(sock, size)
     try:
-        texts = json.loads(body)
-    except ValueError as error:
-        raise ConnectorError(f"side channel {address}: not JSON ({error})",
-                             field="payloads") from None
+        texts = load_json_object(body, what="payloads", max_depth=4).get("payloads")
+    except PlanError as error:
+        raise ConnectorError(f"side channel {address}: {error}", field="payloads") from None
     if not isinstance(texts, list) or len(texts) > MAX_PAYLOADS or not all(
             isinstance(text, str) for text in texts):
         raise ConnectorError(f"side channel {address}: expected a list of at most "
@@ -124,7 +125,8 @@ def _read(sock: socket.socket, size: int) -> bytes:
 
 def notification(request_id: str, reader: tuple[int, int], readers: int) -> bytes:
     """What a reader's transfer tells the holder: the request, who read, how many read."""
-    return NOTE_PREFIX + json.dumps([request_id, list(reader), readers]).encode()
+    return NOTE_PREFIX + json.dumps({"request": request_id, "reader": list(reader),
+                                     "readers": readers}).encode()
 
 
 def parse_notification(note: bytes) -> tuple[str, tuple[int, int], int] | None:
@@ -133,11 +135,14 @@ def parse_notification(note: bytes) -> tuple[str, tuple[int, int], int] | None:
     if not note.startswith(NOTE_PREFIX) or len(note) > MAX_NOTE:
         return None
     try:
-        request, reader, readers = json.loads(note[len(NOTE_PREFIX):])
-        pp, tp = reader
-    except (ValueError, TypeError):
+        found = load_json_object(note[len(NOTE_PREFIX):], what="notification", max_depth=3)
+        if set(found) != {"request", "reader", "readers"}:
+            return None
+        request, (pp, tp), readers = found["request"], found["reader"], found["readers"]
+    except (PlanError, ValueError, TypeError):
         return None
-    if not (isinstance(request, str) and all(isinstance(x, int) for x in (pp, tp, readers))):
+    if not isinstance(request, str) or not all(
+            type(x) is int and x >= 0 for x in (pp, tp, readers)):
         return None
     return request, (pp, tp), readers
 

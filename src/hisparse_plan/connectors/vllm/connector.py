@@ -24,6 +24,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[
     SupportsHMA,
 )
 
+from hisparse_plan.connectors.errors import ConnectorError
 from hisparse_plan.connectors.protocol import HandshakePayload
 from hisparse_plan.connectors.transport import SideChannel
 from hisparse_plan.connectors.vllm.scheduler import SchedulerSide, StepMeta
@@ -83,7 +84,9 @@ class HisparsePlanConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[mi
 
     # -- scheduler side ----------------------------------------------------------------
     def _sched(self) -> SchedulerSide:
-        assert self.scheduler_side is not None, "a scheduler call on a worker connector"
+        if self.scheduler_side is None:
+            raise ConnectorError("a scheduler call on a worker connector; expected vLLM to "
+                                 "call it on the scheduler's", field="role")
         return self.scheduler_side
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int  # noqa: ANN401
@@ -123,7 +126,9 @@ class HisparsePlanConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[mi
 
     # -- worker side -------------------------------------------------------------------
     def _work(self) -> WorkerSide:
-        assert self.worker_side is not None, "a worker call on the scheduler connector"
+        if self.worker_side is None:
+            raise ConnectorError("a worker call on the scheduler connector; expected vLLM to "
+                                 "call it on a worker's", field="role")
         return self.worker_side
 
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:

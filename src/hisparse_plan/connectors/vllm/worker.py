@@ -146,7 +146,10 @@ class WorkerSide:
         from hisparse_plan.exchange.transfer.executors import nixl_prepared
         from hisparse_plan.exchange.transfer.executors.nixl_direct import Endpoint
 
-        assert self.agent is not None
+        if self.agent is None:
+            raise ConnectorError("a pull before register_kv_caches: this worker has no NIXL "
+                                 "agent yet; expected vLLM to register the KV caches first",
+                                 field="agent")
         remote = source.payload(lane[0])
         key = (source.key, lane)
         prepared = self.prepared.get(key)
@@ -168,13 +171,14 @@ class WorkerSide:
         recving, failing = set(), set()
         for request_id, pull in list(self.pulls.items()):
             for handle in list(pull.handles):
-                state = "ERR" if self.agent is None else self.agent.agent.check_xfer_state(handle)
+                agent = self.agent.agent if self.agent is not None else None
+                state = "ERR" if agent is None else agent.check_xfer_state(handle)
                 if state == "PROC":
                     continue
                 if state != "DONE":
                     pull.failed = True
-                assert self.agent is not None
-                self.agent.agent.release_xfer_handle(handle)
+                if agent is not None:
+                    agent.release_xfer_handle(handle)
                 pull.handles.remove(handle)
             if pull.handles:
                 continue
