@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 from hisparse_plan.exchange.transfer import (
@@ -28,13 +27,11 @@ from hisparse_plan.exchange.transfer import (
 )
 from hisparse_plan.exchange.transfer.executors.reference import buffers, execute
 from hisparse_plan.exchange.transfer.program.transfer_program import TransferProgram
+from support.dcp_oracle import expected_after, slot_of
 from support.transfer_support import (
-    Buffers,
     attention_layers,
-    encode,
     layer_shapes,
     plan_of,
-    rank_cells,
     request_blocks,
     sglang_plan,
     vllm_plan,
@@ -42,51 +39,7 @@ from support.transfer_support import (
     wrong_bytes,
 )
 
-# ---- the oracle ----------------------------------------------------------------------------
-
-def slot_of(token: int, block: int, dcp: int, interleave: int, rank: int) -> int | None:
-    """The kernel's local position of `token` on DCP rank `rank`, or None (not its token)."""
-    virtual = block * dcp
-    index, offset = divmod(token, virtual)
-    if offset // interleave % dcp != rank:
-        return None
-    return index * block + offset // (interleave * dcp) * interleave + offset % interleave
-
-
-def local_to_token(horizon: int, block: int, dcp: int, interleave: int, rank: int
-                   ) -> dict[int, int]:
-    """Every local position of the rank below `horizon` tokens -> its token."""
-    found = {}
-    for token in range(horizon):
-        slot = slot_of(token, block, dcp, interleave, rank)
-        if slot is not None:
-            found[slot] = token
-    return found
-
-
-def expect(dst: Instance, blocks: dict[str, list[int]], out: Buffers, ids: dict[str, int],
-           stop: dict[str, int], dcp: int, interleave: int) -> None:
-    """Write what a DCP decode must hold: each rank's local positions, through its plan's
-    views, with the bytes of the token (or page) the kernel puts there, for units < stop."""
-    for index, plan in enumerate(dst.plans):
-        rank = index % dcp
-        for name, cells_of in rank_cells(plan, index, dst.ranks, dst.total_kv_heads):
-            probe = cells_of(0)[0]
-            table = blocks[probe.table]
-            tokens_per_block = probe.units * probe.tokens
-            lookup = local_to_token(len(table) * tokens_per_block * dcp, tokens_per_block, dcp,
-                                    interleave, rank)
-            for position, block in enumerate(table):
-                for cells in cells_of(block):
-                    local = position * cells.units + cells.unit
-                    first_token = local * cells.tokens  # a page: its first token
-                    token = np.array([lookup.get(int(t), -1) for t in first_token.ravel()],
-                                     dtype=np.int64)
-                    unit = np.where(token < 0, -1, token // cells.tokens)
-                    keep = (unit >= 0) & (unit < stop[name])
-                    value = encode(ids[name], unit, cells.head, cells.byte)
-                    out[(index, cells.region)][cells.addresses[keep]] = value[keep]
-
+# ---- the oracle (support.dcp_oracle: vLLM's slot mapping written out) ----------------------
 
 def wrong(src: Instance, dst: Instance, request: TransferRequest, program: TransferProgram,
           dcp: int, interleave: int) -> int:
@@ -97,18 +50,7 @@ def wrong(src: Instance, dst: Instance, request: TransferRequest, program: Trans
     source = buffers(program.source, fill=None, seed=1)
     write(src, dict(request.source_blocks), source, ids, {n: (0, 2**40) for n in theirs})
     destination = buffers(program.destination, fill=None, seed=2)
-    expected = {key: value.copy() for key, value in destination.items()}
-    need, may = {}, {}
-    ours = layer_shapes(src)
-    for name, cells in theirs.items():
-        tokens = max(cells.tokens, 1)
-        need[name] = -(-request.num_tokens // tokens)
-        held_src = len(request.source_blocks[ours[name].table]) * ours[name].units
-        held_dst = len(request.destination_blocks[cells.table]) * cells.units * dcp
-        may[name] = need[name] if cells.kind == "pages" else min(held_src, held_dst)
-    expect(dst, dict(request.destination_blocks), expected, ids, need, dcp, interleave)
-    allowed = {key: value.copy() for key, value in expected.items()}
-    expect(dst, dict(request.destination_blocks), allowed, ids, may, dcp, interleave)
+    expected, allowed = expected_after(src, dst, request, destination, dcp, interleave)
     execute(program, source, destination)
     return wrong_bytes(destination, expected, allowed)
 

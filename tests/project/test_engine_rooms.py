@@ -20,6 +20,7 @@ ROOMS = ("hisparse_plan.targets", "hisparse_plan.adapters")
 
 REGISTRIES = frozenset({
     "hisparse_plan.checking.engines",
+    "hisparse_plan.connectors.engines",
     "hisparse_plan.cli.engines",
     "hisparse_plan.exchange.transfer.facts.engines",
     "hisparse_plan.models.engines",

@@ -48,6 +48,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
                            "torch"}),
     # torch posts exchange's transfer programs between tensors (torch/transfer.py).
     "torch": frozenset({"models", "rules", "views", "checking", "exchange"}),
+    # connectors put proved patterns inside serving engines (docs/connector.md).
+    "connectors": frozenset({"models", "rules", "views", "checking", "exchange", "targets",
+                             TARGET, "adapters", "torch", "presets"}),
 }
 """docs/architecture.md's table: the rooms each room may import (cli and the package's own
 `__init__` may import any)."""

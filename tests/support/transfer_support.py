@@ -449,6 +449,17 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
                   layout: str = "BLNHC", block: int = 64, kv_dtype: str = "fp8_ds_mla",
                   blocks: int = 24, hisparse_bytes: tuple[int, int] = (2**24, 2**25),
                   host_layout: str = "layer_outermost") -> Plan:
+    """The plan of `deepseek_request` (its arguments)."""
+    return plan_of(deepseek_request(hisparse=hisparse, engine=engine, layers=layers,
+                                    layout=layout, block=block, kv_dtype=kv_dtype,
+                                    blocks=blocks, hisparse_bytes=hisparse_bytes,
+                                    host_layout=host_layout))
+
+
+def deepseek_request(*, hisparse: bool = False, engine: str = "vllm", layers: int = 2,
+                     layout: str = "BLNHC", block: int = 64, kv_dtype: str = "fp8_ds_mla",
+                     blocks: int = 24, hisparse_bytes: tuple[int, int] = (2**24, 2**25),
+                     host_layout: str = "layer_outermost") -> dict[str, Any]:
     """DeepSeek-V3.2's first `layers` decoder layers (latent rows and index keys), small:
     vLLM with or without HiSparse, or SGLang (fp8 rows: 656 bytes, as vLLM's fp8_ds_mla).
     `hisparse_bytes`: a vLLM HiSparse plan's host pool and device bytes; `host_layout` its
@@ -477,12 +488,12 @@ def deepseek_plan(*, hisparse: bool = False, engine: str = "vllm", layers: int =
             "hisparse_device_buffer_size": 128,
         }
         data["device"]["available_bytes"] = 2**28
-        return plan_of(data)
+        return data
     data["device"]["num_blocks_override"] = blocks if not hisparse else None
     data["device"]["available_bytes"] = 2**40 if not hisparse else hisparse_bytes[1]
     if hisparse:
         data["hisparse"]["host_pool_layout"] = host_layout
-    return plan_of(data)
+    return data
 
 
 def sglang_stages(pp: int, tp: int, *, layers: int = 4, heads: int = 4, page: int = 16

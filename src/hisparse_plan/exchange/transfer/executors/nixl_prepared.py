@@ -10,7 +10,13 @@ contiguous copies as Nx3 entries. Either way a request's indices name copies (NI
 strided entry's copies one by one): the copy `i` of row `t` at block `b` is `start[link] +
 b * per_block[link] + first[t] + i`. nixl-cu12 1.5.1 posts from both at the same cost per
 copy (measured interleaved, 158,720 copies: 12.3 and 11.9 ms of CPU); the strided list is
-the compact one. NIXL is imported with nixl_direct, never by the package."""
+the compact one. NIXL is imported with nixl_direct, never by the package.
+
+Either side may initiate: the source WRITEs into the destination (push), or the destination
+READs from the source (pull, vLLM's default) and NIXL's notification tells the source. Each
+list holds one memory type (NIXL's lists do): a pattern whose regions mix DRAM and VRAM (a
+HiSparse decode's host pool and device index keys) is posted as one sub-pattern per pair of
+memory types, each with its own lists (`hisparse_plan.connectors.peering` cuts them)."""
 
 from __future__ import annotations
 
@@ -118,41 +124,59 @@ def dense(strided: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 @dataclass
 class Prepared:
-    """Both sides' prepared lists, made once per pair of instances (at handshake)."""
+    """Both sides' prepared lists, made once per pair of instances (at handshake), on the
+    initiator's agent: `local` is the initiator's list, `remote` the peer's."""
 
     pattern: TransferPattern
     local: Any
     remote: Any
     peer: str
     layouts: tuple[Layout, Layout]
+    """(initiator's, peer's)."""
     entries: tuple[int, int]
     """Copies in each list (what NIXL holds prepared)."""
+    initiator: str = "source"
+    """"source" (WRITE, push) or "destination" (READ, pull)."""
 
 
-def prepare(source: Endpoint, remote_metadata: bytes, pattern: TransferPattern,
-            remote_addresses: Addresses, remote_device: int = 0, *, strided: bool = True
-            ) -> Prepared:
-    """Both sides' lists prepared on the source's agent (it initiates the writes)."""
-    peer = source.agent.add_remote_agent(remote_metadata)
-    ours, theirs = layout(pattern, "source"), layout(pattern, "destination")
-    lists = [entries(pattern, "source", source.addresses, source.device),
-             entries(pattern, "destination", remote_addresses, remote_device)]
+def prepare(local: Endpoint, remote_metadata: bytes, pattern: TransferPattern,
+            remote_addresses: Addresses, remote_device: int = 0, *, strided: bool = True,
+            initiator: str = "source", local_mem_type: str | None = None,
+            remote_mem_type: str | None = None, peer: str | None = None) -> Prepared:
+    """Both sides' lists prepared on the initiator's agent (`local`): the source's to WRITE
+    (push), or with `initiator="destination"` the destination's to READ (pull). Each list has
+    one memory type (default: the endpoint's). `peer`: the remote agent's name when it was
+    added already (one add_remote_agent per peer agent, however many lists)."""
+    if initiator not in ("source", "destination"):
+        raise TransferCheckError(f"initiator: expected 'source' (push) or 'destination' "
+                                 f"(pull), got {initiator!r}")
+    if peer is None:
+        peer = local.agent.add_remote_agent(remote_metadata)
+    other = "destination" if initiator == "source" else "source"
+    ours, theirs = layout(pattern, initiator), layout(pattern, other)
+    lists = [entries(pattern, initiator, local.addresses, local.device),
+             entries(pattern, other, remote_addresses, remote_device)]
     if not strided:
         lists = [dense(found) for found in lists]
-    local = source.agent.prep_xfer_dlist("NIXL_INIT_AGENT", lists[0], source.mem_type)
-    remote = source.agent.prep_xfer_dlist(peer, lists[1], source.mem_type)
-    return Prepared(pattern, local, remote, peer, (ours[0], theirs[0]), (ours[1], theirs[1]))
+    mine = local.agent.prep_xfer_dlist("NIXL_INIT_AGENT", lists[0],
+                                       local_mem_type or local.mem_type)
+    far = local.agent.prep_xfer_dlist(peer, lists[1], remote_mem_type or local.mem_type)
+    return Prepared(pattern, mine, far, peer, (ours[0], theirs[0]), (ours[1], theirs[1]),
+                    initiator)
 
 
 def indices(prepared: Prepared, request: Instantiated) -> tuple[NDArray[np.int32],
                                                                  NDArray[np.int32]]:
-    """The request's copies in each list (numpy, no loop per block or row)."""
+    """The request's copies in each list, (initiator's, peer's) (numpy, no loop per block or
+    row)."""
     found = []
-    for side, ids in ((prepared.layouts[0], request.src_ids),
-                      (prepared.layouts[1], request.dst_ids)):
+    ids = (request.src_ids, request.dst_ids)
+    if prepared.initiator == "destination":
+        ids = ids[::-1]
+    for side, ids_ in zip(prepared.layouts, ids, strict=True):
         rows = request.rows
         link = side.link[rows]
-        base = side.start[link] + ids * side.per_block[link] + side.first[rows]
+        base = side.start[link] + ids_ * side.per_block[link] + side.first[rows]
         count = side.count[rows]
         if count.size and int(count.max()) > 1:
             total = int(count.sum())
@@ -164,7 +188,9 @@ def indices(prepared: Prepared, request: Instantiated) -> tuple[NDArray[np.int32
 
 def make(source: Endpoint, prepared: Prepared, request: Instantiated,
          notification: bytes = b"transfer done") -> Any:  # noqa: ANN401
-    """The request's NIXL transfer handle (make_prepped_xfer), ready to post."""
+    """The request's NIXL transfer handle (make_prepped_xfer) on the initiator's endpoint
+    (`source`, or the destination's for a pull), ready to post: WRITE from the source, or
+    READ into the destination; `notification` reaches the peer when it is done."""
     if request.pattern is not prepared.pattern:
         raise TransferCheckError("the request was instantiated from another pattern than "
                                  "the lists were prepared for")
@@ -172,7 +198,8 @@ def make(source: Endpoint, prepared: Prepared, request: Instantiated,
     # No merging pass: the pattern's rows are already as few and as long as the two
     # layouts allow (coalesced once), and NIXL's pass over every copy costs several times
     # the rest of the post (nixl-cu12 1.5.1 on loopback: ~130 ns a copy against ~20).
-    return source.agent.make_prepped_xfer("WRITE", prepared.local, local, prepared.remote,
+    operation = "WRITE" if prepared.initiator == "source" else "READ"
+    return source.agent.make_prepped_xfer(operation, prepared.local, local, prepared.remote,
                                           remote, notification, skip_desc_merge=True)
 
 
