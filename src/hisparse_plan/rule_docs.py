@@ -57,8 +57,8 @@ def rule_doc(rule: str) -> str:
 
 DOC_NAMES: Final = (
     "planning-rules", "plan-contract", "glossary", "cli", "presets", "library", "backend",
-    "engines", "recipe-vllm", "recipe-sglang", "transfer", "versions-and-modes", "promises",
-    "architecture", "vllm-registry", "vllm-transformers-sweep",
+    "engines", "recipe-vllm", "recipe-sglang", "transfer", "connector", "versions-and-modes",
+    "promises", "architecture", "vllm-registry", "vllm-transformers-sweep",
 )
 """Every page of docs/: the two that messages cite first, then the guides in reading order.
 Each ships in the wheel under hisparse_plan/docs/ (pyproject's force-include)."""

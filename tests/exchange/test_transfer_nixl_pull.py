@@ -44,7 +44,7 @@ def source_process(source: dict[tuple[int, str], bytes], pipe: Connection) -> No
 
 
 def test_the_destination_reads_and_the_source_is_notified() -> None:
-    from hisparse_plan.exchange.transfer.executors import nixl_prepared
+    from hisparse_plan.exchange.transfer.executors import nixl_direct, nixl_prepared
 
     src = Instance([deepseek_plan(hisparse=False, layers=2)])
     dst = Instance([deepseek_plan(hisparse=True, layers=2)])
@@ -67,7 +67,7 @@ def test_the_destination_reads_and_the_source_is_notified() -> None:
                                          initiator="destination")
         assert prepared.initiator == "destination"
         handle: Any = nixl_prepared.make(side, prepared, made, notification=b"req-7")
-        nixl_prepared.run_to_done(side, handle, timeout_s=30)
+        nixl_direct.run_to_done(side, handle, timeout_s=30)
         notes, untouched = ours.recv()
     finally:
         child.join(timeout=30)

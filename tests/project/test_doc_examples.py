@@ -80,7 +80,7 @@ def test_examples_are_counted() -> None:
     run = [block for block in BLOCKS if block.runs]
     not_run = [block for block in BLOCKS if block.not_run is not None]
     assert len(run) >= 40, len(run)
-    assert len(not_run) <= 10, [block.name for block in not_run]
+    assert len(not_run) <= 11, [block.name for block in not_run]
     commands = " ".join(command for block in CONSOLE for command, _ in steps(block))
     for name in ("plan", "capacity", "tune", "explain", "schema", "models", "manifest", "diff",
                  "verify", "docs"):

@@ -51,6 +51,9 @@ class Pull:
     release_only: bool = False
     """Read nothing, only let the holders free: vLLM waits for no answer (the request is
     running on a local hit, or gone), so none is reported."""
+    started: float = field(default_factory=time.perf_counter)
+    bytes: int = 0
+    """Bytes of the lanes posted (logged with the pull's time when it completes)."""
 
 
 @dataclass
@@ -137,6 +140,7 @@ class WorkerSide:
                 made = part.instantiate(request)
                 if made.chunks:
                     pull.handles.append(self._post(lane, part, made, pull.source))
+                    pull.bytes += made.bytes
         except (PlanError, ConnectorError, OSError, RuntimeError) as error:
             LOG.warning("hisparse_plan: pull of %s refused: %s", request_id, error)
             pull.failed = True
@@ -197,6 +201,8 @@ class WorkerSide:
                     self.invalid.update(pull.blocks)
             else:
                 recving.add(request_id)
+                LOG.info("hisparse_plan: pulled %s: %d bytes in %.3f ms", request_id,
+                         pull.bytes, 1e3 * (time.perf_counter() - pull.started))
         sending: set[str] = set()
         if self.agent is not None:
             for request_id, reader, readers in self.agent.notes():
