@@ -14,7 +14,9 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import paths
+
+ROOT = paths.REPO
 CONFIG = ROOT / "tests" / "hf_configs" / "smollm3-small" / "config.json"
 
 
