@@ -12,19 +12,55 @@ reference executor on the prefill's bytes. The prefill frees the request's block
 the decode has notified it (its free time is after the start of the decode step that saw the
 load finish), or when its lease expires (after the ticket's expiry).
 
-Two long-lived role processes serve every case (tests/connectors/conftest.py: they run under
-the Python that has vLLM, torch and nixl-cu12, this one or `.venv-vllm`'s); the cases are tiny
+Two long-lived role processes serve every case (the `servers` fixture: they run under the
+Python that has vLLM, torch and nixl-cu12, this one or `.venv-vllm`'s; without one the module
+skips, except under CI=true, which builds one: there its absence is a failure); the cases are tiny
 (2 layers, a few dozen blocks: support/connector_e2e_cases.py)."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
+from collections.abc import Iterator
+from multiprocessing.connection import Listener
 from typing import Any
 
 import pytest
 
 from support.connector_e2e_cases import PAIRS, TOKENS, llama
-from support.connector_e2e_role import Servers, answer
+from support.connector_e2e_role import Servers, answer, start, vllm_python
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    python = vllm_python()
+    if python is None:
+        message = ("no Python with vLLM 0.34, torch and nixl-cu12: install them, or build "
+                   ".venv-vllm as .ci/run does, or set HISPARSE_PLAN_VLLM_PYTHON")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    key = secrets.token_bytes(16)
+    pipes: Servers = {}
+    children = []
+    with Listener(("127.0.0.1", 0), authkey=key) as listener:
+        for role in ("prefill", "decode"):  # both import vLLM at once, side by side
+            children.append(start(python, role, listener.address, key))
+        for _ in children:
+            pipe = listener.accept()
+            pipes[str(pipe.recv())] = pipe
+    for role, pipe in pipes.items():
+        if answer(pipe, role) != "ready":
+            raise AssertionError(f"the {role} did not start")
+    yield pipes
+    for pipe in pipes.values():
+        pipe.send(None)
+    for child in children:
+        try:
+            child.wait(timeout=30)
+        except Exception:
+            child.kill()
 
 
 def free_port() -> int:
