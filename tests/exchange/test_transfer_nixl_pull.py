@@ -18,7 +18,7 @@ from hisparse_plan.exchange.transfer import (
     check_pattern,
     compile_transfer,
 )
-from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint
+from hisparse_plan.exchange.transfer.executors.nixl_direct import endpoint, run_to_done
 from hisparse_plan.exchange.transfer.executors.reference import addresses as region_addresses
 from hisparse_plan.exchange.transfer.executors.reference import buffers
 from support.transfer_support import deepseek_plan, oracle, request_blocks, wrong_bytes
@@ -67,7 +67,7 @@ def test_the_destination_reads_and_the_source_is_notified() -> None:
                                          initiator="destination")
         assert prepared.initiator == "destination"
         handle: Any = nixl_prepared.make(side, prepared, made, notification=b"req-7")
-        nixl_prepared.run_to_done(side, handle, timeout_s=30)
+        run_to_done(side, handle, timeout_s=30)
         notes, untouched = ours.recv()
     finally:
         child.join(timeout=30)
