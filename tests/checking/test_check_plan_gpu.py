@@ -6,25 +6,11 @@ in 16-token LBNHC blocks an indexer block is 16 x 132 = 2,112 bytes, 8 x 256 and
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import hisparse_plan as hp
-from hisparse_plan.models import KVCacheLayout, PlanRequest
-from hisparse_plan.presets import Settings, build_request, load_preset
-
-V32 = load_preset("deepseek-v3.2").architecture
-
-
-def on_gpu(request: PlanRequest, capability: list[int] | None) -> PlanRequest:
-    data = request.model_dump(mode="json")
-    data["device"]["compute_capability"] = capability
-    return PlanRequest.model_validate(data)
-
-
-def v32(layout: KVCacheLayout, **settings: Any) -> PlanRequest:
-    return build_request(V32, Settings(hisparse=False, layout=layout, **settings))
+from hisparse_plan.models import KVCacheLayout
+from support.gpu_requests import on_gpu, v32
 
 
 def test_the_worked_numbers() -> None:

@@ -7,7 +7,6 @@ bytes, 368 bytes over a whole number of 656-byte latent rows and a multiple of 2
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -17,19 +16,9 @@ from hisparse_plan.errors import UnsupportedRequestError
 from hisparse_plan.models import KVCacheLayout, PlanRequest
 from hisparse_plan.presets import Settings, build_request, load_preset
 from support.golden import GOLDEN
+from support.gpu_requests import on_gpu, v32
 
-V32 = load_preset("deepseek-v3.2").architecture
 LLAMA = load_preset("llama-3-8b").architecture
-
-
-def on_gpu(request: PlanRequest, capability: list[int] | None) -> PlanRequest:
-    data = request.model_dump(mode="json")
-    data["device"]["compute_capability"] = capability
-    return PlanRequest.model_validate(data)
-
-
-def v32(layout: KVCacheLayout, **settings: Any) -> PlanRequest:
-    return build_request(V32, Settings(hisparse=False, layout=layout, **settings))
 
 
 def test_a_request_names_no_gpu_unless_asked_and_reads_one_as_a_pair() -> None:
