@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
 from hisparse_plan.errors import PlanError
 from hisparse_plan.presets import Settings, build_request
 from hisparse_plan.presets.config_file import model_from_config
 from support import paths
+from support.meta_layers import meta_layers
 
 HERE = paths.TESTS
 TABLE: dict[str, dict[str, Any]] = json.loads((HERE / "vllm_registry.json").read_text())
@@ -42,14 +42,7 @@ def reader_layers(entry: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dic
     # verdict does not hang on the installed transformers version (the sweep reads it so too).
     arch = model_from_config(entry["config"], origin="registry", use_transformers=False)
     request = build_request(arch, Settings(max_model_len=entry["length"]))
-    layers = {name: {key: value for key, value
-                     in spec.model_dump(mode="json", exclude_none=True).items()
-                     if key in MODEL_FACTS}
-              for name, spec in request.layers.items()
-              if getattr(spec, "kv_sharing_target", None) is None}
-    shared = {name: target for name, spec in request.layers.items()
-              if (target := getattr(spec, "kv_sharing_target", None)) is not None}
-    return layers, shared
+    return meta_layers(request)
 
 
 def test_the_table_covers_the_registry_and_the_doc_counts_it() -> None:

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from hisparse_plan.adapters.vllm.meta_model import MODEL_FACTS
 from hisparse_plan.errors import PlanError
 from hisparse_plan.presets import Settings, build_request
 from hisparse_plan.presets.config_file import model_from_config
 from hisparse_plan.presets.resolution import vllm_model_class
 from support import paths
+from support.meta_layers import meta_layers
 
 HERE = paths.TESTS
 TABLE: dict[str, dict[str, Any]] = json.loads((HERE / "vllm_transformers_sweep.json").read_text())
@@ -52,14 +52,7 @@ def reader_layers(name: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]
     # A refused entry has no length vLLM took: any length, so that a refusal is the model's.
     request = build_request(arch, Settings(max_model_len=entry.get("length", 4096),
                                            allow_long_context="length" not in entry))
-    layers = {name: {key: value for key, value
-                     in spec.model_dump(mode="json", exclude_none=True).items()
-                     if key in MODEL_FACTS}
-              for name, spec in request.layers.items()
-              if getattr(spec, "kv_sharing_target", None) is None}
-    shared = {name: target for name, spec in request.layers.items()
-              if (target := getattr(spec, "kv_sharing_target", None)) is not None}
-    return layers, shared
+    return meta_layers(request)
 
 
 def test_the_table_covers_the_enumeration_and_the_doc_counts_it() -> None:
